@@ -1,0 +1,130 @@
+//! [`BlockOutputStream`]: writes one block to each of its datanodes.
+//!
+//! Models Ozone's `BlockOutputStream`: each chunk goes out as a WriteChunk with
+//! its checksums to every location at once; PutBlock then commits the
+//! cumulative chunk list (and metadata such as `blockGroupLength`) on every
+//! location. An EC writer drives one of these per replica index.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use futures::future::try_join_all;
+use proto_crate::{BlockData, BlockId, ChecksumType, ChunkInfo};
+
+use crate::{BlockStreamError, Result, XceiverClient, checksum};
+
+/// Writer of one block on 1..n datanodes (n = replication factor for replicated
+/// blocks, 1 for an EC internal block).
+#[derive(Debug)]
+pub struct BlockOutputStream {
+    block_id: BlockId,
+    locations: Vec<XceiverClient>,
+    checksum_type: ChecksumType,
+    bytes_per_checksum: u32,
+    chunks: Vec<ChunkInfo>,
+    written: u64,
+}
+
+impl BlockOutputStream {
+    /// A writer of `block_id` to every client in `locations`, checksumming each
+    /// chunk with `checksum_type` per `bytes_per_checksum` bytes.
+    ///
+    /// # Errors
+    /// [`BlockStreamError::InvalidArgument`] when `locations` is empty.
+    pub fn new(
+        block_id: BlockId,
+        locations: Vec<XceiverClient>,
+        checksum_type: ChecksumType,
+        bytes_per_checksum: u32,
+    ) -> Result<Self> {
+        if locations.is_empty() {
+            return Err(BlockStreamError::InvalidArgument(format!(
+                "block {block_id} has no locations to write to"
+            )));
+        }
+        Ok(Self {
+            block_id,
+            locations,
+            checksum_type,
+            bytes_per_checksum,
+            chunks: Vec::new(),
+            written: 0,
+        })
+    }
+
+    /// The block written.
+    #[must_use]
+    pub fn block_id(&self) -> BlockId {
+        self.block_id
+    }
+
+    /// Bytes acknowledged by every location so far.
+    #[must_use]
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Chunks acknowledged so far, in offset order.
+    #[must_use]
+    pub fn chunks(&self) -> &[ChunkInfo] {
+        &self.chunks
+    }
+
+    /// `HOST:PORT` of every location.
+    pub fn locations(&self) -> impl Iterator<Item = &str> {
+        self.locations.iter().map(XceiverClient::address)
+    }
+
+    /// Sends `data` as the block's next chunk to every location in parallel and
+    /// waits for all of them. An empty `data` is a no-op.
+    ///
+    /// # Errors
+    /// The first location's failure; the chunk is then not recorded and the
+    /// block's state on the datanodes is unspecified past `written()`.
+    pub async fn write_chunk(&mut self, data: Bytes) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let chunk = ChunkInfo {
+            name: format!("{}_chunk_{}", self.block_id.local_id, self.chunks.len() + 1),
+            offset: self.written,
+            len: data.len() as u64,
+            checksum: checksum::compute(self.checksum_type, self.bytes_per_checksum, &data),
+        };
+        try_join_all(
+            self.locations
+                .iter()
+                .map(|l| l.write_chunk(self.block_id, chunk.clone(), data.clone())),
+        )
+        .await?;
+        self.written += chunk.len;
+        self.chunks.push(chunk);
+        Ok(())
+    }
+
+    /// Commits the chunks written so far with `metadata` on every location in
+    /// parallel (durable when it returns). `eof` marks the block's last PutBlock.
+    ///
+    /// # Errors
+    /// The first location's failure.
+    pub async fn put_block(&self, metadata: &BTreeMap<String, String>, eof: bool) -> Result<()> {
+        let data = BlockData {
+            block_id: self.block_id,
+            chunks: self.chunks.clone(),
+            size: self.written,
+            metadata: metadata.clone(),
+        };
+        let committed = try_join_all(self.locations.iter().map(|l| l.put_block(data.clone(), eof))).await?;
+        for (loc, len) in self.locations.iter().zip(committed) {
+            if len != self.written {
+                return Err(BlockStreamError::CommitMismatch {
+                    block: self.block_id,
+                    datanode: loc.address().to_string(),
+                    expected: self.written,
+                    committed: len,
+                });
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,67 @@
+//! Settings of the datanode client.
+
+use std::time::Duration;
+
+use proto_crate::ChecksumType;
+
+/// How [`XceiverClient`](crate::XceiverClient)s connect, time out, and checksum.
+///
+/// Plain struct with `Default` and `with_*` builders. Defaults follow Ozone
+/// where it has one (CRC32, 16 KiB bytesPerChecksum).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct XceiverConfig {
+    /// Deadline of one RPC attempt (default 30 s).
+    pub rpc_timeout: Duration,
+    /// Deadline of establishing a connection (default 5 s).
+    pub connect_timeout: Duration,
+    /// Checksum algorithm for new chunks (default CRC32, Ozone's default).
+    pub checksum_type: ChecksumType,
+    /// Window of one checksum, bytes (default 16 KiB, Ozone's `ozone.client.bytes.per.checksum`).
+    pub bytes_per_checksum: u32,
+    /// HTTP/2 max frame size the client announces, bytes (default 1 MiB: the
+    /// main lever for large reads on loopback).
+    pub http2_max_frame_size: u32,
+    /// Largest gRPC message either side decodes, bytes (default 64 MiB).
+    pub max_message_size: usize,
+}
+
+impl Default for XceiverConfig {
+    fn default() -> Self {
+        Self {
+            rpc_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            checksum_type: ChecksumType::Crc32,
+            bytes_per_checksum: 16 * 1024,
+            http2_max_frame_size: 1024 * 1024 - 1,
+            max_message_size: 64 * 1024 * 1024,
+        }
+    }
+}
+
+impl XceiverConfig {
+    /// Sets the per-attempt RPC deadline.
+    #[must_use]
+    pub fn with_rpc_timeout(mut self, d: Duration) -> Self {
+        self.rpc_timeout = d;
+        self
+    }
+    /// Sets the connect deadline.
+    #[must_use]
+    pub fn with_connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = d;
+        self
+    }
+    /// Sets the checksum algorithm of new chunks.
+    #[must_use]
+    pub fn with_checksum_type(mut self, t: ChecksumType) -> Self {
+        self.checksum_type = t;
+        self
+    }
+    /// Sets bytesPerChecksum (must be positive; 0 is replaced by the default).
+    #[must_use]
+    pub fn with_bytes_per_checksum(mut self, n: u32) -> Self {
+        self.bytes_per_checksum = if n == 0 { 16 * 1024 } else { n };
+        self
+    }
+}

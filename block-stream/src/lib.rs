@@ -1,0 +1,30 @@
+//! Talking to datanodes, one block at a time.
+//!
+//! - [`XceiverClientManager`] caches one gRPC channel per datanode and hands out
+//!   [`XceiverClient`]s: typed async calls (GetBlock, ReadChunk, WriteChunk,
+//!   PutBlock, ...) with a per-attempt deadline, result codes mapped to
+//!   [`BlockStreamError`] (Ozone's `XceiverClientGrpc` / `XceiverClientManager`).
+//! - [`checksum`]: CRC32 / CRC32C per bytesPerChecksum window, computed on write
+//!   and verified on read over ranges widened to window boundaries.
+//! - [`BlockInputStream`]: one block on 1..n replicas; lazy GetBlock behind a
+//!   once-cell, chunk lookup by binary search, a stateless `read_at(&self, ..)`.
+//! - [`BlockOutputStream`]: WriteChunk to every replica of one block, then PutBlock.
+//! - [`ClientMetrics`]: RPC counts by kind and by datanode, bytes moved.
+//!
+//! Layering: depends on `proto-crate` only; knows nothing of EC (that is
+//! `ec-client`'s job) and never of the om.
+
+pub mod checksum;
+mod block_input;
+mod block_output;
+mod config;
+mod error;
+mod metrics;
+mod xceiver;
+
+pub use block_input::BlockInputStream;
+pub use block_output::BlockOutputStream;
+pub use config::XceiverConfig;
+pub use error::{BlockStreamError, Result};
+pub use metrics::{ClientMetrics, MetricsSnapshot, RpcKind};
+pub use xceiver::{XceiverClient, XceiverClientManager};

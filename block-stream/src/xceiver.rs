@@ -1,0 +1,347 @@
+//! The datanode client: one cached gRPC channel per datanode, typed calls,
+//! per-attempt deadlines, status -> [`BlockStreamError`] mapping.
+//!
+//! Models Ozone's `XceiverClientGrpc` (one connection per datanode, reused by
+//! every stream) and `XceiverClientManager` (the cache).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use proto_crate::wire::datanode as pb;
+use proto_crate::wire::datanode::datanode_service_client::DatanodeServiceClient;
+use proto_crate::{BlockData, BlockId, ChunkInfo, ResultCode, result_code};
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+use crate::metrics::DatanodeCounters;
+use crate::{BlockStreamError, ClientMetrics, Result, RpcKind, XceiverConfig};
+
+/// Hands out one cached [`XceiverClient`] per datanode address.
+///
+/// Channels connect lazily on first use and reconnect by themselves after a
+/// datanode restarts on the same address.
+#[derive(Debug)]
+pub struct XceiverClientManager {
+    config: XceiverConfig,
+    metrics: Arc<ClientMetrics>,
+    clients: Mutex<HashMap<String, XceiverClient>>,
+}
+
+impl XceiverClientManager {
+    /// A manager with no channels yet; every client it creates counts into `metrics`.
+    #[must_use]
+    pub fn new(config: XceiverConfig, metrics: Arc<ClientMetrics>) -> Self {
+        Self {
+            config,
+            metrics,
+            clients: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The settings every client uses.
+    #[must_use]
+    pub fn config(&self) -> &XceiverConfig {
+        &self.config
+    }
+
+    /// The counters every client of this manager feeds.
+    #[must_use]
+    pub fn metrics(&self) -> &Arc<ClientMetrics> {
+        &self.metrics
+    }
+
+    /// The cached client of the datanode at `address` (`HOST:PORT`), created on
+    /// first use (no I/O happens here).
+    ///
+    /// # Errors
+    /// [`BlockStreamError::InvalidArgument`] if `address` is not a valid `HOST:PORT`.
+    pub fn client(&self, address: &str) -> Result<XceiverClient> {
+        let mut clients = self
+            .clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(c) = clients.get(address) {
+            return Ok(c.clone());
+        }
+        let c = XceiverClient::connect_lazy(address, &self.config, Arc::clone(&self.metrics))?;
+        clients.insert(address.to_string(), c.clone());
+        Ok(c)
+    }
+}
+
+/// Typed, counted, deadline-bound calls to one datanode. Cheap to clone; all
+/// clones share one HTTP/2 connection.
+#[derive(Debug, Clone)]
+pub struct XceiverClient {
+    address: Arc<str>,
+    inner: DatanodeServiceClient<Channel>,
+    counters: Arc<DatanodeCounters>,
+    metrics: Arc<ClientMetrics>,
+    rpc_timeout: Duration,
+}
+
+impl XceiverClient {
+    fn connect_lazy(address: &str, config: &XceiverConfig, metrics: Arc<ClientMetrics>) -> Result<Self> {
+        let endpoint = Endpoint::from_shared(format!("http://{address}"))
+            .map_err(|e| BlockStreamError::InvalidArgument(format!("datanode address `{address}`: {e}")))?
+            .connect_timeout(config.connect_timeout)
+            .tcp_nodelay(true)
+            .max_frame_size(config.http2_max_frame_size)
+            .initial_stream_window_size(8 * 1024 * 1024)
+            .initial_connection_window_size(32 * 1024 * 1024);
+        let channel = endpoint.connect_lazy();
+        let inner = DatanodeServiceClient::new(channel)
+            .max_decoding_message_size(config.max_message_size)
+            .max_encoding_message_size(config.max_message_size);
+        Ok(Self {
+            address: address.into(),
+            counters: metrics.datanode(address),
+            inner,
+            metrics,
+            rpc_timeout: config.rpc_timeout,
+        })
+    }
+
+    /// `HOST:PORT` of the datanode.
+    #[must_use]
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// Runs one attempt of an RPC: counts it, bounds it by the per-attempt
+    /// deadline, maps a failed status.
+    async fn call<T, F>(&self, kind: RpcKind, block: Option<BlockId>, fut: F) -> Result<T>
+    where
+        F: Future<Output = std::result::Result<tonic::Response<T>, Status>>,
+    {
+        self.metrics.record_rpc(&self.counters, kind);
+        match tokio::time::timeout(self.rpc_timeout, fut).await {
+            Err(_) => Err(BlockStreamError::Timeout {
+                kind,
+                datanode: self.address.to_string(),
+                block,
+                after: self.rpc_timeout,
+            }),
+            Ok(Ok(resp)) => Ok(resp.into_inner()),
+            Ok(Err(status)) => Err(self.map_status(kind, block, &status)),
+        }
+    }
+
+    fn map_status(&self, kind: RpcKind, block: Option<BlockId>, status: &Status) -> BlockStreamError {
+        let datanode = self.address.to_string();
+        let code = result_code(status);
+        if code == ResultCode::Unspecified {
+            match status.code() {
+                Code::DeadlineExceeded => {
+                    return BlockStreamError::Timeout {
+                        kind,
+                        datanode,
+                        block,
+                        after: self.rpc_timeout,
+                    };
+                }
+                // No result code: the call never reached our service (connection
+                // refused, reset, GOAWAY during shutdown, ...).
+                Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Aborted => {
+                    return BlockStreamError::Unavailable {
+                        kind,
+                        datanode,
+                        block,
+                        message: status.message().to_string(),
+                    };
+                }
+                _ => {}
+            }
+        }
+        if code == ResultCode::Unavailable {
+            return BlockStreamError::Unavailable {
+                kind,
+                datanode,
+                block,
+                message: status.message().to_string(),
+            };
+        }
+        BlockStreamError::Datanode {
+            kind,
+            datanode,
+            block,
+            code,
+            message: status.message().to_string(),
+        }
+    }
+
+    fn protocol(&self, source: proto_crate::ProtocolError) -> BlockStreamError {
+        BlockStreamError::Protocol {
+            datanode: self.address.to_string(),
+            source,
+        }
+    }
+
+    /// GetBlock: the committed [`BlockData`] of `block` (chunk list, size, metadata).
+    ///
+    /// # Errors
+    /// Not-found and index-mismatch result codes as [`BlockStreamError::Datanode`];
+    /// transport failures, deadlines; a reply for another block id as `Protocol`.
+    pub async fn get_block(&self, block: BlockId) -> Result<BlockData> {
+        let mut c = self.inner.clone();
+        let resp = self
+            .call(
+                RpcKind::GetBlock,
+                Some(block),
+                c.get_block(pb::GetBlockRequest {
+                    block_id: Some(block.into()),
+                }),
+            )
+            .await?;
+        let data = resp
+            .block_data
+            .ok_or(proto_crate::ProtocolError::MissingField("block_data"))
+            .and_then(BlockData::try_from)
+            .map_err(|e| self.protocol(e))?;
+        if data.block_id.container_id != block.container_id || data.block_id.local_id != block.local_id {
+            return Err(self.protocol(proto_crate::ProtocolError::InvalidField {
+                field: "block_data.block_id",
+                reason: format!("asked for {block}, got {}", data.block_id),
+            }));
+        }
+        Ok(data)
+    }
+
+    /// ReadChunk: exactly `len` bytes of `chunk` at block-relative `offset`.
+    /// Checksums are not verified here (see [`crate::checksum::verify`]).
+    ///
+    /// # Errors
+    /// [`BlockStreamError::ShortRead`] if the answer is not exactly `len` bytes
+    /// (a short or zero-byte answer is a failed location, never retried here);
+    /// result codes and transport failures as for every call.
+    pub async fn read_chunk(&self, block: BlockId, chunk: &ChunkInfo, offset: u64, len: u64) -> Result<Bytes> {
+        let mut c = self.inner.clone();
+        let resp = self
+            .call(
+                RpcKind::ReadChunk,
+                Some(block),
+                c.read_chunk(pb::ReadChunkRequest {
+                    block_id: Some(block.into()),
+                    chunk: Some(chunk.clone().into()),
+                    offset,
+                    len,
+                }),
+            )
+            .await?;
+        let got = resp.data.len() as u64;
+        self.metrics.record_read(got);
+        if got != len {
+            return Err(BlockStreamError::ShortRead {
+                block,
+                datanode: self.address.to_string(),
+                offset,
+                expected: len,
+                got,
+            });
+        }
+        Ok(resp.data)
+    }
+
+    /// WriteChunk: appends `data` as `chunk` (whose offset must continue the block).
+    ///
+    /// # Errors
+    /// Result codes (offset mismatch, index mismatch, I/O) and transport failures.
+    pub async fn write_chunk(&self, block: BlockId, chunk: ChunkInfo, data: Bytes) -> Result<()> {
+        let mut c = self.inner.clone();
+        let n = data.len() as u64;
+        self.call(
+            RpcKind::WriteChunk,
+            Some(block),
+            c.write_chunk(pb::WriteChunkRequest {
+                block_id: Some(block.into()),
+                chunk: Some(chunk.into()),
+                data,
+            }),
+        )
+        .await?;
+        self.metrics.record_written(n);
+        Ok(())
+    }
+
+    /// PutBlock: commits `data` (full chunk list and metadata); durable when it
+    /// returns. Returns the committed block length in bytes.
+    ///
+    /// # Errors
+    /// Result codes and transport failures.
+    pub async fn put_block(&self, data: BlockData, eof: bool) -> Result<u64> {
+        let mut c = self.inner.clone();
+        let block = data.block_id;
+        let resp = self
+            .call(
+                RpcKind::PutBlock,
+                Some(block),
+                c.put_block(pb::PutBlockRequest {
+                    block_data: Some(data.into()),
+                    eof,
+                }),
+            )
+            .await?;
+        Ok(resp.committed_block_length)
+    }
+
+    /// ListBlock: up to `count` committed blocks of `container_id` with local id
+    /// at least `start_local_id`, in local-id order.
+    ///
+    /// # Errors
+    /// Result codes (container not found) and transport failures.
+    pub async fn list_block(&self, container_id: u64, start_local_id: u64, count: u32) -> Result<Vec<BlockData>> {
+        let mut c = self.inner.clone();
+        let resp = self
+            .call(
+                RpcKind::ListBlock,
+                None,
+                c.list_block(pb::ListBlockRequest {
+                    container_id,
+                    start_local_id,
+                    count,
+                }),
+            )
+            .await?;
+        resp.blocks
+            .into_iter()
+            .map(|b| BlockData::try_from(b).map_err(|e| self.protocol(e)))
+            .collect()
+    }
+
+    /// GetCommittedBlockLength: the length recorded at the block's last PutBlock.
+    ///
+    /// # Errors
+    /// Result codes and transport failures.
+    pub async fn get_committed_block_length(&self, block: BlockId) -> Result<u64> {
+        let mut c = self.inner.clone();
+        let resp = self
+            .call(
+                RpcKind::GetCommittedBlockLength,
+                Some(block),
+                c.get_committed_block_length(pb::GetCommittedBlockLengthRequest {
+                    block_id: Some(block.into()),
+                }),
+            )
+            .await?;
+        Ok(resp.length)
+    }
+
+    /// CreateContainer: makes sure the container exists on the datanode
+    /// (WriteChunk also creates it on first use, as Ozone does).
+    ///
+    /// # Errors
+    /// Result codes and transport failures.
+    pub async fn create_container(&self, container_id: u64) -> Result<()> {
+        let mut c = self.inner.clone();
+        self.call(
+            RpcKind::CreateContainer,
+            None,
+            c.create_container(pb::CreateContainerRequest { container_id }),
+        )
+        .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,131 @@
+//! The datanode's error, and its mapping to wire result codes.
+
+use proto_crate::{BlockId, ResultCode};
+
+/// Why a container command failed on this datanode.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DatanodeError {
+    /// The container does not exist here.
+    #[error("container {container_id} not found")]
+    ContainerNotFound {
+        /// Container asked for.
+        container_id: u64,
+    },
+    /// The container exists but has no committed block with this id.
+    #[error("block {block} not found")]
+    NoSuchBlock {
+        /// Block asked for.
+        block: BlockId,
+    },
+    /// The block exists with another replica index.
+    #[error("block {block}: replica index {asked} asked for, but this datanode holds index {stored}")]
+    ReplicaIndexMismatch {
+        /// Block asked for.
+        block: BlockId,
+        /// Index in the request.
+        asked: u32,
+        /// Index stored here.
+        stored: u32,
+    },
+    /// A read outside the committed block or outside the chunk named.
+    #[error("block {block}: range {offset}+{len} is outside {what} ({start}..{end})")]
+    OutOfRange {
+        /// Block read.
+        block: BlockId,
+        /// Requested block-relative offset.
+        offset: u64,
+        /// Requested length.
+        len: u64,
+        /// "the committed block" or "the chunk".
+        what: &'static str,
+        /// Start of the allowed range.
+        start: u64,
+        /// End of the allowed range.
+        end: u64,
+    },
+    /// A read longer than the per-call cap.
+    #[error("read of {len} bytes exceeds the {cap}-byte cap")]
+    LengthTooLarge {
+        /// Bytes asked for.
+        len: u64,
+        /// The cap.
+        cap: u64,
+    },
+    /// A WriteChunk that does not continue the block.
+    #[error("block {block}: chunk at offset {offset} does not continue the block (file holds {file_len} bytes, {committed} committed)")]
+    ChunkOffsetMismatch {
+        /// Block written.
+        block: BlockId,
+        /// Chunk offset sent.
+        offset: u64,
+        /// Bytes in the block file.
+        file_len: u64,
+        /// Committed bytes (cannot be overwritten).
+        committed: u64,
+    },
+    /// A malformed request.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// Local disk I/O failed.
+    #[error("I/O error {context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The metadata database failed.
+    #[error("metadata database: {0}")]
+    Db(String),
+}
+
+impl DatanodeError {
+    /// The wire result code of this error.
+    #[must_use]
+    pub fn result_code(&self) -> ResultCode {
+        match self {
+            Self::ContainerNotFound { .. } => ResultCode::ContainerNotFound,
+            Self::NoSuchBlock { .. } => ResultCode::NoSuchBlock,
+            Self::ReplicaIndexMismatch { .. } => ResultCode::ReplicaIndexMismatch,
+            Self::OutOfRange { .. } => ResultCode::OutOfRange,
+            Self::LengthTooLarge { .. } => ResultCode::LengthTooLarge,
+            Self::ChunkOffsetMismatch { .. } => ResultCode::ChunkOffsetMismatch,
+            Self::InvalidArgument(_) => ResultCode::InvalidArgument,
+            Self::Io { .. } => ResultCode::IoException,
+            Self::Db(_) => ResultCode::Internal,
+        }
+    }
+
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Self::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+impl From<DatanodeError> for tonic::Status {
+    fn from(e: DatanodeError) -> Self {
+        proto_crate::status(e.result_code(), e.to_string())
+    }
+}
+
+macro_rules! db_error {
+    ($($t:ty),*) => {$(
+        impl From<$t> for DatanodeError {
+            fn from(e: $t) -> Self {
+                Self::Db(e.to_string())
+            }
+        }
+    )*};
+}
+db_error!(
+    redb::Error,
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError
+);

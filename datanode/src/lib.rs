@@ -1,0 +1,26 @@
+//! The datanode: containers of blocks on local disk, served over gRPC.
+//!
+//! - [`ContainerStore`]: FilePerBlock block files plus committed block
+//!   metadata in redb; durable at PutBlock; survives restarts.
+//! - [`DatanodeGrpcService`]: the `DatanodeService` RPCs (GetBlock, ReadChunk,
+//!   WriteChunk, PutBlock, ListBlock, GetCommittedBlockLength,
+//!   CreateContainer) with DESIGN.md's rules: replica index checked, reads
+//!   past the committed end rejected at once, a 32 MiB read cap checked
+//!   before allocating, typed result codes.
+//! - [`Datanode`]: bind, serve, register with the om, shut down.
+//! - [`DatanodeMetrics`]: RPCs served by kind, bytes.
+//!
+//! Layering: depends on `proto-crate` only (it talks to the om through the
+//! generated client to register); never on `ec-client` or `block-stream`.
+
+mod error;
+mod metrics;
+mod server;
+mod service;
+mod storage;
+
+pub use error::DatanodeError;
+pub use metrics::{DatanodeMetrics, ServedRpc};
+pub use server::{Datanode, DatanodeConfig, MAX_MESSAGE_SIZE};
+pub use service::DatanodeGrpcService;
+pub use storage::{ContainerStore, MAX_READ_LEN};

@@ -1,0 +1,41 @@
+//! `datanode --listen HOST:PORT --data-dir DIR [--om HOST:PORT]`: runs one
+//! datanode as its own process until Ctrl-C.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use datanode::{Datanode, DatanodeConfig};
+
+/// Serve containers of blocks from a local directory over gRPC.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Directory for containers, metadata and the datanode id.
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// The om to register with (HOST:PORT).
+    #[arg(long)]
+    om: Option<String>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .init();
+    let args = Args::parse();
+    let mut config = DatanodeConfig::new(args.listen, &args.data_dir);
+    if let Some(om) = args.om {
+        config = config.with_om(om);
+    }
+    let dn = Datanode::start(config).await.context("starting the datanode")?;
+    println!("datanode {} serving on {}", dn.details().uuid, dn.address());
+    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    dn.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,72 @@
+//! Server-side counters of one datanode: RPCs served by kind, bytes moved.
+//! Exact atomics, so tests can compare them with the client's counts.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Kinds of datanode RPCs, as counted by the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ServedRpc {
+    /// GetBlock.
+    GetBlock,
+    /// ReadChunk.
+    ReadChunk,
+    /// WriteChunk.
+    WriteChunk,
+    /// PutBlock.
+    PutBlock,
+    /// ListBlock.
+    ListBlock,
+    /// GetCommittedBlockLength.
+    GetCommittedBlockLength,
+    /// CreateContainer.
+    CreateContainer,
+}
+
+impl ServedRpc {
+    /// Every kind, in counter order.
+    pub const ALL: [ServedRpc; 7] = [
+        Self::GetBlock,
+        Self::ReadChunk,
+        Self::WriteChunk,
+        Self::PutBlock,
+        Self::ListBlock,
+        Self::GetCommittedBlockLength,
+        Self::CreateContainer,
+    ];
+}
+
+/// Counters of one datanode (`datanode_rpcs_total{kind}`, `datanode_read_bytes`,
+/// `datanode_written_bytes`). Shared between the service and its handle.
+#[derive(Debug, Default)]
+pub struct DatanodeMetrics {
+    rpcs_total: [AtomicU64; ServedRpc::ALL.len()],
+    read_bytes: AtomicU64,
+    written_bytes: AtomicU64,
+}
+
+impl DatanodeMetrics {
+    pub(crate) fn record(&self, kind: ServedRpc) {
+        self.rpcs_total[kind as usize].fetch_add(1, Ordering::Relaxed);
+    }
+    pub(crate) fn record_read(&self, n: u64) {
+        self.read_bytes.fetch_add(n, Ordering::Relaxed);
+    }
+    pub(crate) fn record_written(&self, n: u64) {
+        self.written_bytes.fetch_add(n, Ordering::Relaxed);
+    }
+    /// RPCs of `kind` received so far (failed ones included).
+    #[must_use]
+    pub fn rpcs(&self, kind: ServedRpc) -> u64 {
+        self.rpcs_total[kind as usize].load(Ordering::Relaxed)
+    }
+    /// Payload bytes returned by ReadChunk.
+    #[must_use]
+    pub fn read_bytes(&self) -> u64 {
+        self.read_bytes.load(Ordering::Relaxed)
+    }
+    /// Payload bytes accepted by WriteChunk.
+    #[must_use]
+    pub fn written_bytes(&self) -> u64 {
+        self.written_bytes.load(Ordering::Relaxed)
+    }
+}

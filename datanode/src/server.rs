@@ -1,0 +1,235 @@
+//! Starting and stopping a datanode: bind, load storage, register with the om,
+//! serve gRPC until shut down.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use proto_crate::DatanodeDetails;
+use proto_crate::wire::datanode::datanode_service_server::DatanodeServiceServer;
+use proto_crate::wire::om as om_pb;
+use proto_crate::wire::om::ozone_manager_service_client::OzoneManagerServiceClient;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
+
+use crate::metrics::DatanodeMetrics;
+use crate::service::DatanodeGrpcService;
+use crate::storage::ContainerStore;
+use crate::DatanodeError;
+
+/// Largest gRPC message the datanode accepts or sends, bytes (a ReadChunk
+/// answer is capped at 32 MiB; WriteChunk requests carry one chunk).
+pub const MAX_MESSAGE_SIZE: usize = 64 * 1024 * 1024;
+
+/// How to start a datanode.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct DatanodeConfig {
+    /// Address to listen on; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Directory holding containers, metadata and the datanode's id.
+    pub data_dir: PathBuf,
+    /// `HOST:PORT` of the om to register with, if any.
+    pub om: Option<String>,
+}
+
+impl DatanodeConfig {
+    /// A config listening on `listen`, storing under `data_dir`, not registering.
+    #[must_use]
+    pub fn new(listen: SocketAddr, data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            listen,
+            data_dir: data_dir.into(),
+            om: None,
+        }
+    }
+
+    /// Registers with the om at `om` (`HOST:PORT`) once serving.
+    #[must_use]
+    pub fn with_om(mut self, om: impl Into<String>) -> Self {
+        self.om = Some(om.into());
+        self
+    }
+}
+
+/// A running datanode.
+///
+/// Started by [`Datanode::start`]; its serving task runs until
+/// [`Datanode::shutdown`] (graceful: GOAWAY to clients, in-flight calls finish,
+/// bounded by a 5 s grace period after which the task is aborted) or until the
+/// handle is dropped (the shutdown signal fires and the task winds down).
+#[derive(Debug)]
+pub struct Datanode {
+    details: DatanodeDetails,
+    metrics: Arc<DatanodeMetrics>,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+}
+
+fn load_or_create_uuid(dir: &Path) -> Result<String, DatanodeError> {
+    let path = dir.join("datanode.id");
+    match std::fs::read_to_string(&path) {
+        Ok(s) if !s.trim().is_empty() => return Ok(s.trim().to_string()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(DatanodeError::io(format!("reading {}", path.display()), e)),
+    }
+    let r: u128 = rand::random();
+    let s = format!("{r:032x}");
+    let uuid = format!("{}-{}-{}-{}-{}", &s[0..8], &s[8..12], &s[12..16], &s[16..20], &s[20..32]);
+    std::fs::write(&path, &uuid).map_err(|e| DatanodeError::io(format!("writing {}", path.display()), e))?;
+    Ok(uuid)
+}
+
+/// Opens the store, retrying while a previous instance on the same data dir
+/// is still releasing its database (a restart right after a shutdown).
+async fn open_store(dir: &Path) -> Result<ContainerStore, DatanodeError> {
+    let mut waited = Duration::ZERO;
+    loop {
+        match ContainerStore::open(dir) {
+            Err(DatanodeError::Db(msg)) if msg.contains("already open") && waited < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                waited += Duration::from_millis(20);
+            }
+            other => return other,
+        }
+    }
+}
+
+impl Datanode {
+    /// Binds `config.listen`, opens the storage under `config.data_dir`,
+    /// starts serving and registers with the om if one is configured.
+    ///
+    /// # Errors
+    /// Bind and storage errors; a failed registration (after retrying for 10 s).
+    pub async fn start(config: DatanodeConfig) -> Result<Self, DatanodeError> {
+        std::fs::create_dir_all(&config.data_dir)
+            .map_err(|e| DatanodeError::io(format!("creating {}", config.data_dir.display()), e))?;
+        let uuid = load_or_create_uuid(&config.data_dir)?;
+        let store = Arc::new(open_store(&config.data_dir).await?);
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| DatanodeError::io(format!("binding {}", config.listen), e))?;
+        let mut local = listener
+            .local_addr()
+            .map_err(|e| DatanodeError::io("reading the bound address", e))?;
+        if local.ip().is_unspecified() {
+            local.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
+        let details = DatanodeDetails {
+            uuid,
+            address: local.to_string(),
+        };
+        let metrics = Arc::new(DatanodeMetrics::default());
+        let svc = DatanodeServiceServer::new(DatanodeGrpcService::new(store, Arc::clone(&metrics)))
+            .max_decoding_message_size(MAX_MESSAGE_SIZE)
+            .max_encoding_message_size(MAX_MESSAGE_SIZE);
+        // Serving from our own listener: set TCP_NODELAY explicitly, or Nagle
+        // adds ~40 ms to small answers.
+        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(
+            Server::builder()
+                .max_frame_size(1024 * 1024 - 1)
+                .initial_stream_window_size(8 * 1024 * 1024)
+                .initial_connection_window_size(32 * 1024 * 1024)
+                .add_service(svc)
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = rx.await;
+                }),
+        );
+        let dn = Self {
+            details,
+            metrics,
+            shutdown: Some(tx),
+            task: Some(task),
+        };
+        if let Some(om) = &config.om {
+            register(om, &dn.details).await?;
+        }
+        tracing::info!(datanode = %dn.details, "datanode serving");
+        Ok(dn)
+    }
+
+    /// Identity and address of this datanode.
+    #[must_use]
+    pub fn details(&self) -> &DatanodeDetails {
+        &self.details
+    }
+
+    /// `HOST:PORT` the datanode serves on.
+    #[must_use]
+    pub fn address(&self) -> &str {
+        &self.details.address
+    }
+
+    /// The datanode's counters.
+    #[must_use]
+    pub fn metrics(&self) -> &Arc<DatanodeMetrics> {
+        &self.metrics
+    }
+
+    /// Stops serving and waits for the serving task (at most 5 s of grace for
+    /// in-flight calls, then it is aborted). The data dir can be reopened afterwards.
+    pub async fn shutdown(mut self) {
+        self.stop().await;
+    }
+
+    async fn stop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(mut task) = self.task.take() {
+            match tokio::time::timeout(Duration::from_secs(5), &mut task).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(e))) => tracing::warn!(datanode = %self.details, error = %e, "server ended with an error"),
+                Ok(Err(e)) => tracing::warn!(datanode = %self.details, error = %e, "server task failed"),
+                Err(_) => {
+                    tracing::warn!(datanode = %self.details, "graceful shutdown timed out; aborting");
+                    task.abort();
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Datanode {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// Registers `details` with the om at `om`, retrying for up to 10 s while the
+/// om is not reachable yet.
+async fn register(om: &str, details: &DatanodeDetails) -> Result<(), DatanodeError> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let attempt = async {
+            let mut client = OzoneManagerServiceClient::connect(format!("http://{om}")).await?;
+            client
+                .register_datanode(om_pb::RegisterDatanodeRequest {
+                    datanode: Some(details.clone().into()),
+                })
+                .await?;
+            Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+        };
+        match attempt.await {
+            Ok(()) => return Ok(()),
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                tracing::debug!(om, error = %e, "registration failed; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => {
+                return Err(DatanodeError::io(
+                    format!("registering with om {om}"),
+                    std::io::Error::other(e.to_string()),
+                ));
+            }
+        }
+    }
+}

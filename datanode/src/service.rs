@@ -1,0 +1,123 @@
+//! The gRPC service: converts wire messages into domain types (a conversion
+//! failure is `INVALID_ARGUMENT`), calls the [`ContainerStore`], and turns its
+//! errors into statuses carrying a result code.
+
+use std::sync::Arc;
+
+use proto_crate::wire::datanode as pb;
+use proto_crate::wire::datanode::datanode_service_server::DatanodeService;
+use proto_crate::{BlockData, BlockId, ChunkInfo, ProtocolError, ResultCode};
+use tonic::{Request, Response, Status};
+
+use crate::metrics::{DatanodeMetrics, ServedRpc};
+use crate::storage::ContainerStore;
+
+/// The datanode's implementation of `DatanodeService`.
+#[derive(Debug, Clone)]
+pub struct DatanodeGrpcService {
+    store: Arc<ContainerStore>,
+    metrics: Arc<DatanodeMetrics>,
+}
+
+impl DatanodeGrpcService {
+    /// A service over `store` counting into `metrics`.
+    #[must_use]
+    pub fn new(store: Arc<ContainerStore>, metrics: Arc<DatanodeMetrics>) -> Self {
+        Self { store, metrics }
+    }
+}
+
+fn bad(e: ProtocolError) -> Status {
+    proto_crate::status(ResultCode::InvalidArgument, e.to_string())
+}
+
+fn block_id(b: Option<pb::BlockId>) -> Result<BlockId, Status> {
+    b.map(BlockId::from)
+        .ok_or_else(|| bad(ProtocolError::MissingField("block_id")))
+}
+
+fn chunk(c: Option<pb::ChunkInfo>) -> Result<ChunkInfo, Status> {
+    c.ok_or(ProtocolError::MissingField("chunk"))
+        .and_then(ChunkInfo::try_from)
+        .map_err(bad)
+}
+
+#[tonic::async_trait]
+impl DatanodeService for DatanodeGrpcService {
+    async fn get_block(&self, req: Request<pb::GetBlockRequest>) -> Result<Response<pb::GetBlockResponse>, Status> {
+        self.metrics.record(ServedRpc::GetBlock);
+        let id = block_id(req.into_inner().block_id)?;
+        let data = self.store.get_block(id)?;
+        Ok(Response::new(pb::GetBlockResponse {
+            block_data: Some(BlockData::clone(&data).into()),
+        }))
+    }
+
+    async fn read_chunk(&self, req: Request<pb::ReadChunkRequest>) -> Result<Response<pb::ReadChunkResponse>, Status> {
+        self.metrics.record(ServedRpc::ReadChunk);
+        let req = req.into_inner();
+        let id = block_id(req.block_id)?;
+        let chunk = chunk(req.chunk)?;
+        let data = self.store.read(id, &chunk, req.offset, req.len).await?;
+        self.metrics.record_read(data.len() as u64);
+        Ok(Response::new(pb::ReadChunkResponse { data }))
+    }
+
+    async fn write_chunk(&self, req: Request<pb::WriteChunkRequest>) -> Result<Response<pb::WriteChunkResponse>, Status> {
+        self.metrics.record(ServedRpc::WriteChunk);
+        let req = req.into_inner();
+        let id = block_id(req.block_id)?;
+        let chunk = chunk(req.chunk)?;
+        let n = req.data.len() as u64;
+        self.store.write_chunk(id, &chunk, req.data).await?;
+        self.metrics.record_written(n);
+        Ok(Response::new(pb::WriteChunkResponse {}))
+    }
+
+    async fn put_block(&self, req: Request<pb::PutBlockRequest>) -> Result<Response<pb::PutBlockResponse>, Status> {
+        self.metrics.record(ServedRpc::PutBlock);
+        let data = req
+            .into_inner()
+            .block_data
+            .ok_or(ProtocolError::MissingField("block_data"))
+            .and_then(BlockData::try_from)
+            .map_err(bad)?;
+        let len = self.store.put_block(data).await?;
+        Ok(Response::new(pb::PutBlockResponse {
+            committed_block_length: len,
+        }))
+    }
+
+    async fn list_block(&self, req: Request<pb::ListBlockRequest>) -> Result<Response<pb::ListBlockResponse>, Status> {
+        self.metrics.record(ServedRpc::ListBlock);
+        let req = req.into_inner();
+        let blocks = self
+            .store
+            .list_blocks(req.container_id, req.start_local_id, req.count)?;
+        Ok(Response::new(pb::ListBlockResponse {
+            blocks: blocks.iter().map(|b| BlockData::clone(b).into()).collect(),
+        }))
+    }
+
+    async fn get_committed_block_length(
+        &self,
+        req: Request<pb::GetCommittedBlockLengthRequest>,
+    ) -> Result<Response<pb::GetCommittedBlockLengthResponse>, Status> {
+        self.metrics.record(ServedRpc::GetCommittedBlockLength);
+        let id = block_id(req.into_inner().block_id)?;
+        let data = self.store.get_block(id)?;
+        Ok(Response::new(pb::GetCommittedBlockLengthResponse {
+            block_id: Some(id.into()),
+            length: data.size,
+        }))
+    }
+
+    async fn create_container(
+        &self,
+        req: Request<pb::CreateContainerRequest>,
+    ) -> Result<Response<pb::CreateContainerResponse>, Status> {
+        self.metrics.record(ServedRpc::CreateContainer);
+        self.store.create_container(req.into_inner().container_id)?;
+        Ok(Response::new(pb::CreateContainerResponse {}))
+    }
+}

@@ -1,0 +1,516 @@
+//! Container storage: one file per block (Ozone's FilePerBlock layout) under
+//! `DATA_DIR/containers/<container id>/<local id>.block`, and committed block
+//! metadata ([`BlockData`]: chunk list with checksums, size, metadata) in a
+//! redb database at `DATA_DIR/metadata.redb`.
+//!
+//! Durability: WriteChunk writes to the page cache; PutBlock fsyncs the block
+//! file, then commits the metadata in a durable redb transaction, and only then
+//! answers. On open, committed metadata is loaded back into memory, so a
+//! restarted datanode serves every block it acknowledged.
+//!
+//! Reads never touch the database: committed metadata and open file handles
+//! are cached in memory, and data is read with positioned reads (`pread`) so
+//! concurrent readers do not contend.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+use bytes::Bytes;
+use prost::Message;
+use proto_crate::wire::datanode as pb;
+use proto_crate::{BlockData, BlockId, ChunkInfo};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+
+use crate::DatanodeError;
+
+type Result<T, E = DatanodeError> = std::result::Result<T, E>;
+
+/// Committed blocks: (container id, local id) -> encoded `BlockData`.
+const BLOCKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("blocks");
+/// Containers present on this datanode: container id -> ().
+const CONTAINERS: TableDefinition<u64, ()> = TableDefinition::new("containers");
+
+/// Largest ReadChunk answer, bytes (DESIGN.md: 32 MiB). Longer requests are
+/// rejected before any buffer is allocated.
+pub const MAX_READ_LEN: u64 = 32 * 1024 * 1024;
+
+type BlockKey = (u64, u64);
+
+fn key(b: BlockId) -> BlockKey {
+    (b.container_id, b.local_id)
+}
+
+/// A block whose file is being written (it may also have a committed prefix).
+#[derive(Debug)]
+struct OpenBlock {
+    replica_index: u32,
+    file_len: u64,
+}
+
+/// The containers and blocks of one datanode.
+#[derive(Debug)]
+pub struct ContainerStore {
+    root: PathBuf,
+    db: Database,
+    containers: RwLock<std::collections::HashSet<u64>>,
+    committed: RwLock<HashMap<BlockKey, Arc<BlockData>>>,
+    open: Mutex<HashMap<BlockKey, Arc<tokio::sync::Mutex<OpenBlock>>>>,
+    files: RwLock<HashMap<BlockKey, Arc<File>>>,
+}
+
+impl ContainerStore {
+    /// Opens (or creates) the store under `root`, loading committed metadata.
+    ///
+    /// # Errors
+    /// I/O errors creating directories; database errors; a stored record that
+    /// does not decode (reported, never silently skipped).
+    pub fn open(root: &Path) -> Result<Self> {
+        fs::create_dir_all(root.join("containers"))
+            .map_err(|e| DatanodeError::io(format!("creating {}", root.display()), e))?;
+        let db = Database::create(root.join("metadata.redb"))?;
+        let txn = db.begin_write()?;
+        {
+            txn.open_table(BLOCKS)?;
+            txn.open_table(CONTAINERS)?;
+        }
+        txn.commit()?;
+
+        let mut committed = HashMap::new();
+        let mut containers = std::collections::HashSet::new();
+        {
+            let read = db.begin_read()?;
+            let blocks = read.open_table(BLOCKS)?;
+            for entry in blocks.iter()? {
+                let (k, v) = entry?;
+                let wire = pb::BlockData::decode(v.value()).map_err(|e| {
+                    DatanodeError::Db(format!("block record {:?} does not decode: {e}", k.value()))
+                })?;
+                let data = BlockData::try_from(wire).map_err(|e| {
+                    DatanodeError::Db(format!("block record {:?} is invalid: {e}", k.value()))
+                })?;
+                committed.insert(k.value(), Arc::new(data));
+            }
+            for entry in read.open_table(CONTAINERS)?.iter()? {
+                let (k, _) = entry?;
+                containers.insert(k.value());
+            }
+        }
+        Ok(Self {
+            root: root.to_path_buf(),
+            db,
+            containers: RwLock::new(containers),
+            committed: RwLock::new(committed),
+            open: Mutex::new(HashMap::new()),
+            files: RwLock::new(HashMap::new()),
+        })
+    }
+
+    fn container_dir(&self, container_id: u64) -> PathBuf {
+        self.root.join("containers").join(container_id.to_string())
+    }
+
+    fn block_path(&self, b: BlockId) -> PathBuf {
+        self.container_dir(b.container_id)
+            .join(format!("{}.block", b.local_id))
+    }
+
+    fn has_container(&self, container_id: u64) -> bool {
+        self.containers
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(&container_id)
+    }
+
+    /// Creates the container if it is not there yet (idempotent, durable).
+    ///
+    /// # Errors
+    /// I/O and database errors.
+    pub fn create_container(&self, container_id: u64) -> Result<()> {
+        if self.has_container(container_id) {
+            return Ok(());
+        }
+        let dir = self.container_dir(container_id);
+        fs::create_dir_all(&dir)
+            .map_err(|e| DatanodeError::io(format!("creating {}", dir.display()), e))?;
+        let txn = self.db.begin_write()?;
+        txn.open_table(CONTAINERS)?.insert(container_id, ())?;
+        txn.commit()?;
+        self.containers
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(container_id);
+        Ok(())
+    }
+
+    fn committed_block(&self, b: BlockId) -> Option<Arc<BlockData>> {
+        self.committed
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&key(b))
+            .cloned()
+    }
+
+    /// The committed block `b`, checking the replica index.
+    ///
+    /// # Errors
+    /// [`DatanodeError::ContainerNotFound`], [`DatanodeError::NoSuchBlock`],
+    /// [`DatanodeError::ReplicaIndexMismatch`].
+    pub fn get_block(&self, b: BlockId) -> Result<Arc<BlockData>> {
+        let Some(data) = self.committed_block(b) else {
+            if !self.has_container(b.container_id) {
+                return Err(DatanodeError::ContainerNotFound {
+                    container_id: b.container_id,
+                });
+            }
+            return Err(DatanodeError::NoSuchBlock { block: b });
+        };
+        if data.block_id.replica_index != b.replica_index {
+            return Err(DatanodeError::ReplicaIndexMismatch {
+                block: b,
+                asked: b.replica_index,
+                stored: data.block_id.replica_index,
+            });
+        }
+        Ok(data)
+    }
+
+    fn open_block(&self, b: BlockId) -> Result<Arc<tokio::sync::Mutex<OpenBlock>>> {
+        let mut open = self
+            .open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(ob) = open.get(&key(b)) {
+            return Ok(Arc::clone(ob));
+        }
+        let path = self.block_path(b);
+        let file_len = match fs::metadata(&path) {
+            Ok(m) => m.len(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(DatanodeError::io(format!("stat {}", path.display()), e)),
+        };
+        let replica_index = self
+            .committed_block(b)
+            .map_or(b.replica_index, |d| d.block_id.replica_index);
+        let ob = Arc::new(tokio::sync::Mutex::new(OpenBlock {
+            replica_index,
+            file_len,
+        }));
+        open.insert(key(b), Arc::clone(&ob));
+        Ok(ob)
+    }
+
+    /// Writes `data` as `chunk` of block `b`: the chunk must start at or before
+    /// the end of the block file and not inside the committed prefix (a chunk
+    /// that starts before the end of the file replaces the uncommitted tail, so
+    /// a retried WriteChunk is harmless). Creates the container on first use.
+    ///
+    /// # Errors
+    /// [`DatanodeError::InvalidArgument`] when `data` and `chunk.len` differ or
+    /// are empty; [`DatanodeError::ReplicaIndexMismatch`];
+    /// [`DatanodeError::ChunkOffsetMismatch`]; I/O errors.
+    pub async fn write_chunk(&self, b: BlockId, chunk: &ChunkInfo, data: Bytes) -> Result<()> {
+        if data.len() as u64 != chunk.len || data.is_empty() {
+            return Err(DatanodeError::InvalidArgument(format!(
+                "chunk {} of block {b} says {} bytes but carries {}",
+                chunk.name,
+                chunk.len,
+                data.len()
+            )));
+        }
+        self.create_container(b.container_id)?;
+        let ob = self.open_block(b)?;
+        let mut ob = ob.lock().await;
+        if ob.replica_index != b.replica_index {
+            return Err(DatanodeError::ReplicaIndexMismatch {
+                block: b,
+                asked: b.replica_index,
+                stored: ob.replica_index,
+            });
+        }
+        let committed = self.committed_block(b).map_or(0, |d| d.size);
+        if chunk.offset > ob.file_len || chunk.offset < committed {
+            return Err(DatanodeError::ChunkOffsetMismatch {
+                block: b,
+                offset: chunk.offset,
+                file_len: ob.file_len,
+                committed,
+            });
+        }
+        let path = self.block_path(b);
+        let offset = chunk.offset;
+        let truncate = offset < ob.file_len;
+        let written = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            let f = OpenOptions::new().create(true).write(true).truncate(false).open(&path)?;
+            if truncate {
+                f.set_len(offset)?;
+            }
+            f.write_all_at(&data, offset)
+        })
+        .await
+        .map_err(|e| DatanodeError::io("writing chunk", std::io::Error::other(e)))?;
+        written.map_err(|e| DatanodeError::io(format!("writing block {b}"), e))?;
+        // Cached read handles stay valid after a truncate (same inode).
+        ob.file_len = offset + chunk.len;
+        Ok(())
+    }
+
+    /// Commits `data` (chunk list, size, metadata) for its block: fsyncs the
+    /// block file, then records the metadata durably. Returns the committed
+    /// length in bytes. A block with no chunks (an EC index past the data) is
+    /// recorded with size 0 and no file.
+    ///
+    /// # Errors
+    /// [`DatanodeError::InvalidArgument`] for a chunk list that is not
+    /// contiguous from 0 or a size the file does not hold;
+    /// [`DatanodeError::ReplicaIndexMismatch`]; I/O and database errors.
+    pub async fn put_block(&self, data: BlockData) -> Result<u64> {
+        let b = data.block_id;
+        data.validate_chunks()
+            .map_err(|e| DatanodeError::InvalidArgument(format!("PutBlock of {b}: {e}")))?;
+        self.create_container(b.container_id)?;
+        let ob = self.open_block(b)?;
+        let ob = ob.lock().await;
+        if ob.replica_index != b.replica_index {
+            return Err(DatanodeError::ReplicaIndexMismatch {
+                block: b,
+                asked: b.replica_index,
+                stored: ob.replica_index,
+            });
+        }
+        if data.size > ob.file_len {
+            return Err(DatanodeError::InvalidArgument(format!(
+                "PutBlock of {b} commits {} bytes but only {} were written",
+                data.size, ob.file_len
+            )));
+        }
+        if data.size > 0 {
+            let path = self.block_path(b);
+            tokio::task::spawn_blocking(move || File::open(&path).and_then(|f| f.sync_data()))
+                .await
+                .map_err(|e| DatanodeError::io("syncing block", std::io::Error::other(e)))?
+                .map_err(|e| DatanodeError::io(format!("syncing block {b}"), e))?;
+        }
+        let encoded = pb::BlockData::from(data.clone()).encode_to_vec();
+        let txn = self.db.begin_write()?;
+        txn.open_table(BLOCKS)?.insert(key(b), encoded.as_slice())?;
+        txn.commit()?;
+        let size = data.size;
+        self.committed
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(key(b), Arc::new(data));
+        Ok(size)
+    }
+
+    fn file(&self, b: BlockId) -> Result<Arc<File>> {
+        if let Some(f) = self
+            .files
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&key(b))
+        {
+            return Ok(Arc::clone(f));
+        }
+        let path = self.block_path(b);
+        let f = Arc::new(File::open(&path).map_err(|e| DatanodeError::io(format!("opening {}", path.display()), e))?);
+        self.files
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(key(b), Arc::clone(&f));
+        Ok(f)
+    }
+
+    /// Reads exactly `len` bytes of block `b` at block-relative `offset`, which
+    /// must lie inside `chunk` and inside the committed block.
+    ///
+    /// # Errors
+    /// [`DatanodeError::LengthTooLarge`] before anything is allocated;
+    /// not-found and index errors as [`get_block`](Self::get_block);
+    /// [`DatanodeError::OutOfRange`]; I/O errors (including a file shorter
+    /// than its committed length).
+    pub async fn read(&self, b: BlockId, chunk: &ChunkInfo, offset: u64, len: u64) -> Result<Bytes> {
+        if len > MAX_READ_LEN {
+            return Err(DatanodeError::LengthTooLarge {
+                len,
+                cap: MAX_READ_LEN,
+            });
+        }
+        let data = self.get_block(b)?;
+        let end = offset.checked_add(len).ok_or_else(|| {
+            DatanodeError::InvalidArgument(format!("offset {offset} + len {len} overflows"))
+        })?;
+        if end > data.size {
+            return Err(DatanodeError::OutOfRange {
+                block: b,
+                offset,
+                len,
+                what: "the committed block",
+                start: 0,
+                end: data.size,
+            });
+        }
+        if offset < chunk.offset || end > chunk.end() {
+            return Err(DatanodeError::OutOfRange {
+                block: b,
+                offset,
+                len,
+                what: "the chunk",
+                start: chunk.offset,
+                end: chunk.end(),
+            });
+        }
+        if len == 0 {
+            return Ok(Bytes::new());
+        }
+        let file = self.file(b)?;
+        let n = usize::try_from(len).map_err(|_| DatanodeError::LengthTooLarge {
+            len,
+            cap: MAX_READ_LEN,
+        })?;
+        let read = move || -> std::io::Result<Bytes> {
+            let mut buf = vec![0u8; n];
+            file.read_exact_at(&mut buf, offset)?;
+            Ok(Bytes::from(buf))
+        };
+        // Small reads come from the page cache in microseconds: do them inline
+        // rather than pay a thread hop. Large ones go to the blocking pool.
+        let result = if len <= 256 * 1024 {
+            read()
+        } else {
+            tokio::task::spawn_blocking(read)
+                .await
+                .map_err(|e| DatanodeError::io("reading chunk", std::io::Error::other(e)))?
+        };
+        result.map_err(|e| DatanodeError::io(format!("reading block {b} at {offset}+{len}"), e))
+    }
+
+    /// Up to `count` committed blocks of a container with local id at least
+    /// `start_local_id`, in local-id order.
+    ///
+    /// # Errors
+    /// [`DatanodeError::ContainerNotFound`].
+    pub fn list_blocks(&self, container_id: u64, start_local_id: u64, count: u32) -> Result<Vec<Arc<BlockData>>> {
+        if !self.has_container(container_id) {
+            return Err(DatanodeError::ContainerNotFound { container_id });
+        }
+        let committed = self
+            .committed
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let sorted: BTreeMap<u64, &Arc<BlockData>> = committed
+            .iter()
+            .filter(|((c, l), _)| *c == container_id && *l >= start_local_id)
+            .map(|((_, l), d)| (*l, d))
+            .collect();
+        let limit = if count == 0 { usize::MAX } else { count as usize };
+        Ok(sorted.into_values().take(limit).cloned().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto_crate::{ChecksumData, ChecksumType};
+
+    fn id(ri: u32) -> BlockId {
+        BlockId {
+            container_id: 7,
+            local_id: 42,
+            replica_index: ri,
+        }
+    }
+
+    fn chunk(offset: u64, len: u64) -> ChunkInfo {
+        ChunkInfo {
+            name: format!("c{offset}"),
+            offset,
+            len,
+            checksum: ChecksumData {
+                ty: ChecksumType::None,
+                bytes_per_checksum: 0,
+                checksums: vec![],
+            },
+        }
+    }
+
+    fn block(ri: u32, chunks: Vec<ChunkInfo>) -> BlockData {
+        BlockData {
+            block_id: id(ri),
+            size: chunks.iter().map(|c| c.len).sum(),
+            chunks,
+            metadata: BTreeMap::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn write_commit_read_and_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s = ContainerStore::open(dir.path()).unwrap();
+            s.write_chunk(id(2), &chunk(0, 5), Bytes::from_static(b"hello")).await.unwrap();
+            s.write_chunk(id(2), &chunk(5, 6), Bytes::from_static(b" world")).await.unwrap();
+            // Not committed yet: invisible.
+            assert!(matches!(s.get_block(id(2)), Err(DatanodeError::NoSuchBlock { .. })));
+            let size = s.put_block(block(2, vec![chunk(0, 5), chunk(5, 6)])).await.unwrap();
+            assert_eq!(size, 11);
+            let got = s.read(id(2), &chunk(5, 6), 6, 5).await.unwrap();
+            assert_eq!(&got[..], b"world");
+        }
+        let s = ContainerStore::open(dir.path()).unwrap();
+        let d = s.get_block(id(2)).unwrap();
+        assert_eq!(d.size, 11);
+        assert_eq!(&s.read(id(2), &chunk(0, 5), 0, 5).await.unwrap()[..], b"hello");
+        assert!(matches!(s.get_block(id(3)), Err(DatanodeError::ReplicaIndexMismatch { stored: 2, .. })));
+        assert!(matches!(
+            s.read(id(2), &chunk(5, 6), 8, 4).await,
+            Err(DatanodeError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            s.read(id(2), &chunk(0, 5), 0, MAX_READ_LEN + 1).await,
+            Err(DatanodeError::LengthTooLarge { .. })
+        ));
+        assert!(matches!(
+            s.get_block(BlockId { container_id: 99, ..id(2) }),
+            Err(DatanodeError::ContainerNotFound { container_id: 99 })
+        ));
+        assert_eq!(s.list_blocks(7, 0, 0).unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn write_chunk_must_continue_the_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = ContainerStore::open(dir.path()).unwrap();
+        s.write_chunk(id(1), &chunk(0, 3), Bytes::from_static(b"abc")).await.unwrap();
+        assert!(matches!(
+            s.write_chunk(id(1), &chunk(4, 1), Bytes::from_static(b"x")).await,
+            Err(DatanodeError::ChunkOffsetMismatch { .. })
+        ));
+        assert!(matches!(
+            s.write_chunk(id(1), &chunk(3, 2), Bytes::from_static(b"x")).await,
+            Err(DatanodeError::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            s.write_chunk(id(4), &chunk(3, 1), Bytes::from_static(b"x")).await,
+            Err(DatanodeError::ReplicaIndexMismatch { .. })
+        ));
+        s.put_block(block(1, vec![chunk(0, 3)])).await.unwrap();
+        // Rewriting the committed prefix is refused.
+        assert!(matches!(
+            s.write_chunk(id(1), &chunk(0, 3), Bytes::from_static(b"xyz")).await,
+            Err(DatanodeError::ChunkOffsetMismatch { .. })
+        ));
+        // A PutBlock claiming unwritten bytes is refused.
+        assert!(s.put_block(block(1, vec![chunk(0, 3), chunk(3, 4)])).await.is_err());
+        // An empty record (EC index beyond the data) needs no file.
+        let empty = BlockData {
+            block_id: BlockId { local_id: 43, ..id(3) },
+            chunks: vec![],
+            size: 0,
+            metadata: BTreeMap::new(),
+        };
+        assert_eq!(s.put_block(empty).await.unwrap(), 0);
+    }
+}

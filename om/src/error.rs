@@ -1,0 +1,114 @@
+//! The om's error, and its mapping to gRPC statuses (and back, for clients).
+
+use tonic::{Code, Status};
+
+/// Metadata header carrying an [`OmError`]'s stable name on a failed call.
+pub const OM_ERROR_HEADER: &str = "x-om-error";
+
+/// Why an om operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OmError {
+    /// No such bucket.
+    #[error("bucket `{0}` not found")]
+    BucketNotFound(String),
+    /// The bucket exists already.
+    #[error("bucket `{0}` already exists")]
+    BucketAlreadyExists(String),
+    /// The bucket still holds keys.
+    #[error("bucket `{0}` is not empty")]
+    BucketNotEmpty(String),
+    /// No such key.
+    #[error("key `{bucket}/{key}` not found")]
+    KeyNotFound {
+        /// Bucket name.
+        bucket: String,
+        /// Key name.
+        key: String,
+    },
+    /// No open key with this session id (never opened, committed, aborted, or
+    /// lost in an om restart).
+    #[error("no open key session {0}")]
+    NoSuchSession(u64),
+    /// Too few datanodes outside the exclude list for one block group.
+    #[error("need {needed} datanodes for a block group but only {available} are available ({excluded} excluded)")]
+    NotEnoughDatanodes {
+        /// Datanodes one group needs.
+        needed: usize,
+        /// Registered and not excluded.
+        available: usize,
+        /// How many registered datanodes were excluded.
+        excluded: usize,
+    },
+    /// A malformed request.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The metadata database failed.
+    #[error("metadata database: {0}")]
+    Db(String),
+}
+
+impl OmError {
+    /// Stable name, sent in the [`OM_ERROR_HEADER`] header.
+    #[must_use]
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::BucketNotFound(_) => "BUCKET_NOT_FOUND",
+            Self::BucketAlreadyExists(_) => "BUCKET_ALREADY_EXISTS",
+            Self::BucketNotEmpty(_) => "BUCKET_NOT_EMPTY",
+            Self::KeyNotFound { .. } => "KEY_NOT_FOUND",
+            Self::NoSuchSession(_) => "NO_SUCH_SESSION",
+            Self::NotEnoughDatanodes { .. } => "NOT_ENOUGH_DATANODES",
+            Self::InvalidArgument(_) => "INVALID_ARGUMENT",
+            Self::Db(_) => "INTERNAL",
+        }
+    }
+
+    fn code(&self) -> Code {
+        match self {
+            Self::BucketNotFound(_) | Self::KeyNotFound { .. } | Self::NoSuchSession(_) => Code::NotFound,
+            Self::BucketAlreadyExists(_) => Code::AlreadyExists,
+            Self::BucketNotEmpty(_) => Code::FailedPrecondition,
+            Self::NotEnoughDatanodes { .. } => Code::ResourceExhausted,
+            Self::InvalidArgument(_) => Code::InvalidArgument,
+            Self::Db(_) => Code::Internal,
+        }
+    }
+}
+
+impl From<OmError> for Status {
+    fn from(e: OmError) -> Self {
+        let mut s = Status::new(e.code(), e.to_string());
+        if let Ok(v) = e.name().parse() {
+            s.metadata_mut().insert(OM_ERROR_HEADER, v);
+        }
+        s
+    }
+}
+
+/// The [`OmError::name`] a failed om call carried, if any.
+#[must_use]
+pub fn om_error_name(status: &Status) -> Option<&str> {
+    status
+        .metadata()
+        .get(OM_ERROR_HEADER)
+        .and_then(|v| v.to_str().ok())
+}
+
+macro_rules! db_error {
+    ($($t:ty),*) => {$(
+        impl From<$t> for OmError {
+            fn from(e: $t) -> Self {
+                Self::Db(e.to_string())
+            }
+        }
+    )*};
+}
+db_error!(
+    redb::Error,
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError
+);

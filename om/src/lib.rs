@@ -1,0 +1,21 @@
+//! The metadata service (`om`): Ozone Manager and SCM roles in one.
+//!
+//! - [`OzoneManager`]: datanode registry, buckets with default replication and
+//!   block size, keys (open, allocate block groups honouring an exclude list,
+//!   commit with final lengths, lookup, list, delete), persisted in redb.
+//!   Usable in-process.
+//! - [`OmGrpcService`] / [`OmServer`]: the same over gRPC.
+//! - [`OmError`]: typed errors; a failed gRPC call carries the error's name in
+//!   the [`OM_ERROR_HEADER`] header, read back with [`om_error_name`].
+//!
+//! Layering: depends on `proto-crate` only.
+
+mod error;
+mod manager;
+mod server;
+mod service;
+
+pub use error::{OM_ERROR_HEADER, OmError, om_error_name};
+pub use manager::{OmConfig, OpenKey, OzoneManager};
+pub use server::OmServer;
+pub use service::OmGrpcService;

@@ -1,0 +1,179 @@
+//! The om's gRPC service: wire <-> domain conversion around [`OzoneManager`].
+//! Database work runs on the blocking pool so that fsyncs never stall the reactor.
+
+use std::sync::Arc;
+
+use proto_crate::wire::om as pb;
+use proto_crate::wire::om::ozone_manager_service_server::OzoneManagerService;
+use proto_crate::{BlockGroup, DatanodeDetails, ProtocolError, ReplicationConfig};
+use tonic::{Request, Response, Status};
+
+use crate::{OmError, OzoneManager};
+
+/// `OzoneManagerService` over an in-process [`OzoneManager`].
+#[derive(Debug, Clone)]
+pub struct OmGrpcService {
+    om: Arc<OzoneManager>,
+}
+
+impl OmGrpcService {
+    /// Serves `om`.
+    #[must_use]
+    pub fn new(om: Arc<OzoneManager>) -> Self {
+        Self { om }
+    }
+
+    async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&OzoneManager) -> Result<T, OmError> + Send + 'static,
+    ) -> Result<T, Status> {
+        let om = Arc::clone(&self.om);
+        tokio::task::spawn_blocking(move || f(&om))
+            .await
+            .map_err(|e| Status::internal(format!("om task failed: {e}")))?
+            .map_err(Status::from)
+    }
+}
+
+fn bad(e: ProtocolError) -> Status {
+    Status::from(OmError::InvalidArgument(e.to_string()))
+}
+
+fn replication(s: &str) -> Result<Option<ReplicationConfig>, Status> {
+    if s.is_empty() {
+        Ok(None)
+    } else {
+        s.parse().map(Some).map_err(bad)
+    }
+}
+
+#[tonic::async_trait]
+impl OzoneManagerService for OmGrpcService {
+    async fn register_datanode(
+        &self,
+        req: Request<pb::RegisterDatanodeRequest>,
+    ) -> Result<Response<pb::RegisterDatanodeResponse>, Status> {
+        let d = req
+            .into_inner()
+            .datanode
+            .ok_or(ProtocolError::MissingField("datanode"))
+            .and_then(DatanodeDetails::try_from)
+            .map_err(bad)?;
+        self.run(move |om| om.register_datanode(d)).await?;
+        Ok(Response::new(pb::RegisterDatanodeResponse {}))
+    }
+
+    async fn list_datanodes(
+        &self,
+        _req: Request<pb::ListDatanodesRequest>,
+    ) -> Result<Response<pb::ListDatanodesResponse>, Status> {
+        Ok(Response::new(pb::ListDatanodesResponse {
+            datanodes: self.om.datanodes().into_iter().map(Into::into).collect(),
+        }))
+    }
+
+    async fn create_bucket(
+        &self,
+        req: Request<pb::CreateBucketRequest>,
+    ) -> Result<Response<pb::CreateBucketResponse>, Status> {
+        let req = req.into_inner();
+        let r = replication(&req.default_replication)?;
+        let size = (req.block_size > 0).then_some(req.block_size);
+        let b = self.run(move |om| om.create_bucket(&req.name, r, size)).await?;
+        Ok(Response::new(pb::CreateBucketResponse {
+            bucket: Some(b.into()),
+        }))
+    }
+
+    async fn get_bucket(&self, req: Request<pb::GetBucketRequest>) -> Result<Response<pb::GetBucketResponse>, Status> {
+        let name = req.into_inner().name;
+        let b = self.run(move |om| om.get_bucket(&name)).await?;
+        Ok(Response::new(pb::GetBucketResponse {
+            bucket: Some(b.into()),
+        }))
+    }
+
+    async fn list_buckets(
+        &self,
+        _req: Request<pb::ListBucketsRequest>,
+    ) -> Result<Response<pb::ListBucketsResponse>, Status> {
+        let b = self.run(OzoneManager::list_buckets).await?;
+        Ok(Response::new(pb::ListBucketsResponse {
+            buckets: b.into_iter().map(Into::into).collect(),
+        }))
+    }
+
+    async fn delete_bucket(
+        &self,
+        req: Request<pb::DeleteBucketRequest>,
+    ) -> Result<Response<pb::DeleteBucketResponse>, Status> {
+        let name = req.into_inner().name;
+        self.run(move |om| om.delete_bucket(&name)).await?;
+        Ok(Response::new(pb::DeleteBucketResponse {}))
+    }
+
+    async fn open_key(&self, req: Request<pb::OpenKeyRequest>) -> Result<Response<pb::OpenKeyResponse>, Status> {
+        let req = req.into_inner();
+        let r = replication(&req.replication)?;
+        let k = self.run(move |om| om.open_key(&req.bucket, &req.key, r)).await?;
+        Ok(Response::new(pb::OpenKeyResponse {
+            session_id: k.session_id,
+            replication: k.replication.to_string(),
+            block_size: k.block_size,
+        }))
+    }
+
+    async fn allocate_block_group(
+        &self,
+        req: Request<pb::AllocateBlockGroupRequest>,
+    ) -> Result<Response<pb::AllocateBlockGroupResponse>, Status> {
+        let req = req.into_inner();
+        let g = self
+            .run(move |om| om.allocate_block_group(req.session_id, &req.exclude_datanodes))
+            .await?;
+        Ok(Response::new(pb::AllocateBlockGroupResponse {
+            block_group: Some(g.into()),
+        }))
+    }
+
+    async fn commit_key(&self, req: Request<pb::CommitKeyRequest>) -> Result<Response<pb::CommitKeyResponse>, Status> {
+        let req = req.into_inner();
+        let groups = req
+            .block_groups
+            .into_iter()
+            .map(BlockGroup::try_from)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(bad)?;
+        let k = self
+            .run(move |om| om.commit_key(req.session_id, &groups, req.length))
+            .await?;
+        Ok(Response::new(pb::CommitKeyResponse { key: Some(k.into()) }))
+    }
+
+    async fn abort_key(&self, req: Request<pb::AbortKeyRequest>) -> Result<Response<pb::AbortKeyResponse>, Status> {
+        self.om.abort_key(req.into_inner().session_id);
+        Ok(Response::new(pb::AbortKeyResponse {}))
+    }
+
+    async fn lookup_key(&self, req: Request<pb::LookupKeyRequest>) -> Result<Response<pb::LookupKeyResponse>, Status> {
+        let req = req.into_inner();
+        let k = self.run(move |om| om.lookup_key(&req.bucket, &req.key)).await?;
+        Ok(Response::new(pb::LookupKeyResponse { key: Some(k.into()) }))
+    }
+
+    async fn list_keys(&self, req: Request<pb::ListKeysRequest>) -> Result<Response<pb::ListKeysResponse>, Status> {
+        let req = req.into_inner();
+        let keys = self
+            .run(move |om| om.list_keys(&req.bucket, &req.prefix, &req.start_after, req.max_keys as usize))
+            .await?;
+        Ok(Response::new(pb::ListKeysResponse {
+            keys: keys.into_iter().map(Into::into).collect(),
+        }))
+    }
+
+    async fn delete_key(&self, req: Request<pb::DeleteKeyRequest>) -> Result<Response<pb::DeleteKeyResponse>, Status> {
+        let req = req.into_inner();
+        self.run(move |om| om.delete_key(&req.bucket, &req.key)).await?;
+        Ok(Response::new(pb::DeleteKeyResponse {}))
+    }
+}

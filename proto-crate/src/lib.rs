@@ -1,0 +1,42 @@
+//! Wire protocol of the datanode and the om, and the domain types the rest of
+//! the workspace speaks.
+//!
+//! The `.proto` sources under `proto/` are compiled at build time with `protox`
+//! (no system `protoc`). Generated code stays inside this crate, in [`wire`];
+//! every other crate uses the domain types re-exported here ([`BlockId`],
+//! [`ChunkInfo`], [`ChecksumData`], [`BlockData`], [`DatanodeDetails`],
+//! [`Pipeline`], [`BlockGroup`], [`KeyInfo`], [`ReplicationConfig`]).
+//! Conversions from the wire are `TryFrom` returning [`ProtocolError`] (a
+//! required field that is missing or a value out of its domain); conversions
+//! to the wire are `From`. Failed calls carry a [`ResultCode`] in the gRPC
+//! status details, written by [`status`] and read by [`result_code`].
+//!
+//! Layering: depends only on `ec-codec` (for [`EcReplicationConfig`]); no
+//! other workspace crate may be used from here.
+
+mod domain;
+mod error;
+mod result;
+
+/// Generated protobuf and gRPC code. Only servers and clients in the
+/// `datanode`, `om` and `block-stream` crates touch these types directly.
+pub mod wire {
+    /// Datanode protocol (`proto/datanode.proto`).
+    #[allow(clippy::all, clippy::pedantic, missing_docs)]
+    pub mod datanode {
+        tonic::include_proto!("ozone.datanode.v1");
+    }
+    /// Om protocol (`proto/om.proto`).
+    #[allow(clippy::all, clippy::pedantic, missing_docs)]
+    pub mod om {
+        tonic::include_proto!("ozone.om.v1");
+    }
+}
+
+pub use domain::{
+    BLOCK_GROUP_LENGTH_KEY, BlockData, BlockGroup, BlockId, BlockLocation, BucketInfo,
+    ChecksumData, ChecksumType, ChunkInfo, DatanodeDetails, KeyInfo, Pipeline, ReplicationConfig,
+};
+pub use ec_codec::EcReplicationConfig;
+pub use error::ProtocolError;
+pub use result::{ResultCode, result_code, status};
