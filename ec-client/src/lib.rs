@@ -1,1 +1,39 @@
+//! The client library: write keys erasure-coded (or replicated) and read them
+//! back sequentially, by position, and through failures.
+//!
+//! Start from [`Client::connect`]. Main types, named after Ozone's:
+//! - [`ECKeyOutputStream`]: cells -> parity -> WriteChunk/PutBlock per stripe;
+//! - [`KeyInputStream`]: spans a key's block groups; `AsyncRead + AsyncSeek`
+//!   plus positioned `read_at(&self, ..)` that never moves the cursor;
+//! - [`ECBlockInputStreamProxy`] / [`ECBlockInputStream`]: one EC block group,
+//!   with per-index block streams created lazily and cached;
+//! - [`ClientConfig`] and [`ReadMode`]; counters in [`EcReadSnapshot`] and
+//!   `block_stream::MetricsSnapshot`.
+//!
+//! Errors: one enum, [`ClientError`].
+//!
+//! Layering: uses `block-stream`, `ec-codec` and `proto-crate`; never the
+//! datanode, om or minicluster crates (tests use the minicluster as a dev-dependency).
 
+mod client;
+mod config;
+mod ec_input;
+mod ec_output;
+mod ec_proxy;
+mod error;
+mod key_input;
+mod metrics;
+mod om_client;
+mod read_context;
+
+pub use block_stream::{MetricsSnapshot, RpcKind};
+pub use client::{BucketOptions, Client};
+pub use config::{ClientConfig, ReadMode};
+pub use ec_input::ECBlockInputStream;
+pub use ec_output::ECKeyOutputStream;
+pub use ec_proxy::ECBlockInputStreamProxy;
+pub use error::{ClientError, Result};
+pub use key_input::KeyInputStream;
+pub use metrics::{EcReadMetrics, EcReadSnapshot};
+pub use proto_crate::{BucketInfo, DatanodeDetails, KeyInfo, ReplicationConfig};
+pub use ec_codec::EcReplicationConfig;

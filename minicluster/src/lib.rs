@@ -1,1 +1,361 @@
+//! An in-process cluster for tests and local runs: one om and N datanodes
+//! (default 5) on 127.0.0.1 with OS-assigned ports, in a temp dir or a given
+//! directory.
+//!
+//! [`MiniCluster::start`] hands out a connected [`ec_client::Client`], one
+//! [`DatanodeHandle`] per datanode (address, counters, stop, restart on the
+//! same port and data dir) and a clean [`MiniCluster::shutdown`]. The
+//! addresses can be written as `cluster.json` ([`ClusterInfo`]) for tools
+//! that attach to a running cluster.
+//!
+//! Layering: the top of the library DAG below `xtask`; uses `om`, `datanode`,
+//! `ec-client` and `proto-crate`.
 
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use datanode::{Datanode, DatanodeConfig, DatanodeMetrics};
+use ec_client::{Client, ClientConfig};
+use om::{OmConfig, OmServer, OzoneManager};
+use proto_crate::ReplicationConfig;
+use serde::{Deserialize, Serialize};
+
+/// Why the minicluster could not start or change state.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MiniClusterError {
+    /// Creating directories or files failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The om failed to open or serve.
+    #[error("om: {0}")]
+    Om(#[from] om::OmError),
+    /// A datanode failed to start.
+    #[error("datanode {index}: {source}")]
+    Datanode {
+        /// Position in the cluster.
+        index: usize,
+        /// Why.
+        #[source]
+        source: datanode::DatanodeError,
+    },
+    /// The client could not connect.
+    #[error("client: {0}")]
+    Client(#[from] ec_client::ClientError),
+    /// No datanode with this position.
+    #[error("no datanode {0} (the cluster has {1})")]
+    NoSuchDatanode(usize, usize),
+}
+
+fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> MiniClusterError {
+    let context = context.into();
+    move |source| MiniClusterError::Io { context, source }
+}
+
+/// How to start a minicluster.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct MiniClusterConfig {
+    /// Number of datanodes (default 5: enough for rs-3-2).
+    pub datanodes: usize,
+    /// Directory for om and datanode data; `None` uses a temp dir removed at drop.
+    pub base_dir: Option<PathBuf>,
+    /// Default replication of new buckets (default rs-3-2-1024k).
+    pub default_replication: ReplicationConfig,
+    /// Default internal block size of new buckets, bytes (default 256 MiB).
+    pub block_size: u64,
+}
+
+impl Default for MiniClusterConfig {
+    fn default() -> Self {
+        Self {
+            datanodes: 5,
+            base_dir: None,
+            default_replication: ReplicationConfig::default(),
+            block_size: 256 * 1024 * 1024,
+        }
+    }
+}
+
+impl MiniClusterConfig {
+    /// Sets the number of datanodes.
+    #[must_use]
+    pub fn with_datanodes(mut self, n: usize) -> Self {
+        self.datanodes = n;
+        self
+    }
+    /// Keeps data under `dir` instead of a temp dir.
+    #[must_use]
+    pub fn with_base_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.base_dir = Some(dir.into());
+        self
+    }
+    /// Sets the default replication of new buckets.
+    #[must_use]
+    pub fn with_replication(mut self, r: ReplicationConfig) -> Self {
+        self.default_replication = r;
+        self
+    }
+    /// Sets the default block size of new buckets, bytes.
+    #[must_use]
+    pub fn with_block_size(mut self, bytes: u64) -> Self {
+        self.block_size = bytes;
+        self
+    }
+}
+
+/// One datanode of the cluster: keeps its address and data dir across stops
+/// and restarts.
+#[derive(Debug)]
+pub struct DatanodeHandle {
+    index: usize,
+    data_dir: PathBuf,
+    address: SocketAddr,
+    uuid: String,
+    om: String,
+    node: Option<Datanode>,
+    metrics: Arc<DatanodeMetrics>,
+}
+
+impl DatanodeHandle {
+    /// Position in the cluster, from 0.
+    #[must_use]
+    pub fn index(&self) -> usize {
+        self.index
+    }
+    /// `HOST:PORT` (stable across restarts).
+    #[must_use]
+    pub fn address(&self) -> String {
+        self.address.to_string()
+    }
+    /// The datanode's uuid (stable across restarts).
+    #[must_use]
+    pub fn uuid(&self) -> &str {
+        &self.uuid
+    }
+    /// Directory of its containers and metadata.
+    #[must_use]
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+    /// Whether it is serving.
+    #[must_use]
+    pub fn is_running(&self) -> bool {
+        self.node.is_some()
+    }
+    /// Server-side counters of the current (or last) incarnation.
+    #[must_use]
+    pub fn metrics(&self) -> &Arc<DatanodeMetrics> {
+        &self.metrics
+    }
+
+    /// Stops serving (graceful, bounded); the data dir is kept. A no-op if stopped.
+    pub async fn stop(&mut self) {
+        if let Some(node) = self.node.take() {
+            node.shutdown().await;
+        }
+    }
+
+    /// Starts again on the same port and data dir, re-registering with the om.
+    /// A no-op if running.
+    ///
+    /// # Errors
+    /// [`MiniClusterError::Datanode`] if it cannot bind or open its storage.
+    pub async fn restart(&mut self) -> Result<(), MiniClusterError> {
+        if self.node.is_some() {
+            return Ok(());
+        }
+        let node = Datanode::start(DatanodeConfig::new(self.address, &self.data_dir).with_om(self.om.clone()))
+            .await
+            .map_err(|source| MiniClusterError::Datanode {
+                index: self.index,
+                source,
+            })?;
+        self.metrics = Arc::clone(node.metrics());
+        self.node = Some(node);
+        Ok(())
+    }
+}
+
+/// Addresses of a running cluster, as written to `cluster.json`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ClusterInfo {
+    /// `HOST:PORT` of the om.
+    pub om: String,
+    /// Datanodes in cluster order (the N of `cargo xtask dn ... N`).
+    pub datanodes: Vec<DatanodeInfo>,
+}
+
+/// One datanode in `cluster.json`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DatanodeInfo {
+    /// Uuid.
+    pub id: String,
+    /// `HOST:PORT`.
+    pub address: String,
+}
+
+/// A running om and its datanodes.
+#[derive(Debug)]
+pub struct MiniCluster {
+    om: OmServer,
+    datanodes: Vec<DatanodeHandle>,
+    base_dir: PathBuf,
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl MiniCluster {
+    /// Starts the om, then the datanodes (each registers with the om).
+    ///
+    /// # Errors
+    /// Directory, bind and storage errors.
+    pub async fn start(config: MiniClusterConfig) -> Result<Self, MiniClusterError> {
+        let (temp, base_dir) = match &config.base_dir {
+            Some(d) => (None, d.clone()),
+            None => {
+                let t = tempfile::Builder::new()
+                    .prefix("minicluster-")
+                    .tempdir()
+                    .map_err(io("creating a temp dir"))?;
+                let p = t.path().to_path_buf();
+                (Some(t), p)
+            }
+        };
+        let om_config = OmConfig::new(base_dir.join("om"))
+            .with_default_block_size(config.block_size)
+            .with_default_replication(config.default_replication);
+        let om = Arc::new(OzoneManager::open(om_config)?);
+        let localhost: SocketAddr = ([127, 0, 0, 1], 0).into();
+        let om_server = OmServer::start(localhost, om)
+            .await
+            .map_err(io("binding the om"))?;
+        let om_address = om_server.address().to_string();
+        let mut datanodes = Vec::with_capacity(config.datanodes);
+        for index in 0..config.datanodes {
+            let data_dir = base_dir.join(format!("dn{index}"));
+            let node = Datanode::start(DatanodeConfig::new(localhost, &data_dir).with_om(om_address.clone()))
+                .await
+                .map_err(|source| MiniClusterError::Datanode { index, source })?;
+            let address = node
+                .address()
+                .parse()
+                .map_err(|e| io("parsing a datanode address")(std::io::Error::other(e)))?;
+            datanodes.push(DatanodeHandle {
+                index,
+                data_dir,
+                address,
+                uuid: node.details().uuid.clone(),
+                om: om_address.clone(),
+                metrics: Arc::clone(node.metrics()),
+                node: Some(node),
+            });
+        }
+        Ok(Self {
+            om: om_server,
+            datanodes,
+            base_dir,
+            _temp: temp,
+        })
+    }
+
+    /// `HOST:PORT` of the om.
+    #[must_use]
+    pub fn om_address(&self) -> String {
+        self.om.address().to_string()
+    }
+
+    /// The in-process om.
+    #[must_use]
+    pub fn om(&self) -> &Arc<OzoneManager> {
+        self.om.om()
+    }
+
+    /// Directory holding the cluster's data.
+    #[must_use]
+    pub fn base_dir(&self) -> &Path {
+        &self.base_dir
+    }
+
+    /// A new client with the default config.
+    ///
+    /// # Errors
+    /// [`MiniClusterError::Client`] if the om cannot be reached.
+    pub async fn client(&self) -> Result<Client, MiniClusterError> {
+        self.client_with(ClientConfig::default()).await
+    }
+
+    /// A new client with `config`.
+    ///
+    /// # Errors
+    /// [`MiniClusterError::Client`] if the om cannot be reached.
+    pub async fn client_with(&self, config: ClientConfig) -> Result<Client, MiniClusterError> {
+        Ok(Client::connect(&self.om_address(), config).await?)
+    }
+
+    /// Every datanode, in cluster order.
+    #[must_use]
+    pub fn datanodes(&self) -> &[DatanodeHandle] {
+        &self.datanodes
+    }
+
+    /// Datanode `index`.
+    ///
+    /// # Errors
+    /// [`MiniClusterError::NoSuchDatanode`].
+    pub fn datanode_mut(&mut self, index: usize) -> Result<&mut DatanodeHandle, MiniClusterError> {
+        let n = self.datanodes.len();
+        self.datanodes
+            .get_mut(index)
+            .ok_or(MiniClusterError::NoSuchDatanode(index, n))
+    }
+
+    /// The datanode with `uuid`, if it is part of this cluster.
+    #[must_use]
+    pub fn datanode_by_uuid(&self, uuid: &str) -> Option<&DatanodeHandle> {
+        self.datanodes.iter().find(|d| d.uuid == uuid)
+    }
+
+    /// The cluster's addresses.
+    #[must_use]
+    pub fn info(&self) -> ClusterInfo {
+        ClusterInfo {
+            om: self.om_address(),
+            datanodes: self
+                .datanodes
+                .iter()
+                .map(|d| DatanodeInfo {
+                    id: d.uuid.clone(),
+                    address: d.address(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Writes [`info`](Self::info) as pretty JSON to `path`, creating parent dirs.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn write_cluster_json(&self, path: &Path) -> Result<(), MiniClusterError> {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(io(format!("creating {}", parent.display())))?;
+        }
+        let json = serde_json::to_string_pretty(&self.info())
+            .map_err(|e| io("encoding cluster.json")(std::io::Error::other(e)))?;
+        std::fs::write(path, json).map_err(io(format!("writing {}", path.display())))
+    }
+
+    /// Stops every datanode, then the om, waiting for each (bounded).
+    pub async fn shutdown(mut self) {
+        for d in &mut self.datanodes {
+            d.stop().await;
+        }
+        self.om.shutdown().await;
+    }
+}

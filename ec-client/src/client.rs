@@ -1,0 +1,201 @@
+//! [`Client`]: the facade a user starts from (Ozone's `OzoneClient` /
+//! `ObjectStore`, reduced): connect to the om, manage buckets, create, open,
+//! list and delete keys, read counters.
+
+use std::sync::Arc;
+
+use block_stream::{ClientMetrics, MetricsSnapshot, XceiverClientManager};
+use proto_crate::{BucketInfo, DatanodeDetails, KeyInfo, ReplicationConfig};
+
+use crate::ec_output::ECKeyOutputStream;
+use crate::key_input::KeyInputStream;
+use crate::metrics::{EcReadMetrics, EcReadSnapshot};
+use crate::om_client::OmClient;
+use crate::read_context::ReadContext;
+use crate::{ClientConfig, ClientError, Result};
+
+/// What every stream of a client shares.
+#[derive(Debug)]
+pub(crate) struct ClientShared {
+    pub(crate) om: OmClient,
+    pub(crate) read: Arc<ReadContext>,
+}
+
+/// A connection to a cluster: the om plus a cache of datanode channels.
+/// Cheap to clone; clones share channels and counters.
+#[derive(Debug, Clone)]
+pub struct Client {
+    shared: Arc<ClientShared>,
+}
+
+/// Options of a new bucket; `None` takes the om's defaults
+/// (rs-3-2-1024k, 256 MiB blocks).
+#[derive(Debug, Clone, Default)]
+pub struct BucketOptions {
+    /// Replication of keys created without one.
+    pub replication: Option<ReplicationConfig>,
+    /// Internal block size, bytes; for EC a multiple of the cell size.
+    pub block_size: Option<u64>,
+}
+
+impl Client {
+    /// Connects to the om at `om_address` (`HOST:PORT`).
+    ///
+    /// # Errors
+    /// [`ClientError::Connect`] if the om cannot be reached.
+    pub async fn connect(om_address: &str, config: ClientConfig) -> Result<Self> {
+        let om = OmClient::connect(om_address, config.om_timeout).await?;
+        let metrics = Arc::new(ClientMetrics::default());
+        let xceivers = Arc::new(XceiverClientManager::new(config.xceiver.clone(), metrics));
+        Ok(Self {
+            shared: Arc::new(ClientShared {
+                om,
+                read: Arc::new(ReadContext {
+                    xceivers,
+                    config,
+                    ec_metrics: Arc::new(EcReadMetrics::default()),
+                }),
+            }),
+        })
+    }
+
+    /// The client's settings.
+    #[must_use]
+    pub fn config(&self) -> &ClientConfig {
+        &self.shared.read.config
+    }
+
+    /// The datanode channel cache (for tools that talk to datanodes directly).
+    #[must_use]
+    pub fn xceivers(&self) -> &Arc<XceiverClientManager> {
+        &self.shared.read.xceivers
+    }
+
+    /// Datanode RPC counters (by kind, by datanode, bytes).
+    #[must_use]
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.shared.read.xceivers.metrics().snapshot()
+    }
+
+    /// EC read-path counters (readers created, failovers, reconstructions).
+    #[must_use]
+    pub fn ec_metrics(&self) -> EcReadSnapshot {
+        self.shared.read.ec_metrics.snapshot()
+    }
+
+    /// Datanodes registered with the om.
+    ///
+    /// # Errors
+    /// Om failures.
+    pub async fn datanodes(&self) -> Result<Vec<DatanodeDetails>> {
+        self.shared.om.list_datanodes().await
+    }
+
+    /// Creates a bucket.
+    ///
+    /// # Errors
+    /// [`ClientError::Om`] (`BUCKET_ALREADY_EXISTS`, `INVALID_ARGUMENT`, ...).
+    pub async fn create_bucket(&self, name: &str, options: BucketOptions) -> Result<BucketInfo> {
+        self.shared
+            .om
+            .create_bucket(name, options.replication, options.block_size)
+            .await
+    }
+
+    /// The bucket `name`.
+    ///
+    /// # Errors
+    /// [`ClientError::BucketNotFound`], om failures.
+    pub async fn bucket(&self, name: &str) -> Result<BucketInfo> {
+        self.shared.om.get_bucket(name).await
+    }
+
+    /// Every bucket.
+    ///
+    /// # Errors
+    /// Om failures.
+    pub async fn list_buckets(&self) -> Result<Vec<BucketInfo>> {
+        self.shared.om.list_buckets().await
+    }
+
+    /// Deletes an empty bucket.
+    ///
+    /// # Errors
+    /// [`ClientError::Om`] (`BUCKET_NOT_FOUND`, `BUCKET_NOT_EMPTY`).
+    pub async fn delete_bucket(&self, name: &str) -> Result<()> {
+        self.shared.om.delete_bucket(name).await
+    }
+
+    /// Opens `bucket/key` for writing with `replication` (or the bucket's
+    /// default). Nothing is visible until the stream is closed.
+    ///
+    /// # Errors
+    /// [`ClientError::BucketNotFound`]; [`ClientError::Unsupported`] for
+    /// replicated keys (not writable yet); [`ClientError::InvalidArgument`] for
+    /// a block size that is not a multiple of the cell size.
+    pub async fn create_key(&self, bucket: &str, key: &str, replication: Option<ReplicationConfig>) -> Result<ECKeyOutputStream> {
+        let opened = self.shared.om.open_key(bucket, key, replication).await?;
+        match opened.replication {
+            ReplicationConfig::Ec(ec) => ECKeyOutputStream::new(
+                Arc::clone(&self.shared),
+                bucket,
+                key,
+                opened.session_id,
+                ec,
+                opened.block_size,
+            ),
+            r @ ReplicationConfig::Replicated { .. } => {
+                let _ = self.shared.om.abort_key(opened.session_id).await;
+                Err(ClientError::Unsupported(format!("writing {r} keys")))
+            }
+        }
+    }
+
+    /// Writes `data` as `bucket/key` in one call and commits it.
+    ///
+    /// # Errors
+    /// As [`create_key`](Self::create_key) and the stream's write and close.
+    pub async fn put_key(&self, bucket: &str, key: &str, replication: Option<ReplicationConfig>, data: &[u8]) -> Result<KeyInfo> {
+        let mut w = self.create_key(bucket, key, replication).await?;
+        w.write(data).await?;
+        w.close().await
+    }
+
+    /// Opens `bucket/key` for reading: one om lookup, no datanode RPC.
+    ///
+    /// # Errors
+    /// [`ClientError::KeyNotFound`], om failures.
+    pub async fn open_key(&self, bucket: &str, key: &str) -> Result<KeyInputStream> {
+        let info = self.shared.om.lookup_key(bucket, key).await?;
+        KeyInputStream::open(&self.shared.read, info)
+    }
+
+    /// The committed metadata of `bucket/key`.
+    ///
+    /// # Errors
+    /// [`ClientError::KeyNotFound`], om failures.
+    pub async fn key_info(&self, bucket: &str, key: &str) -> Result<KeyInfo> {
+        self.shared.om.lookup_key(bucket, key).await
+    }
+
+    /// Keys of `bucket` whose names start with `prefix`, after `start_after`,
+    /// at most `max_keys` (0 = all), in name order.
+    ///
+    /// # Errors
+    /// Om failures (`BUCKET_NOT_FOUND`).
+    pub async fn list_keys(&self, bucket: &str, prefix: &str, start_after: &str, max_keys: u32) -> Result<Vec<KeyInfo>> {
+        self.shared
+            .om
+            .list_keys(bucket, prefix, start_after, max_keys)
+            .await
+    }
+
+    /// Deletes `bucket/key`.
+    ///
+    /// # Errors
+    /// [`ClientError::KeyNotFound`], om failures.
+    pub async fn delete_key(&self, bucket: &str, key: &str) -> Result<()> {
+        self.shared.om.delete_key(bucket, key).await
+    }
+}
+

@@ -1,0 +1,93 @@
+//! [`ClientConfig`]: every client-side knob, with Ozone's defaults where it has one.
+
+use std::time::Duration;
+
+use block_stream::XceiverConfig;
+use proto_crate::ChecksumType;
+
+/// How EC positioned reads obtain their reader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReadMode {
+    /// Positioned reads reuse the block's cached per-index streams (the fix
+    /// for Ozone's HDDS-10135-era regression). Default.
+    #[default]
+    Reuse,
+    /// Every positioned read builds a fresh EC reader and drops it afterwards,
+    /// so each touched cell costs a GetBlock: the old behaviour, kept only so
+    /// the benchmark can compare against it.
+    ReaderPerCall,
+}
+
+/// Client settings. Plain struct with `Default` and `with_*` builders.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ClientConfig {
+    /// Datanode client settings (deadlines, checksum type, bytesPerChecksum).
+    pub xceiver: XceiverConfig,
+    /// Deadline of one om call (default 30 s).
+    pub om_timeout: Duration,
+    /// EC positioned-read mode (default [`ReadMode::Reuse`]).
+    pub read_mode: ReadMode,
+    /// Read the cells of one positioned read that sit on different replica
+    /// indexes concurrently (default true).
+    pub parallel_cell_reads: bool,
+    /// Bytes a sequential reader fetches per datanode round trip (default 4 MiB);
+    /// positioned reads are never widened by this.
+    pub sequential_read_ahead: u64,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        Self {
+            xceiver: XceiverConfig::default(),
+            om_timeout: Duration::from_secs(30),
+            read_mode: ReadMode::Reuse,
+            parallel_cell_reads: true,
+            sequential_read_ahead: 4 * 1024 * 1024,
+        }
+    }
+}
+
+impl ClientConfig {
+    /// Sets the EC positioned-read mode.
+    #[must_use]
+    pub fn with_read_mode(mut self, mode: ReadMode) -> Self {
+        self.read_mode = mode;
+        self
+    }
+
+    /// Sets the per-attempt datanode RPC deadline.
+    #[must_use]
+    pub fn with_rpc_timeout(mut self, d: Duration) -> Self {
+        self.xceiver = self.xceiver.with_rpc_timeout(d);
+        self
+    }
+
+    /// Sets the checksum algorithm of new chunks.
+    #[must_use]
+    pub fn with_checksum_type(mut self, t: ChecksumType) -> Self {
+        self.xceiver = self.xceiver.with_checksum_type(t);
+        self
+    }
+
+    /// Sets bytesPerChecksum of new chunks.
+    #[must_use]
+    pub fn with_bytes_per_checksum(mut self, n: u32) -> Self {
+        self.xceiver = self.xceiver.with_bytes_per_checksum(n);
+        self
+    }
+
+    /// Turns concurrent per-index cell reads on or off.
+    #[must_use]
+    pub fn with_parallel_cell_reads(mut self, on: bool) -> Self {
+        self.parallel_cell_reads = on;
+        self
+    }
+
+    /// Sets the sequential read-ahead, bytes (at least 1).
+    #[must_use]
+    pub fn with_sequential_read_ahead(mut self, bytes: u64) -> Self {
+        self.sequential_read_ahead = bytes.max(1);
+        self
+    }
+}

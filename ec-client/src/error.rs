@@ -1,0 +1,103 @@
+//! The client's error.
+
+use block_stream::BlockStreamError;
+use ec_codec::EcError;
+use proto_crate::{BlockId, ProtocolError};
+
+/// Result alias of this crate.
+pub type Result<T, E = ClientError> = std::result::Result<T, E>;
+
+/// What went wrong in a client operation.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The om refused or failed an operation.
+    #[error("om {op} failed ({name}): {message}")]
+    Om {
+        /// The om operation.
+        op: &'static str,
+        /// The om's error name (`KEY_NOT_FOUND`, `NOT_ENOUGH_DATANODES`, ...)
+        /// or the gRPC code when the om attached none.
+        name: String,
+        /// The om's message.
+        message: String,
+    },
+    /// The key does not exist.
+    #[error("key `{bucket}/{key}` not found")]
+    KeyNotFound {
+        /// Bucket.
+        bucket: String,
+        /// Key.
+        key: String,
+    },
+    /// The bucket does not exist.
+    #[error("bucket `{0}` not found")]
+    BucketNotFound(String),
+    /// A datanode call or block read failed.
+    #[error(transparent)]
+    BlockStream(#[from] BlockStreamError),
+    /// Layout or codec error (a bug or corrupt metadata; never caller input).
+    #[error("erasure coding: {0}")]
+    Ec(#[from] EcError),
+    /// The om sent something malformed.
+    #[error("bad message from the om: {0}")]
+    Protocol(#[from] ProtocolError),
+    /// A read needed bytes past the end of the key.
+    #[error("unexpected end of key: {len} bytes at offset {pos} requested, key holds {key_len}")]
+    UnexpectedEof {
+        /// Offset asked for (key-relative).
+        pos: u64,
+        /// Bytes asked for.
+        len: u64,
+        /// Key length.
+        key_len: u64,
+    },
+    /// More replica indexes of a block group are unreadable than parity can cover.
+    #[error(
+        "insufficient locations for block group {block}: {needed} readable indexes needed, \
+         failed: {failed:?}"
+    )]
+    InsufficientLocations {
+        /// The group (replica index 0).
+        block: BlockId,
+        /// Indexes a read needs.
+        needed: usize,
+        /// Failed (replica index, datanode `HOST:PORT`) pairs.
+        failed: Vec<(u32, String)>,
+    },
+    /// The operation is not supported for this kind of key (e.g. hsync on EC).
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// A bad argument from the caller.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The om call timed out.
+    #[error("om {op} timed out after {after:?}")]
+    OmTimeout {
+        /// The om operation.
+        op: &'static str,
+        /// The deadline.
+        after: std::time::Duration,
+    },
+    /// Connecting to the om failed.
+    #[error("connecting to om at {address}: {message}")]
+    Connect {
+        /// `HOST:PORT`.
+        address: String,
+        /// Why.
+        message: String,
+    },
+}
+
+impl From<ClientError> for std::io::Error {
+    fn from(e: ClientError) -> Self {
+        let kind = match &e {
+            ClientError::UnexpectedEof { .. } => std::io::ErrorKind::UnexpectedEof,
+            ClientError::KeyNotFound { .. } | ClientError::BucketNotFound(_) => std::io::ErrorKind::NotFound,
+            ClientError::InvalidArgument(_) => std::io::ErrorKind::InvalidInput,
+            ClientError::Unsupported(_) => std::io::ErrorKind::Unsupported,
+            _ => std::io::ErrorKind::Other,
+        };
+        std::io::Error::new(kind, e)
+    }
+}

@@ -1,0 +1,304 @@
+//! [`KeyInputStream`]: reads a whole key across its block groups.
+//!
+//! Models Ozone's `KeyInputStream`. Opening costs one key lookup and no
+//! datanode RPC: each group gets an [`ECBlockInputStreamProxy`] (EC) or a
+//! [`BlockInputStream`] (replicated) whose I/O starts lazily.
+//!
+//! Two ways to read:
+//! - positioned: [`read_at`](KeyInputStream::read_at) /
+//!   [`read_exact_at`](KeyInputStream::read_exact_at) take `&self`, are safe
+//!   from many tasks at once, and never move the cursor;
+//! - sequential: `tokio::io::AsyncRead + AsyncSeek` on `&mut self`, fetching
+//!   `sequential_read_ahead` bytes per round trip through the same readers.
+
+use std::future::Future;
+use std::io::SeekFrom;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use block_stream::BlockInputStream;
+use bytes::Bytes;
+use proto_crate::{KeyInfo, ReplicationConfig};
+use tokio::io::{AsyncRead, AsyncSeek, ReadBuf};
+
+use crate::ec_proxy::ECBlockInputStreamProxy;
+use crate::read_context::ReadContext;
+use crate::{ClientError, Result};
+
+/// The reader of one block group.
+#[derive(Debug)]
+enum GroupReader {
+    Ec(ECBlockInputStreamProxy),
+    Replicated(BlockInputStream),
+}
+
+impl GroupReader {
+    async fn read_at(&self, pos: u64, buf: &mut [u8]) -> Result<usize> {
+        match self {
+            Self::Ec(p) => p.read_at(pos, buf).await,
+            Self::Replicated(b) => Ok(b.read_at(pos, buf).await?),
+        }
+    }
+}
+
+/// The shared, immutable part of a key stream: its groups' readers.
+#[derive(Debug)]
+struct KeyReader {
+    info: KeyInfo,
+    /// (key offset of the group's first byte, reader), in key order.
+    groups: Vec<(u64, GroupReader)>,
+}
+
+impl KeyReader {
+    fn open(ctx: &Arc<ReadContext>, info: KeyInfo) -> Result<Self> {
+        let mut groups = Vec::with_capacity(info.block_groups.len());
+        let mut offset = 0u64;
+        for g in &info.block_groups {
+            let reader = match info.replication {
+                ReplicationConfig::Ec(ec) => GroupReader::Ec(ECBlockInputStreamProxy::new(Arc::clone(ctx), g.clone(), ec)?),
+                ReplicationConfig::Replicated { .. } => {
+                    let locations = g
+                        .pipeline
+                        .datanodes()
+                        .into_iter()
+                        .map(|d| ctx.xceivers.client(&d.address))
+                        .collect::<std::result::Result<Vec<_>, _>>()?;
+                    GroupReader::Replicated(BlockInputStream::new(g.block_id(0), g.length, locations)?)
+                }
+            };
+            groups.push((offset, reader));
+            offset += g.length;
+        }
+        Ok(Self { info, groups })
+    }
+
+    async fn read_at(&self, pos: u64, buf: &mut [u8]) -> Result<usize> {
+        let len = self.info.length;
+        if pos >= len || buf.is_empty() {
+            return Ok(0);
+        }
+        let want = usize::try_from((len - pos).min(buf.len() as u64)).unwrap_or(buf.len());
+        let mut done = 0usize;
+        // Last group whose start is <= pos.
+        let mut idx = self.groups.partition_point(|(start, _)| *start <= pos).saturating_sub(1);
+        while done < want {
+            let Some((start, reader)) = self.groups.get(idx) else {
+                break;
+            };
+            let at = pos + done as u64;
+            let n = reader.read_at(at - start, &mut buf[done..want]).await?;
+            if n == 0 {
+                // A group shorter than the key's metadata claims: never loop.
+                return Err(ClientError::UnexpectedEof {
+                    pos: at,
+                    len: (want - done) as u64,
+                    key_len: len,
+                });
+            }
+            done += n;
+            idx += 1;
+        }
+        Ok(done)
+    }
+
+    async fn read_range(&self, pos: u64, len: u64) -> Result<Bytes> {
+        let n = usize::try_from(len).map_err(|_| ClientError::InvalidArgument(format!("length {len} too large")))?;
+        let mut buf = vec![0u8; n];
+        let got = self.read_at(pos, &mut buf).await?;
+        buf.truncate(got);
+        Ok(Bytes::from(buf))
+    }
+}
+
+type Fetch = Pin<Box<dyn Future<Output = (u64, Result<Bytes>)> + Send>>;
+
+/// A readable key: positioned reads on `&self`, sequential reads and seeks on
+/// `&mut self` (`AsyncRead + AsyncSeek`).
+pub struct KeyInputStream {
+    reader: Arc<KeyReader>,
+    read_ahead: u64,
+    /// Sequential cursor, key-relative bytes.
+    pos: u64,
+    /// Bytes fetched for the cursor, starting at key offset `buffer_start`.
+    buffer: Bytes,
+    buffer_start: u64,
+    pending: Option<Fetch>,
+}
+
+impl std::fmt::Debug for KeyInputStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyInputStream")
+            .field("key", &format!("{}/{}", self.reader.info.bucket, self.reader.info.name))
+            .field("len", &self.reader.info.length)
+            .field("pos", &self.pos)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KeyInputStream {
+    pub(crate) fn open(ctx: &Arc<ReadContext>, info: KeyInfo) -> Result<Self> {
+        let read_ahead = ctx.config.sequential_read_ahead.max(1);
+        Ok(Self {
+            reader: Arc::new(KeyReader::open(ctx, info)?),
+            read_ahead,
+            pos: 0,
+            buffer: Bytes::new(),
+            buffer_start: 0,
+            pending: None,
+        })
+    }
+
+    /// The key's metadata as looked up at open.
+    #[must_use]
+    pub fn info(&self) -> &KeyInfo {
+        &self.reader.info
+    }
+
+    /// Key length, bytes.
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        self.reader.info.length
+    }
+
+    /// Whether the key is empty.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.reader.info.length == 0
+    }
+
+    /// The sequential cursor, key-relative bytes.
+    #[must_use]
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// Positioned read: fills `buf` from key offset `pos` up to the end of the
+    /// key and returns the bytes read (fewer than `buf.len()` only at the end;
+    /// 0 at or past it). Never moves the cursor; safe from many tasks at once.
+    ///
+    /// # Errors
+    /// A read failure that failover could not mask; the bytes in `buf` are
+    /// then unspecified.
+    pub async fn read_at(&self, pos: u64, buf: &mut [u8]) -> Result<usize> {
+        self.reader.read_at(pos, buf).await
+    }
+
+    /// Positioned read of exactly `buf.len()` bytes at `pos`.
+    ///
+    /// # Errors
+    /// [`ClientError::UnexpectedEof`] if the range ends past the key (checked
+    /// before any I/O); read failures as [`read_at`](Self::read_at).
+    pub async fn read_exact_at(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
+        let len = self.len();
+        let end = pos.checked_add(buf.len() as u64);
+        if end.is_none_or(|e| e > len) {
+            return Err(ClientError::UnexpectedEof {
+                pos,
+                len: buf.len() as u64,
+                key_len: len,
+            });
+        }
+        let n = self.read_at(pos, buf).await?;
+        if n != buf.len() {
+            return Err(ClientError::UnexpectedEof {
+                pos,
+                len: buf.len() as u64,
+                key_len: len,
+            });
+        }
+        Ok(())
+    }
+
+    /// Reads `len` bytes at `pos` into a new buffer (shorter only at the end
+    /// of the key). Does not move the cursor.
+    ///
+    /// # Errors
+    /// As [`read_at`](Self::read_at).
+    pub async fn read_range(&self, pos: u64, len: u64) -> Result<Bytes> {
+        let len = len.min(self.len().saturating_sub(pos));
+        self.reader.read_range(pos, len).await
+    }
+}
+
+impl AsyncRead for KeyInputStream {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        loop {
+            if out.remaining() == 0 {
+                return Poll::Ready(Ok(()));
+            }
+            let buf_end = this.buffer_start + this.buffer.len() as u64;
+            if this.pos >= this.buffer_start && this.pos < buf_end {
+                let from = usize::try_from(this.pos - this.buffer_start).unwrap_or(usize::MAX);
+                let n = (this.buffer.len() - from).min(out.remaining());
+                out.put_slice(&this.buffer[from..from + n]);
+                this.pos += n as u64;
+                return Poll::Ready(Ok(()));
+            }
+            let len = this.reader.info.length;
+            if this.pos >= len {
+                return Poll::Ready(Ok(()));
+            }
+            if this.pending.is_none() {
+                // Fetch up to the next read-ahead boundary so successive
+                // fetches stay aligned (to cells, when the size is a multiple).
+                let start = this.pos;
+                let end = ((start / this.read_ahead + 1) * this.read_ahead).min(len);
+                let reader = Arc::clone(&this.reader);
+                this.pending = Some(Box::pin(async move { (start, reader.read_range(start, end - start).await) }));
+            }
+            let Some(fut) = this.pending.as_mut() else {
+                continue;
+            };
+            match fut.as_mut().poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready((start, result)) => {
+                    this.pending = None;
+                    match result {
+                        Ok(bytes) if bytes.is_empty() => {
+                            return Poll::Ready(Err(std::io::Error::from(ClientError::UnexpectedEof {
+                                pos: start,
+                                len: 1,
+                                key_len: len,
+                            })));
+                        }
+                        Ok(bytes) => {
+                            this.buffer = bytes;
+                            this.buffer_start = start;
+                        }
+                        Err(e) => return Poll::Ready(Err(e.into())),
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl AsyncSeek for KeyInputStream {
+    fn start_seek(mut self: Pin<&mut Self>, position: SeekFrom) -> std::io::Result<()> {
+        let len = self.reader.info.length;
+        let target = match position {
+            SeekFrom::Start(p) => Some(p),
+            SeekFrom::End(d) => len.checked_add_signed(d),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        let Some(target) = target else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("seek to {position:?} from {} lands before offset 0", self.pos),
+            ));
+        };
+        // A fetch in flight for another offset is dropped (cancelled); the
+        // buffer is kept, since it may still cover the target.
+        if self.pending.is_some() {
+            self.pending = None;
+        }
+        self.pos = target;
+        Ok(())
+    }
+
+    fn poll_complete(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<u64>> {
+        Poll::Ready(Ok(self.pos))
+    }
+}

@@ -1,0 +1,281 @@
+//! Typed calls to the om over gRPC, each bounded by the om deadline.
+
+use std::future::Future;
+use std::time::Duration;
+
+use proto_crate::wire::om as pb;
+use proto_crate::wire::om::ozone_manager_service_client::OzoneManagerServiceClient;
+use proto_crate::{BlockGroup, BucketInfo, DatanodeDetails, KeyInfo, ProtocolError, ReplicationConfig};
+use tonic::transport::{Channel, Endpoint};
+use tonic::Status;
+
+use crate::{ClientError, Result};
+
+/// Header the om attaches to failed calls with its error's name (see the `om` crate).
+const OM_ERROR_HEADER: &str = "x-om-error";
+
+/// A connected om client (Ozone's `OzoneManagerProtocolClientSideTranslatorPB`, reduced).
+#[derive(Debug, Clone)]
+pub(crate) struct OmClient {
+    inner: OzoneManagerServiceClient<Channel>,
+    timeout: Duration,
+}
+
+/// What opening a key returns.
+#[derive(Debug, Clone)]
+pub(crate) struct OpenedKey {
+    pub(crate) session_id: u64,
+    pub(crate) replication: ReplicationConfig,
+    pub(crate) block_size: u64,
+}
+
+fn om_error(op: &'static str, s: &Status) -> ClientError {
+    let name = s
+        .metadata()
+        .get(OM_ERROR_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map_or_else(|| format!("{:?}", s.code()), str::to_string);
+    ClientError::Om {
+        op,
+        name,
+        message: s.message().to_string(),
+    }
+}
+
+impl OmClient {
+    pub(crate) async fn connect(address: &str, timeout: Duration) -> Result<Self> {
+        let endpoint = Endpoint::from_shared(format!("http://{address}"))
+            .map_err(|e| ClientError::Connect {
+                address: address.to_string(),
+                message: e.to_string(),
+            })?
+            .connect_timeout(Duration::from_secs(5))
+            .tcp_nodelay(true);
+        let channel = endpoint.connect().await.map_err(|e| ClientError::Connect {
+            address: address.to_string(),
+            message: format!("{e}: {:?}", std::error::Error::source(&e)),
+        })?;
+        Ok(Self {
+            inner: OzoneManagerServiceClient::new(channel)
+                .max_decoding_message_size(64 * 1024 * 1024),
+            timeout,
+        })
+    }
+
+    async fn call<T>(
+        &self,
+        op: &'static str,
+        fut: impl Future<Output = std::result::Result<tonic::Response<T>, Status>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.timeout, fut).await {
+            Err(_) => Err(ClientError::OmTimeout {
+                op,
+                after: self.timeout,
+            }),
+            Ok(Ok(r)) => Ok(r.into_inner()),
+            Ok(Err(s)) => Err(om_error(op, &s)),
+        }
+    }
+
+    pub(crate) async fn list_datanodes(&self) -> Result<Vec<DatanodeDetails>> {
+        let mut c = self.inner.clone();
+        let r = self
+            .call("ListDatanodes", c.list_datanodes(pb::ListDatanodesRequest {}))
+            .await?;
+        Ok(r.datanodes
+            .into_iter()
+            .map(DatanodeDetails::try_from)
+            .collect::<std::result::Result<_, _>>()?)
+    }
+
+    pub(crate) async fn create_bucket(
+        &self,
+        name: &str,
+        replication: Option<ReplicationConfig>,
+        block_size: Option<u64>,
+    ) -> Result<BucketInfo> {
+        let mut c = self.inner.clone();
+        let r = self
+            .call(
+                "CreateBucket",
+                c.create_bucket(pb::CreateBucketRequest {
+                    name: name.to_string(),
+                    default_replication: replication.map(|r| r.to_string()).unwrap_or_default(),
+                    block_size: block_size.unwrap_or(0),
+                }),
+            )
+            .await?;
+        Ok(r.bucket
+            .ok_or(ProtocolError::MissingField("bucket"))?
+            .try_into()?)
+    }
+
+    pub(crate) async fn get_bucket(&self, name: &str) -> Result<BucketInfo> {
+        let mut c = self.inner.clone();
+        let r = self
+            .call(
+                "GetBucket",
+                c.get_bucket(pb::GetBucketRequest {
+                    name: name.to_string(),
+                }),
+            )
+            .await
+            .map_err(|e| match e {
+                ClientError::Om { name: n, .. } if n == "BUCKET_NOT_FOUND" => ClientError::BucketNotFound(name.to_string()),
+                e => e,
+            })?;
+        Ok(r.bucket
+            .ok_or(ProtocolError::MissingField("bucket"))?
+            .try_into()?)
+    }
+
+    pub(crate) async fn list_buckets(&self) -> Result<Vec<BucketInfo>> {
+        let mut c = self.inner.clone();
+        let r = self
+            .call("ListBuckets", c.list_buckets(pb::ListBucketsRequest {}))
+            .await?;
+        Ok(r.buckets
+            .into_iter()
+            .map(BucketInfo::try_from)
+            .collect::<std::result::Result<_, _>>()?)
+    }
+
+    pub(crate) async fn delete_bucket(&self, name: &str) -> Result<()> {
+        let mut c = self.inner.clone();
+        self.call(
+            "DeleteBucket",
+            c.delete_bucket(pb::DeleteBucketRequest {
+                name: name.to_string(),
+            }),
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub(crate) async fn open_key(
+        &self,
+        bucket: &str,
+        key: &str,
+        replication: Option<ReplicationConfig>,
+    ) -> Result<OpenedKey> {
+        let mut c = self.inner.clone();
+        let r = self
+            .call(
+                "OpenKey",
+                c.open_key(pb::OpenKeyRequest {
+                    bucket: bucket.to_string(),
+                    key: key.to_string(),
+                    replication: replication.map(|r| r.to_string()).unwrap_or_default(),
+                }),
+            )
+            .await
+            .map_err(|e| match e {
+                ClientError::Om { name, .. } if name == "BUCKET_NOT_FOUND" => ClientError::BucketNotFound(bucket.to_string()),
+                e => e,
+            })?;
+        Ok(OpenedKey {
+            session_id: r.session_id,
+            replication: r.replication.parse()?,
+            block_size: r.block_size,
+        })
+    }
+
+    pub(crate) async fn allocate_block_group(&self, session_id: u64, exclude: Vec<String>) -> Result<BlockGroup> {
+        let mut c = self.inner.clone();
+        let r = self
+            .call(
+                "AllocateBlockGroup",
+                c.allocate_block_group(pb::AllocateBlockGroupRequest {
+                    session_id,
+                    exclude_datanodes: exclude,
+                }),
+            )
+            .await?;
+        Ok(r.block_group
+            .ok_or(ProtocolError::MissingField("block_group"))?
+            .try_into()?)
+    }
+
+    pub(crate) async fn commit_key(&self, session_id: u64, groups: Vec<BlockGroup>, length: u64) -> Result<KeyInfo> {
+        let mut c = self.inner.clone();
+        let r = self
+            .call(
+                "CommitKey",
+                c.commit_key(pb::CommitKeyRequest {
+                    session_id,
+                    block_groups: groups.into_iter().map(Into::into).collect(),
+                    length,
+                }),
+            )
+            .await?;
+        Ok(r.key.ok_or(ProtocolError::MissingField("key"))?.try_into()?)
+    }
+
+    pub(crate) async fn abort_key(&self, session_id: u64) -> Result<()> {
+        let mut c = self.inner.clone();
+        self.call("AbortKey", c.abort_key(pb::AbortKeyRequest { session_id }))
+            .await?;
+        Ok(())
+    }
+
+    pub(crate) async fn lookup_key(&self, bucket: &str, key: &str) -> Result<KeyInfo> {
+        let mut c = self.inner.clone();
+        let r = self
+            .call(
+                "LookupKey",
+                c.lookup_key(pb::LookupKeyRequest {
+                    bucket: bucket.to_string(),
+                    key: key.to_string(),
+                }),
+            )
+            .await
+            .map_err(|e| match e {
+                ClientError::Om { name, .. } if name == "KEY_NOT_FOUND" => ClientError::KeyNotFound {
+                    bucket: bucket.to_string(),
+                    key: key.to_string(),
+                },
+                e => e,
+            })?;
+        Ok(r.key.ok_or(ProtocolError::MissingField("key"))?.try_into()?)
+    }
+
+    pub(crate) async fn list_keys(&self, bucket: &str, prefix: &str, start_after: &str, max_keys: u32) -> Result<Vec<KeyInfo>> {
+        let mut c = self.inner.clone();
+        let r = self
+            .call(
+                "ListKeys",
+                c.list_keys(pb::ListKeysRequest {
+                    bucket: bucket.to_string(),
+                    prefix: prefix.to_string(),
+                    start_after: start_after.to_string(),
+                    max_keys,
+                }),
+            )
+            .await?;
+        Ok(r.keys
+            .into_iter()
+            .map(KeyInfo::try_from)
+            .collect::<std::result::Result<_, _>>()?)
+    }
+
+    pub(crate) async fn delete_key(&self, bucket: &str, key: &str) -> Result<()> {
+        let mut c = self.inner.clone();
+        self.call(
+            "DeleteKey",
+            c.delete_key(pb::DeleteKeyRequest {
+                bucket: bucket.to_string(),
+                key: key.to_string(),
+            }),
+        )
+        .await
+        .map_err(|e| match e {
+            ClientError::Om { name, .. } if name == "KEY_NOT_FOUND" => ClientError::KeyNotFound {
+                bucket: bucket.to_string(),
+                key: key.to_string(),
+            },
+            e => e,
+        })?;
+        Ok(())
+    }
+}
+
