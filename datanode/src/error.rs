@@ -64,6 +64,12 @@ pub enum DatanodeError {
         /// Committed bytes (cannot be overwritten).
         committed: u64,
     },
+    /// A WriteChunk to a block closed by an eof PutBlock.
+    #[error("block {block} is closed")]
+    BlockClosed {
+        /// Block written.
+        block: BlockId,
+    },
     /// A malformed request.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -92,6 +98,7 @@ impl DatanodeError {
             Self::OutOfRange { .. } => ResultCode::OutOfRange,
             Self::LengthTooLarge { .. } => ResultCode::LengthTooLarge,
             Self::ChunkOffsetMismatch { .. } => ResultCode::ChunkOffsetMismatch,
+            Self::BlockClosed { .. } => ResultCode::BlockClosed,
             Self::InvalidArgument(_) => ResultCode::InvalidArgument,
             Self::Io { .. } => ResultCode::IoException,
             Self::Db(_) => ResultCode::Internal,

@@ -76,13 +76,14 @@ impl DatanodeService for DatanodeGrpcService {
 
     async fn put_block(&self, req: Request<pb::PutBlockRequest>) -> Result<Response<pb::PutBlockResponse>, Status> {
         self.metrics.record(ServedRpc::PutBlock);
+        let req = req.into_inner();
+        let eof = req.eof;
         let data = req
-            .into_inner()
             .block_data
             .ok_or(ProtocolError::MissingField("block_data"))
             .and_then(BlockData::try_from)
             .map_err(bad)?;
-        let len = self.store.put_block(data).await?;
+        let len = self.store.put_block(data, eof).await?;
         Ok(Response::new(pb::PutBlockResponse {
             committed_block_length: len,
         }))

@@ -32,6 +32,8 @@ type Result<T, E = DatanodeError> = std::result::Result<T, E>;
 const BLOCKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("blocks");
 /// Containers present on this datanode: container id -> ().
 const CONTAINERS: TableDefinition<u64, ()> = TableDefinition::new("containers");
+/// Blocks closed by an eof PutBlock: (container id, local id) -> ().
+const CLOSED: TableDefinition<(u64, u64), ()> = TableDefinition::new("closed_blocks");
 
 /// Largest ReadChunk answer, bytes (DESIGN.md: 32 MiB). Longer requests are
 /// rejected before any buffer is allocated.
@@ -48,6 +50,7 @@ fn key(b: BlockId) -> BlockKey {
 struct OpenBlock {
     replica_index: u32,
     file_len: u64,
+    closed: bool,
 }
 
 /// The containers and blocks of one datanode.
@@ -75,6 +78,7 @@ impl ContainerStore {
         {
             txn.open_table(BLOCKS)?;
             txn.open_table(CONTAINERS)?;
+            txn.open_table(CLOSED)?;
         }
         txn.commit()?;
 
@@ -194,9 +198,14 @@ impl ContainerStore {
         let replica_index = self
             .committed_block(b)
             .map_or(b.replica_index, |d| d.block_id.replica_index);
+        let closed = {
+            let read = self.db.begin_read()?;
+            read.open_table(CLOSED)?.get(key(b))?.is_some()
+        };
         let ob = Arc::new(tokio::sync::Mutex::new(OpenBlock {
             replica_index,
             file_len,
+            closed,
         }));
         open.insert(key(b), Arc::clone(&ob));
         Ok(ob)
@@ -229,6 +238,9 @@ impl ContainerStore {
                 asked: b.replica_index,
                 stored: ob.replica_index,
             });
+        }
+        if ob.closed {
+            return Err(DatanodeError::BlockClosed { block: b });
         }
         let committed = self.committed_block(b).map_or(0, |d| d.size);
         if chunk.offset > ob.file_len || chunk.offset < committed {
@@ -266,19 +278,22 @@ impl ContainerStore {
     /// [`DatanodeError::InvalidArgument`] for a chunk list that is not
     /// contiguous from 0 or a size the file does not hold;
     /// [`DatanodeError::ReplicaIndexMismatch`]; I/O and database errors.
-    pub async fn put_block(&self, data: BlockData) -> Result<u64> {
+    pub async fn put_block(&self, data: BlockData, eof: bool) -> Result<u64> {
         let b = data.block_id;
         data.validate_chunks()
             .map_err(|e| DatanodeError::InvalidArgument(format!("PutBlock of {b}: {e}")))?;
         self.create_container(b.container_id)?;
         let ob = self.open_block(b)?;
-        let ob = ob.lock().await;
+        let mut ob = ob.lock().await;
         if ob.replica_index != b.replica_index {
             return Err(DatanodeError::ReplicaIndexMismatch {
                 block: b,
                 asked: b.replica_index,
                 stored: ob.replica_index,
             });
+        }
+        if ob.closed {
+            return Err(DatanodeError::BlockClosed { block: b });
         }
         if data.size > ob.file_len {
             return Err(DatanodeError::InvalidArgument(format!(
@@ -296,7 +311,11 @@ impl ContainerStore {
         let encoded = pb::BlockData::from(data.clone()).encode_to_vec();
         let txn = self.db.begin_write()?;
         txn.open_table(BLOCKS)?.insert(key(b), encoded.as_slice())?;
+        if eof {
+            txn.open_table(CLOSED)?.insert(key(b), ())?;
+        }
         txn.commit()?;
+        ob.closed = eof;
         let size = data.size;
         self.committed
             .write()
@@ -454,7 +473,7 @@ mod tests {
             s.write_chunk(id(2), &chunk(5, 6), Bytes::from_static(b" world")).await.unwrap();
             // Not committed yet: invisible.
             assert!(matches!(s.get_block(id(2)), Err(DatanodeError::NoSuchBlock { .. })));
-            let size = s.put_block(block(2, vec![chunk(0, 5), chunk(5, 6)])).await.unwrap();
+            let size = s.put_block(block(2, vec![chunk(0, 5), chunk(5, 6)]), false).await.unwrap();
             assert_eq!(size, 11);
             let got = s.read(id(2), &chunk(5, 6), 6, 5).await.unwrap();
             assert_eq!(&got[..], b"world");
@@ -496,14 +515,14 @@ mod tests {
             s.write_chunk(id(4), &chunk(3, 1), Bytes::from_static(b"x")).await,
             Err(DatanodeError::ReplicaIndexMismatch { .. })
         ));
-        s.put_block(block(1, vec![chunk(0, 3)])).await.unwrap();
+        s.put_block(block(1, vec![chunk(0, 3)]), false).await.unwrap();
         // Rewriting the committed prefix is refused.
         assert!(matches!(
             s.write_chunk(id(1), &chunk(0, 3), Bytes::from_static(b"xyz")).await,
             Err(DatanodeError::ChunkOffsetMismatch { .. })
         ));
         // A PutBlock claiming unwritten bytes is refused.
-        assert!(s.put_block(block(1, vec![chunk(0, 3), chunk(3, 4)])).await.is_err());
+        assert!(s.put_block(block(1, vec![chunk(0, 3), chunk(3, 4)]), false).await.is_err());
         // An empty record (EC index beyond the data) needs no file.
         let empty = BlockData {
             block_id: BlockId { local_id: 43, ..id(3) },
@@ -511,6 +530,19 @@ mod tests {
             size: 0,
             metadata: BTreeMap::new(),
         };
-        assert_eq!(s.put_block(empty).await.unwrap(), 0);
+        assert_eq!(s.put_block(empty, true).await.unwrap(), 0);
+        // eof closes the block: no more chunks, no more PutBlocks.
+        s.write_chunk(id(1), &chunk(3, 1), Bytes::from_static(b"d")).await.unwrap();
+        s.put_block(block(1, vec![chunk(0, 3), chunk(3, 1)]), true).await.unwrap();
+        assert!(matches!(
+            s.write_chunk(id(1), &chunk(4, 1), Bytes::from_static(b"e")).await,
+            Err(DatanodeError::BlockClosed { .. })
+        ));
+        drop(s);
+        let s = ContainerStore::open(dir.path()).unwrap();
+        assert!(matches!(
+            s.write_chunk(id(1), &chunk(4, 1), Bytes::from_static(b"e")).await,
+            Err(DatanodeError::BlockClosed { .. })
+        ));
     }
 }

@@ -123,7 +123,10 @@ pub struct KeyInputStream {
     /// Bytes fetched for the cursor, starting at key offset `buffer_start`.
     buffer: Bytes,
     buffer_start: u64,
-    pending: Option<Fetch>,
+    /// The sequential fetch in flight. Only touched through `&mut self`
+    /// (`Mutex::get_mut`, never locked); the mutex just makes the stream `Sync`
+    /// so that `Arc<KeyInputStream>` can be shared for positioned reads.
+    pending: std::sync::Mutex<Option<Fetch>>,
 }
 
 impl std::fmt::Debug for KeyInputStream {
@@ -145,7 +148,7 @@ impl KeyInputStream {
             pos: 0,
             buffer: Bytes::new(),
             buffer_start: 0,
-            pending: None,
+            pending: std::sync::Mutex::new(None),
         })
     }
 
@@ -240,21 +243,25 @@ impl AsyncRead for KeyInputStream {
             if this.pos >= len {
                 return Poll::Ready(Ok(()));
             }
-            if this.pending.is_none() {
+            let pending = this
+                .pending
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if pending.is_none() {
                 // Fetch up to the next read-ahead boundary so successive
                 // fetches stay aligned (to cells, when the size is a multiple).
                 let start = this.pos;
                 let end = ((start / this.read_ahead + 1) * this.read_ahead).min(len);
                 let reader = Arc::clone(&this.reader);
-                this.pending = Some(Box::pin(async move { (start, reader.read_range(start, end - start).await) }));
+                *pending = Some(Box::pin(async move { (start, reader.read_range(start, end - start).await) }));
             }
-            let Some(fut) = this.pending.as_mut() else {
+            let Some(fut) = pending.as_mut() else {
                 continue;
             };
             match fut.as_mut().poll(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready((start, result)) => {
-                    this.pending = None;
+                    *pending = None;
                     match result {
                         Ok(bytes) if bytes.is_empty() => {
                             return Poll::Ready(Err(std::io::Error::from(ClientError::UnexpectedEof {
@@ -291,9 +298,10 @@ impl AsyncSeek for KeyInputStream {
         };
         // A fetch in flight for another offset is dropped (cancelled); the
         // buffer is kept, since it may still cover the target.
-        if self.pending.is_some() {
-            self.pending = None;
-        }
+        *self
+            .pending
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
         self.pos = target;
         Ok(())
     }

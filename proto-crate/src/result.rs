@@ -37,6 +37,8 @@ pub enum ResultCode {
     LengthTooLarge,
     /// Anything else that went wrong inside the datanode.
     Internal,
+    /// A WriteChunk to a block already closed by an eof PutBlock.
+    BlockClosed,
 }
 
 impl ResultCode {
@@ -54,6 +56,7 @@ impl ResultCode {
             Self::Unavailable => pb::Result::Unavailable,
             Self::LengthTooLarge => pb::Result::LengthTooLarge,
             Self::Internal => pb::Result::Internal,
+            Self::BlockClosed => pb::Result::BlockClosed,
         }
     }
 
@@ -71,6 +74,7 @@ impl ResultCode {
             pb::Result::Unavailable => Self::Unavailable,
             pb::Result::LengthTooLarge => Self::LengthTooLarge,
             pb::Result::Internal => Self::Internal,
+            pb::Result::BlockClosed => Self::BlockClosed,
         }
     }
 
@@ -80,7 +84,9 @@ impl ResultCode {
         match self {
             Self::Unspecified | Self::Internal => Code::Internal,
             Self::ContainerNotFound | Self::NoSuchBlock => Code::NotFound,
-            Self::ReplicaIndexMismatch | Self::ChunkOffsetMismatch => Code::FailedPrecondition,
+            Self::ReplicaIndexMismatch | Self::ChunkOffsetMismatch | Self::BlockClosed => {
+                Code::FailedPrecondition
+            }
             Self::OutOfRange => Code::OutOfRange,
             Self::InvalidArgument | Self::LengthTooLarge => Code::InvalidArgument,
             Self::IoException => Code::DataLoss,
@@ -105,11 +111,12 @@ impl ResultCode {
             Self::Unavailable => "UNAVAILABLE",
             Self::LengthTooLarge => "LENGTH_TOO_LARGE",
             Self::Internal => "INTERNAL",
+            Self::BlockClosed => "BLOCK_CLOSED",
         }
     }
 
     /// Every code, for CLIs that accept a code by [`name`](Self::name).
-    pub const ALL: [ResultCode; 12] = [
+    pub const ALL: [ResultCode; 13] = [
         Self::Unspecified,
         Self::ContainerNotFound,
         Self::NoSuchBlock,
@@ -122,6 +129,7 @@ impl ResultCode {
         Self::Unavailable,
         Self::LengthTooLarge,
         Self::Internal,
+        Self::BlockClosed,
     ];
 
     /// Looks a code up by its [`name`](Self::name), case-insensitively.

@@ -1,0 +1,91 @@
+//! Positioned reads: exact RPC counts once warm, and correctness under
+//! concurrency (DESIGN.md lessons 1 and 2).
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{CELL, STRIPE, cluster, data, ec_bucket};
+use ec_client::RpcKind;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+/// After warm-up, 100 preads add zero GetBlock RPCs, create no EC reader and
+/// issue nothing but ReadChunk RPCs (HDDS-10135's regression guard).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_preads_cost_read_chunk_only() {
+    let (cluster, client) = cluster().await;
+    ec_bucket(&client, "b", 1 << 20).await;
+    let len = 10 * STRIPE + 123;
+    let src = data(len, 3);
+    client.put_key("b", "k", None, &src).await.expect("put");
+    let readers_before_open = client.ec_metrics();
+    let stream = client.open_key("b", "k").await.expect("open");
+    let after_open = client.metrics();
+    assert_eq!(
+        client.ec_metrics().since(&readers_before_open).ec_readers_created,
+        1,
+        "one EC reader per block group at open"
+    );
+    // Warm-up: touch every data index once.
+    let mut buf = vec![0u8; 3 * CELL as usize];
+    stream.read_exact_at(0, &mut buf).await.expect("warm-up");
+    let warm = client.metrics();
+    assert_eq!(warm.since(&after_open).rpcs(RpcKind::GetBlock), 3, "one GetBlock per data index");
+    let readers = client.ec_metrics();
+
+    let mut rng = SmallRng::seed_from_u64(9);
+    let mut expected_read_chunks = 0;
+    for _ in 0..100 {
+        let n = rng.random_range(1..=CELL);
+        let pos = rng.random_range(0..len - n);
+        let mut buf = vec![0u8; n as usize];
+        stream.read_exact_at(pos, &mut buf).await.expect("pread");
+        assert!(buf[..] == src[pos as usize..(pos + n) as usize]);
+        // One ReadChunk per cell touched (each cell is one chunk).
+        expected_read_chunks += (pos + n - 1) / CELL - pos / CELL + 1;
+    }
+    let delta = client.metrics().since(&warm);
+    assert_eq!(delta.rpcs(RpcKind::GetBlock), 0);
+    assert_eq!(delta.rpcs(RpcKind::ReadChunk), expected_read_chunks);
+    let other: u64 = delta
+        .rpcs_total
+        .iter()
+        .filter(|(k, _)| **k != RpcKind::ReadChunk)
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(other, 0, "only ReadChunk after warm-up: {delta:?}");
+    assert_eq!(client.ec_metrics().since(&readers).ec_readers_created, 0);
+    cluster.shutdown().await;
+}
+
+/// 16 tasks issuing random preads at once on one open key all get the right bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_concurrent_pread_tasks_get_correct_bytes() {
+    let (cluster, client) = cluster().await;
+    ec_bucket(&client, "b", 4 * CELL).await;
+    let len = 9 * STRIPE + 77; // spans several block groups
+    let src = Arc::new(data(len, 4));
+    client.put_key("b", "k", None, &src).await.expect("put");
+    let stream = Arc::new(client.open_key("b", "k").await.expect("open"));
+    let tasks: Vec<_> = (0..16u64)
+        .map(|t| {
+            let stream = Arc::clone(&stream);
+            let src = Arc::clone(&src);
+            tokio::spawn(async move {
+                let mut rng = SmallRng::seed_from_u64(t);
+                for _ in 0..50 {
+                    let pos = rng.random_range(0..len);
+                    let n = rng.random_range(1..=(len - pos).min(2 * STRIPE));
+                    let mut buf = vec![0u8; n as usize];
+                    stream.read_exact_at(pos, &mut buf).await.expect("pread");
+                    assert!(buf[..] == src[pos as usize..(pos + n) as usize], "task {t}: {pos}+{n}");
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task");
+    }
+    cluster.shutdown().await;
+}
