@@ -122,10 +122,11 @@ impl BlockInputStream {
                 needed: self.length,
             });
         }
-        d.validate_chunks().map_err(|source| BlockStreamError::Protocol {
-            datanode: loc.address().to_string(),
-            source,
-        })?;
+        d.validate_chunks()
+            .map_err(|source| BlockStreamError::Protocol {
+                datanode: loc.address().to_string(),
+                source,
+            })?;
         Ok(d)
     }
 
@@ -142,7 +143,10 @@ impl BlockInputStream {
                 block: self.block_id,
                 last: Box::new(e),
             },
-            None => BlockStreamError::InvalidArgument(format!("block {} has no locations", self.block_id)),
+            None => BlockStreamError::InvalidArgument(format!(
+                "block {} has no locations",
+                self.block_id
+            )),
         }
     }
 
@@ -170,7 +174,8 @@ impl BlockInputStream {
                 Err(e) if e.is_location_failure() => {
                     tracing::debug!(block = %self.block_id, datanode = self.locations[i].address(), error = %e, "location failed, trying next");
                     if self.locations.len() > 1 {
-                        self.preferred.store((i + 1) % self.locations.len(), Ordering::Relaxed);
+                        self.preferred
+                            .store((i + 1) % self.locations.len(), Ordering::Relaxed);
                     }
                     last = Some(e);
                 }
@@ -182,7 +187,13 @@ impl BlockInputStream {
 
     /// Reads `buf.len()` bytes at `pos` (all inside the committed block) from
     /// one location, chunk by chunk, verifying checksums.
-    async fn read_from(&self, loc: &XceiverClient, data: &BlockData, pos: u64, buf: &mut [u8]) -> Result<()> {
+    async fn read_from(
+        &self,
+        loc: &XceiverClient,
+        data: &BlockData,
+        pos: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
         let end = pos + buf.len() as u64;
         // First chunk whose end is past `pos`.
         let mut idx = data.chunks.partition_point(|c| c.end() <= pos);

@@ -114,7 +114,12 @@ impl BlockOutputStream {
             size: self.written,
             metadata: metadata.clone(),
         };
-        let committed = try_join_all(self.locations.iter().map(|l| l.put_block(data.clone(), eof))).await?;
+        let committed = try_join_all(
+            self.locations
+                .iter()
+                .map(|l| l.put_block(data.clone(), eof)),
+        )
+        .await?;
         for (loc, len) in self.locations.iter().zip(committed) {
             if len != self.written {
                 return Err(BlockStreamError::CommitMismatch {

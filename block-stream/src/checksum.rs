@@ -81,7 +81,7 @@ pub fn verify(
     }
     let bpc = u64::from(cs.bytes_per_checksum);
     let rel = offset.saturating_sub(chunk.offset);
-    if rel % bpc != 0 {
+    if !rel.is_multiple_of(bpc) {
         return Err(BlockStreamError::InvalidArgument(format!(
             "verify of block {block} at offset {offset} is not aligned to {bpc}-byte windows"
         )));

@@ -93,9 +93,7 @@ pub enum BlockStreamError {
         got: u64,
     },
     /// The block's committed data ends before the range the caller needs.
-    #[error(
-        "block {block} on {datanode} holds {available} bytes but {needed} are needed"
-    )]
+    #[error("block {block} on {datanode} holds {available} bytes but {needed} are needed")]
     BlockTooShort {
         /// Block read.
         block: BlockId,
@@ -107,7 +105,9 @@ pub enum BlockStreamError {
         needed: u64,
     },
     /// PutBlock was acknowledged with another committed length than sent.
-    #[error("PutBlock of block {block} on {datanode} committed {committed} bytes, expected {expected}")]
+    #[error(
+        "PutBlock of block {block} on {datanode} committed {committed} bytes, expected {expected}"
+    )]
     CommitMismatch {
         /// Block committed.
         block: BlockId,

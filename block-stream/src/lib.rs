@@ -14,9 +14,9 @@
 //! Layering: depends on `proto-crate` only; knows nothing of EC (that is
 //! `ec-client`'s job) and never of the om.
 
-pub mod checksum;
 mod block_input;
 mod block_output;
+pub mod checksum;
 mod config;
 mod error;
 mod metrics;

@@ -110,10 +110,7 @@ impl ClientMetrics {
     /// A consistent-enough copy of every counter (each counter is read once).
     #[must_use]
     pub fn snapshot(&self) -> MetricsSnapshot {
-        let rpcs_total = RpcKind::ALL
-            .iter()
-            .map(|k| (*k, self.rpcs(*k)))
-            .collect();
+        let rpcs_total = RpcKind::ALL.iter().map(|k| (*k, self.rpcs(*k))).collect();
         let map = self
             .by_datanode
             .lock()

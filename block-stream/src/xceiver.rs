@@ -84,9 +84,15 @@ pub struct XceiverClient {
 }
 
 impl XceiverClient {
-    fn connect_lazy(address: &str, config: &XceiverConfig, metrics: Arc<ClientMetrics>) -> Result<Self> {
+    fn connect_lazy(
+        address: &str,
+        config: &XceiverConfig,
+        metrics: Arc<ClientMetrics>,
+    ) -> Result<Self> {
         let endpoint = Endpoint::from_shared(format!("http://{address}"))
-            .map_err(|e| BlockStreamError::InvalidArgument(format!("datanode address `{address}`: {e}")))?
+            .map_err(|e| {
+                BlockStreamError::InvalidArgument(format!("datanode address `{address}`: {e}"))
+            })?
             .connect_timeout(config.connect_timeout)
             .tcp_nodelay(true)
             .max_frame_size(config.http2_max_frame_size)
@@ -130,7 +136,12 @@ impl XceiverClient {
         }
     }
 
-    fn map_status(&self, kind: RpcKind, block: Option<BlockId>, status: &Status) -> BlockStreamError {
+    fn map_status(
+        &self,
+        kind: RpcKind,
+        block: Option<BlockId>,
+        status: &Status,
+    ) -> BlockStreamError {
         let datanode = self.address.to_string();
         let code = result_code(status);
         if code == ResultCode::Unspecified {
@@ -201,7 +212,9 @@ impl XceiverClient {
             .ok_or(proto_crate::ProtocolError::MissingField("block_data"))
             .and_then(BlockData::try_from)
             .map_err(|e| self.protocol(e))?;
-        if data.block_id.container_id != block.container_id || data.block_id.local_id != block.local_id {
+        if data.block_id.container_id != block.container_id
+            || data.block_id.local_id != block.local_id
+        {
             return Err(self.protocol(proto_crate::ProtocolError::InvalidField {
                 field: "block_data.block_id",
                 reason: format!("asked for {block}, got {}", data.block_id),
@@ -217,7 +230,13 @@ impl XceiverClient {
     /// [`BlockStreamError::ShortRead`] if the answer is not exactly `len` bytes
     /// (a short or zero-byte answer is a failed location, never retried here);
     /// result codes and transport failures as for every call.
-    pub async fn read_chunk(&self, block: BlockId, chunk: &ChunkInfo, offset: u64, len: u64) -> Result<Bytes> {
+    pub async fn read_chunk(
+        &self,
+        block: BlockId,
+        chunk: &ChunkInfo,
+        offset: u64,
+        len: u64,
+    ) -> Result<Bytes> {
         let mut c = self.inner.clone();
         let resp = self
             .call(
@@ -292,7 +311,12 @@ impl XceiverClient {
     ///
     /// # Errors
     /// Result codes (container not found) and transport failures.
-    pub async fn list_block(&self, container_id: u64, start_local_id: u64, count: u32) -> Result<Vec<BlockData>> {
+    pub async fn list_block(
+        &self,
+        container_id: u64,
+        start_local_id: u64,
+        count: u32,
+    ) -> Result<Vec<BlockData>> {
         let mut c = self.inner.clone();
         let resp = self
             .call(

@@ -19,7 +19,9 @@ pub enum DatanodeError {
         block: BlockId,
     },
     /// The block exists with another replica index.
-    #[error("block {block}: replica index {asked} asked for, but this datanode holds index {stored}")]
+    #[error(
+        "block {block}: replica index {asked} asked for, but this datanode holds index {stored}"
+    )]
     ReplicaIndexMismatch {
         /// Block asked for.
         block: BlockId,
@@ -53,7 +55,9 @@ pub enum DatanodeError {
         cap: u64,
     },
     /// A WriteChunk that does not continue the block.
-    #[error("block {block}: chunk at offset {offset} does not continue the block (file holds {file_len} bytes, {committed} committed)")]
+    #[error(
+        "block {block}: chunk at offset {offset} does not continue the block (file holds {file_len} bytes, {committed} committed)"
+    )]
     ChunkOffsetMismatch {
         /// Block written.
         block: BlockId,

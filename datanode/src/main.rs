@@ -26,16 +26,22 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .init();
     let args = Args::parse();
     let mut config = DatanodeConfig::new(args.listen, &args.data_dir);
     if let Some(om) = args.om {
         config = config.with_om(om);
     }
-    let dn = Datanode::start(config).await.context("starting the datanode")?;
+    let dn = Datanode::start(config)
+        .await
+        .context("starting the datanode")?;
     println!("datanode {} serving on {}", dn.details().uuid, dn.address());
-    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
     dn.shutdown().await;
     Ok(())
 }

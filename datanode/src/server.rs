@@ -15,10 +15,10 @@ use tokio::task::JoinHandle;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
+use crate::DatanodeError;
 use crate::metrics::DatanodeMetrics;
 use crate::service::DatanodeGrpcService;
 use crate::storage::ContainerStore;
-use crate::DatanodeError;
 
 /// Largest gRPC message the datanode accepts or sends, bytes (a ReadChunk
 /// answer is capped at 32 MiB; WriteChunk requests carry one chunk).
@@ -79,8 +79,16 @@ fn load_or_create_uuid(dir: &Path) -> Result<String, DatanodeError> {
     }
     let r: u128 = rand::random();
     let s = format!("{r:032x}");
-    let uuid = format!("{}-{}-{}-{}-{}", &s[0..8], &s[8..12], &s[12..16], &s[16..20], &s[20..32]);
-    std::fs::write(&path, &uuid).map_err(|e| DatanodeError::io(format!("writing {}", path.display()), e))?;
+    let uuid = format!(
+        "{}-{}-{}-{}-{}",
+        &s[0..8],
+        &s[8..12],
+        &s[12..16],
+        &s[16..20],
+        &s[20..32]
+    );
+    std::fs::write(&path, &uuid)
+        .map_err(|e| DatanodeError::io(format!("writing {}", path.display()), e))?;
     Ok(uuid)
 }
 
@@ -90,7 +98,9 @@ async fn open_store(dir: &Path) -> Result<ContainerStore, DatanodeError> {
     let mut waited = Duration::ZERO;
     loop {
         match ContainerStore::open(dir) {
-            Err(DatanodeError::Db(msg)) if msg.contains("already open") && waited < Duration::from_secs(10) => {
+            Err(DatanodeError::Db(msg))
+                if msg.contains("already open") && waited < Duration::from_secs(10) =>
+            {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 waited += Duration::from_millis(20);
             }
@@ -185,8 +195,12 @@ impl Datanode {
         if let Some(mut task) = self.task.take() {
             match tokio::time::timeout(Duration::from_secs(5), &mut task).await {
                 Ok(Ok(Ok(()))) => {}
-                Ok(Ok(Err(e))) => tracing::warn!(datanode = %self.details, error = %e, "server ended with an error"),
-                Ok(Err(e)) => tracing::warn!(datanode = %self.details, error = %e, "server task failed"),
+                Ok(Ok(Err(e))) => {
+                    tracing::warn!(datanode = %self.details, error = %e, "server ended with an error")
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(datanode = %self.details, error = %e, "server task failed")
+                }
                 Err(_) => {
                     tracing::warn!(datanode = %self.details, "graceful shutdown timed out; aborting");
                     task.abort();

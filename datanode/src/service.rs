@@ -44,7 +44,10 @@ fn chunk(c: Option<pb::ChunkInfo>) -> Result<ChunkInfo, Status> {
 
 #[tonic::async_trait]
 impl DatanodeService for DatanodeGrpcService {
-    async fn get_block(&self, req: Request<pb::GetBlockRequest>) -> Result<Response<pb::GetBlockResponse>, Status> {
+    async fn get_block(
+        &self,
+        req: Request<pb::GetBlockRequest>,
+    ) -> Result<Response<pb::GetBlockResponse>, Status> {
         self.metrics.record(ServedRpc::GetBlock);
         let id = block_id(req.into_inner().block_id)?;
         let data = self.store.get_block(id)?;
@@ -53,7 +56,10 @@ impl DatanodeService for DatanodeGrpcService {
         }))
     }
 
-    async fn read_chunk(&self, req: Request<pb::ReadChunkRequest>) -> Result<Response<pb::ReadChunkResponse>, Status> {
+    async fn read_chunk(
+        &self,
+        req: Request<pb::ReadChunkRequest>,
+    ) -> Result<Response<pb::ReadChunkResponse>, Status> {
         self.metrics.record(ServedRpc::ReadChunk);
         let req = req.into_inner();
         let id = block_id(req.block_id)?;
@@ -63,7 +69,10 @@ impl DatanodeService for DatanodeGrpcService {
         Ok(Response::new(pb::ReadChunkResponse { data }))
     }
 
-    async fn write_chunk(&self, req: Request<pb::WriteChunkRequest>) -> Result<Response<pb::WriteChunkResponse>, Status> {
+    async fn write_chunk(
+        &self,
+        req: Request<pb::WriteChunkRequest>,
+    ) -> Result<Response<pb::WriteChunkResponse>, Status> {
         self.metrics.record(ServedRpc::WriteChunk);
         let req = req.into_inner();
         let id = block_id(req.block_id)?;
@@ -74,7 +83,10 @@ impl DatanodeService for DatanodeGrpcService {
         Ok(Response::new(pb::WriteChunkResponse {}))
     }
 
-    async fn put_block(&self, req: Request<pb::PutBlockRequest>) -> Result<Response<pb::PutBlockResponse>, Status> {
+    async fn put_block(
+        &self,
+        req: Request<pb::PutBlockRequest>,
+    ) -> Result<Response<pb::PutBlockResponse>, Status> {
         self.metrics.record(ServedRpc::PutBlock);
         let req = req.into_inner();
         let eof = req.eof;
@@ -89,7 +101,10 @@ impl DatanodeService for DatanodeGrpcService {
         }))
     }
 
-    async fn list_block(&self, req: Request<pb::ListBlockRequest>) -> Result<Response<pb::ListBlockResponse>, Status> {
+    async fn list_block(
+        &self,
+        req: Request<pb::ListBlockRequest>,
+    ) -> Result<Response<pb::ListBlockResponse>, Status> {
         self.metrics.record(ServedRpc::ListBlock);
         let req = req.into_inner();
         let blocks = self

@@ -255,7 +255,11 @@ impl ContainerStore {
         let offset = chunk.offset;
         let truncate = offset < ob.file_len;
         let written = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-            let f = OpenOptions::new().create(true).write(true).truncate(false).open(&path)?;
+            let f = OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(false)
+                .open(&path)?;
             if truncate {
                 f.set_len(offset)?;
             }
@@ -334,7 +338,10 @@ impl ContainerStore {
             return Ok(Arc::clone(f));
         }
         let path = self.block_path(b);
-        let f = Arc::new(File::open(&path).map_err(|e| DatanodeError::io(format!("opening {}", path.display()), e))?);
+        let f = Arc::new(
+            File::open(&path)
+                .map_err(|e| DatanodeError::io(format!("opening {}", path.display()), e))?,
+        );
         self.files
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -350,7 +357,13 @@ impl ContainerStore {
     /// not-found and index errors as [`get_block`](Self::get_block);
     /// [`DatanodeError::OutOfRange`]; I/O errors (including a file shorter
     /// than its committed length).
-    pub async fn read(&self, b: BlockId, chunk: &ChunkInfo, offset: u64, len: u64) -> Result<Bytes> {
+    pub async fn read(
+        &self,
+        b: BlockId,
+        chunk: &ChunkInfo,
+        offset: u64,
+        len: u64,
+    ) -> Result<Bytes> {
         if len > MAX_READ_LEN {
             return Err(DatanodeError::LengthTooLarge {
                 len,
@@ -411,7 +424,12 @@ impl ContainerStore {
     ///
     /// # Errors
     /// [`DatanodeError::ContainerNotFound`].
-    pub fn list_blocks(&self, container_id: u64, start_local_id: u64, count: u32) -> Result<Vec<Arc<BlockData>>> {
+    pub fn list_blocks(
+        &self,
+        container_id: u64,
+        start_local_id: u64,
+        count: u32,
+    ) -> Result<Vec<Arc<BlockData>>> {
         if !self.has_container(container_id) {
             return Err(DatanodeError::ContainerNotFound { container_id });
         }
@@ -424,7 +442,11 @@ impl ContainerStore {
             .filter(|((c, l), _)| *c == container_id && *l >= start_local_id)
             .map(|((_, l), d)| (*l, d))
             .collect();
-        let limit = if count == 0 { usize::MAX } else { count as usize };
+        let limit = if count == 0 {
+            usize::MAX
+        } else {
+            count as usize
+        };
         Ok(sorted.into_values().take(limit).cloned().collect())
     }
 }
@@ -469,11 +491,21 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let s = ContainerStore::open(dir.path()).unwrap();
-            s.write_chunk(id(2), &chunk(0, 5), Bytes::from_static(b"hello")).await.unwrap();
-            s.write_chunk(id(2), &chunk(5, 6), Bytes::from_static(b" world")).await.unwrap();
+            s.write_chunk(id(2), &chunk(0, 5), Bytes::from_static(b"hello"))
+                .await
+                .unwrap();
+            s.write_chunk(id(2), &chunk(5, 6), Bytes::from_static(b" world"))
+                .await
+                .unwrap();
             // Not committed yet: invisible.
-            assert!(matches!(s.get_block(id(2)), Err(DatanodeError::NoSuchBlock { .. })));
-            let size = s.put_block(block(2, vec![chunk(0, 5), chunk(5, 6)]), false).await.unwrap();
+            assert!(matches!(
+                s.get_block(id(2)),
+                Err(DatanodeError::NoSuchBlock { .. })
+            ));
+            let size = s
+                .put_block(block(2, vec![chunk(0, 5), chunk(5, 6)]), false)
+                .await
+                .unwrap();
             assert_eq!(size, 11);
             let got = s.read(id(2), &chunk(5, 6), 6, 5).await.unwrap();
             assert_eq!(&got[..], b"world");
@@ -481,8 +513,14 @@ mod tests {
         let s = ContainerStore::open(dir.path()).unwrap();
         let d = s.get_block(id(2)).unwrap();
         assert_eq!(d.size, 11);
-        assert_eq!(&s.read(id(2), &chunk(0, 5), 0, 5).await.unwrap()[..], b"hello");
-        assert!(matches!(s.get_block(id(3)), Err(DatanodeError::ReplicaIndexMismatch { stored: 2, .. })));
+        assert_eq!(
+            &s.read(id(2), &chunk(0, 5), 0, 5).await.unwrap()[..],
+            b"hello"
+        );
+        assert!(matches!(
+            s.get_block(id(3)),
+            Err(DatanodeError::ReplicaIndexMismatch { stored: 2, .. })
+        ));
         assert!(matches!(
             s.read(id(2), &chunk(5, 6), 8, 4).await,
             Err(DatanodeError::OutOfRange { .. })
@@ -492,7 +530,10 @@ mod tests {
             Err(DatanodeError::LengthTooLarge { .. })
         ));
         assert!(matches!(
-            s.get_block(BlockId { container_id: 99, ..id(2) }),
+            s.get_block(BlockId {
+                container_id: 99,
+                ..id(2)
+            }),
             Err(DatanodeError::ContainerNotFound { container_id: 99 })
         ));
         assert_eq!(s.list_blocks(7, 0, 0).unwrap().len(), 1);
@@ -502,46 +543,67 @@ mod tests {
     async fn write_chunk_must_continue_the_block() {
         let dir = tempfile::tempdir().unwrap();
         let s = ContainerStore::open(dir.path()).unwrap();
-        s.write_chunk(id(1), &chunk(0, 3), Bytes::from_static(b"abc")).await.unwrap();
+        s.write_chunk(id(1), &chunk(0, 3), Bytes::from_static(b"abc"))
+            .await
+            .unwrap();
         assert!(matches!(
-            s.write_chunk(id(1), &chunk(4, 1), Bytes::from_static(b"x")).await,
+            s.write_chunk(id(1), &chunk(4, 1), Bytes::from_static(b"x"))
+                .await,
             Err(DatanodeError::ChunkOffsetMismatch { .. })
         ));
         assert!(matches!(
-            s.write_chunk(id(1), &chunk(3, 2), Bytes::from_static(b"x")).await,
+            s.write_chunk(id(1), &chunk(3, 2), Bytes::from_static(b"x"))
+                .await,
             Err(DatanodeError::InvalidArgument(_))
         ));
         assert!(matches!(
-            s.write_chunk(id(4), &chunk(3, 1), Bytes::from_static(b"x")).await,
+            s.write_chunk(id(4), &chunk(3, 1), Bytes::from_static(b"x"))
+                .await,
             Err(DatanodeError::ReplicaIndexMismatch { .. })
         ));
-        s.put_block(block(1, vec![chunk(0, 3)]), false).await.unwrap();
+        s.put_block(block(1, vec![chunk(0, 3)]), false)
+            .await
+            .unwrap();
         // Rewriting the committed prefix is refused.
         assert!(matches!(
-            s.write_chunk(id(1), &chunk(0, 3), Bytes::from_static(b"xyz")).await,
+            s.write_chunk(id(1), &chunk(0, 3), Bytes::from_static(b"xyz"))
+                .await,
             Err(DatanodeError::ChunkOffsetMismatch { .. })
         ));
         // A PutBlock claiming unwritten bytes is refused.
-        assert!(s.put_block(block(1, vec![chunk(0, 3), chunk(3, 4)]), false).await.is_err());
+        assert!(
+            s.put_block(block(1, vec![chunk(0, 3), chunk(3, 4)]), false)
+                .await
+                .is_err()
+        );
         // An empty record (EC index beyond the data) needs no file.
         let empty = BlockData {
-            block_id: BlockId { local_id: 43, ..id(3) },
+            block_id: BlockId {
+                local_id: 43,
+                ..id(3)
+            },
             chunks: vec![],
             size: 0,
             metadata: BTreeMap::new(),
         };
         assert_eq!(s.put_block(empty, true).await.unwrap(), 0);
         // eof closes the block: no more chunks, no more PutBlocks.
-        s.write_chunk(id(1), &chunk(3, 1), Bytes::from_static(b"d")).await.unwrap();
-        s.put_block(block(1, vec![chunk(0, 3), chunk(3, 1)]), true).await.unwrap();
+        s.write_chunk(id(1), &chunk(3, 1), Bytes::from_static(b"d"))
+            .await
+            .unwrap();
+        s.put_block(block(1, vec![chunk(0, 3), chunk(3, 1)]), true)
+            .await
+            .unwrap();
         assert!(matches!(
-            s.write_chunk(id(1), &chunk(4, 1), Bytes::from_static(b"e")).await,
+            s.write_chunk(id(1), &chunk(4, 1), Bytes::from_static(b"e"))
+                .await,
             Err(DatanodeError::BlockClosed { .. })
         ));
         drop(s);
         let s = ContainerStore::open(dir.path()).unwrap();
         assert!(matches!(
-            s.write_chunk(id(1), &chunk(4, 1), Bytes::from_static(b"e")).await,
+            s.write_chunk(id(1), &chunk(4, 1), Bytes::from_static(b"e"))
+                .await,
             Err(DatanodeError::BlockClosed { .. })
         ));
     }

@@ -133,7 +133,12 @@ impl Client {
     /// [`ClientError::BucketNotFound`]; [`ClientError::Unsupported`] for
     /// replicated keys (not writable yet); [`ClientError::InvalidArgument`] for
     /// a block size that is not a multiple of the cell size.
-    pub async fn create_key(&self, bucket: &str, key: &str, replication: Option<ReplicationConfig>) -> Result<ECKeyOutputStream> {
+    pub async fn create_key(
+        &self,
+        bucket: &str,
+        key: &str,
+        replication: Option<ReplicationConfig>,
+    ) -> Result<ECKeyOutputStream> {
         let opened = self.shared.om.open_key(bucket, key, replication).await?;
         match opened.replication {
             ReplicationConfig::Ec(ec) => ECKeyOutputStream::new(
@@ -155,7 +160,13 @@ impl Client {
     ///
     /// # Errors
     /// As [`create_key`](Self::create_key) and the stream's write and close.
-    pub async fn put_key(&self, bucket: &str, key: &str, replication: Option<ReplicationConfig>, data: &[u8]) -> Result<KeyInfo> {
+    pub async fn put_key(
+        &self,
+        bucket: &str,
+        key: &str,
+        replication: Option<ReplicationConfig>,
+        data: &[u8],
+    ) -> Result<KeyInfo> {
         let mut w = self.create_key(bucket, key, replication).await?;
         w.write(data).await?;
         w.close().await
@@ -183,7 +194,13 @@ impl Client {
     ///
     /// # Errors
     /// Om failures (`BUCKET_NOT_FOUND`).
-    pub async fn list_keys(&self, bucket: &str, prefix: &str, start_after: &str, max_keys: u32) -> Result<Vec<KeyInfo>> {
+    pub async fn list_keys(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        start_after: &str,
+        max_keys: u32,
+    ) -> Result<Vec<KeyInfo>> {
         self.shared
             .om
             .list_keys(bucket, prefix, start_after, max_keys)
@@ -198,4 +215,3 @@ impl Client {
         self.shared.om.delete_key(bucket, key).await
     }
 }
-

@@ -65,7 +65,8 @@ pub(crate) fn choose_locations(
 ) -> Result<Vec<Option<IndexLocation>>> {
     let mut out = Vec::with_capacity(ec.total());
     for r in 1..=ec.total() {
-        let r = u32::try_from(r).map_err(|_| ClientError::InvalidArgument("replica index overflow".into()))?;
+        let r = u32::try_from(r)
+            .map_err(|_| ClientError::InvalidArgument("replica index overflow".into()))?;
         let chosen = group
             .pipeline
             .nodes_for(r)
@@ -126,7 +127,8 @@ impl ECBlockInputStream {
 
     /// Whether every data index this reader can touch has a location.
     pub(crate) fn has_all_data_locations(&self) -> bool {
-        (1..=self.layout.expected_data_locations()).all(|r| self.locations.get(r - 1).is_some_and(Option::is_some))
+        (1..=self.layout.expected_data_locations())
+            .all(|r| self.locations.get(r - 1).is_some_and(Option::is_some))
     }
 
     /// The cached stream of data index `r` (1-based), created on first use.
@@ -145,7 +147,10 @@ impl ECBlockInputStream {
                 )),
             }));
         };
-        let len = self.layout.internal_block_len(r).map_err(ClientError::from)?;
+        let len = self
+            .layout
+            .internal_block_len(r)
+            .map_err(ClientError::from)?;
         let s = BlockInputStream::new(self.group.block_id(ri), len, vec![loc.client.clone()])
             .map_err(ClientError::from)?;
         let cell = &self.streams[r - 1];
@@ -160,7 +165,11 @@ impl ECBlockInputStream {
 
     /// Positioned read of group-relative `pos` into `buf`; returns the bytes
     /// read, short only at the end of the group (0 at or past it).
-    pub(crate) async fn read_at(&self, pos: u64, buf: &mut [u8]) -> std::result::Result<usize, EcReadError> {
+    pub(crate) async fn read_at(
+        &self,
+        pos: u64,
+        buf: &mut [u8],
+    ) -> std::result::Result<usize, EcReadError> {
         let len = self.layout.group_len();
         if pos >= len || buf.is_empty() {
             return Ok(0);
@@ -179,17 +188,25 @@ impl ECBlockInputStream {
             rest = tail;
         }
         if self.parallel && pieces.len() > 1 {
-            try_join_all(pieces.into_iter().map(|(span, piece)| self.read_span(span.replica_index, span.offset_in_block, piece)))
-                .await?;
+            try_join_all(pieces.into_iter().map(|(span, piece)| {
+                self.read_span(span.replica_index, span.offset_in_block, piece)
+            }))
+            .await?;
         } else {
             for (span, piece) in pieces {
-                self.read_span(span.replica_index, span.offset_in_block, piece).await?;
+                self.read_span(span.replica_index, span.offset_in_block, piece)
+                    .await?;
             }
         }
         Ok(n)
     }
 
-    async fn read_span(&self, r: usize, offset: u64, piece: &mut [u8]) -> std::result::Result<(), EcReadError> {
+    async fn read_span(
+        &self,
+        r: usize,
+        offset: u64,
+        piece: &mut [u8],
+    ) -> std::result::Result<(), EcReadError> {
         let stream = self.stream(r)?;
         let uuid = || {
             self.locations

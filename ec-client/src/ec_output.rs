@@ -71,15 +71,15 @@ impl ECKeyOutputStream {
         ec: EcReplicationConfig,
         block_size: u64,
     ) -> Result<Self> {
-        if block_size == 0 || block_size % ec.cell_size() != 0 {
+        if block_size == 0 || !block_size.is_multiple_of(ec.cell_size()) {
             return Err(ClientError::InvalidArgument(format!(
                 "block size {block_size} is not a positive multiple of the {ec} cell size {}",
                 ec.cell_size()
             )));
         }
-        let group_capacity = block_size
-            .checked_mul(ec.data() as u64)
-            .ok_or_else(|| ClientError::InvalidArgument(format!("block size {block_size} too large")))?;
+        let group_capacity = block_size.checked_mul(ec.data() as u64).ok_or_else(|| {
+            ClientError::InvalidArgument(format!("block size {block_size} too large"))
+        })?;
         let stripe_size = usize::try_from(ec.stripe_size())
             .map_err(|_| ClientError::InvalidArgument(format!("stripe of {ec} too large")))?;
         Ok(Self {
@@ -155,7 +155,9 @@ impl ECKeyOutputStream {
     /// # Errors
     /// Always [`ClientError::Unsupported`].
     pub fn hsync(&mut self) -> Result<()> {
-        Err(ClientError::Unsupported("hsync/hflush on an erasure-coded key".into()))
+        Err(ClientError::Unsupported(
+            "hsync/hflush on an erasure-coded key".into(),
+        ))
     }
 
     async fn flush_stripe(&mut self) -> Result<()> {
@@ -168,7 +170,11 @@ impl ECKeyOutputStream {
 
     async fn ensure_group(&mut self) -> Result<&mut GroupWriter> {
         if self.group.is_none() {
-            let group = self.shared.om.allocate_block_group(self.session_id, Vec::new()).await?;
+            let group = self
+                .shared
+                .om
+                .allocate_block_group(self.session_id, Vec::new())
+                .await?;
             let mut streams = Vec::with_capacity(self.ec.total());
             for r in 1..=self.ec.total() {
                 let ri = u32::try_from(r).unwrap_or(u32::MAX);
@@ -208,7 +214,10 @@ impl ECKeyOutputStream {
         let cell = usize::try_from(self.ec.cell_size()).unwrap_or(usize::MAX);
         let d = self.ec.data();
         let p = self.ec.parity();
-        let data = Bytes::from(std::mem::replace(&mut self.stripe, Vec::with_capacity(d * cell)));
+        let data = Bytes::from(std::mem::replace(
+            &mut self.stripe,
+            Vec::with_capacity(d * cell),
+        ));
         let cells: Vec<Bytes> = (0..d)
             .map(|i| data.slice((i * cell).min(len)..((i + 1) * cell).min(len)))
             .collect();
@@ -241,7 +250,10 @@ impl ECKeyOutputStream {
         }
         let capacity = self.group_capacity;
         let group = self.ensure_group().await?;
-        let payloads: Vec<Bytes> = cells.into_iter().chain(parity.into_iter().map(Bytes::from)).collect();
+        let payloads: Vec<Bytes> = cells
+            .into_iter()
+            .chain(parity.into_iter().map(Bytes::from))
+            .collect();
         try_join_all(
             group
                 .streams
@@ -304,7 +316,10 @@ impl ECKeyOutputStream {
         }
         self.finish_group();
         let groups = std::mem::take(&mut self.finished);
-        self.shared.om.commit_key(self.session_id, groups, self.acked).await
+        self.shared
+            .om
+            .commit_key(self.session_id, groups, self.acked)
+            .await
     }
 }
 

@@ -28,7 +28,11 @@ pub struct ECBlockInputStreamProxy {
 
 impl ECBlockInputStreamProxy {
     /// A proxy over `group`; builds its standing reader (no RPC).
-    pub(crate) fn new(ctx: Arc<ReadContext>, group: BlockGroup, ec: EcReplicationConfig) -> Result<Self> {
+    pub(crate) fn new(
+        ctx: Arc<ReadContext>,
+        group: BlockGroup,
+        ec: EcReplicationConfig,
+    ) -> Result<Self> {
         let reader = ECBlockInputStream::new(&ctx, &group, ec, &HashSet::new())?;
         Ok(Self {
             ctx,
@@ -59,7 +63,8 @@ impl ECBlockInputStreamProxy {
         let result = match self.ctx.config.read_mode {
             ReadMode::Reuse => self.reader.read_at(pos, buf).await,
             ReadMode::ReaderPerCall => {
-                let fresh = ECBlockInputStream::new(&self.ctx, &self.group, self.ec, &HashSet::new())?;
+                let fresh =
+                    ECBlockInputStream::new(&self.ctx, &self.group, self.ec, &HashSet::new())?;
                 fresh.read_at(pos, buf).await
             }
         };

@@ -93,7 +93,9 @@ impl From<ClientError> for std::io::Error {
     fn from(e: ClientError) -> Self {
         let kind = match &e {
             ClientError::UnexpectedEof { .. } => std::io::ErrorKind::UnexpectedEof,
-            ClientError::KeyNotFound { .. } | ClientError::BucketNotFound(_) => std::io::ErrorKind::NotFound,
+            ClientError::KeyNotFound { .. } | ClientError::BucketNotFound(_) => {
+                std::io::ErrorKind::NotFound
+            }
             ClientError::InvalidArgument(_) => std::io::ErrorKind::InvalidInput,
             ClientError::Unsupported(_) => std::io::ErrorKind::Unsupported,
             _ => std::io::ErrorKind::Other,

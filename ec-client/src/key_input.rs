@@ -56,7 +56,11 @@ impl KeyReader {
         let mut offset = 0u64;
         for g in &info.block_groups {
             let reader = match info.replication {
-                ReplicationConfig::Ec(ec) => GroupReader::Ec(ECBlockInputStreamProxy::new(Arc::clone(ctx), g.clone(), ec)?),
+                ReplicationConfig::Ec(ec) => GroupReader::Ec(ECBlockInputStreamProxy::new(
+                    Arc::clone(ctx),
+                    g.clone(),
+                    ec,
+                )?),
                 ReplicationConfig::Replicated { .. } => {
                     let locations = g
                         .pipeline
@@ -64,7 +68,11 @@ impl KeyReader {
                         .into_iter()
                         .map(|d| ctx.xceivers.client(&d.address))
                         .collect::<std::result::Result<Vec<_>, _>>()?;
-                    GroupReader::Replicated(BlockInputStream::new(g.block_id(0), g.length, locations)?)
+                    GroupReader::Replicated(BlockInputStream::new(
+                        g.block_id(0),
+                        g.length,
+                        locations,
+                    )?)
                 }
             };
             groups.push((offset, reader));
@@ -81,7 +89,10 @@ impl KeyReader {
         let want = usize::try_from((len - pos).min(buf.len() as u64)).unwrap_or(buf.len());
         let mut done = 0usize;
         // Last group whose start is <= pos.
-        let mut idx = self.groups.partition_point(|(start, _)| *start <= pos).saturating_sub(1);
+        let mut idx = self
+            .groups
+            .partition_point(|(start, _)| *start <= pos)
+            .saturating_sub(1);
         while done < want {
             let Some((start, reader)) = self.groups.get(idx) else {
                 break;
@@ -103,7 +114,8 @@ impl KeyReader {
     }
 
     async fn read_range(&self, pos: u64, len: u64) -> Result<Bytes> {
-        let n = usize::try_from(len).map_err(|_| ClientError::InvalidArgument(format!("length {len} too large")))?;
+        let n = usize::try_from(len)
+            .map_err(|_| ClientError::InvalidArgument(format!("length {len} too large")))?;
         let mut buf = vec![0u8; n];
         let got = self.read_at(pos, &mut buf).await?;
         buf.truncate(got);
@@ -132,7 +144,10 @@ pub struct KeyInputStream {
 impl std::fmt::Debug for KeyInputStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeyInputStream")
-            .field("key", &format!("{}/{}", self.reader.info.bucket, self.reader.info.name))
+            .field(
+                "key",
+                &format!("{}/{}", self.reader.info.bucket, self.reader.info.name),
+            )
             .field("len", &self.reader.info.length)
             .field("pos", &self.pos)
             .finish_non_exhaustive()
@@ -225,7 +240,11 @@ impl KeyInputStream {
 }
 
 impl AsyncRead for KeyInputStream {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
         let this = &mut *self;
         loop {
             if out.remaining() == 0 {
@@ -253,7 +272,9 @@ impl AsyncRead for KeyInputStream {
                 let start = this.pos;
                 let end = ((start / this.read_ahead + 1) * this.read_ahead).min(len);
                 let reader = Arc::clone(&this.reader);
-                *pending = Some(Box::pin(async move { (start, reader.read_range(start, end - start).await) }));
+                *pending = Some(Box::pin(async move {
+                    (start, reader.read_range(start, end - start).await)
+                }));
             }
             let Some(fut) = pending.as_mut() else {
                 continue;
@@ -264,11 +285,13 @@ impl AsyncRead for KeyInputStream {
                     *pending = None;
                     match result {
                         Ok(bytes) if bytes.is_empty() => {
-                            return Poll::Ready(Err(std::io::Error::from(ClientError::UnexpectedEof {
-                                pos: start,
-                                len: 1,
-                                key_len: len,
-                            })));
+                            return Poll::Ready(Err(std::io::Error::from(
+                                ClientError::UnexpectedEof {
+                                    pos: start,
+                                    len: 1,
+                                    key_len: len,
+                                },
+                            )));
                         }
                         Ok(bytes) => {
                             this.buffer = bytes;
@@ -293,7 +316,10 @@ impl AsyncSeek for KeyInputStream {
         let Some(target) = target else {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
-                format!("seek to {position:?} from {} lands before offset 0", self.pos),
+                format!(
+                    "seek to {position:?} from {} lands before offset 0",
+                    self.pos
+                ),
             ));
         };
         // A fetch in flight for another offset is dropped (cancelled); the

@@ -38,7 +38,9 @@ impl EcReadMetrics {
     pub fn snapshot(&self) -> EcReadSnapshot {
         EcReadSnapshot {
             ec_readers_created: self.ec_readers_created.load(Ordering::Relaxed),
-            reconstruction_readers_created: self.reconstruction_readers_created.load(Ordering::Relaxed),
+            reconstruction_readers_created: self
+                .reconstruction_readers_created
+                .load(Ordering::Relaxed),
             failovers: self.failovers.load(Ordering::Relaxed),
             spare_switches: self.spare_switches.load(Ordering::Relaxed),
             stripes_reconstructed: self.stripes_reconstructed.load(Ordering::Relaxed),

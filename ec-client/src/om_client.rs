@@ -5,9 +5,11 @@ use std::time::Duration;
 
 use proto_crate::wire::om as pb;
 use proto_crate::wire::om::ozone_manager_service_client::OzoneManagerServiceClient;
-use proto_crate::{BlockGroup, BucketInfo, DatanodeDetails, KeyInfo, ProtocolError, ReplicationConfig};
-use tonic::transport::{Channel, Endpoint};
+use proto_crate::{
+    BlockGroup, BucketInfo, DatanodeDetails, KeyInfo, ProtocolError, ReplicationConfig,
+};
 use tonic::Status;
+use tonic::transport::{Channel, Endpoint};
 
 use crate::{ClientError, Result};
 
@@ -80,7 +82,10 @@ impl OmClient {
     pub(crate) async fn list_datanodes(&self) -> Result<Vec<DatanodeDetails>> {
         let mut c = self.inner.clone();
         let r = self
-            .call("ListDatanodes", c.list_datanodes(pb::ListDatanodesRequest {}))
+            .call(
+                "ListDatanodes",
+                c.list_datanodes(pb::ListDatanodesRequest {}),
+            )
             .await?;
         Ok(r.datanodes
             .into_iter()
@@ -121,7 +126,9 @@ impl OmClient {
             )
             .await
             .map_err(|e| match e {
-                ClientError::Om { name: n, .. } if n == "BUCKET_NOT_FOUND" => ClientError::BucketNotFound(name.to_string()),
+                ClientError::Om { name: n, .. } if n == "BUCKET_NOT_FOUND" => {
+                    ClientError::BucketNotFound(name.to_string())
+                }
                 e => e,
             })?;
         Ok(r.bucket
@@ -170,7 +177,9 @@ impl OmClient {
             )
             .await
             .map_err(|e| match e {
-                ClientError::Om { name, .. } if name == "BUCKET_NOT_FOUND" => ClientError::BucketNotFound(bucket.to_string()),
+                ClientError::Om { name, .. } if name == "BUCKET_NOT_FOUND" => {
+                    ClientError::BucketNotFound(bucket.to_string())
+                }
                 e => e,
             })?;
         Ok(OpenedKey {
@@ -180,7 +189,11 @@ impl OmClient {
         })
     }
 
-    pub(crate) async fn allocate_block_group(&self, session_id: u64, exclude: Vec<String>) -> Result<BlockGroup> {
+    pub(crate) async fn allocate_block_group(
+        &self,
+        session_id: u64,
+        exclude: Vec<String>,
+    ) -> Result<BlockGroup> {
         let mut c = self.inner.clone();
         let r = self
             .call(
@@ -196,7 +209,12 @@ impl OmClient {
             .try_into()?)
     }
 
-    pub(crate) async fn commit_key(&self, session_id: u64, groups: Vec<BlockGroup>, length: u64) -> Result<KeyInfo> {
+    pub(crate) async fn commit_key(
+        &self,
+        session_id: u64,
+        groups: Vec<BlockGroup>,
+        length: u64,
+    ) -> Result<KeyInfo> {
         let mut c = self.inner.clone();
         let r = self
             .call(
@@ -208,7 +226,9 @@ impl OmClient {
                 }),
             )
             .await?;
-        Ok(r.key.ok_or(ProtocolError::MissingField("key"))?.try_into()?)
+        Ok(r.key
+            .ok_or(ProtocolError::MissingField("key"))?
+            .try_into()?)
     }
 
     pub(crate) async fn abort_key(&self, session_id: u64) -> Result<()> {
@@ -230,16 +250,26 @@ impl OmClient {
             )
             .await
             .map_err(|e| match e {
-                ClientError::Om { name, .. } if name == "KEY_NOT_FOUND" => ClientError::KeyNotFound {
-                    bucket: bucket.to_string(),
-                    key: key.to_string(),
-                },
+                ClientError::Om { name, .. } if name == "KEY_NOT_FOUND" => {
+                    ClientError::KeyNotFound {
+                        bucket: bucket.to_string(),
+                        key: key.to_string(),
+                    }
+                }
                 e => e,
             })?;
-        Ok(r.key.ok_or(ProtocolError::MissingField("key"))?.try_into()?)
+        Ok(r.key
+            .ok_or(ProtocolError::MissingField("key"))?
+            .try_into()?)
     }
 
-    pub(crate) async fn list_keys(&self, bucket: &str, prefix: &str, start_after: &str, max_keys: u32) -> Result<Vec<KeyInfo>> {
+    pub(crate) async fn list_keys(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        start_after: &str,
+        max_keys: u32,
+    ) -> Result<Vec<KeyInfo>> {
         let mut c = self.inner.clone();
         let r = self
             .call(
@@ -278,4 +308,3 @@ impl OmClient {
         Ok(())
     }
 }
-

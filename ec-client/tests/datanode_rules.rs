@@ -22,18 +22,28 @@ fn code_of(e: &BlockStreamError) -> Option<ResultCode> {
 async fn datanode_rejects_bad_reads() {
     let (cluster, client) = cluster().await;
     ec_bucket(&client, "b", 1 << 20).await;
-    let info = client.put_key("b", "k", None, &data(2 * CELL + 10, 5)).await.expect("put");
+    let info = client
+        .put_key("b", "k", None, &data(2 * CELL + 10, 5))
+        .await
+        .expect("put");
     let g = &info.block_groups[0];
     let node = g.pipeline.nodes_for(1).next().expect("index 1");
     let dn = client.xceivers().client(&node.address).expect("client");
 
     let err = dn.get_block(g.block_id(2)).await.unwrap_err();
-    assert_eq!(code_of(&err), Some(ResultCode::ReplicaIndexMismatch), "{err}");
+    assert_eq!(
+        code_of(&err),
+        Some(ResultCode::ReplicaIndexMismatch),
+        "{err}"
+    );
     assert!(err.is_location_failure());
 
     let block = dn.get_block(g.block_id(1)).await.expect("block");
     let chunk = block.chunks[0].clone();
-    let err = dn.read_chunk(g.block_id(1), &chunk, CELL - 10, 20).await.unwrap_err();
+    let err = dn
+        .read_chunk(g.block_id(1), &chunk, CELL - 10, 20)
+        .await
+        .unwrap_err();
     assert_eq!(code_of(&err), Some(ResultCode::OutOfRange), "{err}");
 
     let err = dn
@@ -41,7 +51,10 @@ async fn datanode_rejects_bad_reads() {
         .await
         .unwrap_err();
     assert_eq!(code_of(&err), Some(ResultCode::LengthTooLarge), "{err}");
-    assert!(!err.is_location_failure(), "a caller error is not a failed location");
+    assert!(
+        !err.is_location_failure(),
+        "a caller error is not a failed location"
+    );
 
     let missing = proto_crate::BlockId {
         local_id: g.local_id + 1000,
@@ -69,7 +82,10 @@ async fn restarted_datanodes_serve_the_same_blocks() {
     }
     let mut stream = client.open_key("b", "k").await.expect("open");
     let mut all = Vec::new();
-    stream.read_to_end(&mut all).await.expect("read after restart");
+    stream
+        .read_to_end(&mut all)
+        .await
+        .expect("read after restart");
     assert!(all == src);
     cluster.shutdown().await;
 }

@@ -23,7 +23,10 @@ async fn warm_preads_cost_read_chunk_only() {
     let stream = client.open_key("b", "k").await.expect("open");
     let after_open = client.metrics();
     assert_eq!(
-        client.ec_metrics().since(&readers_before_open).ec_readers_created,
+        client
+            .ec_metrics()
+            .since(&readers_before_open)
+            .ec_readers_created,
         1,
         "one EC reader per block group at open"
     );
@@ -31,7 +34,11 @@ async fn warm_preads_cost_read_chunk_only() {
     let mut buf = vec![0u8; 3 * CELL as usize];
     stream.read_exact_at(0, &mut buf).await.expect("warm-up");
     let warm = client.metrics();
-    assert_eq!(warm.since(&after_open).rpcs(RpcKind::GetBlock), 3, "one GetBlock per data index");
+    assert_eq!(
+        warm.since(&after_open).rpcs(RpcKind::GetBlock),
+        3,
+        "one GetBlock per data index"
+    );
     let readers = client.ec_metrics();
 
     let mut rng = SmallRng::seed_from_u64(9);
@@ -79,7 +86,10 @@ async fn sixteen_concurrent_pread_tasks_get_correct_bytes() {
                     let n = rng.random_range(1..=(len - pos).min(2 * STRIPE));
                     let mut buf = vec![0u8; n as usize];
                     stream.read_exact_at(pos, &mut buf).await.expect("pread");
-                    assert!(buf[..] == src[pos as usize..(pos + n) as usize], "task {t}: {pos}+{n}");
+                    assert!(
+                        buf[..] == src[pos as usize..(pos + n) as usize],
+                        "task {t}: {pos}+{n}"
+                    );
                 }
             })
         })

@@ -26,15 +26,28 @@ async fn check_round_trip(client: &ec_client::Client, bucket: &str, len: u64) {
     // Seek then read.
     let mut rng = SmallRng::seed_from_u64(len);
     for _ in 0..5 {
-        let at = if len == 0 { 0 } else { rng.random_range(0..len) };
-        stream.seek(std::io::SeekFrom::Start(at)).await.expect("seek");
+        let at = if len == 0 {
+            0
+        } else {
+            rng.random_range(0..len)
+        };
+        stream
+            .seek(std::io::SeekFrom::Start(at))
+            .await
+            .expect("seek");
         let mut tail = Vec::new();
-        stream.read_to_end(&mut tail).await.expect("read after seek");
+        stream
+            .read_to_end(&mut tail)
+            .await
+            .expect("read after seek");
         assert!(tail[..] == src[at as usize..], "seek to {at} of {len}");
     }
 
     // Positioned reads leave the cursor alone.
-    stream.seek(std::io::SeekFrom::Start(len / 2)).await.expect("seek");
+    stream
+        .seek(std::io::SeekFrom::Start(len / 2))
+        .await
+        .expect("seek");
     for _ in 0..20 {
         if len == 0 {
             break;
@@ -44,16 +57,31 @@ async fn check_round_trip(client: &ec_client::Client, bucket: &str, len: u64) {
         let mut buf = vec![0u8; n as usize];
         let got = stream.read_at(a, &mut buf).await.expect("read_at");
         assert_eq!(got as u64, n);
-        assert!(buf[..] == src[a as usize..(a + n) as usize], "pread {a}+{n} of {len}");
+        assert!(
+            buf[..] == src[a as usize..(a + n) as usize],
+            "pread {a}+{n} of {len}"
+        );
     }
     assert_eq!(stream.position(), len / 2, "preads moved the cursor");
 
     // EOF rules.
     let mut buf = [0u8; 16];
     assert_eq!(stream.read_at(len, &mut buf).await.expect("read at end"), 0);
-    assert_eq!(stream.read_at(len + 100, &mut buf).await.expect("read past end"), 0);
-    let err = stream.read_exact_at(len.saturating_sub(8), &mut buf).await.unwrap_err();
-    assert!(matches!(err, ec_client::ClientError::UnexpectedEof { .. }), "{err}");
+    assert_eq!(
+        stream
+            .read_at(len + 100, &mut buf)
+            .await
+            .expect("read past end"),
+        0
+    );
+    let err = stream
+        .read_exact_at(len.saturating_sub(8), &mut buf)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ec_client::ClientError::UnexpectedEof { .. }),
+        "{err}"
+    );
     if len > 0 {
         // A pread crossing the end returns the tail only.
         let got = stream.read_at(len - 1, &mut buf).await.expect("tail read");
@@ -67,7 +95,17 @@ async fn check_round_trip(client: &ec_client::Client, bucket: &str, len: u64) {
 async fn round_trips_at_layout_boundaries() {
     let (cluster, client) = cluster().await;
     ec_bucket(&client, "b", 1024 * 1024).await;
-    for len in [0, 1, CELL - 1, CELL, CELL + 1, STRIPE - 1, STRIPE, STRIPE + 1, 2 * STRIPE + CELL + 5] {
+    for len in [
+        0,
+        1,
+        CELL - 1,
+        CELL,
+        CELL + 1,
+        STRIPE - 1,
+        STRIPE,
+        STRIPE + 1,
+        2 * STRIPE + CELL + 5,
+    ] {
         check_round_trip(&client, "b", len).await;
     }
     cluster.shutdown().await;
@@ -80,7 +118,10 @@ async fn round_trip_spanning_three_block_groups() {
     ec_bucket(&client, "small", 2 * CELL).await;
     let len = 2 * (2 * STRIPE) + STRIPE + 7;
     check_round_trip(&client, "small", len).await;
-    let info = client.key_info("small", &format!("key-{len}")).await.expect("info");
+    let info = client
+        .key_info("small", &format!("key-{len}"))
+        .await
+        .expect("info");
     assert_eq!(info.block_groups.len(), 3);
     assert_eq!(info.block_groups.iter().map(|g| g.length).sum::<u64>(), len);
     cluster.shutdown().await;

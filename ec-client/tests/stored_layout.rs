@@ -13,26 +13,53 @@ use ec_codec::BlockGroupLayout;
 async fn stored_internal_block_lengths_match_layout() {
     let (cluster, client) = cluster().await;
     ec_bucket(&client, "b", 2 * CELL).await;
-    for len in [1, CELL - 1, CELL, CELL + 1, 2 * CELL + 3, STRIPE, STRIPE + 1, 2 * STRIPE + CELL + 5, 5 * STRIPE + 1] {
+    for len in [
+        1,
+        CELL - 1,
+        CELL,
+        CELL + 1,
+        2 * CELL + 3,
+        STRIPE,
+        STRIPE + 1,
+        2 * STRIPE + CELL + 5,
+        5 * STRIPE + 1,
+    ] {
         let key = format!("k{len}");
-        let info = client.put_key("b", &key, None, &data(len, 7)).await.expect("put");
+        let info = client
+            .put_key("b", &key, None, &data(len, 7))
+            .await
+            .expect("put");
         for g in &info.block_groups {
             let layout = BlockGroupLayout::new(rs32(), g.length);
             for r in 1..=5u32 {
                 let node = g.pipeline.nodes_for(r).next().expect("location per index");
                 let dn = client.xceivers().client(&node.address).expect("client");
-                let block = dn.get_block(g.block_id(r)).await.unwrap_or_else(|e| {
-                    panic!("key of {len}: index {r} has no block record: {e}")
-                });
+                let block = dn
+                    .get_block(g.block_id(r))
+                    .await
+                    .unwrap_or_else(|e| panic!("key of {len}: index {r} has no block record: {e}"));
                 let expected = layout.internal_block_len(r as usize).expect("valid index");
-                assert_eq!(block.size, expected, "key of {len}, group {}, index {r}", g.local_id);
                 assert_eq!(
-                    dn.get_committed_block_length(g.block_id(r)).await.expect("length"),
+                    block.size, expected,
+                    "key of {len}, group {}, index {r}",
+                    g.local_id
+                );
+                assert_eq!(
+                    dn.get_committed_block_length(g.block_id(r))
+                        .await
+                        .expect("length"),
                     expected
                 );
-                assert_eq!(block.block_group_length(), Some(g.length), "blockGroupLength of index {r}");
+                assert_eq!(
+                    block.block_group_length(),
+                    Some(g.length),
+                    "blockGroupLength of index {r}"
+                );
                 if r as usize > layout.expected_data_locations() && r <= 3 {
-                    assert!(block.chunks.is_empty(), "padding index {r} must hold no chunks");
+                    assert!(
+                        block.chunks.is_empty(),
+                        "padding index {r} must hold no chunks"
+                    );
                 }
             }
         }
@@ -46,7 +73,10 @@ async fn stored_internal_block_lengths_match_layout() {
 async fn key_smaller_than_a_cell_has_short_parity_and_empty_records() {
     let (cluster, client) = cluster().await;
     ec_bucket(&client, "b", 1 << 20).await;
-    let info = client.put_key("b", "tiny", None, &data(100, 1)).await.expect("put");
+    let info = client
+        .put_key("b", "tiny", None, &data(100, 1))
+        .await
+        .expect("put");
     let g = &info.block_groups[0];
     let mut sizes = Vec::new();
     for r in 1..=5u32 {

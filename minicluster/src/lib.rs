@@ -11,6 +11,8 @@
 //! Layering: the top of the library DAG below `xtask`; uses `om`, `datanode`,
 //! `ec-client` and `proto-crate`.
 
+pub mod pattern;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -172,12 +174,14 @@ impl DatanodeHandle {
         if self.node.is_some() {
             return Ok(());
         }
-        let node = Datanode::start(DatanodeConfig::new(self.address, &self.data_dir).with_om(self.om.clone()))
-            .await
-            .map_err(|source| MiniClusterError::Datanode {
-                index: self.index,
-                source,
-            })?;
+        let node = Datanode::start(
+            DatanodeConfig::new(self.address, &self.data_dir).with_om(self.om.clone()),
+        )
+        .await
+        .map_err(|source| MiniClusterError::Datanode {
+            index: self.index,
+            source,
+        })?;
         self.metrics = Arc::clone(node.metrics());
         self.node = Some(node);
         Ok(())
@@ -240,9 +244,11 @@ impl MiniCluster {
         let mut datanodes = Vec::with_capacity(config.datanodes);
         for index in 0..config.datanodes {
             let data_dir = base_dir.join(format!("dn{index}"));
-            let node = Datanode::start(DatanodeConfig::new(localhost, &data_dir).with_om(om_address.clone()))
-                .await
-                .map_err(|source| MiniClusterError::Datanode { index, source })?;
+            let node = Datanode::start(
+                DatanodeConfig::new(localhost, &data_dir).with_om(om_address.clone()),
+            )
+            .await
+            .map_err(|source| MiniClusterError::Datanode { index, source })?;
             let address = node
                 .address()
                 .parse()
@@ -344,7 +350,8 @@ impl MiniCluster {
     /// I/O errors.
     pub fn write_cluster_json(&self, path: &Path) -> Result<(), MiniClusterError> {
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(io(format!("creating {}", parent.display())))?;
+            std::fs::create_dir_all(parent)
+                .map_err(io(format!("creating {}", parent.display())))?;
         }
         let json = serde_json::to_string_pretty(&self.info())
             .map_err(|e| io("encoding cluster.json")(std::io::Error::other(e)))?;

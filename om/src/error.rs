@@ -31,7 +31,9 @@ pub enum OmError {
     #[error("no open key session {0}")]
     NoSuchSession(u64),
     /// Too few datanodes outside the exclude list for one block group.
-    #[error("need {needed} datanodes for a block group but only {available} are available ({excluded} excluded)")]
+    #[error(
+        "need {needed} datanodes for a block group but only {available} are available ({excluded} excluded)"
+    )]
     NotEnoughDatanodes {
         /// Datanodes one group needs.
         needed: usize,
@@ -66,7 +68,9 @@ impl OmError {
 
     fn code(&self) -> Code {
         match self {
-            Self::BucketNotFound(_) | Self::KeyNotFound { .. } | Self::NoSuchSession(_) => Code::NotFound,
+            Self::BucketNotFound(_) | Self::KeyNotFound { .. } | Self::NoSuchSession(_) => {
+                Code::NotFound
+            }
             Self::BucketAlreadyExists(_) => Code::AlreadyExists,
             Self::BucketNotEmpty(_) => Code::FailedPrecondition,
             Self::NotEnoughDatanodes { .. } => Code::ResourceExhausted,

@@ -24,13 +24,20 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .init();
     let args = Args::parse();
-    let om = OzoneManager::open(OmConfig::new(&args.data_dir)).context("opening the om database")?;
-    let server = OmServer::start(args.listen, Arc::new(om)).await.context("binding")?;
+    let om =
+        OzoneManager::open(OmConfig::new(&args.data_dir)).context("opening the om database")?;
+    let server = OmServer::start(args.listen, Arc::new(om))
+        .await
+        .context("binding")?;
     println!("om serving on {}", server.address());
-    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
     server.shutdown().await;
     Ok(())
 }

@@ -111,8 +111,12 @@ fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-fn decode<M: Message + Default, T: TryFrom<M, Error = proto_crate::ProtocolError>>(bytes: &[u8], what: &str) -> Result<T> {
-    let m = M::decode(bytes).map_err(|e| OmError::Db(format!("{what} record does not decode: {e}")))?;
+fn decode<M: Message + Default, T: TryFrom<M, Error = proto_crate::ProtocolError>>(
+    bytes: &[u8],
+    what: &str,
+) -> Result<T> {
+    let m =
+        M::decode(bytes).map_err(|e| OmError::Db(format!("{what} record does not decode: {e}")))?;
     T::try_from(m).map_err(|e| OmError::Db(format!("{what} record is invalid: {e}")))
 }
 
@@ -172,7 +176,9 @@ impl OzoneManager {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Adds or updates (same uuid, new address) a datanode in the registry.
@@ -181,7 +187,8 @@ impl OzoneManager {
     /// Database errors.
     pub fn register_datanode(&self, d: DatanodeDetails) -> Result<()> {
         let txn = self.db.begin_write()?;
-        txn.open_table(DATANODES)?.insert(d.uuid.as_str(), d.address.as_str())?;
+        txn.open_table(DATANODES)?
+            .insert(d.uuid.as_str(), d.address.as_str())?;
         txn.commit()?;
         tracing::info!(datanode = %d, "datanode registered");
         self.state().datanodes.insert(d.uuid.clone(), d);
@@ -199,11 +206,18 @@ impl OzoneManager {
     /// # Errors
     /// [`OmError::BucketAlreadyExists`], [`OmError::InvalidArgument`] for a bad
     /// name or a zero block size, database errors.
-    pub fn create_bucket(&self, name: &str, replication: Option<ReplicationConfig>, block_size: Option<u64>) -> Result<BucketInfo> {
+    pub fn create_bucket(
+        &self,
+        name: &str,
+        replication: Option<ReplicationConfig>,
+        block_size: Option<u64>,
+    ) -> Result<BucketInfo> {
         validate_name("bucket", name)?;
         let block_size = block_size.unwrap_or(self.config.default_block_size);
         if block_size == 0 {
-            return Err(OmError::InvalidArgument("block size must be positive".into()));
+            return Err(OmError::InvalidArgument(
+                "block size must be positive".into(),
+            ));
         }
         let info = BucketInfo {
             name: name.to_string(),
@@ -217,7 +231,12 @@ impl OzoneManager {
             if t.get(name)?.is_some() {
                 return Err(OmError::BucketAlreadyExists(name.to_string()));
             }
-            t.insert(name, pb::BucketInfo::from(info.clone()).encode_to_vec().as_slice())?;
+            t.insert(
+                name,
+                pb::BucketInfo::from(info.clone())
+                    .encode_to_vec()
+                    .as_slice(),
+            )?;
         }
         txn.commit()?;
         Ok(info)
@@ -230,7 +249,9 @@ impl OzoneManager {
     pub fn get_bucket(&self, name: &str) -> Result<BucketInfo> {
         let read = self.db.begin_read()?;
         let t = read.open_table(BUCKETS)?;
-        let v = t.get(name)?.ok_or_else(|| OmError::BucketNotFound(name.to_string()))?;
+        let v = t
+            .get(name)?
+            .ok_or_else(|| OmError::BucketNotFound(name.to_string()))?;
         decode::<pb::BucketInfo, _>(v.value(), "bucket")
     }
 
@@ -257,7 +278,12 @@ impl OzoneManager {
         let txn = self.db.begin_write()?;
         {
             let keys = txn.open_table(KEYS)?;
-            if keys.range((name, "")..)?.next().transpose()?.is_some_and(|(k, _)| k.value().0 == name) {
+            if keys
+                .range((name, "")..)?
+                .next()
+                .transpose()?
+                .is_some_and(|(k, _)| k.value().0 == name)
+            {
                 return Err(OmError::BucketNotEmpty(name.to_string()));
             }
             let mut t = txn.open_table(BUCKETS)?;
@@ -273,7 +299,12 @@ impl OzoneManager {
     ///
     /// # Errors
     /// [`OmError::BucketNotFound`], [`OmError::InvalidArgument`] for a bad key name.
-    pub fn open_key(&self, bucket: &str, key: &str, replication: Option<ReplicationConfig>) -> Result<OpenKey> {
+    pub fn open_key(
+        &self,
+        bucket: &str,
+        key: &str,
+        replication: Option<ReplicationConfig>,
+    ) -> Result<OpenKey> {
         validate_name("key", key)?;
         let b = self.get_bucket(bucket)?;
         let replication = replication.unwrap_or(b.default_replication);
@@ -320,7 +351,10 @@ impl OzoneManager {
     pub fn allocate_block_group(&self, session_id: u64, exclude: &[String]) -> Result<BlockGroup> {
         let (replication, candidates, rotation) = {
             let mut st = self.state();
-            let s = st.sessions.get(&session_id).ok_or(OmError::NoSuchSession(session_id))?;
+            let s = st
+                .sessions
+                .get(&session_id)
+                .ok_or(OmError::NoSuchSession(session_id))?;
             let replication = s.replication;
             let excluded: HashSet<&str> = exclude.iter().map(String::as_str).collect();
             let candidates: Vec<DatanodeDetails> = st
@@ -343,7 +377,9 @@ impl OzoneManager {
         let needed = replication.required_nodes();
         let n = candidates.len();
         let start = usize::try_from(rotation % n as u64).unwrap_or(0);
-        let chosen: Vec<DatanodeDetails> = (0..needed).map(|i| candidates[(start + i) % n].clone()).collect();
+        let chosen: Vec<DatanodeDetails> = (0..needed)
+            .map(|i| candidates[(start + i) % n].clone())
+            .collect();
         let locations: Vec<BlockLocation> = chosen
             .into_iter()
             .enumerate()
@@ -384,7 +420,10 @@ impl OzoneManager {
             pipeline: Pipeline { locations },
         };
         let mut st = self.state();
-        let s = st.sessions.get_mut(&session_id).ok_or(OmError::NoSuchSession(session_id))?;
+        let s = st
+            .sessions
+            .get_mut(&session_id)
+            .ok_or(OmError::NoSuchSession(session_id))?;
         s.allocated.push(group.clone());
         Ok(group)
     }
@@ -397,7 +436,12 @@ impl OzoneManager {
     /// # Errors
     /// [`OmError::NoSuchSession`], [`OmError::InvalidArgument`] for unknown
     /// groups or a length mismatch, database errors.
-    pub fn commit_key(&self, session_id: u64, groups: &[BlockGroup], length: u64) -> Result<KeyInfo> {
+    pub fn commit_key(
+        &self,
+        session_id: u64,
+        groups: &[BlockGroup],
+        length: u64,
+    ) -> Result<KeyInfo> {
         let s = self
             .state()
             .sessions
@@ -478,11 +522,21 @@ impl OzoneManager {
     ///
     /// # Errors
     /// [`OmError::BucketNotFound`], database errors.
-    pub fn list_keys(&self, bucket: &str, prefix: &str, start_after: &str, max_keys: usize) -> Result<Vec<KeyInfo>> {
+    pub fn list_keys(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        start_after: &str,
+        max_keys: usize,
+    ) -> Result<Vec<KeyInfo>> {
         self.get_bucket(bucket)?;
         let read = self.db.begin_read()?;
         let t = read.open_table(KEYS)?;
-        let from = if start_after > prefix { start_after } else { prefix };
+        let from = if start_after > prefix {
+            start_after
+        } else {
+            prefix
+        };
         let limit = if max_keys == 0 { usize::MAX } else { max_keys };
         let mut out = Vec::new();
         for entry in t.range((bucket, from)..)? {

@@ -39,12 +39,13 @@ impl OmServer {
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
         let (tx, rx) = oneshot::channel::<()>();
         let svc = OzoneManagerServiceServer::new(OmGrpcService::new(Arc::clone(&om)));
-        let task = tokio::spawn(Server::builder().add_service(svc).serve_with_incoming_shutdown(
-            incoming,
-            async {
-                let _ = rx.await;
-            },
-        ));
+        let task = tokio::spawn(
+            Server::builder()
+                .add_service(svc)
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = rx.await;
+                }),
+        );
         tracing::info!(%address, "om serving");
         Ok(Self {
             address,
@@ -72,7 +73,9 @@ impl OmServer {
             let _ = tx.send(());
         }
         if let Some(mut task) = self.task.take()
-            && tokio::time::timeout(Duration::from_secs(5), &mut task).await.is_err()
+            && tokio::time::timeout(Duration::from_secs(5), &mut task)
+                .await
+                .is_err()
         {
             task.abort();
         }

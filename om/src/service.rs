@@ -79,13 +79,18 @@ impl OzoneManagerService for OmGrpcService {
         let req = req.into_inner();
         let r = replication(&req.default_replication)?;
         let size = (req.block_size > 0).then_some(req.block_size);
-        let b = self.run(move |om| om.create_bucket(&req.name, r, size)).await?;
+        let b = self
+            .run(move |om| om.create_bucket(&req.name, r, size))
+            .await?;
         Ok(Response::new(pb::CreateBucketResponse {
             bucket: Some(b.into()),
         }))
     }
 
-    async fn get_bucket(&self, req: Request<pb::GetBucketRequest>) -> Result<Response<pb::GetBucketResponse>, Status> {
+    async fn get_bucket(
+        &self,
+        req: Request<pb::GetBucketRequest>,
+    ) -> Result<Response<pb::GetBucketResponse>, Status> {
         let name = req.into_inner().name;
         let b = self.run(move |om| om.get_bucket(&name)).await?;
         Ok(Response::new(pb::GetBucketResponse {
@@ -112,10 +117,15 @@ impl OzoneManagerService for OmGrpcService {
         Ok(Response::new(pb::DeleteBucketResponse {}))
     }
 
-    async fn open_key(&self, req: Request<pb::OpenKeyRequest>) -> Result<Response<pb::OpenKeyResponse>, Status> {
+    async fn open_key(
+        &self,
+        req: Request<pb::OpenKeyRequest>,
+    ) -> Result<Response<pb::OpenKeyResponse>, Status> {
         let req = req.into_inner();
         let r = replication(&req.replication)?;
-        let k = self.run(move |om| om.open_key(&req.bucket, &req.key, r)).await?;
+        let k = self
+            .run(move |om| om.open_key(&req.bucket, &req.key, r))
+            .await?;
         Ok(Response::new(pb::OpenKeyResponse {
             session_id: k.session_id,
             replication: k.replication.to_string(),
@@ -136,7 +146,10 @@ impl OzoneManagerService for OmGrpcService {
         }))
     }
 
-    async fn commit_key(&self, req: Request<pb::CommitKeyRequest>) -> Result<Response<pb::CommitKeyResponse>, Status> {
+    async fn commit_key(
+        &self,
+        req: Request<pb::CommitKeyRequest>,
+    ) -> Result<Response<pb::CommitKeyResponse>, Status> {
         let req = req.into_inner();
         let groups = req
             .block_groups
@@ -147,33 +160,59 @@ impl OzoneManagerService for OmGrpcService {
         let k = self
             .run(move |om| om.commit_key(req.session_id, &groups, req.length))
             .await?;
-        Ok(Response::new(pb::CommitKeyResponse { key: Some(k.into()) }))
+        Ok(Response::new(pb::CommitKeyResponse {
+            key: Some(k.into()),
+        }))
     }
 
-    async fn abort_key(&self, req: Request<pb::AbortKeyRequest>) -> Result<Response<pb::AbortKeyResponse>, Status> {
+    async fn abort_key(
+        &self,
+        req: Request<pb::AbortKeyRequest>,
+    ) -> Result<Response<pb::AbortKeyResponse>, Status> {
         self.om.abort_key(req.into_inner().session_id);
         Ok(Response::new(pb::AbortKeyResponse {}))
     }
 
-    async fn lookup_key(&self, req: Request<pb::LookupKeyRequest>) -> Result<Response<pb::LookupKeyResponse>, Status> {
+    async fn lookup_key(
+        &self,
+        req: Request<pb::LookupKeyRequest>,
+    ) -> Result<Response<pb::LookupKeyResponse>, Status> {
         let req = req.into_inner();
-        let k = self.run(move |om| om.lookup_key(&req.bucket, &req.key)).await?;
-        Ok(Response::new(pb::LookupKeyResponse { key: Some(k.into()) }))
+        let k = self
+            .run(move |om| om.lookup_key(&req.bucket, &req.key))
+            .await?;
+        Ok(Response::new(pb::LookupKeyResponse {
+            key: Some(k.into()),
+        }))
     }
 
-    async fn list_keys(&self, req: Request<pb::ListKeysRequest>) -> Result<Response<pb::ListKeysResponse>, Status> {
+    async fn list_keys(
+        &self,
+        req: Request<pb::ListKeysRequest>,
+    ) -> Result<Response<pb::ListKeysResponse>, Status> {
         let req = req.into_inner();
         let keys = self
-            .run(move |om| om.list_keys(&req.bucket, &req.prefix, &req.start_after, req.max_keys as usize))
+            .run(move |om| {
+                om.list_keys(
+                    &req.bucket,
+                    &req.prefix,
+                    &req.start_after,
+                    req.max_keys as usize,
+                )
+            })
             .await?;
         Ok(Response::new(pb::ListKeysResponse {
             keys: keys.into_iter().map(Into::into).collect(),
         }))
     }
 
-    async fn delete_key(&self, req: Request<pb::DeleteKeyRequest>) -> Result<Response<pb::DeleteKeyResponse>, Status> {
+    async fn delete_key(
+        &self,
+        req: Request<pb::DeleteKeyRequest>,
+    ) -> Result<Response<pb::DeleteKeyResponse>, Status> {
         let req = req.into_inner();
-        self.run(move |om| om.delete_key(&req.bucket, &req.key)).await?;
+        self.run(move |om| om.delete_key(&req.bucket, &req.key))
+            .await?;
         Ok(Response::new(pb::DeleteKeyResponse {}))
     }
 }

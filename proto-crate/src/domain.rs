@@ -269,7 +269,11 @@ impl TryFrom<dn::BlockData> for BlockData {
             block_id: required(b.block_id, "block_data.block_id")?.into(),
             chunks,
             size: b.size,
-            metadata: b.metadata.into_iter().map(|kv| (kv.key, kv.value)).collect(),
+            metadata: b
+                .metadata
+                .into_iter()
+                .map(|kv| (kv.key, kv.value))
+                .collect(),
         })
     }
 }
@@ -674,7 +678,13 @@ mod tests {
 
     #[test]
     fn replication_config_parses_and_prints() {
-        for s in ["rs-3-2-1024k", "rs-6-3-1024k", "rs-10-4-1024k", "ONE", "THREE"] {
+        for s in [
+            "rs-3-2-1024k",
+            "rs-6-3-1024k",
+            "rs-10-4-1024k",
+            "ONE",
+            "THREE",
+        ] {
             let r: ReplicationConfig = s.parse().unwrap();
             assert_eq!(r.to_string(), s);
         }

@@ -203,9 +203,6 @@ mod tests {
             result_code(&Status::unavailable("conn refused")),
             ResultCode::Unavailable
         );
-        assert_eq!(
-            result_code(&Status::internal("x")),
-            ResultCode::Unspecified
-        );
+        assert_eq!(result_code(&Status::internal("x")), ResultCode::Unspecified);
     }
 }

@@ -1,1 +1,59 @@
-fn main(){}
+//! `cargo xtask ...`: the project's command line. Parses arguments and calls
+//! library code (minicluster, ec-client); it owns no data-path logic.
+
+mod cluster_file;
+mod demo;
+mod key;
+mod table;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// Run a local EC cluster, move keys in and out of it, measure it.
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Start an om and N datanodes on loopback, write a key, read it back
+    /// (sequentially and with random preads), print what it cost, then serve
+    /// until Ctrl-C.
+    Minicluster(demo::MiniclusterArgs),
+    /// Put, get, describe and list keys on a running cluster.
+    Key {
+        #[command(subcommand)]
+        command: key::KeyCommand,
+    },
+}
+
+/// Workspace root (the parent of this crate's directory).
+pub(crate) fn workspace_root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .parent()
+        .map_or(manifest.clone(), std::path::Path::to_path_buf)
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        match cli.command {
+            Command::Minicluster(args) => demo::run(args).await,
+            Command::Key { command } => key::run(command).await,
+        }
+    })
+}

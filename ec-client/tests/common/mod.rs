@@ -13,7 +13,9 @@ pub const CELL: u64 = 4096;
 
 /// rs-3-2 with [`CELL`]-byte cells.
 pub fn rs32() -> EcReplicationConfig {
-    format!("rs-3-2-{}k", CELL / 1024).parse().expect("valid config")
+    format!("rs-3-2-{}k", CELL / 1024)
+        .parse()
+        .expect("valid config")
 }
 
 /// Stripe size of [`rs32`].
@@ -48,7 +50,10 @@ pub async fn cluster() -> (MiniCluster, Client) {
     let cluster = MiniCluster::start(MiniClusterConfig::default())
         .await
         .expect("minicluster starts");
-    let client = cluster.client_with(test_config()).await.expect("client connects");
+    let client = cluster
+        .client_with(test_config())
+        .await
+        .expect("client connects");
     (cluster, client)
 }
 
