@@ -3,7 +3,11 @@
 //! and servers. `bytes` fields become `bytes::Bytes` for zero-copy reads.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["proto/datanode.proto", "proto/om.proto"];
+    let protos = [
+        "proto/datanode.proto",
+        "proto/om.proto",
+        "proto/admin.proto",
+    ];
     for p in protos {
         println!("cargo:rerun-if-changed={p}");
     }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use proto_crate::{BlockData, BlockId};
 use tokio::sync::OnceCell;
 
-use crate::{BlockStreamError, Result, XceiverClient, checksum};
+use crate::{BlockStreamError, Result, RetryPolicy, XceiverClient, checksum};
 
 /// One block on 1..n datanodes (replicas of the same bytes: the replicas of a
 /// replicated block, or an EC internal block and its spare copies).
@@ -29,17 +29,25 @@ pub struct BlockInputStream {
     block_data: OnceCell<Arc<BlockData>>,
     /// Location to try first (a hint moved past locations that failed).
     preferred: AtomicUsize,
+    /// Retries of one location after it was unavailable.
+    retry: RetryPolicy,
     /// Sequential cursor, block-relative bytes.
     cursor: u64,
 }
 
 impl BlockInputStream {
     /// A stream over `block_id` of `length` bytes at `locations` (in preference
-    /// order). No RPC is made until the first read.
+    /// order), retrying an unavailable location as `retry` says before moving
+    /// on. No RPC is made until the first read.
     ///
     /// # Errors
     /// [`BlockStreamError::InvalidArgument`] when `locations` is empty.
-    pub fn new(block_id: BlockId, length: u64, locations: Vec<XceiverClient>) -> Result<Self> {
+    pub fn new(
+        block_id: BlockId,
+        length: u64,
+        locations: Vec<XceiverClient>,
+        retry: RetryPolicy,
+    ) -> Result<Self> {
         if locations.is_empty() {
             return Err(BlockStreamError::InvalidArgument(format!(
                 "block {block_id} has no locations"
@@ -51,6 +59,7 @@ impl BlockInputStream {
             locations,
             block_data: OnceCell::new(),
             preferred: AtomicUsize::new(0),
+            retry,
             cursor: 0,
         })
     }
@@ -97,7 +106,7 @@ impl BlockInputStream {
                 let mut last = None;
                 for i in self.order() {
                     let loc = &self.locations[i];
-                    match self.fetch_block_data(loc).await {
+                    match self.with_retries(|| self.fetch_block_data(loc)).await {
                         Ok(d) => {
                             self.preferred.store(i, Ordering::Relaxed);
                             return Ok(Arc::new(d));
@@ -128,6 +137,32 @@ impl BlockInputStream {
                 source,
             })?;
         Ok(d)
+    }
+
+    /// Only an unavailable datanode is worth retrying in place: deadlines,
+    /// checksum mismatches and short answers would repeat, so they fail the
+    /// location at once (a short answer never turns into a retry loop).
+    fn transient(e: &BlockStreamError) -> bool {
+        matches!(e, BlockStreamError::Unavailable { .. })
+    }
+
+    async fn with_retries<T, F, Fut>(&self, mut f: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let mut attempt = 0;
+        loop {
+            match f().await {
+                Err(e) if Self::transient(&e) && attempt < self.retry.retries => {
+                    attempt += 1;
+                    if !self.retry.backoff.is_zero() {
+                        tokio::time::sleep(self.retry.backoff).await;
+                    }
+                }
+                other => return other,
+            }
+        }
     }
 
     fn order(&self) -> impl Iterator<Item = usize> + use<> {
@@ -169,7 +204,20 @@ impl BlockInputStream {
         let data = self.block_data().await?;
         let mut last = None;
         for i in self.order() {
-            match self.read_from(&self.locations[i], &data, pos, buf).await {
+            let loc = &self.locations[i];
+            let mut attempt = 0;
+            let result = loop {
+                match self.read_from(loc, &data, pos, buf).await {
+                    Err(e) if Self::transient(&e) && attempt < self.retry.retries => {
+                        attempt += 1;
+                        if !self.retry.backoff.is_zero() {
+                            tokio::time::sleep(self.retry.backoff).await;
+                        }
+                    }
+                    other => break other,
+                }
+            };
+            match result {
                 Ok(()) => return Ok(n),
                 Err(e) if e.is_location_failure() => {
                     tracing::debug!(block = %self.block_id, datanode = self.locations[i].address(), error = %e, "location failed, trying next");

@@ -4,6 +4,25 @@ use std::time::Duration;
 
 use proto_crate::ChecksumType;
 
+/// How often one location is retried after a transient failure (the
+/// datanode was unavailable) before the reader gives up on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Extra attempts on the same location (default 1).
+    pub retries: u32,
+    /// Wait before each retry (default 50 ms; tests use 0).
+    pub backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            retries: 1,
+            backoff: Duration::from_millis(50),
+        }
+    }
+}
+
 /// How [`XceiverClient`](crate::XceiverClient)s connect, time out, and checksum.
 ///
 /// Plain struct with `Default` and `with_*` builders. Defaults follow Ozone
@@ -24,6 +43,8 @@ pub struct XceiverConfig {
     pub http2_max_frame_size: u32,
     /// Largest gRPC message either side decodes, bytes (default 64 MiB).
     pub max_message_size: usize,
+    /// Retries of one location by block readers.
+    pub retry: RetryPolicy,
 }
 
 impl Default for XceiverConfig {
@@ -35,6 +56,7 @@ impl Default for XceiverConfig {
             bytes_per_checksum: 16 * 1024,
             http2_max_frame_size: 1024 * 1024 - 1,
             max_message_size: 64 * 1024 * 1024,
+            retry: RetryPolicy::default(),
         }
     }
 }
@@ -44,6 +66,12 @@ impl XceiverConfig {
     #[must_use]
     pub fn with_rpc_timeout(mut self, d: Duration) -> Self {
         self.rpc_timeout = d;
+        self
+    }
+    /// Sets the retry policy of one location.
+    #[must_use]
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
         self
     }
     /// Sets the connect deadline.

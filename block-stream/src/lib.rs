@@ -24,7 +24,7 @@ mod xceiver;
 
 pub use block_input::BlockInputStream;
 pub use block_output::BlockOutputStream;
-pub use config::XceiverConfig;
+pub use config::{RetryPolicy, XceiverConfig};
 pub use error::{BlockStreamError, Result};
 pub use metrics::{ClientMetrics, MetricsSnapshot, RpcKind};
 pub use xceiver::{XceiverClient, XceiverClientManager};

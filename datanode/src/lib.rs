@@ -9,17 +9,24 @@
 //!   before allocating, typed result codes.
 //! - [`Datanode`]: bind, serve, register with the om, shut down.
 //! - [`DatanodeMetrics`]: RPCs served by kind, bytes.
+//! - [`FaultInjector`] / [`FaultRule`]: per-datanode fault injection (fail an
+//!   RPC kind with a code, delay, corrupt/zero/short ReadChunk answers),
+//!   reachable remotely through [`DatanodeAdminClient`] when enabled.
 //!
 //! Layering: depends on `proto-crate` only (it talks to the om through the
 //! generated client to register); never on `ec-client` or `block-stream`.
 
+mod admin;
 mod error;
+mod fault;
 mod metrics;
 mod server;
 mod service;
 mod storage;
 
+pub use admin::{DatanodeAdminClient, DatanodeAdminGrpc};
 pub use error::DatanodeError;
+pub use fault::{FaultInjector, FaultKind, FaultRule, InvalidFault};
 pub use metrics::{DatanodeMetrics, ServedRpc};
 pub use server::{Datanode, DatanodeConfig, MAX_MESSAGE_SIZE};
 pub use service::DatanodeGrpcService;

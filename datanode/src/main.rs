@@ -21,6 +21,9 @@ struct Args {
     /// The om to register with (HOST:PORT).
     #[arg(long)]
     om: Option<String>,
+    /// Serve the admin fault-injection RPCs (for tests and demos only).
+    #[arg(long)]
+    enable_fault_injection: bool,
 }
 
 #[tokio::main]
@@ -31,7 +34,8 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let args = Args::parse();
-    let mut config = DatanodeConfig::new(args.listen, &args.data_dir);
+    let mut config = DatanodeConfig::new(args.listen, &args.data_dir)
+        .with_fault_injection(args.enable_fault_injection);
     if let Some(om) = args.om {
         config = config.with_om(om);
     }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proto_crate::DatanodeDetails;
+use proto_crate::wire::admin::datanode_admin_service_server::DatanodeAdminServiceServer;
 use proto_crate::wire::datanode::datanode_service_server::DatanodeServiceServer;
 use proto_crate::wire::om as om_pb;
 use proto_crate::wire::om::ozone_manager_service_client::OzoneManagerServiceClient;
@@ -16,6 +17,8 @@ use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
 use crate::DatanodeError;
+use crate::admin::DatanodeAdminGrpc;
+use crate::fault::FaultInjector;
 use crate::metrics::DatanodeMetrics;
 use crate::service::DatanodeGrpcService;
 use crate::storage::ContainerStore;
@@ -34,6 +37,8 @@ pub struct DatanodeConfig {
     pub data_dir: PathBuf,
     /// `HOST:PORT` of the om to register with, if any.
     pub om: Option<String>,
+    /// Serve the admin (fault injection) RPCs. Off by default.
+    pub enable_fault_injection: bool,
 }
 
 impl DatanodeConfig {
@@ -44,7 +49,15 @@ impl DatanodeConfig {
             listen,
             data_dir: data_dir.into(),
             om: None,
+            enable_fault_injection: false,
         }
+    }
+
+    /// Serves the admin fault-injection RPCs too.
+    #[must_use]
+    pub fn with_fault_injection(mut self, on: bool) -> Self {
+        self.enable_fault_injection = on;
+        self
     }
 
     /// Registers with the om at `om` (`HOST:PORT`) once serving.
@@ -65,6 +78,7 @@ impl DatanodeConfig {
 pub struct Datanode {
     details: DatanodeDetails,
     metrics: Arc<DatanodeMetrics>,
+    faults: Arc<FaultInjector>,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
 }
@@ -134,9 +148,17 @@ impl Datanode {
             address: local.to_string(),
         };
         let metrics = Arc::new(DatanodeMetrics::default());
-        let svc = DatanodeServiceServer::new(DatanodeGrpcService::new(store, Arc::clone(&metrics)))
-            .max_decoding_message_size(MAX_MESSAGE_SIZE)
-            .max_encoding_message_size(MAX_MESSAGE_SIZE);
+        let faults = Arc::new(FaultInjector::default());
+        let admin = config
+            .enable_fault_injection
+            .then(|| DatanodeAdminServiceServer::new(DatanodeAdminGrpc::new(Arc::clone(&faults))));
+        let svc = DatanodeServiceServer::new(DatanodeGrpcService::new(
+            store,
+            Arc::clone(&metrics),
+            Arc::clone(&faults),
+        ))
+        .max_decoding_message_size(MAX_MESSAGE_SIZE)
+        .max_encoding_message_size(MAX_MESSAGE_SIZE);
         // Serving from our own listener: set TCP_NODELAY explicitly, or Nagle
         // adds ~40 ms to small answers.
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
@@ -147,6 +169,7 @@ impl Datanode {
                 .initial_stream_window_size(8 * 1024 * 1024)
                 .initial_connection_window_size(32 * 1024 * 1024)
                 .add_service(svc)
+                .add_optional_service(admin)
                 .serve_with_incoming_shutdown(incoming, async {
                     let _ = rx.await;
                 }),
@@ -154,6 +177,7 @@ impl Datanode {
         let dn = Self {
             details,
             metrics,
+            faults,
             shutdown: Some(tx),
             task: Some(task),
         };
@@ -174,6 +198,12 @@ impl Datanode {
     #[must_use]
     pub fn address(&self) -> &str {
         &self.details.address
+    }
+
+    /// The datanode's fault injector (rules apply from the next call on).
+    #[must_use]
+    pub fn faults(&self) -> &Arc<FaultInjector> {
+        &self.faults
     }
 
     /// The datanode's counters.

@@ -9,6 +9,7 @@ use proto_crate::wire::datanode::datanode_service_server::DatanodeService;
 use proto_crate::{BlockData, BlockId, ChunkInfo, ProtocolError, ResultCode};
 use tonic::{Request, Response, Status};
 
+use crate::fault::FaultInjector;
 use crate::metrics::{DatanodeMetrics, ServedRpc};
 use crate::storage::ContainerStore;
 
@@ -17,13 +18,23 @@ use crate::storage::ContainerStore;
 pub struct DatanodeGrpcService {
     store: Arc<ContainerStore>,
     metrics: Arc<DatanodeMetrics>,
+    faults: Arc<FaultInjector>,
 }
 
 impl DatanodeGrpcService {
-    /// A service over `store` counting into `metrics`.
+    /// A service over `store` counting into `metrics` and consulting `faults`
+    /// before each call's I/O.
     #[must_use]
-    pub fn new(store: Arc<ContainerStore>, metrics: Arc<DatanodeMetrics>) -> Self {
-        Self { store, metrics }
+    pub fn new(
+        store: Arc<ContainerStore>,
+        metrics: Arc<DatanodeMetrics>,
+        faults: Arc<FaultInjector>,
+    ) -> Self {
+        Self {
+            store,
+            metrics,
+            faults,
+        }
     }
 }
 
@@ -50,6 +61,7 @@ impl DatanodeService for DatanodeGrpcService {
     ) -> Result<Response<pb::GetBlockResponse>, Status> {
         self.metrics.record(ServedRpc::GetBlock);
         let id = block_id(req.into_inner().block_id)?;
+        self.faults.before(ServedRpc::GetBlock, Some(id)).await?;
         let data = self.store.get_block(id)?;
         Ok(Response::new(pb::GetBlockResponse {
             block_data: Some(BlockData::clone(&data).into()),
@@ -64,7 +76,9 @@ impl DatanodeService for DatanodeGrpcService {
         let req = req.into_inner();
         let id = block_id(req.block_id)?;
         let chunk = chunk(req.chunk)?;
+        self.faults.before(ServedRpc::ReadChunk, Some(id)).await?;
         let data = self.store.read(id, &chunk, req.offset, req.len).await?;
+        let data = self.faults.mangle(id, data);
         self.metrics.record_read(data.len() as u64);
         Ok(Response::new(pb::ReadChunkResponse { data }))
     }
@@ -78,6 +92,7 @@ impl DatanodeService for DatanodeGrpcService {
         let id = block_id(req.block_id)?;
         let chunk = chunk(req.chunk)?;
         let n = req.data.len() as u64;
+        self.faults.before(ServedRpc::WriteChunk, Some(id)).await?;
         self.store.write_chunk(id, &chunk, req.data).await?;
         self.metrics.record_written(n);
         Ok(Response::new(pb::WriteChunkResponse {}))
@@ -95,6 +110,9 @@ impl DatanodeService for DatanodeGrpcService {
             .ok_or(ProtocolError::MissingField("block_data"))
             .and_then(BlockData::try_from)
             .map_err(bad)?;
+        self.faults
+            .before(ServedRpc::PutBlock, Some(data.block_id))
+            .await?;
         let len = self.store.put_block(data, eof).await?;
         Ok(Response::new(pb::PutBlockResponse {
             committed_block_length: len,

@@ -56,6 +56,15 @@ impl ClientConfig {
         self
     }
 
+    /// Sets how often block readers retry an unavailable location, and the back-off.
+    #[must_use]
+    pub fn with_location_retries(mut self, retries: u32, backoff: Duration) -> Self {
+        self.xceiver = self
+            .xceiver
+            .with_retry(block_stream::RetryPolicy { retries, backoff });
+        self
+    }
+
     /// Sets the per-attempt datanode RPC deadline.
     #[must_use]
     pub fn with_rpc_timeout(mut self, d: Duration) -> Self {

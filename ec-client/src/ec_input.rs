@@ -13,7 +13,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
-use block_stream::{BlockInputStream, BlockStreamError, XceiverClient};
+use block_stream::{BlockInputStream, BlockStreamError, RetryPolicy, XceiverClient};
 use ec_codec::{BlockGroupLayout, EcReplicationConfig};
 use futures::future::try_join_all;
 use proto_crate::BlockGroup;
@@ -82,58 +82,69 @@ pub(crate) fn choose_locations(
     Ok(out)
 }
 
-/// Reads an EC block group through its data indexes' cached block streams.
+/// Lazily created, cached [`BlockInputStream`]s of one group's replica
+/// indexes (one location each), shared by both EC readers.
 #[derive(Debug)]
-pub struct ECBlockInputStream {
+pub(crate) struct IndexStreams {
     group: BlockGroup,
     layout: BlockGroupLayout,
     locations: Vec<Option<IndexLocation>>,
     streams: Vec<OnceLock<Arc<BlockInputStream>>>,
-    parallel: bool,
+    retry: RetryPolicy,
 }
 
-impl ECBlockInputStream {
-    /// A reader of `group` (of length `group.length`) under `ec`, avoiding the
-    /// `excluded` (replica index, datanode uuid) locations. No RPC is made;
-    /// counts one EC reader created.
+impl IndexStreams {
+    /// Streams for replica indexes 1..=`count` of `group`, at `locations`
+    /// (index r at `locations[r - 1]`).
     pub(crate) fn new(
         ctx: &ReadContext,
         group: &BlockGroup,
-        ec: EcReplicationConfig,
-        excluded: &HashSet<(u32, String)>,
-    ) -> Result<Self> {
-        let locations = choose_locations(ctx, group, &ec, excluded)?;
-        EcReadMetrics::inc(&ctx.ec_metrics.ec_readers_created);
-        Ok(Self {
+        layout: BlockGroupLayout,
+        locations: Vec<Option<IndexLocation>>,
+        count: usize,
+    ) -> Self {
+        Self {
             group: group.clone(),
-            layout: BlockGroupLayout::new(ec, group.length),
-            streams: (0..ec.data()).map(|_| OnceLock::new()).collect(),
+            layout,
             locations,
-            parallel: ctx.config.parallel_cell_reads,
-        })
+            streams: (0..count).map(|_| OnceLock::new()).collect(),
+            retry: ctx.config.xceiver.retry,
+        }
     }
 
-    /// Group length, data bytes.
-    #[must_use]
-    pub fn len(&self) -> u64 {
-        self.layout.group_len()
+    pub(crate) fn layout(&self) -> &BlockGroupLayout {
+        &self.layout
     }
 
-    /// Whether the group holds no data.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.layout.group_len() == 0
+    pub(crate) fn group(&self) -> &BlockGroup {
+        &self.group
     }
 
-    /// Whether every data index this reader can touch has a location.
-    pub(crate) fn has_all_data_locations(&self) -> bool {
-        (1..=self.layout.expected_data_locations())
-            .all(|r| self.locations.get(r - 1).is_some_and(Option::is_some))
+    /// `HOST:PORT` of index `r`'s location, or "" when it has none.
+    pub(crate) fn address(&self, r: usize) -> String {
+        self.locations
+            .get(r.wrapping_sub(1))
+            .and_then(Option::as_ref)
+            .map(|l| l.client.address().to_string())
+            .unwrap_or_default()
     }
 
-    /// The cached stream of data index `r` (1-based), created on first use.
+    fn uuid(&self, r: usize) -> String {
+        self.locations
+            .get(r.wrapping_sub(1))
+            .and_then(Option::as_ref)
+            .map(|l| l.uuid.clone())
+            .unwrap_or_default()
+    }
+
+    /// The cached stream of replica index `r` (1-based), created on first use.
     fn stream(&self, r: usize) -> std::result::Result<&Arc<BlockInputStream>, EcReadError> {
-        if let Some(s) = self.streams.get(r - 1).and_then(OnceLock::get) {
+        let slot = self.streams.get(r.wrapping_sub(1)).ok_or_else(|| {
+            EcReadError::Fatal(ClientError::InvalidArgument(format!(
+                "replica index {r} out of range"
+            )))
+        })?;
+        if let Some(s) = slot.get() {
             return Ok(s);
         }
         let ri = u32::try_from(r).unwrap_or(u32::MAX);
@@ -151,16 +162,115 @@ impl ECBlockInputStream {
             .layout
             .internal_block_len(r)
             .map_err(ClientError::from)?;
-        let s = BlockInputStream::new(self.group.block_id(ri), len, vec![loc.client.clone()])
-            .map_err(ClientError::from)?;
-        let cell = &self.streams[r - 1];
-        Ok(cell.get_or_init(|| Arc::new(s)))
+        let s = BlockInputStream::new(
+            self.group.block_id(ri),
+            len,
+            vec![loc.client.clone()],
+            self.retry,
+        )
+        .map_err(ClientError::from)?;
+        Ok(slot.get_or_init(|| Arc::new(s)))
+    }
+
+    /// Number of streams created so far.
+    pub(crate) fn created(&self) -> usize {
+        self.streams.iter().filter(|s| s.get().is_some()).count()
+    }
+
+    /// Reads exactly `piece.len()` bytes of index `r` at block offset `offset`.
+    pub(crate) async fn read(
+        &self,
+        r: usize,
+        offset: u64,
+        piece: &mut [u8],
+    ) -> std::result::Result<(), EcReadError> {
+        let stream = self.stream(r)?;
+        let replica_index = u32::try_from(r).unwrap_or(u32::MAX);
+        match stream.read_at(offset, piece).await {
+            Ok(got) if got == piece.len() => Ok(()),
+            Ok(got) => Err(EcReadError::Location(IndexFailure {
+                replica_index,
+                datanode_uuid: self.uuid(r),
+                error: BlockStreamError::ShortRead {
+                    block: stream.block_id(),
+                    datanode: self.address(r),
+                    offset,
+                    expected: piece.len() as u64,
+                    got: got as u64,
+                },
+            })),
+            Err(e) if e.is_location_failure() => Err(EcReadError::Location(IndexFailure {
+                replica_index,
+                datanode_uuid: self.uuid(r),
+                error: e,
+            })),
+            Err(e) => Err(EcReadError::Fatal(e.into())),
+        }
+    }
+}
+
+/// Splits `buf` into consecutive pieces of the given lengths.
+pub(crate) fn split_pieces<'a>(
+    mut buf: &'a mut [u8],
+    lens: impl IntoIterator<Item = u64>,
+) -> Vec<&'a mut [u8]> {
+    let mut out = Vec::new();
+    for len in lens {
+        let n = usize::try_from(len).unwrap_or(usize::MAX).min(buf.len());
+        let (piece, tail) = buf.split_at_mut(n);
+        out.push(piece);
+        buf = tail;
+    }
+    out
+}
+
+/// Reads an EC block group through its data indexes' cached block streams.
+#[derive(Debug)]
+pub struct ECBlockInputStream {
+    streams: IndexStreams,
+    parallel: bool,
+}
+
+impl ECBlockInputStream {
+    /// A reader of `group` (of length `group.length`) under `ec`, avoiding the
+    /// `excluded` (replica index, datanode uuid) locations. No RPC is made;
+    /// counts one EC reader created.
+    pub(crate) fn new(
+        ctx: &ReadContext,
+        group: &BlockGroup,
+        ec: EcReplicationConfig,
+        excluded: &HashSet<(u32, String)>,
+    ) -> Result<Self> {
+        let locations = choose_locations(ctx, group, &ec, excluded)?;
+        EcReadMetrics::inc(&ctx.ec_metrics.ec_readers_created);
+        Ok(Self {
+            streams: IndexStreams::new(
+                ctx,
+                group,
+                BlockGroupLayout::new(ec, group.length),
+                locations,
+                ec.data(),
+            ),
+            parallel: ctx.config.parallel_cell_reads,
+        })
+    }
+
+    /// Group length, data bytes.
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        self.streams.layout().group_len()
+    }
+
+    /// Whether the group holds no data.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Number of per-index block streams created so far.
     #[must_use]
     pub fn streams_created(&self) -> usize {
-        self.streams.iter().filter(|s| s.get().is_some()).count()
+        self.streams.created()
     }
 
     /// Positioned read of group-relative `pos` into `buf`; returns the bytes
@@ -170,71 +280,29 @@ impl ECBlockInputStream {
         pos: u64,
         buf: &mut [u8],
     ) -> std::result::Result<usize, EcReadError> {
-        let len = self.layout.group_len();
+        let len = self.len();
         if pos >= len || buf.is_empty() {
             return Ok(0);
         }
         let n = usize::try_from((len - pos).min(buf.len() as u64)).unwrap_or(buf.len());
         let spans: Vec<_> = self
-            .layout
+            .streams
+            .layout()
             .cells_for_range(pos..pos + n as u64)
             .map_err(ClientError::from)?
             .collect();
-        let mut pieces = Vec::with_capacity(spans.len());
-        let mut rest = &mut buf[..n];
-        for span in &spans {
-            let (piece, tail) = rest.split_at_mut(usize::try_from(span.len).unwrap_or(usize::MAX));
-            pieces.push((span, piece));
-            rest = tail;
-        }
-        if self.parallel && pieces.len() > 1 {
-            try_join_all(pieces.into_iter().map(|(span, piece)| {
-                self.read_span(span.replica_index, span.offset_in_block, piece)
-            }))
-            .await?;
+        let pieces = split_pieces(&mut buf[..n], spans.iter().map(|s| s.len));
+        let reads = spans.iter().zip(pieces).map(|(span, piece)| {
+            self.streams
+                .read(span.replica_index, span.offset_in_block, piece)
+        });
+        if self.parallel && spans.len() > 1 {
+            try_join_all(reads).await?;
         } else {
-            for (span, piece) in pieces {
-                self.read_span(span.replica_index, span.offset_in_block, piece)
-                    .await?;
+            for r in reads {
+                r.await?;
             }
         }
         Ok(n)
-    }
-
-    async fn read_span(
-        &self,
-        r: usize,
-        offset: u64,
-        piece: &mut [u8],
-    ) -> std::result::Result<(), EcReadError> {
-        let stream = self.stream(r)?;
-        let uuid = || {
-            self.locations
-                .get(r - 1)
-                .and_then(Option::as_ref)
-                .map(|l| l.uuid.clone())
-                .unwrap_or_default()
-        };
-        let replica_index = u32::try_from(r).unwrap_or(u32::MAX);
-        match stream.read_at(offset, piece).await {
-            Ok(got) if got == piece.len() => Ok(()),
-            Ok(got) => Err(EcReadError::Location(IndexFailure {
-                replica_index,
-                datanode_uuid: uuid(),
-                error: BlockStreamError::ShortRead {
-                    block: stream.block_id(),
-                    datanode: stream.locations().next().unwrap_or_default().to_string(),
-                    offset,
-                    expected: piece.len() as u64,
-                    got: got as u64,
-                },
-            })),
-            Err(e) if e.is_location_failure() => Err(EcReadError::Location(IndexFailure {
-                replica_index,
-                datanode_uuid: uuid(),
-                error: e,
-            })),
-            Err(e) => Err(EcReadError::Fatal(e.into())),
-        }
     }
 }

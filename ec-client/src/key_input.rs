@@ -72,6 +72,7 @@ impl KeyReader {
                         g.block_id(0),
                         g.length,
                         locations,
+                        ctx.config.xceiver.retry,
                     )?)
                 }
             };

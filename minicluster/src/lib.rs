@@ -11,13 +11,15 @@
 //! Layering: the top of the library DAG below `xtask`; uses `om`, `datanode`,
 //! `ec-client` and `proto-crate`.
 
+mod control;
 pub mod pattern;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use datanode::{Datanode, DatanodeConfig, DatanodeMetrics};
+pub use control::{ControlClient, ControlServer};
+use datanode::{Datanode, DatanodeConfig, DatanodeMetrics, FaultInjector, FaultRule};
 use ec_client::{Client, ClientConfig};
 use om::{OmConfig, OmServer, OzoneManager};
 use proto_crate::ReplicationConfig;
@@ -124,6 +126,7 @@ pub struct DatanodeHandle {
     om: String,
     node: Option<Datanode>,
     metrics: Arc<DatanodeMetrics>,
+    faults: Arc<FaultInjector>,
 }
 
 impl DatanodeHandle {
@@ -158,6 +161,23 @@ impl DatanodeHandle {
         &self.metrics
     }
 
+    /// The fault injector of the current (or last) incarnation. Rules do not
+    /// survive a restart, as a real process's would not.
+    #[must_use]
+    pub fn faults(&self) -> &Arc<FaultInjector> {
+        &self.faults
+    }
+
+    /// Adds a fault rule; it applies from the next call on.
+    pub fn inject(&self, rule: FaultRule) {
+        self.faults.add(rule);
+    }
+
+    /// Removes every fault rule.
+    pub fn clear_faults(&self) {
+        self.faults.clear();
+    }
+
     /// Stops serving (graceful, bounded); the data dir is kept. A no-op if stopped.
     pub async fn stop(&mut self) {
         if let Some(node) = self.node.take() {
@@ -175,7 +195,9 @@ impl DatanodeHandle {
             return Ok(());
         }
         let node = Datanode::start(
-            DatanodeConfig::new(self.address, &self.data_dir).with_om(self.om.clone()),
+            DatanodeConfig::new(self.address, &self.data_dir)
+                .with_om(self.om.clone())
+                .with_fault_injection(true),
         )
         .await
         .map_err(|source| MiniClusterError::Datanode {
@@ -183,6 +205,7 @@ impl DatanodeHandle {
             source,
         })?;
         self.metrics = Arc::clone(node.metrics());
+        self.faults = Arc::clone(node.faults());
         self.node = Some(node);
         Ok(())
     }
@@ -195,6 +218,9 @@ pub struct ClusterInfo {
     pub om: String,
     /// Datanodes in cluster order (the N of `cargo xtask dn ... N`).
     pub datanodes: Vec<DatanodeInfo>,
+    /// `HOST:PORT` of the control service (stop/start datanodes), when served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control: Option<String>,
 }
 
 /// One datanode in `cluster.json`.
@@ -245,7 +271,9 @@ impl MiniCluster {
         for index in 0..config.datanodes {
             let data_dir = base_dir.join(format!("dn{index}"));
             let node = Datanode::start(
-                DatanodeConfig::new(localhost, &data_dir).with_om(om_address.clone()),
+                DatanodeConfig::new(localhost, &data_dir)
+                    .with_om(om_address.clone())
+                    .with_fault_injection(true),
             )
             .await
             .map_err(|source| MiniClusterError::Datanode { index, source })?;
@@ -260,6 +288,7 @@ impl MiniCluster {
                 uuid: node.details().uuid.clone(),
                 om: om_address.clone(),
                 metrics: Arc::clone(node.metrics()),
+                faults: Arc::clone(node.faults()),
                 node: Some(node),
             });
         }
@@ -341,19 +370,21 @@ impl MiniCluster {
                     address: d.address(),
                 })
                 .collect(),
+            control: None,
         }
     }
 
-    /// Writes [`info`](Self::info) as pretty JSON to `path`, creating parent dirs.
+    /// Writes `info` (see [`info`](Self::info)) as pretty JSON to `path`,
+    /// creating parent dirs.
     ///
     /// # Errors
     /// I/O errors.
-    pub fn write_cluster_json(&self, path: &Path) -> Result<(), MiniClusterError> {
+    pub fn write_cluster_json(info: &ClusterInfo, path: &Path) -> Result<(), MiniClusterError> {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)
                 .map_err(io(format!("creating {}", parent.display())))?;
         }
-        let json = serde_json::to_string_pretty(&self.info())
+        let json = serde_json::to_string_pretty(info)
             .map_err(|e| io("encoding cluster.json")(std::io::Error::other(e)))?;
         std::fs::write(path, json).map_err(io(format!("writing {}", path.display())))
     }

@@ -45,6 +45,9 @@ pub enum OmError {
     /// A malformed request.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// Copying a replica to another datanode failed.
+    #[error("replication failed: {0}")]
+    ReplicationFailed(String),
     /// The metadata database failed.
     #[error("metadata database: {0}")]
     Db(String),
@@ -62,6 +65,7 @@ impl OmError {
             Self::NoSuchSession(_) => "NO_SUCH_SESSION",
             Self::NotEnoughDatanodes { .. } => "NOT_ENOUGH_DATANODES",
             Self::InvalidArgument(_) => "INVALID_ARGUMENT",
+            Self::ReplicationFailed(_) => "REPLICATION_FAILED",
             Self::Db(_) => "INTERNAL",
         }
     }
@@ -75,6 +79,7 @@ impl OmError {
             Self::BucketNotEmpty(_) => Code::FailedPrecondition,
             Self::NotEnoughDatanodes { .. } => Code::ResourceExhausted,
             Self::InvalidArgument(_) => Code::InvalidArgument,
+            Self::ReplicationFailed(_) => Code::Unavailable,
             Self::Db(_) => Code::Internal,
         }
     }

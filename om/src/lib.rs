@@ -5,6 +5,8 @@
 //!   commit with final lengths, lookup, list, delete), persisted in redb.
 //!   Usable in-process.
 //! - [`OmGrpcService`] / [`OmServer`]: the same over gRPC.
+//! - [`add_replica`] / [`OmAdminGrpc`]: copy an EC replica to another
+//!   datanode and record it as a spare location (Ozone's EC replication).
 //! - [`OmError`]: typed errors; a failed gRPC call carries the error's name in
 //!   the [`OM_ERROR_HEADER`] header, read back with [`om_error_name`].
 //!
@@ -12,10 +14,12 @@
 
 mod error;
 mod manager;
+mod replication;
 mod server;
 mod service;
 
 pub use error::{OM_ERROR_HEADER, OmError, om_error_name};
 pub use manager::{OmConfig, OpenKey, OzoneManager};
+pub use replication::{OmAdminClient, OmAdminGrpc, add_replica};
 pub use server::OmServer;
 pub use service::OmGrpcService;

@@ -556,6 +556,44 @@ impl OzoneManager {
         Ok(out)
     }
 
+    /// Records `location` as an extra (spare) location of group `group`
+    /// (from 0) of the committed key `bucket/key`.
+    ///
+    /// # Errors
+    /// [`OmError::KeyNotFound`], [`OmError::InvalidArgument`] for a group the
+    /// key does not have, database errors.
+    pub fn add_location(
+        &self,
+        bucket: &str,
+        key: &str,
+        group: usize,
+        location: BlockLocation,
+    ) -> Result<KeyInfo> {
+        let txn = self.db.begin_write()?;
+        let info;
+        {
+            let mut t = txn.open_table(KEYS)?;
+            let mut k: KeyInfo = {
+                let v = t.get((bucket, key))?.ok_or_else(|| OmError::KeyNotFound {
+                    bucket: bucket.to_string(),
+                    key: key.to_string(),
+                })?;
+                decode::<pb::KeyInfo, _>(v.value(), "key")?
+            };
+            let g = k.block_groups.get_mut(group).ok_or_else(|| {
+                OmError::InvalidArgument(format!("{bucket}/{key} has no block group {group}"))
+            })?;
+            g.pipeline.locations.push(location);
+            t.insert(
+                (bucket, key),
+                pb::KeyInfo::from(k.clone()).encode_to_vec().as_slice(),
+            )?;
+            info = k;
+        }
+        txn.commit()?;
+        Ok(info)
+    }
+
     /// Deletes a committed key (its blocks are left on the datanodes; block
     /// deletion is not modelled).
     ///

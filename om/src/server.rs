@@ -4,12 +4,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use proto_crate::wire::admin::om_admin_service_server::OmAdminServiceServer;
 use proto_crate::wire::om::ozone_manager_service_server::OzoneManagerServiceServer;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
+use crate::replication::OmAdminGrpc;
 use crate::{OmGrpcService, OzoneManager};
 
 /// A running om gRPC server.
@@ -38,10 +40,14 @@ impl OmServer {
         }
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
         let (tx, rx) = oneshot::channel::<()>();
-        let svc = OzoneManagerServiceServer::new(OmGrpcService::new(Arc::clone(&om)));
+        let svc = OzoneManagerServiceServer::new(OmGrpcService::new(Arc::clone(&om)))
+            .max_decoding_message_size(64 * 1024 * 1024)
+            .max_encoding_message_size(64 * 1024 * 1024);
+        let admin = OmAdminServiceServer::new(OmAdminGrpc::new(Arc::clone(&om)));
         let task = tokio::spawn(
             Server::builder()
                 .add_service(svc)
+                .add_service(admin)
                 .serve_with_incoming_shutdown(incoming, async {
                     let _ = rx.await;
                 }),

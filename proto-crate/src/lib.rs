@@ -26,6 +26,12 @@ pub mod wire {
     pub mod datanode {
         tonic::include_proto!("ozone.datanode.v1");
     }
+    /// Admin protocols (`proto/admin.proto`): fault injection, spare
+    /// replicas, minicluster control.
+    #[allow(clippy::all, clippy::pedantic, missing_docs)]
+    pub mod admin {
+        tonic::include_proto!("ozone.admin.v1");
+    }
     /// Om protocol (`proto/om.proto`).
     #[allow(clippy::all, clippy::pedantic, missing_docs)]
     pub mod om {

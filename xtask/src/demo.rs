@@ -3,6 +3,7 @@
 
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -11,7 +12,7 @@ use ec_client::{
     BucketOptions, Client, EcReplicationConfig, MetricsSnapshot, ReplicationConfig, RpcKind,
 };
 use indicatif::{ProgressBar, ProgressStyle};
-use minicluster::{MiniCluster, MiniClusterConfig, pattern};
+use minicluster::{ControlServer, MiniCluster, MiniClusterConfig, pattern};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::io::AsyncReadExt;
@@ -108,7 +109,7 @@ pub(crate) async fn run(args: MiniclusterArgs) -> anyhow::Result<()> {
     .await
     .context("starting the minicluster")?;
     let json = dir.join("cluster.json");
-    cluster.write_cluster_json(&json)?;
+    MiniCluster::write_cluster_json(&cluster.info(), &json)?;
     println!(
         "om {}  ({} datanodes, {})",
         cluster.om_address(),
@@ -126,13 +127,28 @@ pub(crate) async fn run(args: MiniclusterArgs) -> anyhow::Result<()> {
             return Err(e);
         }
     }
-    if !args.exit {
-        println!("serving; try `cargo xtask key ls demo`. Ctrl-C stops.");
+    if args.exit {
+        cluster.shutdown().await;
+    } else {
+        let mut info = cluster.info();
+        let shared = Arc::new(tokio::sync::Mutex::new(cluster));
+        let control = ControlServer::start(([127, 0, 0, 1], 0).into(), Arc::clone(&shared))
+            .await
+            .context("starting the control service")?;
+        info.control = Some(control.address().to_string());
+        MiniCluster::write_cluster_json(&info, &json)?;
+        println!(
+            "serving; try `cargo xtask key ls demo` or `cargo xtask dn stop 0`. Ctrl-C stops."
+        );
         tokio::signal::ctrl_c()
             .await
             .context("waiting for Ctrl-C")?;
+        control.shutdown().await;
+        match Arc::try_unwrap(shared) {
+            Ok(cluster) => cluster.into_inner().shutdown().await,
+            Err(_) => tracing::warn!("cluster still shared at exit; not waiting for datanodes"),
+        }
     }
-    cluster.shutdown().await;
     let _ = std::fs::remove_file(&json);
     Ok(())
 }

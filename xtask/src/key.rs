@@ -51,6 +51,24 @@ pub(crate) enum KeyCommand {
         #[arg(long)]
         om: Option<String>,
     },
+    /// Copy replica index R of block group G (from 0) of BUCKET/KEY to
+    /// datanode N (its position in cluster.json) as a spare replica.
+    AddReplica {
+        /// BUCKET/KEY.
+        target: String,
+        /// Block group, counting from 0.
+        #[arg(long)]
+        group: u32,
+        /// Replica index to copy (1..=d+p).
+        #[arg(long)]
+        index: u32,
+        /// Datanode to copy to: its position in cluster.json, from 0.
+        #[arg(long)]
+        datanode: usize,
+        /// The om (HOST:PORT).
+        #[arg(long)]
+        om: Option<String>,
+    },
     /// List the keys of BUCKET.
     Ls {
         /// Bucket.
@@ -94,6 +112,32 @@ pub(crate) async fn run(cmd: KeyCommand) -> anyhow::Result<()> {
             om,
         } => get(&connect(om).await?, &target, &out, offset, length).await,
         KeyCommand::Info { target, om } => info(&connect(om).await?, &target).await,
+        KeyCommand::AddReplica {
+            target,
+            group,
+            index,
+            datanode,
+            om,
+        } => {
+            let (bucket, key) = split(&target)?;
+            let info = cluster_file::read(&cluster_file::default_path())?;
+            let dn = info.datanodes.get(datanode).with_context(|| {
+                format!(
+                    "no datanode {datanode}: the cluster has {}",
+                    info.datanodes.len()
+                )
+            })?;
+            let om = om.unwrap_or(info.om.clone());
+            let mut admin = om::OmAdminClient::connect(&om)
+                .await
+                .with_context(|| format!("connecting to the om at {om}"))?;
+            let n = admin.add_replica(bucket, key, group, index, &dn.id).await?;
+            println!(
+                "copied {n} bytes of {target} group {group} index {index} to datanode {datanode} ({})",
+                dn.address
+            );
+            Ok(())
+        }
         KeyCommand::Ls { bucket, prefix, om } => {
             let client = connect(om).await?;
             for k in client.list_keys(&bucket, &prefix, "", 0).await? {

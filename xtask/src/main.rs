@@ -3,6 +3,7 @@
 
 mod cluster_file;
 mod demo;
+mod dn;
 mod key;
 mod table;
 
@@ -29,6 +30,11 @@ enum Command {
         #[command(subcommand)]
         command: key::KeyCommand,
     },
+    /// Stop, start and inject faults into datanodes of a running minicluster.
+    Dn {
+        #[command(subcommand)]
+        command: dn::DnCommand,
+    },
 }
 
 /// Workspace root (the parent of this crate's directory).
@@ -54,6 +60,7 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::Minicluster(args) => demo::run(args).await,
             Command::Key { command } => key::run(command).await,
+            Command::Dn { command } => dn::run(command).await,
         }
     })
 }

@@ -70,3 +70,105 @@ pub async fn ec_bucket(client: &Client, name: &str, block_size: u64) {
         .await
         .expect("bucket created");
 }
+
+/// The ways a location can fail in the failure tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The datanode is stopped.
+    Down,
+    /// Every GetBlock/ReadChunk takes longer than the client's RPC deadline.
+    Slow,
+    /// ReadChunk answers carry flipped bytes (checksum mismatch).
+    Corrupt,
+    /// ReadChunk answers are empty.
+    Zero,
+    /// The datanode claims to hold another replica index.
+    WrongIndex,
+}
+
+impl Failure {
+    /// Every kind.
+    pub const ALL: [Failure; 5] = [
+        Failure::Down,
+        Failure::Slow,
+        Failure::Corrupt,
+        Failure::Zero,
+        Failure::WrongIndex,
+    ];
+}
+
+/// RPC deadline used by failure tests: the `Slow` fault delays past it.
+pub const FAILURE_RPC_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// Client config for failure tests: short deadline, no back-off.
+pub fn failure_config() -> ClientConfig {
+    test_config()
+        .with_rpc_timeout(FAILURE_RPC_TIMEOUT)
+        .with_location_retries(1, std::time::Duration::ZERO)
+}
+
+/// A cluster of `n` datanodes and a client with [`failure_config`].
+pub async fn failure_cluster(n: usize) -> (MiniCluster, Client) {
+    let cluster = MiniCluster::start(MiniClusterConfig::default().with_datanodes(n))
+        .await
+        .expect("minicluster starts");
+    let client = cluster
+        .client_with(failure_config())
+        .await
+        .expect("client connects");
+    (cluster, client)
+}
+
+/// Position in the cluster of the (first) datanode holding replica `r` of group `g`.
+pub fn node_of(cluster: &MiniCluster, info: &ec_client::KeyInfo, g: usize, r: u32) -> usize {
+    let uuid = &info.block_groups[g]
+        .pipeline
+        .nodes_for(r)
+        .next()
+        .expect("location for index")
+        .uuid;
+    cluster
+        .datanode_by_uuid(uuid)
+        .expect("datanode in cluster")
+        .index()
+}
+
+/// Makes datanode `n` fail in the way `f` says.
+pub async fn fail(cluster: &mut MiniCluster, n: usize, f: Failure) {
+    use datanode::{FaultKind, FaultRule, ServedRpc};
+    let dn = cluster.datanode_mut(n).expect("datanode");
+    let rules: Vec<FaultRule> = match f {
+        Failure::Down => {
+            dn.stop().await;
+            return;
+        }
+        Failure::Slow => [ServedRpc::GetBlock, ServedRpc::ReadChunk]
+            .into_iter()
+            .map(|r| FaultRule::new(r, FaultKind::Delay(FAILURE_RPC_TIMEOUT * 4)).expect("rule"))
+            .collect(),
+        Failure::Corrupt => {
+            vec![FaultRule::new(ServedRpc::ReadChunk, FaultKind::Corrupt).expect("rule")]
+        }
+        Failure::Zero => vec![FaultRule::new(ServedRpc::ReadChunk, FaultKind::Zero).expect("rule")],
+        Failure::WrongIndex => [ServedRpc::GetBlock, ServedRpc::ReadChunk]
+            .into_iter()
+            .map(|r| {
+                FaultRule::new(
+                    r,
+                    FaultKind::Code(proto_crate::ResultCode::ReplicaIndexMismatch),
+                )
+                .expect("rule")
+            })
+            .collect(),
+    };
+    for r in rules {
+        dn.inject(r);
+    }
+}
+
+/// Undoes [`fail`] on datanode `n`.
+pub async fn heal(cluster: &mut MiniCluster, n: usize) {
+    let dn = cluster.datanode_mut(n).expect("datanode");
+    dn.clear_faults();
+    dn.restart().await.expect("restart");
+}

@@ -1,0 +1,277 @@
+//! [`ECBlockReconstructedStripeInputStream`]: reads an EC block group when
+//! some of its indexes are lost, decoding the missing cells from parity.
+//!
+//! Models Ozone's `ECBlockReconstructedStripeInputStream`. For each stripe a
+//! read touches: cells on healthy data indexes are read directly; if any
+//! touched cell is on a lost index, the reader reads the same column window
+//! (only the bytes under the requested range, not whole cells) from d
+//! surviving units — the surviving data indexes first, then as many parity
+//! indexes as cells are missing — all in parallel, zero-pads units whose cell
+//! is shorter (partial last stripe, padding indexes beyond the data; never
+//! read), decodes, and copies out the requested bytes. An index that fails
+//! mid-stripe is marked lost and the stripe is re-planned and re-read; once
+//! fewer than d units survive the read fails with
+//! [`ClientError::InsufficientLocations`], never with partial data.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::{Arc, Mutex};
+
+use ec_codec::{BlockGroupLayout, CellSpan, EcReplicationConfig, ErasureCoder};
+use futures::future::join_all;
+use proto_crate::BlockGroup;
+
+use crate::ec_input::{EcReadError, IndexStreams, choose_locations, split_pieces};
+use crate::metrics::EcReadMetrics;
+use crate::read_context::ReadContext;
+use crate::{ClientError, Result};
+
+/// Reads an EC block group through reconstruction of its lost indexes.
+#[derive(Debug)]
+pub struct ECBlockReconstructedStripeInputStream {
+    streams: IndexStreams,
+    ec: EcReplicationConfig,
+    coder: ErasureCoder,
+    /// Lost replica indexes -> `HOST:PORT` (or "" if it never had a location).
+    /// Grows as reads fail; locked only to copy or insert, never across I/O.
+    lost: Mutex<BTreeMap<u32, String>>,
+    metrics: Arc<EcReadMetrics>,
+}
+
+impl ECBlockReconstructedStripeInputStream {
+    /// A reader of `group` that avoids the `excluded` (replica index, datanode
+    /// uuid) locations; indexes left without a location start out lost. No
+    /// RPC is made; counts one reconstruction reader created.
+    pub(crate) fn new(
+        ctx: &ReadContext,
+        group: &BlockGroup,
+        ec: EcReplicationConfig,
+        excluded: &HashSet<(u32, String)>,
+    ) -> Result<Self> {
+        let locations = choose_locations(ctx, group, &ec, excluded)?;
+        let mut lost = BTreeMap::new();
+        for (i, loc) in locations.iter().enumerate() {
+            if loc.is_none() {
+                let r = u32::try_from(i + 1).unwrap_or(u32::MAX);
+                let address = excluded
+                    .iter()
+                    .filter(|(idx, _)| *idx == r)
+                    .filter_map(|(_, uuid)| {
+                        group
+                            .pipeline
+                            .locations
+                            .iter()
+                            .find(|l| &l.datanode.uuid == uuid)
+                            .map(|l| l.datanode.address.clone())
+                    })
+                    .collect::<Vec<_>>()
+                    .join(",");
+                lost.insert(r, address);
+            }
+        }
+        EcReadMetrics::inc(&ctx.ec_metrics.reconstruction_readers_created);
+        Ok(Self {
+            streams: IndexStreams::new(
+                ctx,
+                group,
+                BlockGroupLayout::new(ec, group.length),
+                locations,
+                ec.total(),
+            ),
+            coder: ec.coder(),
+            ec,
+            lost: Mutex::new(lost),
+            metrics: Arc::clone(&ctx.ec_metrics),
+        })
+    }
+
+    /// Group length, data bytes.
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        self.streams.layout().group_len()
+    }
+
+    /// Whether the group holds no data.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lost(&self) -> BTreeMap<u32, String> {
+        self.lost
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn mark_lost(&self, r: u32, address: String) {
+        self.lost
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(r)
+            .or_insert(address);
+    }
+
+    fn group(&self) -> &BlockGroup {
+        self.streams.group()
+    }
+
+    fn insufficient(&self, lost: &BTreeMap<u32, String>) -> ClientError {
+        ClientError::InsufficientLocations {
+            block: self.group().block_id(0),
+            needed: self.ec.data(),
+            failed: lost.iter().map(|(r, a)| (*r, a.clone())).collect(),
+        }
+    }
+
+    /// Positioned read of group-relative `pos` into `buf`; returns the bytes
+    /// read, short only at the end of the group. Reads only the stripes the
+    /// range touches.
+    ///
+    /// # Errors
+    /// [`ClientError::InsufficientLocations`] when more than p indexes are
+    /// lost for a stripe the range touches; caller errors.
+    pub(crate) async fn read_at(&self, pos: u64, buf: &mut [u8]) -> Result<usize> {
+        let len = self.len();
+        if pos >= len || buf.is_empty() {
+            return Ok(0);
+        }
+        let n = usize::try_from((len - pos).min(buf.len() as u64)).unwrap_or(buf.len());
+        let end = pos + n as u64;
+        let layout = *self.streams.layout();
+        for stripe in layout.stripes_for_range(pos..end)? {
+            let sr = layout.stripe_range(stripe);
+            let (a, b) = (pos.max(sr.start), end.min(sr.end));
+            let spans: Vec<CellSpan> = layout.cells_for_range(a..b)?.collect();
+            let from = usize::try_from(a - pos).unwrap_or(usize::MAX);
+            let to = usize::try_from(b - pos).unwrap_or(usize::MAX);
+            self.read_stripe(stripe, &spans, &mut buf[from..to]).await?;
+        }
+        Ok(n)
+    }
+
+    /// Reads the `spans` of one stripe into `out` (which starts at the first
+    /// span), re-planning after each lost index.
+    async fn read_stripe(&self, stripe: u64, spans: &[CellSpan], out: &mut [u8]) -> Result<()> {
+        let layout = *self.streams.layout();
+        loop {
+            let lost = self.lost();
+            let is_lost = |r: usize| lost.contains_key(&u32::try_from(r).unwrap_or(u32::MAX));
+            // A lost index whose cell in this stripe is empty (padding) is
+            // still known: zeros. Only lost cells that held data count, and
+            // only when the range needs a lost cell at all.
+            let usable = (1..=self.ec.total())
+                .filter(|&r| !is_lost(r) || layout.cell_len(stripe, r).is_ok_and(|l| l == 0))
+                .count();
+            if usable < self.ec.data() && spans.iter().any(|s| is_lost(s.replica_index)) {
+                return Err(self.insufficient(&lost));
+            }
+            match self.try_stripe(stripe, spans, out, &lost).await {
+                Ok(()) => return Ok(()),
+                Err(EcReadError::Fatal(e)) => return Err(e),
+                Err(EcReadError::Location(f)) => {
+                    tracing::debug!(block = %self.group().block_id(0), index = f.replica_index, error = %f.error, "index lost during reconstruction; re-planning");
+                    let address = f.error.datanode().unwrap_or_default().to_string();
+                    self.mark_lost(f.replica_index, address);
+                }
+            }
+        }
+    }
+
+    async fn try_stripe(
+        &self,
+        stripe: u64,
+        spans: &[CellSpan],
+        out: &mut [u8],
+        lost: &BTreeMap<u32, String>,
+    ) -> std::result::Result<(), EcReadError> {
+        let layout = *self.streams.layout();
+        let cell = self.ec.cell_size();
+        let is_lost = |r: usize| lost.contains_key(&u32::try_from(r).unwrap_or(u32::MAX));
+        // Usable as a decoding unit: not lost, or its cell here is padding.
+        let usable = |r: usize| !is_lost(r) || layout.cell_len(stripe, r).is_ok_and(|l| l == 0);
+        let mut pieces = split_pieces(out, spans.iter().map(|s| s.len));
+
+        // Column window of the missing cells.
+        let missing: Vec<usize> = (0..spans.len())
+            .filter(|&i| is_lost(spans[i].replica_index))
+            .collect();
+        let window = missing.iter().fold(None::<(u64, u64)>, |w, &i| {
+            let (lo, hi) = (
+                spans[i].offset_in_cell,
+                spans[i].offset_in_cell + spans[i].len,
+            );
+            Some(w.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))))
+        });
+
+        // Plan the units to decode from: surviving data indexes, then parity.
+        let mut units: Vec<usize> = Vec::new();
+        if window.is_some() {
+            units = (1..=self.ec.total())
+                .filter(|&r| usable(r))
+                .take(self.ec.data())
+                .collect();
+            if units.len() < self.ec.data() {
+                return Err(EcReadError::Fatal(self.insufficient(lost)));
+            }
+        }
+        let (lo, hi) = window.unwrap_or((0, 0));
+        let width = usize::try_from(hi - lo).unwrap_or(usize::MAX);
+        let mut unit_bufs: Vec<Vec<u8>> = units.iter().map(|_| vec![0u8; width]).collect();
+
+        {
+            // Direct reads of healthy touched cells, and unit windows, all at once.
+            let mut reads = Vec::new();
+            for (i, piece) in pieces.iter_mut().enumerate() {
+                let s = &spans[i];
+                if !is_lost(s.replica_index) {
+                    reads.push(self.streams.read(s.replica_index, s.offset_in_block, piece));
+                }
+            }
+            for (&r, buf) in units.iter().zip(unit_bufs.iter_mut()) {
+                let real = layout.cell_len(stripe, r).map_err(ClientError::from)?;
+                if lo < real {
+                    let take = usize::try_from(hi.min(real) - lo).unwrap_or(usize::MAX);
+                    reads.push(self.streams.read(r, stripe * cell + lo, &mut buf[..take]));
+                }
+                // Bytes past the cell's real length stay zero: encoding padding.
+            }
+            for result in join_all(reads).await {
+                result?;
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+
+        // Decode the missing data cells over the window.
+        let wanted: Vec<usize> = missing
+            .iter()
+            .map(|&i| spans[i].replica_index - 1)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let mut present: Vec<Option<&[u8]>> = vec![None; self.ec.total()];
+        for (&r, buf) in units.iter().zip(&unit_bufs) {
+            present[r - 1] = Some(buf.as_slice());
+        }
+        let mut decoded: Vec<Vec<u8>> = wanted.iter().map(|_| vec![0u8; width]).collect();
+        {
+            let mut outs: Vec<&mut [u8]> = decoded.iter_mut().map(Vec::as_mut_slice).collect();
+            self.coder
+                .reconstruct(&present, &wanted, &mut outs)
+                .map_err(ClientError::from)?;
+        }
+        for &i in &missing {
+            let s = &spans[i];
+            let w = wanted
+                .iter()
+                .position(|&u| u == s.replica_index - 1)
+                .unwrap_or(0);
+            let from = usize::try_from(s.offset_in_cell - lo).unwrap_or(usize::MAX);
+            let n = usize::try_from(s.len).unwrap_or(usize::MAX);
+            pieces[i].copy_from_slice(&decoded[w][from..from + n]);
+        }
+        EcReadMetrics::inc(&self.metrics.stripes_reconstructed);
+        Ok(())
+    }
+}

@@ -1,0 +1,185 @@
+//! `cargo xtask dn stop|start|fault|clear|stats N`: datanodes of a running
+//! minicluster, N being the position in `cluster.json`'s `datanodes` list.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Subcommand, ValueEnum};
+use datanode::{DatanodeAdminClient, FaultKind, FaultRule, ServedRpc};
+use minicluster::{ClusterInfo, ControlClient};
+use proto_crate::ResultCode;
+
+use crate::cluster_file;
+
+/// Datanode subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum DnCommand {
+    /// Stop datanode N (its port closes; data is kept).
+    Stop {
+        /// Position in cluster.json, from 0.
+        n: usize,
+    },
+    /// Start datanode N again on the same port and data dir.
+    Start {
+        /// Position in cluster.json, from 0.
+        n: usize,
+    },
+    /// Inject a fault into datanode N.
+    Fault {
+        /// Position in cluster.json, from 0.
+        n: usize,
+        /// RPC to fail.
+        #[arg(long)]
+        rpc: RpcArg,
+        /// unavailable | corrupt | zero | short | delay-ms=MS | code=NAME
+        /// (NAME as in NO_SUCH_BLOCK, REPLICA_INDEX_MISMATCH, IO_EXCEPTION...).
+        #[arg(long)]
+        kind: String,
+        /// Only calls for this replica index.
+        #[arg(long)]
+        replica_index: Option<u32>,
+    },
+    /// Remove every fault of datanode N.
+    Clear {
+        /// Position in cluster.json, from 0.
+        n: usize,
+    },
+    /// Print how many faults datanode N injected and how many rules are active.
+    Stats {
+        /// Position in cluster.json, from 0.
+        n: usize,
+    },
+}
+
+/// RPC kinds that take faults.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum RpcArg {
+    GetBlock,
+    ReadChunk,
+    WriteChunk,
+    PutBlock,
+}
+
+impl From<RpcArg> for ServedRpc {
+    fn from(r: RpcArg) -> Self {
+        match r {
+            RpcArg::GetBlock => ServedRpc::GetBlock,
+            RpcArg::ReadChunk => ServedRpc::ReadChunk,
+            RpcArg::WriteChunk => ServedRpc::WriteChunk,
+            RpcArg::PutBlock => ServedRpc::PutBlock,
+        }
+    }
+}
+
+/// Parses `--kind`.
+pub(crate) fn parse_kind(s: &str) -> anyhow::Result<FaultKind> {
+    Ok(match s {
+        "unavailable" => FaultKind::Unavailable,
+        "corrupt" => FaultKind::Corrupt,
+        "zero" => FaultKind::Zero,
+        "short" => FaultKind::Short,
+        _ => {
+            if let Some(ms) = s.strip_prefix("delay-ms=") {
+                FaultKind::Delay(Duration::from_millis(ms.parse().with_context(|| {
+                    format!("delay `{ms}` is not a number of milliseconds")
+                })?))
+            } else if let Some(name) = s.strip_prefix("code=") {
+                FaultKind::Code(ResultCode::from_name(name).with_context(|| {
+                    let names: Vec<&str> = ResultCode::ALL.iter().map(|c| c.name()).collect();
+                    format!("unknown result code `{name}`; one of {}", names.join(", "))
+                })?)
+            } else {
+                bail!(
+                    "unknown fault kind `{s}`: use unavailable, corrupt, zero, short, delay-ms=MS or code=NAME"
+                )
+            }
+        }
+    })
+}
+
+fn datanode(info: &ClusterInfo, n: usize) -> anyhow::Result<&minicluster::DatanodeInfo> {
+    info.datanodes
+        .get(n)
+        .with_context(|| format!("no datanode {n}: the cluster has {}", info.datanodes.len()))
+}
+
+async fn control(info: &ClusterInfo) -> anyhow::Result<ControlClient> {
+    let addr = info
+        .control
+        .as_deref()
+        .context("cluster.json has no control address (is `cargo xtask minicluster` serving?)")?;
+    ControlClient::connect(addr)
+        .await
+        .with_context(|| format!("connecting to the minicluster control service at {addr}"))
+}
+
+async fn admin(info: &ClusterInfo, n: usize) -> anyhow::Result<DatanodeAdminClient> {
+    let dn = datanode(info, n)?;
+    DatanodeAdminClient::connect(&dn.address)
+        .await
+        .with_context(|| {
+            format!(
+                "connecting to datanode {n} at {} (is it running?)",
+                dn.address
+            )
+        })
+}
+
+pub(crate) async fn run(cmd: DnCommand) -> anyhow::Result<()> {
+    let info = cluster_file::read(&cluster_file::default_path())?;
+    match cmd {
+        DnCommand::Stop { n } => {
+            datanode(&info, n)?;
+            let addr = control(&info).await?.stop(u32::try_from(n)?).await?;
+            println!("datanode {n} ({addr}) stopped");
+        }
+        DnCommand::Start { n } => {
+            datanode(&info, n)?;
+            let addr = control(&info).await?.start(u32::try_from(n)?).await?;
+            println!("datanode {n} ({addr}) started");
+        }
+        DnCommand::Fault {
+            n,
+            rpc,
+            kind,
+            replica_index,
+        } => {
+            let mut rule = FaultRule::new(rpc.into(), parse_kind(&kind)?)?;
+            if let Some(r) = replica_index {
+                rule = rule.for_replica_index(r);
+            }
+            admin(&info, n).await?.inject(rule.clone()).await?;
+            println!("datanode {n}: injected {rule:?}");
+        }
+        DnCommand::Clear { n } => {
+            admin(&info, n).await?.clear().await?;
+            println!("datanode {n}: faults cleared");
+        }
+        DnCommand::Stats { n } => {
+            let (injected, rules) = admin(&info, n).await?.stats().await?;
+            println!("datanode {n}: {injected} faults injected, {rules} rules active");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_fault_kind() {
+        assert_eq!(parse_kind("unavailable").unwrap(), FaultKind::Unavailable);
+        assert_eq!(
+            parse_kind("delay-ms=250").unwrap(),
+            FaultKind::Delay(Duration::from_millis(250))
+        );
+        assert_eq!(
+            parse_kind("code=NO_SUCH_BLOCK").unwrap(),
+            FaultKind::Code(ResultCode::NoSuchBlock)
+        );
+        assert!(parse_kind("code=NOPE").is_err());
+        assert!(parse_kind("delay-ms=x").is_err());
+        assert!(parse_kind("explode").is_err());
+    }
+}
