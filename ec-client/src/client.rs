@@ -9,10 +9,12 @@ use proto_crate::{BucketInfo, DatanodeDetails, KeyInfo, ReplicationConfig};
 
 use crate::ec_output::ECKeyOutputStream;
 use crate::key_input::KeyInputStream;
+use crate::key_output::KeyOutputStream;
 use crate::metrics::{EcReadMetrics, EcReadSnapshot};
 use crate::om_client::OmClient;
 use crate::read_context::ReadContext;
-use crate::{ClientConfig, ClientError, Result};
+use crate::replicated_output::ReplicatedKeyOutputStream;
+use crate::{ClientConfig, Result};
 
 /// What every stream of a client shares.
 #[derive(Debug)]
@@ -130,17 +132,16 @@ impl Client {
     /// default). Nothing is visible until the stream is closed.
     ///
     /// # Errors
-    /// [`ClientError::BucketNotFound`]; [`ClientError::Unsupported`] for
-    /// replicated keys (not writable yet); [`ClientError::InvalidArgument`] for
-    /// a block size that is not a multiple of the cell size.
+    /// [`ClientError::BucketNotFound`]; [`ClientError::InvalidArgument`] for
+    /// an EC block size that is not a multiple of the cell size.
     pub async fn create_key(
         &self,
         bucket: &str,
         key: &str,
         replication: Option<ReplicationConfig>,
-    ) -> Result<ECKeyOutputStream> {
+    ) -> Result<KeyOutputStream> {
         let opened = self.shared.om.open_key(bucket, key, replication).await?;
-        match opened.replication {
+        let result = match opened.replication {
             ReplicationConfig::Ec(ec) => ECKeyOutputStream::new(
                 Arc::clone(&self.shared),
                 bucket,
@@ -148,12 +149,21 @@ impl Client {
                 opened.session_id,
                 ec,
                 opened.block_size,
-            ),
-            r @ ReplicationConfig::Replicated { .. } => {
-                let _ = self.shared.om.abort_key(opened.session_id).await;
-                Err(ClientError::Unsupported(format!("writing {r} keys")))
-            }
+            )
+            .map(KeyOutputStream::Ec),
+            ReplicationConfig::Replicated { .. } => ReplicatedKeyOutputStream::new(
+                Arc::clone(&self.shared),
+                bucket,
+                key,
+                opened.session_id,
+                opened.block_size,
+            )
+            .map(KeyOutputStream::Replicated),
+        };
+        if result.is_err() {
+            let _ = self.shared.om.abort_key(opened.session_id).await;
         }
+        result
     }
 
     /// Writes `data` as `bucket/key` in one call and commits it.

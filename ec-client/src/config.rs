@@ -18,6 +18,18 @@ pub enum ReadMode {
     ReaderPerCall,
 }
 
+/// How EC stripes are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EcWriteMode {
+    /// Encoding of the next stripe overlaps the flush of the current one,
+    /// and a stripe's cells go to their datanodes in parallel. Default.
+    #[default]
+    Pipelined,
+    /// No queue: each stripe is encoded, then its cells written one after
+    /// another (the behaviour the benchmark compares against).
+    Serial,
+}
+
 /// Client settings. Plain struct with `Default` and `with_*` builders.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -34,6 +46,16 @@ pub struct ClientConfig {
     /// Bytes a sequential reader fetches per datanode round trip (default 4 MiB);
     /// positioned reads are never widened by this.
     pub sequential_read_ahead: u64,
+    /// EC write mode (default [`EcWriteMode::Pipelined`]).
+    pub ec_write_mode: EcWriteMode,
+    /// Encoded stripes that may wait for the flush stage (default 2).
+    pub ec_stripe_queue_size: usize,
+    /// Times one stripe (EC) or chunk (replicated) is rewritten on a new
+    /// block group after failures before the write fails (default 3).
+    pub ec_write_retries: u32,
+    /// Chunk size of replicated writes, bytes (default 4 MiB, Ozone's
+    /// `ozone.scm.chunk.size`).
+    pub replicated_chunk_size: usize,
 }
 
 impl Default for ClientConfig {
@@ -44,6 +66,10 @@ impl Default for ClientConfig {
             read_mode: ReadMode::Reuse,
             parallel_cell_reads: true,
             sequential_read_ahead: 4 * 1024 * 1024,
+            ec_write_mode: EcWriteMode::Pipelined,
+            ec_stripe_queue_size: 2,
+            ec_write_retries: 3,
+            replicated_chunk_size: 4 * 1024 * 1024,
         }
     }
 }
@@ -90,6 +116,34 @@ impl ClientConfig {
     #[must_use]
     pub fn with_parallel_cell_reads(mut self, on: bool) -> Self {
         self.parallel_cell_reads = on;
+        self
+    }
+
+    /// Sets the EC write mode.
+    #[must_use]
+    pub fn with_ec_write_mode(mut self, mode: EcWriteMode) -> Self {
+        self.ec_write_mode = mode;
+        self
+    }
+
+    /// Sets the stripe queue bound of pipelined EC writes (at least 1).
+    #[must_use]
+    pub fn with_ec_stripe_queue_size(mut self, n: usize) -> Self {
+        self.ec_stripe_queue_size = n.max(1);
+        self
+    }
+
+    /// Sets how often a failed stripe or chunk is rewritten on a new group.
+    #[must_use]
+    pub fn with_write_retries(mut self, n: u32) -> Self {
+        self.ec_write_retries = n;
+        self
+    }
+
+    /// Sets the chunk size of replicated writes, bytes (at least 1).
+    #[must_use]
+    pub fn with_replicated_chunk_size(mut self, n: usize) -> Self {
+        self.replicated_chunk_size = n.max(1);
         self
     }
 

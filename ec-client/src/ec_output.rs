@@ -1,46 +1,76 @@
 //! [`ECKeyOutputStream`]: writes a key as erasure-coded block groups.
 //!
-//! Models Ozone's `ECKeyOutputStream`. The caller's bytes fill the cells of a
-//! stripe (d cells of `cell_size` bytes). When the stripe is full (or, at
-//! close, partial) the parity cells are computed — their length is that of
-//! the stripe's first cell, shorter data cells being zero-padded for encoding
-//! only — and the stripe is flushed: every non-empty data cell and every
-//! parity cell goes out as a WriteChunk to its replica index's datanode, all
-//! at once; then PutBlock commits the cumulative chunk list with
-//! `blockGroupLength` on all d+p indexes (indexes with no data get an empty
-//! block record). A group holds d × block size data bytes; then the om
-//! allocates the next one. The key becomes visible only at [`close`].
+//! Models Ozone's `ECKeyOutputStream`, pipelined (DESIGN.md lesson 4):
+//! - the producer (the caller's [`write`](ECKeyOutputStream::write)) fills the
+//!   d cells of a stripe; when the stripe is full it computes the p parity
+//!   cells on tokio's blocking pool (so the reactor never stalls on GF(2^8)
+//!   work) and queues the stripe;
+//! - the queue is a bounded tokio `mpsc` channel of `ec_stripe_queue_size`
+//!   stripes (default 2): an async channel, because both ends are async tasks
+//!   on one runtime and a full queue must suspend the producer, not block a
+//!   worker thread as a `crossbeam-channel` send would;
+//! - the flush stage, a task owned by the writer, drains the queue through a
+//!   [`StripeWriter`]: all cells of a stripe in parallel, then PutBlock on
+//!   every index; while it waits on the datanodes the producer encodes the
+//!   next stripe.
 //!
-//! This writer flushes one stripe at a time (encode, then write); overlapping
-//! the two is the pipelined writer's job.
+//! A flush error ends the flush task; the producer reports it, with its
+//! original cause, at the next `write` or at `close`. Dropping the writer
+//! without `close` aborts the task and the om session: no key appears.
+//! [`EcWriteMode::Serial`](crate::EcWriteMode) keeps the old behaviour — no
+//! queue, parity computed inline, cells written one after another — for the
+//! benchmark.
 //!
-//! [`close`]: ECKeyOutputStream::close
+//! The last stripe may be partial: its parity is as long as its first cell,
+//! shorter cells are zero-padded for encoding only, padding is never written.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-use block_stream::BlockOutputStream;
 use bytes::Bytes;
 use ec_codec::{EcReplicationConfig, ErasureCoder};
-use futures::future::try_join_all;
-use proto_crate::{BLOCK_GROUP_LENGTH_KEY, BlockGroup, KeyInfo};
+use proto_crate::KeyInfo;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
 use crate::client::ClientShared;
-use crate::{ClientError, Result};
+use crate::stripe_writer::{EncodedStripe, StripeWriter, WriteCounters};
+use crate::{ClientError, EcWriteMode, Result};
 
-/// The block group being written.
+/// What the flush task hands back when the queue closes.
+type FlushOutcome = Result<(Vec<proto_crate::BlockGroup>, u64)>;
+
+/// Where encoded stripes go.
 #[derive(Debug)]
-struct GroupWriter {
-    group: BlockGroup,
-    /// One stream per replica index 1..=d+p.
-    streams: Vec<BlockOutputStream>,
-    /// Data bytes acknowledged (committed by PutBlock) in this group.
-    length: u64,
-    /// Whether the last PutBlock carried eof.
-    closed: bool,
+enum Sink {
+    /// Flushed inline by the caller's task.
+    Serial(Box<StripeWriter>),
+    /// Queued to the flush task.
+    Pipelined {
+        queue: Option<mpsc::Sender<EncodedStripe>>,
+        task: Option<JoinHandle<FlushOutcome>>,
+    },
 }
 
-/// Writer of one EC key. Not `Sync`: one writer per key, driven by one task.
+/// Progress of an EC writer (see [`ECKeyOutputStream::stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EcWriteStats {
+    /// Stripes encoded so far.
+    pub stripes_encoded: u64,
+    /// Stripes acknowledged by the datanodes so far.
+    pub stripes_flushed: u64,
+    /// Largest number of stripes encoded but not yet acknowledged at once.
+    pub max_in_flight: u64,
+    /// Stripes already encoded when the first stripe was acknowledged: above
+    /// 1 means encoding overlapped the first flush.
+    pub encoded_when_first_flushed: u64,
+    /// Stripes rewritten on a new block group after a failure.
+    pub stripes_rewritten: u64,
+    /// Block groups allocated.
+    pub groups_allocated: u64,
+}
+
+/// Writer of one EC key. Driven by one task (`&mut self`).
 #[derive(Debug)]
 pub struct ECKeyOutputStream {
     shared: Arc<ClientShared>,
@@ -49,17 +79,15 @@ pub struct ECKeyOutputStream {
     session_id: u64,
     ec: EcReplicationConfig,
     coder: ErasureCoder,
-    /// Data bytes one group holds: d × block size.
-    group_capacity: u64,
-    /// The stripe being filled.
     stripe: Vec<u8>,
-    group: Option<GroupWriter>,
-    finished: Vec<BlockGroup>,
-    /// Data bytes acknowledged over the whole key.
-    acked: u64,
-    /// Set when a flush failed: the key can no longer be committed.
+    stripe_size: usize,
+    next_seq: u64,
+    written: u64,
+    sink: Sink,
+    counters: Arc<WriteCounters>,
+    /// Set once a flush failed; every later call reports it.
     failed: Option<String>,
-    committed: bool,
+    done: bool,
 }
 
 impl ECKeyOutputStream {
@@ -82,6 +110,28 @@ impl ECKeyOutputStream {
         })?;
         let stripe_size = usize::try_from(ec.stripe_size())
             .map_err(|_| ClientError::InvalidArgument(format!("stripe of {ec} too large")))?;
+        let counters = Arc::new(WriteCounters::default());
+        let config = &shared.read.config;
+        let mode = config.ec_write_mode;
+        let queue_size = config.ec_stripe_queue_size.max(1);
+        let writer = StripeWriter::new(
+            Arc::clone(&shared),
+            session_id,
+            ec,
+            group_capacity,
+            mode == EcWriteMode::Pipelined,
+            Arc::clone(&counters),
+        );
+        let sink = match mode {
+            EcWriteMode::Serial => Sink::Serial(Box::new(writer)),
+            EcWriteMode::Pipelined => {
+                let (tx, rx) = mpsc::channel(queue_size);
+                Sink::Pipelined {
+                    queue: Some(tx),
+                    task: Some(tokio::spawn(flush_stage(writer, rx))),
+                }
+            }
+        };
         Ok(Self {
             shared,
             bucket: bucket.to_string(),
@@ -89,53 +139,87 @@ impl ECKeyOutputStream {
             session_id,
             coder: ec.coder(),
             ec,
-            group_capacity,
             stripe: Vec::with_capacity(stripe_size),
-            group: None,
-            finished: Vec::new(),
-            acked: 0,
+            stripe_size,
+            next_seq: 0,
+            written: 0,
+            sink,
+            counters,
             failed: None,
-            committed: false,
+            done: false,
         })
     }
 
-    /// Data bytes accepted so far (acknowledged plus buffered).
+    /// Data bytes accepted so far (acknowledged, queued or buffered).
     #[must_use]
     pub fn len(&self) -> u64 {
-        self.acked + self.stripe.len() as u64
+        self.written
     }
 
     /// Whether nothing was written yet.
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.written == 0
+    }
+
+    /// Progress counters of this writer.
+    #[must_use]
+    pub fn stats(&self) -> EcWriteStats {
+        let c = &self.counters;
+        EcWriteStats {
+            stripes_encoded: c.encoded.load(Ordering::SeqCst),
+            stripes_flushed: c.flushed.load(Ordering::SeqCst),
+            max_in_flight: c.max_in_flight.load(Ordering::SeqCst),
+            encoded_when_first_flushed: c.encoded_when_first_flushed.load(Ordering::SeqCst),
+            stripes_rewritten: c.rewritten.load(Ordering::SeqCst),
+            groups_allocated: c.groups_allocated.load(Ordering::SeqCst),
+        }
+    }
+
+    /// The block group the flush stage is writing (or last wrote), with the
+    /// datanode of each replica index; `None` before the first allocation.
+    #[must_use]
+    pub fn current_block_group(&self) -> Option<proto_crate::BlockGroup> {
+        self.counters
+            .current_group
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     fn check_failed(&self) -> Result<()> {
         match &self.failed {
-            Some(why) => Err(ClientError::InvalidArgument(format!(
-                "key {}/{} cannot be written after a failed flush: {why}",
-                self.bucket, self.key
-            ))),
+            Some(why) => Err(ClientError::WriteAborted {
+                key: format!("{}/{}", self.bucket, self.key),
+                cause: why.clone(),
+            }),
             None => Ok(()),
         }
     }
 
-    /// Appends `buf` to the key. Full stripes are encoded and flushed before
-    /// this returns.
+    /// Records `e` as the writer's failure and returns it.
+    fn fail(&mut self, e: ClientError) -> ClientError {
+        self.failed = Some(e.to_string());
+        e
+    }
+
+    /// Appends `buf` to the key. Returns once the bytes are buffered or
+    /// queued; full stripes are encoded here and flushed by the flush stage.
     ///
     /// # Errors
-    /// A failed stripe flush (datanode or om error); after one, every later
-    /// call fails and the key is never committed.
+    /// A flush-stage failure (with its original cause), reported at the first
+    /// call after it happened; after that every call fails and the key is
+    /// never committed.
     pub async fn write(&mut self, mut buf: &[u8]) -> Result<()> {
         self.check_failed()?;
-        let stripe_size = self.stripe.capacity();
+        self.poll_flush_failure().await?;
         while !buf.is_empty() {
-            let take = (stripe_size - self.stripe.len()).min(buf.len());
+            let take = (self.stripe_size - self.stripe.len()).min(buf.len());
             self.stripe.extend_from_slice(&buf[..take]);
             buf = &buf[take..];
-            if self.stripe.len() == stripe_size {
-                self.flush_stripe().await?;
+            self.written += take as u64;
+            if self.stripe.len() == self.stripe_size {
+                self.emit_stripe().await?;
             }
         }
         Ok(())
@@ -144,13 +228,13 @@ impl ECKeyOutputStream {
     /// A no-op: EC data reaches the datanodes a whole stripe at a time (as in Ozone).
     ///
     /// # Errors
-    /// Only a failure recorded by an earlier flush.
+    /// Only a failure recorded earlier.
     pub fn flush(&mut self) -> Result<()> {
         self.check_failed()
     }
 
-    /// hflush/hsync durability for a partial stripe is not supported on EC keys
-    /// (Ozone's `ECKeyOutputStream.hsync` throws as well).
+    /// hflush/hsync durability for a partial stripe is not supported on EC
+    /// keys (Ozone's `ECKeyOutputStream` refuses it as well).
     ///
     /// # Errors
     /// Always [`ClientError::Unsupported`].
@@ -160,174 +244,204 @@ impl ECKeyOutputStream {
         ))
     }
 
-    async fn flush_stripe(&mut self) -> Result<()> {
-        let result = self.try_flush_stripe().await;
-        if let Err(e) = &result {
-            self.failed = Some(e.to_string());
+    /// If the flush task already ended with an error, collect it now.
+    async fn poll_flush_failure(&mut self) -> Result<()> {
+        let finished =
+            matches!(&self.sink, Sink::Pipelined { task: Some(t), .. } if t.is_finished());
+        if finished {
+            let e = match self.join_flush_task().await {
+                Err(e) => e,
+                Ok(_) => ClientError::InvalidArgument("flush stage ended before close".into()),
+            };
+            return Err(self.fail(e));
         }
-        result
+        Ok(())
     }
 
-    async fn ensure_group(&mut self) -> Result<&mut GroupWriter> {
-        if self.group.is_none() {
-            let group = self
-                .shared
-                .om
-                .allocate_block_group(self.session_id, Vec::new())
-                .await?;
-            let mut streams = Vec::with_capacity(self.ec.total());
-            for r in 1..=self.ec.total() {
-                let ri = u32::try_from(r).unwrap_or(u32::MAX);
-                let node = group.pipeline.nodes_for(ri).next().ok_or_else(|| {
-                    ClientError::InvalidArgument(format!(
-                        "om allocated group {} without replica index {r}",
-                        group.block_id(0)
-                    ))
-                })?;
-                let client = self.shared.read.xceivers.client(&node.address)?;
-                let cfg = self.shared.read.xceivers.config();
-                streams.push(BlockOutputStream::new(
-                    group.block_id(ri),
-                    vec![client],
-                    cfg.checksum_type,
-                    cfg.bytes_per_checksum,
-                )?);
-            }
-            self.group = Some(GroupWriter {
-                group,
-                streams,
-                length: 0,
-                closed: false,
-            });
+    async fn join_flush_task(&mut self) -> FlushOutcome {
+        let Sink::Pipelined { queue, task } = &mut self.sink else {
+            return Err(ClientError::InvalidArgument(
+                "serial writer has no flush task".into(),
+            ));
+        };
+        queue.take();
+        match task.take() {
+            Some(t) => t.await.map_err(|e| {
+                ClientError::InvalidArgument(format!("flush stage panicked or was cancelled: {e}"))
+            })?,
+            None => Err(ClientError::InvalidArgument(
+                "flush stage already joined".into(),
+            )),
         }
-        self.group
-            .as_mut()
-            .ok_or_else(|| ClientError::InvalidArgument("no open block group".into()))
     }
 
-    /// Encodes and writes the buffered stripe (full or partial), then commits it.
-    async fn try_flush_stripe(&mut self) -> Result<()> {
-        let len = self.stripe.len();
-        if len == 0 {
+    /// Encodes the buffered stripe and hands it to the sink.
+    async fn emit_stripe(&mut self) -> Result<()> {
+        if self.stripe.is_empty() {
             return Ok(());
         }
-        let cell = usize::try_from(self.ec.cell_size()).unwrap_or(usize::MAX);
-        let d = self.ec.data();
-        let p = self.ec.parity();
         let data = Bytes::from(std::mem::replace(
             &mut self.stripe,
-            Vec::with_capacity(d * cell),
+            Vec::with_capacity(self.stripe_size),
         ));
-        let cells: Vec<Bytes> = (0..d)
-            .map(|i| data.slice((i * cell).min(len)..((i + 1) * cell).min(len)))
-            .collect();
-        let parity_len = cells[0].len();
-        // Shorter cells are zero-padded to the first cell's length for encoding only.
-        let padded: Vec<Vec<u8>> = cells
-            .iter()
-            .filter(|c| c.len() < parity_len)
-            .map(|c| {
-                let mut v = c.to_vec();
-                v.resize(parity_len, 0);
-                v
-            })
-            .collect();
-        let mut padded_iter = padded.iter();
-        let inputs: Vec<&[u8]> = cells
-            .iter()
-            .map(|c| {
-                if c.len() < parity_len {
-                    padded_iter.next().map_or(&c[..], Vec::as_slice)
-                } else {
-                    &c[..]
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let coder = self.coder.clone();
+        let ec = self.ec;
+        let stripe = match &self.sink {
+            Sink::Serial(_) => encode(&coder, ec, seq, &data),
+            Sink::Pipelined { .. } => {
+                tokio::task::spawn_blocking(move || encode(&coder, ec, seq, &data))
+                    .await
+                    .map_err(|e| {
+                        ClientError::InvalidArgument(format!("encoding task failed: {e}"))
+                    })?
+            }
+        };
+        let stripe = match stripe {
+            Ok(s) => s,
+            Err(e) => return Err(self.fail(e)),
+        };
+        self.counters.note_encoded();
+        match &mut self.sink {
+            Sink::Serial(writer) => {
+                if let Err(e) = writer.write_stripe(&stripe).await {
+                    return Err(self.fail(e));
                 }
-            })
-            .collect();
-        let mut parity: Vec<Vec<u8>> = vec![vec![0u8; parity_len]; p];
-        {
-            let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
-            self.coder.encode(&inputs, &mut outs)?;
-        }
-        let capacity = self.group_capacity;
-        let group = self.ensure_group().await?;
-        let payloads: Vec<Bytes> = cells
-            .into_iter()
-            .chain(parity.into_iter().map(Bytes::from))
-            .collect();
-        try_join_all(
-            group
-                .streams
-                .iter_mut()
-                .zip(payloads)
-                .filter(|(_, data)| !data.is_empty())
-                .map(|(s, data)| s.write_chunk(data)),
-        )
-        .await?;
-        group.length += len as u64;
-        let full = group.length >= capacity;
-        Self::put_block(group, full).await?;
-        self.acked += len as u64;
-        if full {
-            self.finish_group();
+            }
+            Sink::Pipelined { queue, .. } => {
+                let sent = match queue {
+                    Some(q) => q.send(stripe).await.is_ok(),
+                    None => false,
+                };
+                if !sent {
+                    // The flush task is gone: it ended with an error.
+                    let e = match self.join_flush_task().await {
+                        Err(e) => e,
+                        Ok(_) => ClientError::InvalidArgument("flush stage ended early".into()),
+                    };
+                    return Err(self.fail(e));
+                }
+            }
         }
         Ok(())
     }
 
-    async fn put_block(group: &mut GroupWriter, eof: bool) -> Result<()> {
-        let mut meta = BTreeMap::new();
-        meta.insert(BLOCK_GROUP_LENGTH_KEY.to_string(), group.length.to_string());
-        try_join_all(group.streams.iter().map(|s| s.put_block(&meta, eof))).await?;
-        group.closed = eof;
-        Ok(())
-    }
-
-    fn finish_group(&mut self) {
-        if let Some(g) = self.group.take() {
-            self.finished.push(BlockGroup {
-                length: g.length,
-                ..g.group
-            });
-        }
-    }
-
-    /// Flushes the partial last stripe, closes the open group (eof PutBlock on
-    /// every index) and commits the key with its exact length. Returns the
-    /// committed key.
+    /// Flushes the partial last stripe, waits for the flush stage, closes the
+    /// last group and commits the key with its exact length. Returns the key.
     ///
     /// # Errors
-    /// A failed flush (now or earlier): the key is then not committed (the
-    /// om session is aborted) and no key becomes visible.
+    /// A flush failure (now or earlier): the key is not committed, the om
+    /// session is aborted, and no key becomes visible.
     pub async fn close(mut self) -> Result<KeyInfo> {
         let result = self.try_close().await;
         if result.is_err() {
             let _ = self.shared.om.abort_key(self.session_id).await;
         }
-        self.committed = true;
+        self.done = true;
         result
     }
 
     async fn try_close(&mut self) -> Result<KeyInfo> {
         self.check_failed()?;
-        self.flush_stripe().await?;
-        if let Some(g) = self.group.as_mut()
-            && !g.closed
-        {
-            Self::put_block(g, true).await?;
+        self.emit_stripe().await?;
+        let (groups, acked) = match std::mem::replace(
+            &mut self.sink,
+            Sink::Pipelined {
+                queue: None,
+                task: None,
+            },
+        ) {
+            Sink::Serial(writer) => writer.finish().await,
+            sink @ Sink::Pipelined { .. } => {
+                self.sink = sink;
+                self.join_flush_task().await?
+            }
+        };
+        if acked != self.written {
+            return Err(ClientError::InvalidArgument(format!(
+                "{} bytes written but {acked} acknowledged",
+                self.written
+            )));
         }
-        self.finish_group();
-        let groups = std::mem::take(&mut self.finished);
         self.shared
             .om
-            .commit_key(self.session_id, groups, self.acked)
+            .commit_key(self.session_id, groups, acked)
             .await
     }
 }
 
+/// The flush stage: writes queued stripes in order until the queue closes
+/// (normal end: returns the groups) or a stripe fails for good (returns the
+/// error; the receiver is dropped so the producer's next send fails).
+async fn flush_stage(
+    mut writer: StripeWriter,
+    mut rx: mpsc::Receiver<EncodedStripe>,
+) -> FlushOutcome {
+    while let Some(stripe) = rx.recv().await {
+        writer.write_stripe(&stripe).await?;
+    }
+    Ok(writer.finish().await)
+}
+
+/// Splits a stripe's data into d cells and computes p parity cells as long
+/// as the first cell (shorter cells zero-padded for encoding only).
+fn encode(
+    coder: &ErasureCoder,
+    ec: EcReplicationConfig,
+    seq: u64,
+    data: &Bytes,
+) -> Result<EncodedStripe> {
+    let len = data.len();
+    let cell = usize::try_from(ec.cell_size()).unwrap_or(usize::MAX);
+    let d = ec.data();
+    let cells: Vec<Bytes> = (0..d)
+        .map(|i| data.slice((i * cell).min(len)..((i + 1) * cell).min(len)))
+        .collect();
+    let parity_len = cells.first().map_or(0, Bytes::len);
+    let padded: Vec<Vec<u8>> = cells
+        .iter()
+        .filter(|c| c.len() < parity_len)
+        .map(|c| {
+            let mut v = c.to_vec();
+            v.resize(parity_len, 0);
+            v
+        })
+        .collect();
+    let mut padded_iter = padded.iter();
+    let inputs: Vec<&[u8]> = cells
+        .iter()
+        .map(|c| {
+            if c.len() < parity_len {
+                padded_iter.next().map_or(&c[..], Vec::as_slice)
+            } else {
+                &c[..]
+            }
+        })
+        .collect();
+    let mut parity: Vec<Vec<u8>> = vec![vec![0u8; parity_len]; ec.parity()];
+    {
+        let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
+        coder.encode(&inputs, &mut outs)?;
+    }
+    let mut all = cells;
+    all.extend(parity.into_iter().map(Bytes::from));
+    Ok(EncodedStripe {
+        seq,
+        len: len as u64,
+        cells: all,
+    })
+}
+
 impl Drop for ECKeyOutputStream {
-    /// A writer dropped without `close` commits nothing; the om session is
-    /// aborted in the background when a runtime is available.
+    /// A writer dropped without `close` commits nothing: the flush task is
+    /// aborted and the om session abandoned (in the background, when a
+    /// runtime is available).
     fn drop(&mut self) {
-        if self.committed {
+        if let Sink::Pipelined { task: Some(t), .. } = &self.sink {
+            t.abort();
+        }
+        if self.done {
             return;
         }
         if let Ok(handle) = tokio::runtime::Handle::try_current() {

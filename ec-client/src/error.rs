@@ -65,6 +65,30 @@ pub enum ClientError {
         /// Failed (replica index, datanode `HOST:PORT`) pairs.
         failed: Vec<(u32, String)>,
     },
+    /// A stripe (EC) or chunk (replicated) could not be written even after
+    /// rewriting it on new block groups.
+    #[error(
+        "write of stripe/chunk {stripe} failed after {attempts} attempts \
+         (excluded datanodes: {excluded:?}): {cause}"
+    )]
+    WriteFailed {
+        /// Position of the stripe or chunk in the key, from 0.
+        stripe: u64,
+        /// Attempts made.
+        attempts: u32,
+        /// Datanode uuids excluded along the way.
+        excluded: Vec<String>,
+        /// The last failure.
+        cause: String,
+    },
+    /// The writer failed earlier; this call cannot proceed.
+    #[error("writer of {key} failed earlier: {cause}")]
+    WriteAborted {
+        /// `bucket/key`.
+        key: String,
+        /// The original failure.
+        cause: String,
+    },
     /// The operation is not supported for this kind of key (e.g. hsync on EC).
     #[error("unsupported: {0}")]
     Unsupported(String),

@@ -172,3 +172,41 @@ pub async fn heal(cluster: &mut MiniCluster, n: usize) {
     dn.clear_faults();
     dn.restart().await.expect("restart");
 }
+
+/// Asserts that every internal block of every group of `info` (EC) has the
+/// committed length DESIGN.md's formulas give, on each of its locations.
+pub async fn check_stored_lengths(client: &Client, info: &ec_client::KeyInfo) {
+    let ReplicationConfig::Ec(ec) = info.replication else {
+        panic!("not an EC key");
+    };
+    for g in &info.block_groups {
+        let layout = ec_codec::BlockGroupLayout::new(ec, g.length);
+        for loc in &g.pipeline.locations {
+            let r = loc.replica_index;
+            let dn = client
+                .xceivers()
+                .client(&loc.datanode.address)
+                .expect("client");
+            let len = dn
+                .get_committed_block_length(g.block_id(r))
+                .await
+                .unwrap_or_else(|e| panic!("group {} index {r}: {e}", g.local_id));
+            assert_eq!(
+                len,
+                layout.internal_block_len(r as usize).expect("index"),
+                "group {} (length {}) index {r}",
+                g.local_id,
+                g.length
+            );
+        }
+    }
+}
+
+/// Reads the whole key sequentially.
+pub async fn read_all(client: &Client, bucket: &str, key: &str) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut s = client.open_key(bucket, key).await.expect("open");
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.expect("read");
+    out
+}

@@ -1,0 +1,296 @@
+//! [`ReplicatedKeyOutputStream`]: writes a key as replicated blocks.
+//!
+//! Models Ozone's `KeyOutputStream` over Ratis/standalone pipelines, reduced:
+//! the caller's bytes are cut into chunks (`replicated_chunk_size`, default
+//! 4 MiB); each chunk goes to every replica of the current block in parallel,
+//! then PutBlock commits it on all of them. A block holds at most the
+//! bucket's block size. When any replica fails, its datanode is excluded,
+//! the block is closed at its last acknowledged length, a new block is
+//! allocated and the chunk is rewritten there.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use block_stream::BlockOutputStream;
+use bytes::Bytes;
+use proto_crate::{BlockGroup, KeyInfo};
+
+use crate::client::ClientShared;
+use crate::{ClientError, Result};
+
+#[derive(Debug)]
+struct OpenBlock {
+    group: BlockGroup,
+    stream: BlockOutputStream,
+}
+
+/// Writer of one replicated key.
+#[derive(Debug)]
+pub struct ReplicatedKeyOutputStream {
+    shared: Arc<ClientShared>,
+    bucket: String,
+    key: String,
+    session_id: u64,
+    block_size: u64,
+    chunk_size: usize,
+    buffer: Vec<u8>,
+    block: Option<OpenBlock>,
+    finished: Vec<BlockGroup>,
+    excluded: BTreeSet<String>,
+    acked: u64,
+    chunks_written: u64,
+    failed: Option<String>,
+    done: bool,
+}
+
+impl ReplicatedKeyOutputStream {
+    pub(crate) fn new(
+        shared: Arc<ClientShared>,
+        bucket: &str,
+        key: &str,
+        session_id: u64,
+        block_size: u64,
+    ) -> Result<Self> {
+        if block_size == 0 {
+            return Err(ClientError::InvalidArgument(
+                "block size must be positive".into(),
+            ));
+        }
+        let chunk_size = shared
+            .read
+            .config
+            .replicated_chunk_size
+            .min(usize::try_from(block_size).unwrap_or(usize::MAX));
+        Ok(Self {
+            shared,
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            session_id,
+            block_size,
+            chunk_size,
+            buffer: Vec::with_capacity(chunk_size),
+            block: None,
+            finished: Vec::new(),
+            excluded: BTreeSet::new(),
+            acked: 0,
+            chunks_written: 0,
+            failed: None,
+            done: false,
+        })
+    }
+
+    /// Data bytes accepted so far.
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        self.acked + self.buffer.len() as u64
+    }
+
+    /// Whether nothing was written yet.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The block being written, with its replicas; `None` between blocks.
+    #[must_use]
+    pub fn current_block(&self) -> Option<BlockGroup> {
+        self.block.as_ref().map(|b| b.group.clone())
+    }
+
+    fn check_failed(&self) -> Result<()> {
+        match &self.failed {
+            Some(cause) => Err(ClientError::WriteAborted {
+                key: format!("{}/{}", self.bucket, self.key),
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Appends `buf`; every full chunk is written to all replicas and
+    /// committed before this returns.
+    ///
+    /// # Errors
+    /// A chunk that could not be written after `ec_write_retries` rewrites.
+    pub async fn write(&mut self, mut buf: &[u8]) -> Result<()> {
+        self.check_failed()?;
+        while !buf.is_empty() {
+            let room = self.chunk_size - self.buffer.len();
+            // Room left in the current block for bytes not yet buffered.
+            let block_used =
+                self.block.as_ref().map_or(0, |b| b.stream.written()) + self.buffer.len() as u64;
+            let block_room = self.block_size.saturating_sub(block_used);
+            let take = room
+                .min(buf.len())
+                .min(usize::try_from(block_room).unwrap_or(usize::MAX));
+            self.buffer.extend_from_slice(&buf[..take]);
+            buf = &buf[take..];
+            if self.buffer.len() == self.chunk_size || take as u64 == block_room {
+                self.flush_chunk().await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the buffered bytes as one chunk now (Ozone's `hflush`: the
+    /// bytes are committed on every replica when this returns).
+    ///
+    /// # Errors
+    /// As [`write`](Self::write).
+    pub async fn hsync(&mut self) -> Result<()> {
+        self.check_failed()?;
+        self.flush_chunk().await
+    }
+
+    async fn flush_chunk(&mut self) -> Result<()> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let data = Bytes::from(std::mem::replace(
+            &mut self.buffer,
+            Vec::with_capacity(self.chunk_size),
+        ));
+        let result = self.write_chunk(data).await;
+        if let Err(e) = &result {
+            self.failed = Some(e.to_string());
+        }
+        result
+    }
+
+    async fn write_chunk(&mut self, data: Bytes) -> Result<()> {
+        let retries = self.shared.read.config.ec_write_retries;
+        let mut attempts = 0u32;
+        let block_size = self.block_size;
+        loop {
+            let block = self.open_block().await?;
+            let result = async {
+                block.stream.write_chunk(data.clone()).await?;
+                block.stream.put_block(&BTreeMap::new(), false).await
+            }
+            .await;
+            let block_full = block.stream.written() >= block_size;
+            let failed_uuid = result.as_ref().err().and_then(|e| {
+                let addr = e.datanode()?;
+                block
+                    .group
+                    .pipeline
+                    .locations
+                    .iter()
+                    .find(|l| l.datanode.address == addr)
+                    .map(|l| l.datanode.uuid.clone())
+            });
+            match result {
+                Ok(()) => {
+                    self.acked += data.len() as u64;
+                    self.chunks_written += 1;
+                    if block_full {
+                        self.close_block(true).await;
+                    }
+                    return Ok(());
+                }
+                Err(e) => {
+                    attempts += 1;
+                    if let Some(uuid) = failed_uuid {
+                        self.excluded.insert(uuid);
+                    }
+                    tracing::debug!(error = %e, "replicated chunk write failed; rewriting on a new block");
+                    self.close_block(false).await;
+                    if attempts > retries {
+                        return Err(ClientError::WriteFailed {
+                            stripe: self.chunks_written,
+                            attempts,
+                            excluded: self.excluded.iter().cloned().collect(),
+                            cause: e.to_string(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    async fn open_block(&mut self) -> Result<&mut OpenBlock> {
+        if self.block.is_none() {
+            let group = self
+                .shared
+                .om
+                .allocate_block_group(self.session_id, self.excluded.iter().cloned().collect())
+                .await?;
+            let cfg = self.shared.read.xceivers.config();
+            let clients = group
+                .pipeline
+                .datanodes()
+                .into_iter()
+                .map(|d| self.shared.read.xceivers.client(&d.address))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            let stream = BlockOutputStream::new(
+                group.block_id(0),
+                clients,
+                cfg.checksum_type,
+                cfg.bytes_per_checksum,
+            )?;
+            self.block = Some(OpenBlock { group, stream });
+        }
+        self.block
+            .as_mut()
+            .ok_or_else(|| ClientError::InvalidArgument("no open block".into()))
+    }
+
+    /// Ends the open block at its acknowledged length; `eof` sends a closing
+    /// PutBlock first (a failure there loses nothing: every byte is committed).
+    async fn close_block(&mut self, eof: bool) {
+        if let Some(b) = self.block.take() {
+            let len = b.stream.written();
+            if eof
+                && len > 0
+                && let Err(e) = b.stream.put_block(&BTreeMap::new(), true).await
+            {
+                tracing::warn!(block = %b.group.block_id(0), error = %e, "closing PutBlock failed");
+            }
+            if len > 0 {
+                self.finished.push(BlockGroup {
+                    length: len,
+                    ..b.group
+                });
+            }
+        }
+    }
+
+    /// Writes the buffered tail, closes the last block and commits the key.
+    ///
+    /// # Errors
+    /// A failed write (now or earlier): nothing is committed and the session
+    /// is aborted.
+    pub async fn close(mut self) -> Result<KeyInfo> {
+        let result = async {
+            self.check_failed()?;
+            self.flush_chunk().await?;
+            self.close_block(true).await;
+            let groups = std::mem::take(&mut self.finished);
+            self.shared
+                .om
+                .commit_key(self.session_id, groups, self.acked)
+                .await
+        }
+        .await;
+        if result.is_err() {
+            let _ = self.shared.om.abort_key(self.session_id).await;
+        }
+        self.done = true;
+        result
+    }
+}
+
+impl Drop for ReplicatedKeyOutputStream {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let om = self.shared.om.clone();
+            let session = self.session_id;
+            handle.spawn(async move {
+                let _ = om.abort_key(session).await;
+            });
+        }
+    }
+}

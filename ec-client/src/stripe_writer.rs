@@ -1,0 +1,325 @@
+//! The flush stage of EC writes: puts encoded stripes into block groups.
+//!
+//! For each stripe: every non-empty data cell and every parity cell goes out
+//! as a WriteChunk to its replica index's datanode — all at once, or one
+//! after another in serial mode — then PutBlock commits the cumulative chunk
+//! list with `blockGroupLength` on all d+p indexes (indexes past the data get
+//! an empty record). A full group (d × block size data bytes) is closed with
+//! an eof PutBlock and the om allocates the next.
+//!
+//! When a stripe fails on any index (unavailable, deadline, error code) the
+//! writer excludes the failed datanodes, closes the group at its last
+//! acknowledged length (what the last successful PutBlock recorded; a group
+//! with nothing acknowledged is dropped), allocates a new group and rewrites
+//! the whole stripe there — up to `ec_write_retries` times (Ozone's
+//! `ECKeyOutputStream` stripe-retry behaviour).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use block_stream::{BlockOutputStream, BlockStreamError};
+use bytes::Bytes;
+use ec_codec::EcReplicationConfig;
+use futures::future::join_all;
+use proto_crate::{BLOCK_GROUP_LENGTH_KEY, BlockGroup};
+
+use crate::client::ClientShared;
+use crate::{ClientError, Result};
+
+/// One encoded stripe: d data cells (the last ones possibly short or empty)
+/// and p parity cells, each as long as the first data cell.
+#[derive(Debug, Clone)]
+pub(crate) struct EncodedStripe {
+    /// Position of the stripe in the key, from 0.
+    pub(crate) seq: u64,
+    /// Data bytes in the stripe.
+    pub(crate) len: u64,
+    /// d data cells then p parity cells.
+    pub(crate) cells: Vec<Bytes>,
+}
+
+/// Progress counters of one EC writer, for tests and the benchmark.
+#[derive(Debug, Default)]
+pub(crate) struct WriteCounters {
+    /// Stripes encoded by the producer.
+    pub(crate) encoded: AtomicU64,
+    /// Stripes acknowledged by the flush stage.
+    pub(crate) flushed: AtomicU64,
+    /// Largest `encoded - flushed` seen.
+    pub(crate) max_in_flight: AtomicU64,
+    /// Stripes encoded at the moment the first stripe was acknowledged.
+    pub(crate) encoded_when_first_flushed: AtomicU64,
+    /// Stripes rewritten on a new block group after a failure.
+    pub(crate) rewritten: AtomicU64,
+    /// Block groups allocated.
+    pub(crate) groups_allocated: AtomicU64,
+    /// The group being written, if any.
+    pub(crate) current_group: std::sync::Mutex<Option<BlockGroup>>,
+}
+
+impl WriteCounters {
+    pub(crate) fn note_encoded(&self) {
+        let e = self.encoded.fetch_add(1, Ordering::SeqCst) + 1;
+        let f = self.flushed.load(Ordering::SeqCst);
+        self.max_in_flight
+            .fetch_max(e.saturating_sub(f), Ordering::SeqCst);
+    }
+
+    fn note_flushed(&self) {
+        let f = self.flushed.fetch_add(1, Ordering::SeqCst);
+        if f == 0 {
+            self.encoded_when_first_flushed
+                .store(self.encoded.load(Ordering::SeqCst), Ordering::SeqCst);
+        }
+    }
+}
+
+/// The block group being written.
+#[derive(Debug)]
+struct OpenGroup {
+    group: BlockGroup,
+    /// One stream per replica index 1..=d+p.
+    streams: Vec<BlockOutputStream>,
+    /// Data bytes acknowledged (committed by PutBlock).
+    acked: u64,
+    /// Whether the last PutBlock carried eof.
+    closed: bool,
+}
+
+/// Writes encoded stripes into block groups, surviving datanode failures.
+#[derive(Debug)]
+pub(crate) struct StripeWriter {
+    shared: Arc<ClientShared>,
+    session_id: u64,
+    ec: EcReplicationConfig,
+    group_capacity: u64,
+    parallel: bool,
+    max_retries: u32,
+    group: Option<OpenGroup>,
+    finished: Vec<BlockGroup>,
+    excluded: BTreeSet<String>,
+    acked: u64,
+    counters: Arc<WriteCounters>,
+}
+
+impl StripeWriter {
+    pub(crate) fn new(
+        shared: Arc<ClientShared>,
+        session_id: u64,
+        ec: EcReplicationConfig,
+        group_capacity: u64,
+        parallel: bool,
+        counters: Arc<WriteCounters>,
+    ) -> Self {
+        let max_retries = shared.read.config.ec_write_retries;
+        Self {
+            shared,
+            session_id,
+            ec,
+            group_capacity,
+            parallel,
+            max_retries,
+            group: None,
+            finished: Vec::new(),
+            excluded: BTreeSet::new(),
+            acked: 0,
+            counters,
+        }
+    }
+
+    async fn open_group(&mut self) -> Result<&mut OpenGroup> {
+        if self.group.is_none() {
+            let group = self
+                .shared
+                .om
+                .allocate_block_group(self.session_id, self.excluded.iter().cloned().collect())
+                .await?;
+            self.counters
+                .groups_allocated
+                .fetch_add(1, Ordering::Relaxed);
+            *self
+                .counters
+                .current_group
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(group.clone());
+            let cfg = self.shared.read.xceivers.config();
+            let mut streams = Vec::with_capacity(self.ec.total());
+            for r in 1..=self.ec.total() {
+                let ri = u32::try_from(r).unwrap_or(u32::MAX);
+                let node = group.pipeline.nodes_for(ri).next().ok_or_else(|| {
+                    ClientError::InvalidArgument(format!(
+                        "om allocated group {} without replica index {r}",
+                        group.block_id(0)
+                    ))
+                })?;
+                streams.push(BlockOutputStream::new(
+                    group.block_id(ri),
+                    vec![self.shared.read.xceivers.client(&node.address)?],
+                    cfg.checksum_type,
+                    cfg.bytes_per_checksum,
+                )?);
+            }
+            self.group = Some(OpenGroup {
+                group,
+                streams,
+                acked: 0,
+                closed: false,
+            });
+        }
+        self.group
+            .as_mut()
+            .ok_or_else(|| ClientError::InvalidArgument("no open block group".into()))
+    }
+
+    /// Writes one stripe, rewriting it on a new group after failures.
+    ///
+    /// # Errors
+    /// The last failure once `ec_write_retries` rewrites failed; om errors
+    /// (e.g. not enough datanodes left outside the exclude list).
+    pub(crate) async fn write_stripe(&mut self, stripe: &EncodedStripe) -> Result<()> {
+        let mut attempts = 0u32;
+        loop {
+            let parallel = self.parallel;
+            let capacity = self.group_capacity;
+            let group = self.open_group().await?;
+            match Self::try_write(group, stripe, parallel, capacity).await {
+                Ok(()) => break,
+                Err(failures) => {
+                    attempts += 1;
+                    let failed_uuids = self.failed_uuids(&failures);
+                    let first = failures.into_iter().next().map(|(_, e)| e);
+                    tracing::debug!(stripe = stripe.seq, ?failed_uuids, error = ?first, "stripe write failed; rewriting on a new group");
+                    self.excluded.extend(failed_uuids);
+                    self.close_group_at_acked();
+                    if attempts > self.max_retries {
+                        let cause = first.map_or_else(|| "unknown".to_string(), |e| e.to_string());
+                        return Err(ClientError::WriteFailed {
+                            stripe: stripe.seq,
+                            attempts,
+                            excluded: self.excluded.iter().cloned().collect(),
+                            cause,
+                        });
+                    }
+                    self.counters.rewritten.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        self.acked += stripe.len;
+        self.counters.note_flushed();
+        if self.group.as_ref().is_some_and(|g| g.closed) {
+            self.finish_group();
+        }
+        Ok(())
+    }
+
+    /// WriteChunks then PutBlock on every index; returns the failed
+    /// (replica index, error) pairs, or `Ok` when all succeeded.
+    async fn try_write(
+        group: &mut OpenGroup,
+        stripe: &EncodedStripe,
+        parallel: bool,
+        capacity: u64,
+    ) -> std::result::Result<(), Vec<(usize, BlockStreamError)>> {
+        let mut failures = Vec::new();
+        {
+            let writes = group
+                .streams
+                .iter_mut()
+                .zip(stripe.cells.iter().cloned())
+                .enumerate()
+                .filter(|(_, (_, cell))| !cell.is_empty())
+                .map(|(i, (s, cell))| async move { (i, s.write_chunk(cell).await) });
+            let results = if parallel {
+                join_all(writes).await
+            } else {
+                let mut out = Vec::new();
+                for w in writes {
+                    out.push(w.await);
+                }
+                out
+            };
+            failures.extend(
+                results
+                    .into_iter()
+                    .filter_map(|(i, r)| r.err().map(|e| (i, e))),
+            );
+        }
+        if !failures.is_empty() {
+            return Err(failures);
+        }
+        let length = group.acked + stripe.len;
+        let eof = length >= capacity;
+        let mut meta = BTreeMap::new();
+        meta.insert(BLOCK_GROUP_LENGTH_KEY.to_string(), length.to_string());
+        let results = join_all(group.streams.iter().map(|s| s.put_block(&meta, eof))).await;
+        failures.extend(
+            results
+                .into_iter()
+                .enumerate()
+                .filter_map(|(i, r)| r.err().map(|e| (i, e))),
+        );
+        if !failures.is_empty() {
+            return Err(failures);
+        }
+        group.acked = length;
+        group.closed = eof;
+        Ok(())
+    }
+
+    fn failed_uuids(&self, failures: &[(usize, BlockStreamError)]) -> Vec<String> {
+        let Some(g) = &self.group else {
+            return Vec::new();
+        };
+        failures
+            .iter()
+            .filter_map(|(i, _)| {
+                let ri = u32::try_from(i + 1).ok()?;
+                g.group
+                    .pipeline
+                    .nodes_for(ri)
+                    .next()
+                    .map(|d| d.uuid.clone())
+            })
+            .collect()
+    }
+
+    /// Gives up on the open group: it keeps what its last PutBlock
+    /// acknowledged (nothing, if nothing was, in which case it is dropped).
+    fn close_group_at_acked(&mut self) {
+        self.finish_group();
+    }
+
+    fn finish_group(&mut self) {
+        if let Some(g) = self.group.take()
+            && g.acked > 0
+        {
+            self.finished.push(BlockGroup {
+                length: g.acked,
+                ..g.group
+            });
+        }
+    }
+
+    /// Closes the open group with an eof PutBlock (if its last one was not)
+    /// and returns every group with its acknowledged length, and the total.
+    pub(crate) async fn finish(mut self) -> (Vec<BlockGroup>, u64) {
+        if let Some(g) = self.group.as_mut()
+            && !g.closed
+            && g.acked > 0
+        {
+            let mut meta = BTreeMap::new();
+            meta.insert(BLOCK_GROUP_LENGTH_KEY.to_string(), g.acked.to_string());
+            // Every byte is already committed by the last PutBlock; a datanode
+            // that misses the closing one keeps its block open, losing nothing.
+            for r in join_all(g.streams.iter().map(|s| s.put_block(&meta, true))).await {
+                if let Err(e) = r {
+                    tracing::warn!(block = %g.group.block_id(0), error = %e, "closing PutBlock failed");
+                }
+            }
+            g.closed = true;
+        }
+        self.finish_group();
+        (self.finished, self.acked)
+    }
+}
