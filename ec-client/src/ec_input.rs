@@ -210,10 +210,10 @@ impl IndexStreams {
 }
 
 /// Splits `buf` into consecutive pieces of the given lengths.
-pub(crate) fn split_pieces<'a>(
-    mut buf: &'a mut [u8],
+pub(crate) fn split_pieces(
+    mut buf: &mut [u8],
     lens: impl IntoIterator<Item = u64>,
-) -> Vec<&'a mut [u8]> {
+) -> Vec<&mut [u8]> {
     let mut out = Vec::new();
     for len in lens {
         let n = usize::try_from(len).unwrap_or(usize::MAX).min(buf.len());
