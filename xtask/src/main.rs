@@ -1,6 +1,7 @@
 //! `cargo xtask ...`: the project's command line. Parses arguments and calls
 //! library code (minicluster, ec-client); it owns no data-path logic.
 
+mod bench;
 mod cluster_file;
 mod demo;
 mod dn;
@@ -30,6 +31,9 @@ enum Command {
         #[command(subcommand)]
         command: key::KeyCommand,
     },
+    /// Measure read and write modes side by side on one cluster; print
+    /// Markdown tables and write JSON under target/bench/.
+    Bench(bench::BenchArgs),
     /// Stop, start and inject faults into datanodes of a running minicluster.
     Dn {
         #[command(subcommand)]
@@ -72,6 +76,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Minicluster(args) => demo::run(args).await,
             Command::Key { command } => key::run(command).await,
             Command::Dn { command } => dn::run(command).await,
+            Command::Bench(args) => bench::run(args).await,
         }
     })
 }

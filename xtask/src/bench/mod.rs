@@ -1,0 +1,206 @@
+//! `cargo xtask bench [pread|write|all]`: measure modes side by side in one
+//! run on one minicluster, print Markdown tables, write JSON.
+
+mod pread;
+mod report;
+mod write;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use ec_client::{BucketOptions, Client, ClientConfig, ClientError, KeyInfo, ReplicationConfig};
+use indicatif::{ProgressBar, ProgressStyle};
+use minicluster::{MiniCluster, MiniClusterConfig, pattern};
+
+pub(crate) use report::{Latencies, Report, Row};
+
+/// Which suite to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Suite {
+    /// Positioned reads: reuse vs reader-per-call vs raw ReadChunk, degraded, replicated.
+    Pread,
+    /// EC writes pipelined vs serial, replicated writes, codec throughput.
+    Write,
+    /// Every suite.
+    All,
+}
+
+/// Arguments of `cargo xtask bench`.
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    /// Suite to run.
+    #[arg(value_enum, default_value = "all")]
+    suite: Suite,
+    /// Key size in bytes (default 256 MiB; 8 MiB with --quick).
+    #[arg(long)]
+    size: Option<u64>,
+    /// Operations per measured workload (default 2000; 200 with --quick).
+    #[arg(long)]
+    ops: Option<u64>,
+    /// Tasks for the thread-scaling row of random 4 KiB preads (default 8).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// A tiny run for tests: small key, few ops.
+    #[arg(long)]
+    quick: bool,
+    /// Where to write JSON (default target/bench/<suite>.json).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Use the cluster whose om is at HOST:PORT instead of starting one.
+    #[arg(long)]
+    om: Option<String>,
+}
+
+/// Resolved settings shared by the suites.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) size: u64,
+    pub(crate) ops: u64,
+    pub(crate) threads: usize,
+    pub(crate) quick: bool,
+    pub(crate) om: String,
+}
+
+impl Settings {
+    pub(crate) fn config_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "size": self.size,
+            "ops": self.ops,
+            "threads": self.threads,
+            "quick": self.quick,
+            "cpus": std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
+        })
+    }
+
+    /// A client on the bench cluster with `config`.
+    pub(crate) async fn client(&self, config: ClientConfig) -> anyhow::Result<Client> {
+        Client::connect(&self.om, config)
+            .await
+            .with_context(|| format!("connecting to the om at {}", self.om))
+    }
+}
+
+pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let cluster = match &args.om {
+        Some(_) => None,
+        None => Some(
+            MiniCluster::start(MiniClusterConfig::default())
+                .await
+                .context("starting the minicluster")?,
+        ),
+    };
+    let settings = Settings {
+        size: args
+            .size
+            .unwrap_or(if args.quick { 8 << 20 } else { 256 << 20 }),
+        ops: args
+            .ops
+            .unwrap_or(if args.quick { 200 } else { 2000 })
+            .max(1),
+        threads: args.threads.unwrap_or(8).max(1),
+        quick: args.quick,
+        om: match (&args.om, &cluster) {
+            (Some(om), _) => om.clone(),
+            (None, Some(c)) => c.om_address(),
+            (None, None) => anyhow::bail!("no cluster"),
+        },
+    };
+    let suites: &[Suite] = match args.suite {
+        Suite::All => &[Suite::Pread, Suite::Write],
+        Suite::Pread => &[Suite::Pread],
+        Suite::Write => &[Suite::Write],
+    };
+    let result = async {
+        for suite in suites {
+            let report = match suite {
+                Suite::Pread => pread::run(&settings).await?,
+                Suite::Write => write::run(&settings).await?,
+                Suite::All => continue,
+            };
+            println!(
+                "\n## {} suite\n\n{}\n\n{}\n",
+                report.suite,
+                report.table(),
+                report.ratio_table()
+            );
+            if *suite == Suite::Pread {
+                println!("{}\n", pread::rpc_table(&report));
+            }
+            let path = match (&args.json, args.suite) {
+                (Some(p), Suite::All) => p.with_file_name(format!(
+                    "{}-{}.json",
+                    p.file_stem()
+                        .map_or("bench".into(), |s| s.to_string_lossy()),
+                    report.suite
+                )),
+                (Some(p), _) => p.clone(),
+                (None, _) => {
+                    crate::workspace_root().join(format!("target/bench/{}.json", report.suite))
+                }
+            };
+            report.write_json(&path)?;
+            println!("wrote {}", path.display());
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    if let Some(c) = cluster {
+        c.shutdown().await;
+    }
+    result
+}
+
+/// Creates `bucket` with `replication` unless it exists.
+pub(crate) async fn ensure_bucket(
+    client: &Client,
+    bucket: &str,
+    replication: ReplicationConfig,
+    block_size: u64,
+) -> anyhow::Result<()> {
+    match client.bucket(bucket).await {
+        Ok(_) => Ok(()),
+        Err(ClientError::BucketNotFound(_)) => {
+            client
+                .create_bucket(
+                    bucket,
+                    BucketOptions {
+                        replication: Some(replication),
+                        block_size: Some(block_size),
+                    },
+                )
+                .await?;
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Writes `size` bytes of pattern `seed` as `bucket/key` with a progress bar.
+pub(crate) async fn write_key(
+    client: &Client,
+    bucket: &str,
+    key: &str,
+    size: u64,
+    seed: u64,
+) -> anyhow::Result<KeyInfo> {
+    let bar = ProgressBar::new(size).with_style(
+        ProgressStyle::with_template(&format!(
+            "writing {bucket}/{key} {{bar:30}} {{bytes}}/{{total_bytes}} {{bytes_per_sec}}"
+        ))
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut w = client.create_key(bucket, key, None).await?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut at = 0u64;
+    while at < size {
+        let n = usize::try_from((size - at).min(buf.len() as u64))?;
+        pattern::fill(seed, at, &mut buf[..n]);
+        w.write(&buf[..n]).await?;
+        at += n as u64;
+        bar.set_position(at);
+    }
+    let info = w.close().await?;
+    bar.finish_and_clear();
+    Ok(info)
+}

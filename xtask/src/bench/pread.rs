@@ -1,0 +1,388 @@
+//! The `pread` suite: what reusing per-index block streams buys (DESIGN.md
+//! lesson 1), measured side by side in one run on one cluster:
+//! reuse vs reader-per-call vs the raw ReadChunk limit, degraded reuse with
+//! one data index down, a replicated key, and thread scaling.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use datanode::{DatanodeAdminClient, FaultKind, FaultRule, ServedRpc};
+use ec_client::{Client, ClientConfig, KeyInputStream, ReadMode, ReplicationConfig, RpcKind};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+
+use super::{Latencies, Report, Row, Settings, ensure_bucket, write_key};
+use crate::table::Table;
+
+const EC_BUCKET: &str = "bench-ec";
+const REP_BUCKET: &str = "bench-rep";
+
+/// The four workloads: (name, op size in bytes, kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pattern {
+    Random,
+    Sequential,
+    Scan,
+}
+
+const WORKLOADS: [(&str, u64, Pattern); 4] = [
+    ("random-pread-4k", 4096, Pattern::Random),
+    ("random-pread-64k", 65536, Pattern::Random),
+    ("sequential-64k", 65536, Pattern::Sequential),
+    ("positioned-scan-64k", 65536, Pattern::Scan),
+];
+
+/// Offsets of `ops` operations of `size` bytes over a key of `len` bytes.
+fn offsets(pattern: Pattern, ops: u64, size: u64, len: u64, seed: u64) -> Vec<u64> {
+    let span = len.saturating_sub(size).max(1);
+    let mut rng = SmallRng::seed_from_u64(seed);
+    (0..ops)
+        .map(|i| match pattern {
+            Pattern::Random => rng.random_range(0..span),
+            Pattern::Sequential | Pattern::Scan => (i * size) % span,
+        })
+        .collect()
+}
+
+struct Measured {
+    ops: u64,
+    bytes: u64,
+    elapsed: Duration,
+    lat: Latencies,
+}
+
+/// Positioned reads at `offs`, single task.
+async fn preads(stream: &KeyInputStream, offs: &[u64], size: u64) -> anyhow::Result<Measured> {
+    let mut buf = vec![0u8; usize::try_from(size)?];
+    let mut lat = Latencies::default();
+    let start = Instant::now();
+    for &o in offs {
+        let t = Instant::now();
+        stream.read_exact_at(o, &mut buf).await?;
+        lat.push(t.elapsed());
+    }
+    Ok(Measured {
+        ops: offs.len() as u64,
+        bytes: offs.len() as u64 * size,
+        elapsed: start.elapsed(),
+        lat,
+    })
+}
+
+/// Sequential `read`s of `size` bytes from the start (wrapping at the end).
+async fn sequential(stream: &mut KeyInputStream, ops: u64, size: u64) -> anyhow::Result<Measured> {
+    let mut buf = vec![0u8; usize::try_from(size)?];
+    let mut lat = Latencies::default();
+    stream.seek(std::io::SeekFrom::Start(0)).await?;
+    let start = Instant::now();
+    let mut bytes = 0u64;
+    for _ in 0..ops {
+        let t = Instant::now();
+        let mut n = stream.read(&mut buf).await?;
+        if n == 0 {
+            stream.seek(std::io::SeekFrom::Start(0)).await?;
+            n = stream.read(&mut buf).await?;
+        }
+        bytes += n as u64;
+        lat.push(t.elapsed());
+    }
+    Ok(Measured {
+        ops,
+        bytes,
+        elapsed: start.elapsed(),
+        lat,
+    })
+}
+
+fn cells_touched(offs: &[u64], size: u64, cell: u64) -> u64 {
+    offs.iter()
+        .map(|&a| (a + size - 1) / cell - a / cell + 1)
+        .sum()
+}
+
+/// Runs every workload on `client`'s view of `bucket/key` as `mode`.
+async fn measure_modes(
+    rows: &mut Vec<Row>,
+    client: &Client,
+    bucket: &str,
+    key: &str,
+    mode: &str,
+    s: &Settings,
+    cell: Option<u64>,
+) -> anyhow::Result<()> {
+    let mut stream = client.open_key(bucket, key).await?;
+    let len = stream.len();
+    // Warm-up: touch every data index and open the connections.
+    let mut warm = vec![0u8; usize::try_from(len.min(4 << 20))?];
+    stream.read_exact_at(0, &mut warm).await?;
+    let warm_offs = offsets(Pattern::Random, 20, 4096, len, 7);
+    preads(&stream, &warm_offs, 4096).await?;
+    for (i, (name, size, pattern)) in WORKLOADS.iter().enumerate() {
+        let before = client.metrics();
+        let readers = client.ec_metrics();
+        let offs = offsets(*pattern, s.ops, *size, len, 100 + i as u64);
+        let m = match pattern {
+            Pattern::Sequential => sequential(&mut stream, s.ops, *size).await?,
+            Pattern::Random | Pattern::Scan => preads(&stream, &offs, *size).await?,
+        };
+        let rpcs = client.metrics().since(&before);
+        let mut row = super::report::row(name, mode, 1, m.ops, m.bytes, m.elapsed, &m.lat, &rpcs);
+        if let Some(c) = cell
+            && *pattern != Pattern::Sequential
+        {
+            row.cells_touched = Some(cells_touched(&offs, *size, c));
+        }
+        row.readers_created = Some(client.ec_metrics().since(&readers).ec_readers_created);
+        rows.push(row);
+    }
+    Ok(())
+}
+
+/// Raw ReadChunk RPCs of the same sizes, to one datanode, no EC layer and
+/// no checksum verification: the transport's limit.
+async fn measure_raw(
+    rows: &mut Vec<Row>,
+    client: &Client,
+    info: &ec_client::KeyInfo,
+    s: &Settings,
+) -> anyhow::Result<()> {
+    let g = info
+        .block_groups
+        .first()
+        .context("key has no block group")?;
+    let node = g.pipeline.nodes_for(1).next().context("no index 1")?;
+    let dn = client.xceivers().client(&node.address)?;
+    let block = dn.get_block(g.block_id(1)).await?;
+    for (i, (name, size, pattern)) in WORKLOADS.iter().enumerate() {
+        let offs = offsets(*pattern, s.ops, *size, block.size, 200 + i as u64);
+        let mut lat = Latencies::default();
+        let before = client.metrics();
+        let start = Instant::now();
+        for &o in &offs {
+            let idx = block
+                .chunks
+                .partition_point(|c| c.end() <= o)
+                .min(block.chunks.len() - 1);
+            let chunk = &block.chunks[idx];
+            let at = o.min(chunk.end().saturating_sub(*size)).max(chunk.offset);
+            let n = (*size).min(chunk.end() - at);
+            let t = Instant::now();
+            dn.read_chunk(g.block_id(1), chunk, at, n).await?;
+            lat.push(t.elapsed());
+        }
+        let elapsed = start.elapsed();
+        let rpcs = client.metrics().since(&before);
+        rows.push(super::report::row(
+            name,
+            "raw-readchunk",
+            1,
+            s.ops,
+            s.ops * size,
+            elapsed,
+            &lat,
+            &rpcs,
+        ));
+    }
+    Ok(())
+}
+
+/// Random 4 KiB preads from `threads` tasks on one open key.
+async fn measure_threads(
+    rows: &mut Vec<Row>,
+    client: &Client,
+    key: &str,
+    s: &Settings,
+) -> anyhow::Result<()> {
+    let stream = Arc::new(client.open_key(EC_BUCKET, key).await?);
+    let len = stream.len();
+    let mut warm = vec![0u8; usize::try_from(len.min(4 << 20))?];
+    stream.read_exact_at(0, &mut warm).await?;
+    let per_task = (s.ops / s.threads as u64).max(1);
+    let before = client.metrics();
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..s.threads)
+        .map(|t| {
+            let stream = Arc::clone(&stream);
+            let offs = offsets(Pattern::Random, per_task, 4096, len, 300 + t as u64);
+            tokio::spawn(async move { preads(&stream, &offs, 4096).await })
+        })
+        .collect();
+    let mut lat = Latencies::default();
+    let mut ops = 0;
+    for t in tasks {
+        let m = t.await??;
+        ops += m.ops;
+        lat.extend(m.lat);
+    }
+    let elapsed = start.elapsed();
+    let rpcs = client.metrics().since(&before);
+    rows.push(super::report::row(
+        "random-pread-4k",
+        "reuse",
+        s.threads,
+        ops,
+        ops * 4096,
+        elapsed,
+        &lat,
+        &rpcs,
+    ));
+    Ok(())
+}
+
+pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
+    let setup = s.client(ClientConfig::default()).await?;
+    let ec = ec_codec::EcReplicationConfig::default();
+    ensure_bucket(&setup, EC_BUCKET, ReplicationConfig::Ec(ec), 256 << 20).await?;
+    ensure_bucket(
+        &setup,
+        REP_BUCKET,
+        ReplicationConfig::Replicated { factor: 3 },
+        256 << 20,
+    )
+    .await?;
+    let key = format!("pread-{}", s.size);
+    let info = write_key(&setup, EC_BUCKET, &key, s.size, 1).await?;
+    write_key(&setup, REP_BUCKET, &key, s.size, 1).await?;
+
+    let mut rows = Vec::new();
+    let reuse = s.client(ClientConfig::default()).await?;
+    let per_call = s
+        .client(ClientConfig::default().with_read_mode(ReadMode::ReaderPerCall))
+        .await?;
+    // Each mode runs the four workloads back to back on its own client (so
+    // counters and cached readers never mix), on the same cluster and key.
+    measure_modes(
+        &mut rows,
+        &reuse,
+        EC_BUCKET,
+        &key,
+        "reuse",
+        s,
+        Some(ec.cell_size()),
+    )
+    .await?;
+    measure_modes(
+        &mut rows,
+        &per_call,
+        EC_BUCKET,
+        &key,
+        "reader-per-call",
+        s,
+        Some(ec.cell_size()),
+    )
+    .await?;
+    measure_raw(&mut rows, &reuse, &info, s).await?;
+
+    // Degraded: index 1's datanode answers UNAVAILABLE to every read.
+    let g = info
+        .block_groups
+        .first()
+        .context("key has no block group")?;
+    let victim = g
+        .pipeline
+        .nodes_for(1)
+        .next()
+        .context("no index 1")?
+        .address
+        .clone();
+    let mut admin = DatanodeAdminClient::connect(&victim)
+        .await
+        .with_context(|| format!("connecting to the admin service of {victim}"))?;
+    for rpc in [ServedRpc::GetBlock, ServedRpc::ReadChunk] {
+        admin
+            .inject(FaultRule::new(rpc, FaultKind::Unavailable)?)
+            .await?;
+    }
+    let degraded = s
+        .client(ClientConfig::default().with_location_retries(0, Duration::ZERO))
+        .await?;
+    let result = measure_modes(&mut rows, &degraded, EC_BUCKET, &key, "degraded", s, None).await;
+    admin.clear().await?;
+    result?;
+
+    let replicated = s.client(ClientConfig::default()).await?;
+    measure_modes(
+        &mut rows,
+        &replicated,
+        REP_BUCKET,
+        &key,
+        "replicated",
+        s,
+        None,
+    )
+    .await?;
+    measure_threads(&mut rows, &reuse, &key, s).await?;
+
+    let mut report = Report {
+        suite: "pread".into(),
+        started_unix_ms: started,
+        config: s.config_json(),
+        rows,
+        ratios: Default::default(),
+    };
+    for (name, _, _) in WORKLOADS {
+        report.ratio(
+            &format!("{name} reuse/reader-per-call"),
+            name,
+            "reuse",
+            "reader-per-call",
+        );
+        report.ratio(
+            &format!("{name} reuse/raw-readchunk"),
+            name,
+            "reuse",
+            "raw-readchunk",
+        );
+        report.ratio(&format!("{name} degraded/reuse"), name, "degraded", "reuse");
+        report.ratio(
+            &format!("{name} replicated/reuse"),
+            name,
+            "replicated",
+            "reuse",
+        );
+    }
+    let single = report
+        .find("random-pread-4k", "reuse")
+        .map(|r| r.ops_per_sec);
+    let multi = report
+        .rows
+        .iter()
+        .find(|r| r.workload == "random-pread-4k" && r.threads == s.threads && s.threads > 1)
+        .map(|r| r.ops_per_sec);
+    if let (Some(a), Some(b)) = (single, multi) {
+        report.ratios.insert(
+            format!("random-pread-4k reuse {}-threads/1-thread", s.threads),
+            ((b / a) * 1000.0).round() / 1000.0,
+        );
+    }
+    Ok(report)
+}
+
+/// GetBlock and ReadChunk counts of the warm random 64 KiB preads, per mode.
+pub(crate) fn rpc_table(report: &Report) -> String {
+    let mut t = Table::new(&["random 64 KiB preads", "ops", "GetBlock", "ReadChunk"]);
+    for mode in ["reuse", "reader-per-call"] {
+        if let Some(r) = report.find("random-pread-64k", mode) {
+            t.row(vec![
+                mode.to_string(),
+                r.ops.to_string(),
+                r.rpcs
+                    .get(RpcKind::GetBlock.name())
+                    .copied()
+                    .unwrap_or(0)
+                    .to_string(),
+                r.rpcs
+                    .get(RpcKind::ReadChunk.name())
+                    .copied()
+                    .unwrap_or(0)
+                    .to_string(),
+            ]);
+        }
+    }
+    t.render()
+}

@@ -1,0 +1,184 @@
+//! Bench results: rows, Markdown tables and the JSON file.
+//!
+//! JSON schema (documented in README.md):
+//! `{"suite", "started_unix_ms", "config": {...}, "rows": [Row...], "ratios": {name: value}}`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context;
+use ec_client::{MetricsSnapshot, RpcKind};
+use serde::Serialize;
+
+use crate::table::Table;
+
+/// One measured (workload, mode) pair.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Row {
+    pub(crate) workload: String,
+    pub(crate) mode: String,
+    pub(crate) threads: usize,
+    pub(crate) ops: u64,
+    pub(crate) seconds: f64,
+    pub(crate) ops_per_sec: f64,
+    pub(crate) mb_per_sec: f64,
+    pub(crate) p50_us: u64,
+    pub(crate) p99_us: u64,
+    /// Client RPCs by kind during the measured ops (counters taken after warm-up).
+    pub(crate) rpcs: BTreeMap<String, u64>,
+    /// Cells the ops touched (EC preads), for checking GetBlock per cell.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) cells_touched: Option<u64>,
+    /// EC readers built during the measured ops.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) readers_created: Option<u64>,
+}
+
+/// Latencies of individual ops, microseconds.
+#[derive(Debug, Default)]
+pub(crate) struct Latencies(Vec<u64>);
+
+impl Latencies {
+    pub(crate) fn push(&mut self, d: Duration) {
+        self.0
+            .push(u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    }
+
+    pub(crate) fn extend(&mut self, other: Latencies) {
+        self.0.extend(other.0);
+    }
+
+    fn percentile(sorted: &[u64], p: f64) -> u64 {
+        if sorted.is_empty() {
+            return 0;
+        }
+        let idx = ((sorted.len() - 1) as f64 * p).round() as usize;
+        sorted[idx.min(sorted.len() - 1)]
+    }
+
+    /// (p50, p99) in microseconds.
+    pub(crate) fn p50_p99(&self) -> (u64, u64) {
+        let mut v = self.0.clone();
+        v.sort_unstable();
+        (Self::percentile(&v, 0.50), Self::percentile(&v, 0.99))
+    }
+}
+
+/// Builds a row from what was measured.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn row(
+    workload: &str,
+    mode: &str,
+    threads: usize,
+    ops: u64,
+    bytes: u64,
+    elapsed: Duration,
+    lat: &Latencies,
+    rpcs: &MetricsSnapshot,
+) -> Row {
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    let (p50, p99) = lat.p50_p99();
+    Row {
+        workload: workload.to_string(),
+        mode: mode.to_string(),
+        threads,
+        ops,
+        seconds: secs,
+        ops_per_sec: ops as f64 / secs,
+        mb_per_sec: bytes as f64 / secs / 1e6,
+        p50_us: p50,
+        p99_us: p99,
+        rpcs: RpcKind::ALL
+            .iter()
+            .map(|k| (k.name().to_string(), rpcs.rpcs(*k)))
+            .filter(|(_, v)| *v > 0)
+            .collect(),
+        cells_touched: None,
+        readers_created: None,
+    }
+}
+
+/// A suite's full report.
+#[derive(Debug, Serialize)]
+pub(crate) struct Report {
+    pub(crate) suite: String,
+    pub(crate) started_unix_ms: u64,
+    pub(crate) config: serde_json::Value,
+    pub(crate) rows: Vec<Row>,
+    pub(crate) ratios: BTreeMap<String, f64>,
+}
+
+impl Report {
+    pub(crate) fn find(&self, workload: &str, mode: &str) -> Option<&Row> {
+        self.rows
+            .iter()
+            .find(|r| r.workload == workload && r.mode == mode && r.threads == 1)
+            .or_else(|| {
+                self.rows
+                    .iter()
+                    .find(|r| r.workload == workload && r.mode == mode)
+            })
+    }
+
+    /// Adds `a/b` of ops/s as a named ratio when both rows exist.
+    pub(crate) fn ratio(&mut self, name: &str, workload: &str, a: &str, b: &str) {
+        if let (Some(x), Some(y)) = (self.find(workload, a), self.find(workload, b))
+            && y.ops_per_sec > 0.0
+        {
+            let r = x.ops_per_sec / y.ops_per_sec;
+            self.ratios
+                .insert(name.to_string(), (r * 1000.0).round() / 1000.0);
+        }
+    }
+
+    /// The rows as a Markdown table.
+    pub(crate) fn table(&self) -> String {
+        let mut t = Table::new(&[
+            "workload",
+            "mode",
+            "threads",
+            "ops",
+            "ops/s",
+            "MB/s",
+            "p50 µs",
+            "p99 µs",
+            "GetBlock",
+            "ReadChunk",
+        ]);
+        for r in &self.rows {
+            t.row(vec![
+                r.workload.clone(),
+                r.mode.clone(),
+                r.threads.to_string(),
+                r.ops.to_string(),
+                format!("{:.0}", r.ops_per_sec),
+                format!("{:.1}", r.mb_per_sec),
+                r.p50_us.to_string(),
+                r.p99_us.to_string(),
+                r.rpcs.get("GetBlock").copied().unwrap_or(0).to_string(),
+                r.rpcs.get("ReadChunk").copied().unwrap_or(0).to_string(),
+            ]);
+        }
+        t.render()
+    }
+
+    /// The ratios as a Markdown table.
+    pub(crate) fn ratio_table(&self) -> String {
+        let mut t = Table::new(&["ratio", "value"]);
+        for (k, v) in &self.ratios {
+            t.row(vec![k.clone(), format!("{v:.2}")]);
+        }
+        t.render()
+    }
+
+    /// Writes the report as pretty JSON, creating parent directories.
+    pub(crate) fn write_json(&self, path: &Path) -> anyhow::Result<()> {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
+        std::fs::write(path, serde_json::to_string_pretty(self)?)
+            .with_context(|| format!("writing {}", path.display()))
+    }
+}

@@ -1,0 +1,115 @@
+//! Regression guard for the benchmark (not a timing test): runs
+//! `cargo xtask bench --quick` and asserts only counts — zero GetBlock after
+//! warm-up in Reuse mode, one GetBlock per touched cell in ReaderPerCall
+//! mode (HDDS-10135's regression), and that the JSON has every row.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn rows(doc: &Value) -> &Vec<Value> {
+    doc["rows"].as_array().expect("rows array")
+}
+
+fn find<'a>(doc: &'a Value, workload: &str, mode: &str) -> &'a Value {
+    rows(doc)
+        .iter()
+        .find(|r| r["workload"] == workload && r["mode"] == mode && r["threads"] == 1)
+        .unwrap_or_else(|| panic!("no row {workload}/{mode}"))
+}
+
+fn rpc(row: &Value, kind: &str) -> u64 {
+    row["rpcs"].get(kind).and_then(Value::as_u64).unwrap_or(0)
+}
+
+#[test]
+fn quick_bench_counts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("quick.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["bench", "all", "--quick", "--ops", "100", "--json"])
+        .arg(&json)
+        .output()
+        .expect("run xtask bench");
+    assert!(
+        out.status.success(),
+        "bench failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pread: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("quick-pread.json")).expect("pread json"),
+    )
+    .expect("pread JSON parses");
+    let write: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("quick-write.json")).expect("write json"),
+    )
+    .expect("write JSON parses");
+
+    let workloads = [
+        "random-pread-4k",
+        "random-pread-64k",
+        "sequential-64k",
+        "positioned-scan-64k",
+    ];
+    let modes = [
+        "reuse",
+        "reader-per-call",
+        "raw-readchunk",
+        "degraded",
+        "replicated",
+    ];
+    for w in workloads {
+        for m in modes {
+            let r = find(&pread, w, m);
+            assert_eq!(r["ops"], 100, "{w}/{m}");
+            for field in ["seconds", "ops_per_sec", "mb_per_sec", "p50_us", "p99_us"] {
+                assert!(r[field].is_number(), "{w}/{m} lacks {field}");
+            }
+        }
+    }
+    assert!(
+        rows(&pread)
+            .iter()
+            .any(|r| r["workload"] == "random-pread-4k" && r["threads"] == 8),
+        "thread-scaling row"
+    );
+    for w in ["random-pread-4k", "random-pread-64k", "positioned-scan-64k"] {
+        let reuse = find(&pread, w, "reuse");
+        assert_eq!(
+            rpc(reuse, "GetBlock"),
+            0,
+            "{w}: reuse mode must not GetBlock after warm-up"
+        );
+        assert_eq!(
+            reuse["readers_created"], 0,
+            "{w}: reuse mode builds no reader"
+        );
+        let cells = reuse["cells_touched"].as_u64().expect("cells");
+        assert_eq!(
+            rpc(reuse, "ReadChunk"),
+            cells,
+            "{w}: one ReadChunk per touched cell"
+        );
+        let per_call = find(&pread, w, "reader-per-call");
+        let cells = per_call["cells_touched"].as_u64().expect("cells");
+        assert_eq!(
+            rpc(per_call, "GetBlock"),
+            cells,
+            "{w}: one GetBlock per touched cell"
+        );
+        assert_eq!(
+            per_call["readers_created"], 100,
+            "{w}: one reader per pread"
+        );
+    }
+    for (w, m) in [
+        ("write-ec", "serial"),
+        ("write-ec", "pipelined"),
+        ("write-replicated", "replicated"),
+        ("encode-rs-3-2-1024k", "codec"),
+    ] {
+        find(&write, w, m);
+    }
+    assert!(write["ratios"]["write-ec pipelined/serial"].is_number());
+}
