@@ -56,6 +56,14 @@ pub struct ClientConfig {
     /// Chunk size of replicated writes, bytes (default 4 MiB, Ozone's
     /// `ozone.scm.chunk.size`).
     pub replicated_chunk_size: usize,
+    /// Vectored reads merge two ranges whose gap is at most this many bytes
+    /// (default 4 KiB; Hadoop's `fs.file.read.vectored.min.seek.size`).
+    pub vectored_min_seek: u64,
+    /// Vectored reads never merge ranges into a fetch longer than this,
+    /// bytes (default 1 MiB; Hadoop's `...max.merged.size`).
+    pub vectored_max_merged: u64,
+    /// Merged ranges of one vectored read fetched at once (default 8).
+    pub vectored_parallelism: usize,
 }
 
 impl Default for ClientConfig {
@@ -70,6 +78,9 @@ impl Default for ClientConfig {
             ec_stripe_queue_size: 2,
             ec_write_retries: 3,
             replicated_chunk_size: 4 * 1024 * 1024,
+            vectored_min_seek: 4 * 1024,
+            vectored_max_merged: 1024 * 1024,
+            vectored_parallelism: 8,
         }
     }
 }
@@ -144,6 +155,22 @@ impl ClientConfig {
     #[must_use]
     pub fn with_replicated_chunk_size(mut self, n: usize) -> Self {
         self.replicated_chunk_size = n.max(1);
+        self
+    }
+
+    /// Sets the vectored-read merge limits: largest gap merged over and
+    /// largest merged fetch, bytes (`max_merged` 0 disables merging).
+    #[must_use]
+    pub fn with_vectored_merge(mut self, min_seek: u64, max_merged: u64) -> Self {
+        self.vectored_min_seek = min_seek;
+        self.vectored_max_merged = max_merged;
+        self
+    }
+
+    /// Sets how many merged ranges one vectored read fetches at once (at least 1).
+    #[must_use]
+    pub fn with_vectored_parallelism(mut self, n: usize) -> Self {
+        self.vectored_parallelism = n.max(1);
         self
     }
 

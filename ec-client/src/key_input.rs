@@ -19,6 +19,7 @@ use std::task::{Context, Poll};
 
 use block_stream::BlockInputStream;
 use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
 use proto_crate::{KeyInfo, ReplicationConfig};
 use tokio::io::{AsyncRead, AsyncSeek, ReadBuf};
 
@@ -130,6 +131,7 @@ type Fetch = Pin<Box<dyn Future<Output = (u64, Result<Bytes>)> + Send>>;
 /// `&mut self` (`AsyncRead + AsyncSeek`).
 pub struct KeyInputStream {
     reader: Arc<KeyReader>,
+    ctx: Arc<ReadContext>,
     read_ahead: u64,
     /// Sequential cursor, key-relative bytes.
     pos: u64,
@@ -160,12 +162,87 @@ impl KeyInputStream {
         let read_ahead = ctx.config.sequential_read_ahead.max(1);
         Ok(Self {
             reader: Arc::new(KeyReader::open(ctx, info)?),
+            ctx: Arc::clone(ctx),
             read_ahead,
             pos: 0,
             buffer: Bytes::new(),
             buffer_start: 0,
             pending: std::sync::Mutex::new(None),
         })
+    }
+
+    /// A second stream over the same open key: it shares every cached reader
+    /// (no new om lookup, no new GetBlock) and has its own cursor at 0, so one
+    /// task can read sequentially while others issue positioned reads.
+    #[must_use]
+    pub fn new_cursor(&self) -> KeyInputStream {
+        Self {
+            reader: Arc::clone(&self.reader),
+            ctx: Arc::clone(&self.ctx),
+            read_ahead: self.read_ahead,
+            pos: 0,
+            buffer: Bytes::new(),
+            buffer_start: 0,
+            pending: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Vectored read: fetches every range of `ranges` (key-relative, any
+    /// order) and returns their bytes in the caller's order.
+    ///
+    /// Ranges are validated before any I/O, then merged (gap at most
+    /// `vectored_min_seek`, merged length at most `vectored_max_merged`) and
+    /// the merged ranges fetched concurrently, at most
+    /// `vectored_parallelism` at a time, through the stateless positioned
+    /// read (failover and reconstruction included). Each result is a
+    /// zero-copy slice of its merged buffer; gap bytes are never returned.
+    ///
+    /// # Errors
+    /// [`ClientError::InvalidArgument`] for overlapping ranges;
+    /// [`ClientError::UnexpectedEof`] for a range ending past the key;
+    /// otherwise the first fetch failure — never partial results.
+    pub async fn read_ranges(&self, ranges: &[std::ops::Range<u64>]) -> Result<Vec<Bytes>> {
+        let len = self.len();
+        crate::vectored::validate(ranges, len).map_err(|e| match e {
+            crate::vectored::RangeError::Overlap { .. } => {
+                ClientError::InvalidArgument(e.to_string())
+            }
+            crate::vectored::RangeError::PastEof { range, len } => ClientError::UnexpectedEof {
+                pos: range.start,
+                len: range.end.saturating_sub(range.start),
+                key_len: len,
+            },
+        })?;
+        let config = &self.ctx.config;
+        let merged =
+            crate::vectored::merge(ranges, config.vectored_min_seek, config.vectored_max_merged);
+        let reader = &self.reader;
+        let fetched: Vec<(crate::vectored::MergedRange, Bytes)> = futures::stream::iter(merged)
+            .map(|m| async move {
+                let bytes = reader
+                    .read_range(m.range.start, m.range.end - m.range.start)
+                    .await?;
+                if bytes.len() as u64 != m.range.end - m.range.start {
+                    return Err(ClientError::UnexpectedEof {
+                        pos: m.range.start,
+                        len: m.range.end - m.range.start,
+                        key_len: len,
+                    });
+                }
+                Ok((m, bytes))
+            })
+            .buffer_unordered(config.vectored_parallelism.max(1))
+            .try_collect()
+            .await?;
+        let mut out = vec![Bytes::new(); ranges.len()];
+        for (m, bytes) in fetched {
+            for (i, r) in m.parts {
+                let from = usize::try_from(r.start - m.range.start).unwrap_or(usize::MAX);
+                let to = usize::try_from(r.end - m.range.start).unwrap_or(usize::MAX);
+                out[i] = bytes.slice(from..to);
+            }
+        }
+        Ok(out)
     }
 
     /// The key's metadata as looked up at open.

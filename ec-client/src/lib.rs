@@ -29,6 +29,7 @@ mod om_client;
 mod read_context;
 mod replicated_output;
 mod stripe_writer;
+pub mod vectored;
 
 pub use block_stream::{MetricsSnapshot, RpcKind};
 pub use client::{BucketOptions, Client};

@@ -16,8 +16,23 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "cargo xtask", version, about)]
 struct Cli {
+    /// Tokio runtime of this process. `current-thread` (default) runs client
+    /// and in-process cluster on one thread: on a 2-core VM every cross-thread
+    /// wake-up costs tens of microseconds, doubling a loopback RPC's latency.
+    /// `multi-thread` uses one worker per core.
+    #[arg(long, global = true, value_enum, default_value = "current-thread")]
+    runtime: RuntimeFlavor,
     #[command(subcommand)]
     command: Command,
+}
+
+/// Tokio runtime flavours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum RuntimeFlavor {
+    /// One thread for everything (plus the blocking pool).
+    CurrentThread,
+    /// One worker thread per core.
+    MultiThread,
 }
 
 #[derive(Debug, Subcommand)]
@@ -68,15 +83,19 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = match cli.runtime {
+        RuntimeFlavor::CurrentThread => tokio::runtime::Builder::new_current_thread(),
+        RuntimeFlavor::MultiThread => tokio::runtime::Builder::new_multi_thread(),
+    }
+    .enable_all()
+    .build()?;
+    let flavor = cli.runtime;
     runtime.block_on(async {
         match cli.command {
             Command::Minicluster(args) => demo::run(args).await,
             Command::Key { command } => key::run(command).await,
             Command::Dn { command } => dn::run(command).await,
-            Command::Bench(args) => bench::run(args).await,
+            Command::Bench(args) => bench::run(args, flavor).await,
         }
     })
 }

@@ -60,6 +60,8 @@ pub(crate) struct Settings {
     pub(crate) threads: usize,
     pub(crate) quick: bool,
     pub(crate) om: String,
+    pub(crate) runtime: crate::RuntimeFlavor,
+    pub(crate) external: bool,
 }
 
 impl Settings {
@@ -69,6 +71,8 @@ impl Settings {
             "ops": self.ops,
             "threads": self.threads,
             "quick": self.quick,
+            "runtime": format!("{:?}", self.runtime),
+            "cluster": if self.external { "external" } else { "in-process" },
             "cpus": std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
         })
     }
@@ -81,7 +85,7 @@ impl Settings {
     }
 }
 
-pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: BenchArgs, runtime: crate::RuntimeFlavor) -> anyhow::Result<()> {
     let cluster = match &args.om {
         Some(_) => None,
         None => Some(
@@ -100,6 +104,8 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
             .max(1),
         threads: args.threads.unwrap_or(8).max(1),
         quick: args.quick,
+        runtime,
+        external: args.om.is_some(),
         om: match (&args.om, &cluster) {
             (Some(om), _) => om.clone(),
             (None, Some(c)) => c.om_address(),

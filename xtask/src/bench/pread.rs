@@ -188,6 +188,41 @@ async fn measure_raw(
     Ok(())
 }
 
+/// Random 1 MiB preads (each spans two cells on two indexes) with the cells
+/// of one pread read concurrently vs one after another: the measurement
+/// behind `ClientConfig::parallel_cell_reads`'s default.
+async fn measure_cell_parallelism(
+    rows: &mut Vec<Row>,
+    key: &str,
+    s: &Settings,
+) -> anyhow::Result<()> {
+    let ops = (s.ops / 4).max(1);
+    for (mode, parallel) in [("reuse", true), ("reuse-serial-cells", false)] {
+        let client = s
+            .client(ClientConfig::default().with_parallel_cell_reads(parallel))
+            .await?;
+        let stream = client.open_key(EC_BUCKET, key).await?;
+        let len = stream.len();
+        let mut warm = vec![0u8; usize::try_from(len.min(4 << 20))?];
+        stream.read_exact_at(0, &mut warm).await?;
+        let offs = offsets(Pattern::Random, ops, 1 << 20, len, 400);
+        let before = client.metrics();
+        let m = preads(&stream, &offs, 1 << 20).await?;
+        let rpcs = client.metrics().since(&before);
+        rows.push(super::report::row(
+            "random-pread-1m",
+            mode,
+            1,
+            m.ops,
+            m.bytes,
+            m.elapsed,
+            &m.lat,
+            &rpcs,
+        ));
+    }
+    Ok(())
+}
+
 /// Random 4 KiB preads from `threads` tasks on one open key.
 async fn measure_threads(
     rows: &mut Vec<Row>,
@@ -317,6 +352,7 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
     )
     .await?;
     measure_threads(&mut rows, &reuse, &key, s).await?;
+    measure_cell_parallelism(&mut rows, &key, s).await?;
 
     let mut report = Report {
         suite: "pread".into(),
@@ -346,6 +382,12 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
             "reuse",
         );
     }
+    report.ratio(
+        "random-pread-1m parallel/serial cells",
+        "random-pread-1m",
+        "reuse",
+        "reuse-serial-cells",
+    );
     let single = report
         .find("random-pread-4k", "reuse")
         .map(|r| r.ops_per_sec);
