@@ -1,7 +1,8 @@
 //! Regression guard for the benchmark (not a timing test): runs
 //! `cargo xtask bench --quick` and asserts only counts — zero GetBlock after
 //! warm-up in Reuse mode, one GetBlock per touched cell in ReaderPerCall
-//! mode (HDDS-10135's regression), and that the JSON has every row.
+//! mode (HDDS-10135's regression), that merging never adds ReadChunks, and
+//! that the JSON of every suite has every row.
 
 use std::process::Command;
 
@@ -112,4 +113,44 @@ fn quick_bench_counts() {
         find(&write, w, m);
     }
     assert!(write["ratios"]["write-ec pipelined/serial"].is_number());
+
+    let vectored: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("quick-vectored.json")).expect("vectored json"),
+    )
+    .expect("vectored JSON parses");
+    for kind in ["replicated", "ec"] {
+        for pattern in ["consecutive", "random", "sparse"] {
+            for mode in ["positional", "positional-no-merge", "serial-seek"] {
+                let r = find(&vectored, &format!("{kind}-{pattern}"), mode);
+                for field in [
+                    "mean_ms",
+                    "min_ms",
+                    "max_ms",
+                    "mb_per_sec",
+                    "read_chunks_per_call",
+                ] {
+                    assert!(
+                        r[field].is_number(),
+                        "{kind}-{pattern}/{mode} lacks {field}"
+                    );
+                }
+            }
+            // Merging never costs more ReadChunks than not merging.
+            let merged =
+                find(&vectored, &format!("{kind}-{pattern}"), "positional")["read_chunks_per_call"]
+                    .as_f64()
+                    .expect("number");
+            let unmerged = find(
+                &vectored,
+                &format!("{kind}-{pattern}"),
+                "positional-no-merge",
+            )["read_chunks_per_call"]
+                .as_f64()
+                .expect("number");
+            assert!(
+                merged <= unmerged,
+                "{kind}-{pattern}: {merged} > {unmerged}"
+            );
+        }
+    }
 }

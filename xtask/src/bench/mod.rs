@@ -3,6 +3,7 @@
 
 mod pread;
 mod report;
+mod vectored;
 mod write;
 
 use std::path::PathBuf;
@@ -22,6 +23,8 @@ pub(crate) enum Suite {
     Pread,
     /// EC writes pipelined vs serial, replicated writes, codec throughput.
     Write,
+    /// Vectored reads: merged + parallel vs no-merge vs serial seek+read.
+    Vectored,
     /// Every suite.
     All,
 }
@@ -113,21 +116,28 @@ pub(crate) async fn run(args: BenchArgs, runtime: crate::RuntimeFlavor) -> anyho
         },
     };
     let suites: &[Suite] = match args.suite {
-        Suite::All => &[Suite::Pread, Suite::Write],
+        Suite::All => &[Suite::Pread, Suite::Write, Suite::Vectored],
         Suite::Pread => &[Suite::Pread],
         Suite::Write => &[Suite::Write],
+        Suite::Vectored => &[Suite::Vectored],
     };
     let result = async {
         for suite in suites {
             let report = match suite {
                 Suite::Pread => pread::run(&settings).await?,
                 Suite::Write => write::run(&settings).await?,
+                Suite::Vectored => vectored::run(&settings).await?,
                 Suite::All => continue,
+            };
+            let table = if *suite == Suite::Vectored {
+                report.vectored_table()
+            } else {
+                report.table()
             };
             println!(
                 "\n## {} suite\n\n{}\n\n{}\n",
                 report.suite,
-                report.table(),
+                table,
                 report.ratio_table()
             );
             if *suite == Suite::Pread {

@@ -33,6 +33,16 @@ pub(crate) struct Row {
     /// EC readers built during the measured ops.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) readers_created: Option<u64>,
+    /// Vectored suite: mean, min and max milliseconds per call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) mean_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) min_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_ms: Option<f64>,
+    /// Vectored suite: ReadChunk RPCs per call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) read_chunks_per_call: Option<f64>,
 }
 
 /// Latencies of individual ops, microseconds.
@@ -96,6 +106,10 @@ pub(crate) fn row(
             .collect(),
         cells_touched: None,
         readers_created: None,
+        mean_ms: None,
+        min_ms: None,
+        max_ms: None,
+        read_chunks_per_call: None,
     }
 }
 
@@ -130,6 +144,33 @@ impl Report {
             self.ratios
                 .insert(name.to_string(), (r * 1000.0).round() / 1000.0);
         }
+    }
+
+    /// The rows as a Markdown table (the vectored suite's own columns).
+    pub(crate) fn vectored_table(&self) -> String {
+        let mut t = Table::new(&[
+            "workload",
+            "mode",
+            "calls",
+            "mean ms",
+            "min ms",
+            "max ms",
+            "MB/s",
+            "ReadChunk/call",
+        ]);
+        for r in &self.rows {
+            t.row(vec![
+                r.workload.clone(),
+                r.mode.clone(),
+                r.ops.to_string(),
+                format!("{:.2}", r.mean_ms.unwrap_or(0.0)),
+                format!("{:.2}", r.min_ms.unwrap_or(0.0)),
+                format!("{:.2}", r.max_ms.unwrap_or(0.0)),
+                format!("{:.1}", r.mb_per_sec),
+                format!("{:.1}", r.read_chunks_per_call.unwrap_or(0.0)),
+            ]);
+        }
+        t.render()
     }
 
     /// The rows as a Markdown table.
