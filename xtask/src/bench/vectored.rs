@@ -158,10 +158,21 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
     write_key(&setup, EC_BUCKET, &key, size, 5).await?;
     let mut rows = Vec::new();
     for (bucket, kind) in [(REP_BUCKET, "replicated"), (EC_BUCKET, "ec")] {
-        for mode in ["positional", "positional-no-merge", "serial-seek"] {
+        for mode in [
+            "positional",
+            "positional-no-merge",
+            "positional-merge-4m",
+            "positional-seek-64k",
+            "serial-seek",
+        ] {
+            // The two extra modes are the alternatives the defaults were
+            // chosen against: merged ranges up to 4 MiB, and gaps up to 64 KiB.
+            let defaults = ClientConfig::default();
             let config = match mode {
-                "positional-no-merge" => ClientConfig::default().with_vectored_merge(0, 0),
-                _ => ClientConfig::default(),
+                "positional-no-merge" => defaults.with_vectored_merge(0, 0),
+                "positional-merge-4m" => defaults.with_vectored_merge(4 << 10, 4 << 20),
+                "positional-seek-64k" => defaults.with_vectored_merge(64 << 10, 1 << 20),
+                _ => defaults,
             };
             measure(
                 &mut rows, s, bucket, &key, kind, mode, config, calls, big, small,
