@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use block_stream::{ClientMetrics, MetricsSnapshot, XceiverClientManager};
-use proto_crate::{BucketInfo, DatanodeDetails, KeyInfo, ReplicationConfig};
+use std::collections::BTreeMap;
+
+use proto_crate::{BucketInfo, DatanodeDetails, KeyInfo, MultipartUpload, ReplicationConfig};
 
 use crate::ec_output::ECKeyOutputStream;
 use crate::key_input::KeyInputStream;
@@ -141,6 +143,84 @@ impl Client {
         replication: Option<ReplicationConfig>,
     ) -> Result<KeyOutputStream> {
         let opened = self.shared.om.open_key(bucket, key, replication).await?;
+        self.writer(bucket, key, opened).await
+    }
+
+    /// Starts a multipart upload of `bucket/key` (replication as for
+    /// [`create_key`](Self::create_key)); `metadata` goes to the key at completion.
+    ///
+    /// # Errors
+    /// [`ClientError::BucketNotFound`], om failures.
+    pub async fn initiate_multipart_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        replication: Option<ReplicationConfig>,
+        metadata: BTreeMap<String, String>,
+    ) -> Result<String> {
+        self.shared
+            .om
+            .initiate_multipart_upload(bucket, key, replication, metadata)
+            .await
+    }
+
+    /// A writer for part `part_number` (1..=10000) of an upload; finish it
+    /// with [`KeyOutputStream::close_part`]. Re-uploading a part number
+    /// replaces it.
+    ///
+    /// # Errors
+    /// [`ClientError::Om`] (`NO_SUCH_UPLOAD`, `INVALID_ARGUMENT`).
+    pub async fn upload_part(&self, upload_id: &str, part_number: u32) -> Result<KeyOutputStream> {
+        let opened = self.shared.om.open_part(upload_id, part_number).await?;
+        let upload = self.shared.om.list_parts(upload_id).await?;
+        self.writer(&upload.bucket, &upload.key, opened).await
+    }
+
+    /// The upload `upload_id` with its parts in part-number order.
+    ///
+    /// # Errors
+    /// [`ClientError::Om`] (`NO_SUCH_UPLOAD`).
+    pub async fn list_parts(&self, upload_id: &str) -> Result<MultipartUpload> {
+        self.shared.om.list_parts(upload_id).await
+    }
+
+    /// Uploads in progress in `bucket` for keys starting with `prefix` (parts left out).
+    ///
+    /// # Errors
+    /// [`ClientError::BucketNotFound`], om failures.
+    pub async fn list_multipart_uploads(&self, bucket: &str, prefix: &str) -> Result<Vec<MultipartUpload>> {
+        self.shared.om.list_multipart_uploads(bucket, prefix).await
+    }
+
+    /// Completes an upload from `parts` ((part number, ETag), ascending): the
+    /// key appears with the parts' block groups, no data copied.
+    ///
+    /// # Errors
+    /// [`ClientError::Om`] with `INVALID_PART`, `INVALID_PART_ORDER`,
+    /// `ENTITY_TOO_SMALL` (a non-last part under `min_part_size` bytes) or
+    /// `NO_SUCH_UPLOAD`.
+    pub async fn complete_multipart_upload(
+        &self,
+        upload_id: &str,
+        parts: &[(u32, String)],
+        min_part_size: u64,
+        metadata: BTreeMap<String, String>,
+    ) -> Result<KeyInfo> {
+        self.shared
+            .om
+            .complete_multipart_upload(upload_id, parts, min_part_size, metadata)
+            .await
+    }
+
+    /// Abandons an upload and its parts.
+    ///
+    /// # Errors
+    /// [`ClientError::Om`] (`NO_SUCH_UPLOAD`).
+    pub async fn abort_multipart_upload(&self, upload_id: &str) -> Result<()> {
+        self.shared.om.abort_multipart_upload(upload_id).await
+    }
+
+    async fn writer(&self, bucket: &str, key: &str, opened: crate::om_client::OpenedKey) -> Result<KeyOutputStream> {
         let result = match opened.replication {
             ReplicationConfig::Ec(ec) => ECKeyOutputStream::new(
                 Arc::clone(&self.shared),

@@ -24,6 +24,7 @@
 //! The last stripe may be partial: its parity is as long as its first cell,
 //! shorter cells are zero-padded for encoding only, padding is never written.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -34,6 +35,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::client::ClientShared;
+use crate::om_client::{Commit, Committed};
 use crate::stripe_writer::{EncodedStripe, StripeWriter, WriteCounters};
 use crate::{ClientError, EcWriteMode, Result};
 
@@ -333,8 +335,17 @@ impl ECKeyOutputStream {
     /// # Errors
     /// A flush failure (now or earlier): the key is not committed, the om
     /// session is aborted, and no key becomes visible.
-    pub async fn close(mut self) -> Result<KeyInfo> {
-        let result = self.try_close().await;
+    pub async fn close(self) -> Result<KeyInfo> {
+        match self.finish(Commit::Key(BTreeMap::new())).await? {
+            Committed::Key(k) => Ok(k),
+            Committed::Part(_) => Err(ClientError::InvalidArgument("a key commit returned a part".into())),
+        }
+    }
+
+    /// Like [`close`](Self::close), ending the session as `commit` says (a
+    /// key with metadata, or a multipart upload's part with its ETag).
+    pub(crate) async fn finish(mut self, commit: Commit) -> Result<Committed> {
+        let result = self.try_close(commit).await;
         if result.is_err() {
             let _ = self.shared.om.abort_key(self.session_id).await;
         }
@@ -342,7 +353,7 @@ impl ECKeyOutputStream {
         result
     }
 
-    async fn try_close(&mut self) -> Result<KeyInfo> {
+    async fn try_close(&mut self, commit: Commit) -> Result<Committed> {
         self.check_failed()?;
         self.emit_stripe().await?;
         let (groups, acked) = match std::mem::replace(
@@ -364,10 +375,7 @@ impl ECKeyOutputStream {
                 self.written
             )));
         }
-        self.shared
-            .om
-            .commit_key(self.session_id, groups, acked)
-            .await
+        self.shared.om.commit(self.session_id, groups, acked, commit).await
     }
 }
 

@@ -1,9 +1,12 @@
 //! [`KeyOutputStream`]: the writer [`Client::create_key`](crate::Client::create_key)
 //! returns, EC or replicated behind one API.
 
-use proto_crate::KeyInfo;
+use std::collections::BTreeMap;
 
-use crate::{ECKeyOutputStream, ReplicatedKeyOutputStream, Result};
+use proto_crate::{KeyInfo, PartInfo};
+
+use crate::om_client::{Commit, Committed};
+use crate::{ClientError, ECKeyOutputStream, ReplicatedKeyOutputStream, Result};
 
 /// A key being written. Nothing is visible until [`close`](Self::close).
 #[derive(Debug)]
@@ -71,9 +74,38 @@ impl KeyOutputStream {
     /// # Errors
     /// Any write failure: the key is then not committed.
     pub async fn close(self) -> Result<KeyInfo> {
+        self.close_with(BTreeMap::new()).await
+    }
+
+    /// Writes what is buffered and commits the key with object `metadata`
+    /// (the S3 gateway keeps the ETag, content type and user metadata here).
+    ///
+    /// # Errors
+    /// Any write failure; the om's refusal if this stream writes a multipart
+    /// upload's part.
+    pub async fn close_with(self, metadata: BTreeMap<String, String>) -> Result<KeyInfo> {
+        match self.finish(Commit::Key(metadata)).await? {
+            Committed::Key(k) => Ok(k),
+            Committed::Part(_) => Err(ClientError::InvalidArgument("a key commit returned a part".into())),
+        }
+    }
+
+    /// Writes what is buffered and commits this stream as part of its
+    /// multipart upload, with the part's `etag` (hex MD5 of its bytes).
+    ///
+    /// # Errors
+    /// Any write failure; the om's refusal if this stream writes a key.
+    pub async fn close_part(self, etag: &str) -> Result<PartInfo> {
+        match self.finish(Commit::Part { etag: etag.to_string() }).await? {
+            Committed::Part(p) => Ok(p),
+            Committed::Key(_) => Err(ClientError::InvalidArgument("a part commit returned a key".into())),
+        }
+    }
+
+    async fn finish(self, commit: Commit) -> Result<Committed> {
         match self {
-            Self::Ec(w) => w.close().await,
-            Self::Replicated(w) => w.close().await,
+            Self::Ec(w) => w.finish(commit).await,
+            Self::Replicated(w) => w.finish(commit).await,
         }
     }
 }

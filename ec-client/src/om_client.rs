@@ -1,12 +1,14 @@
 //! Typed calls to the om over gRPC, each bounded by the om deadline.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
 use proto_crate::wire::om as pb;
 use proto_crate::wire::om::ozone_manager_service_client::OzoneManagerServiceClient;
 use proto_crate::{
-    BlockGroup, BucketInfo, DatanodeDetails, KeyInfo, ProtocolError, ReplicationConfig,
+    BlockGroup, BucketInfo, DatanodeDetails, KeyInfo, MultipartUpload, PartInfo, ProtocolError,
+    ReplicationConfig,
 };
 use tonic::Status;
 use tonic::transport::{Channel, Endpoint};
@@ -29,6 +31,34 @@ pub(crate) struct OpenedKey {
     pub(crate) session_id: u64,
     pub(crate) replication: ReplicationConfig,
     pub(crate) block_size: u64,
+}
+
+/// How a writer's om session ends.
+#[derive(Debug, Clone)]
+pub(crate) enum Commit {
+    /// As a key, with object metadata.
+    Key(BTreeMap<String, String>),
+    /// As a part of a multipart upload, with the part's ETag.
+    Part {
+        /// Hex MD5 of the part's bytes.
+        etag: String,
+    },
+}
+
+/// What a writer committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Committed {
+    /// A key, now visible.
+    Key(KeyInfo),
+    /// A part of a multipart upload.
+    Part(PartInfo),
+}
+
+fn bucket_not_found(e: ClientError, bucket: &str) -> ClientError {
+    match e {
+        ClientError::Om { name, .. } if name == "BUCKET_NOT_FOUND" => ClientError::BucketNotFound(bucket.to_string()),
+        e => e,
+    }
 }
 
 fn om_error(op: &'static str, s: &Status) -> ClientError {
@@ -209,26 +239,163 @@ impl OmClient {
             .try_into()?)
     }
 
-    pub(crate) async fn commit_key(
+    /// Ends a writer's session: commits the key (with metadata) or the part
+    /// (with its ETag).
+    pub(crate) async fn commit(
         &self,
         session_id: u64,
         groups: Vec<BlockGroup>,
         length: u64,
+        commit: Commit,
+    ) -> Result<Committed> {
+        let mut c = self.inner.clone();
+        let block_groups = groups.into_iter().map(Into::into).collect();
+        match commit {
+            Commit::Key(metadata) => {
+                let r = self
+                    .call(
+                        "CommitKey",
+                        c.commit_key(pb::CommitKeyRequest {
+                            session_id,
+                            block_groups,
+                            length,
+                            metadata: metadata.into_iter().collect(),
+                        }),
+                    )
+                    .await?;
+                Ok(Committed::Key(
+                    r.key.ok_or(ProtocolError::MissingField("key"))?.try_into()?,
+                ))
+            }
+            Commit::Part { etag } => {
+                let r = self
+                    .call(
+                        "CommitPart",
+                        c.commit_part(pb::CommitPartRequest {
+                            session_id,
+                            block_groups,
+                            length,
+                            etag,
+                        }),
+                    )
+                    .await?;
+                Ok(Committed::Part(
+                    r.part.ok_or(ProtocolError::MissingField("part"))?.try_into()?,
+                ))
+            }
+        }
+    }
+
+    pub(crate) async fn initiate_multipart_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        replication: Option<ReplicationConfig>,
+        metadata: BTreeMap<String, String>,
+    ) -> Result<String> {
+        let mut c = self.inner.clone();
+        let r = self
+            .call(
+                "InitiateMultipartUpload",
+                c.initiate_multipart_upload(pb::InitiateMultipartUploadRequest {
+                    bucket: bucket.to_string(),
+                    key: key.to_string(),
+                    replication: replication.map(|r| r.to_string()).unwrap_or_default(),
+                    metadata: metadata.into_iter().collect(),
+                }),
+            )
+            .await
+            .map_err(|e| bucket_not_found(e, bucket))?;
+        Ok(r.upload_id)
+    }
+
+    pub(crate) async fn open_part(&self, upload_id: &str, part_number: u32) -> Result<OpenedKey> {
+        let mut c = self.inner.clone();
+        let r = self
+            .call(
+                "OpenPart",
+                c.open_part(pb::OpenPartRequest {
+                    upload_id: upload_id.to_string(),
+                    part_number,
+                }),
+            )
+            .await?;
+        Ok(OpenedKey {
+            session_id: r.session_id,
+            replication: r.replication.parse()?,
+            block_size: r.block_size,
+        })
+    }
+
+    pub(crate) async fn list_parts(&self, upload_id: &str) -> Result<MultipartUpload> {
+        let mut c = self.inner.clone();
+        let r = self
+            .call(
+                "ListParts",
+                c.list_parts(pb::ListPartsRequest {
+                    upload_id: upload_id.to_string(),
+                }),
+            )
+            .await?;
+        Ok(r.upload.ok_or(ProtocolError::MissingField("upload"))?.try_into()?)
+    }
+
+    pub(crate) async fn list_multipart_uploads(&self, bucket: &str, prefix: &str) -> Result<Vec<MultipartUpload>> {
+        let mut c = self.inner.clone();
+        let r = self
+            .call(
+                "ListMultipartUploads",
+                c.list_multipart_uploads(pb::ListMultipartUploadsRequest {
+                    bucket: bucket.to_string(),
+                    prefix: prefix.to_string(),
+                }),
+            )
+            .await
+            .map_err(|e| bucket_not_found(e, bucket))?;
+        Ok(r.uploads
+            .into_iter()
+            .map(MultipartUpload::try_from)
+            .collect::<std::result::Result<_, _>>()?)
+    }
+
+    pub(crate) async fn complete_multipart_upload(
+        &self,
+        upload_id: &str,
+        parts: &[(u32, String)],
+        min_part_size: u64,
+        metadata: BTreeMap<String, String>,
     ) -> Result<KeyInfo> {
         let mut c = self.inner.clone();
         let r = self
             .call(
-                "CommitKey",
-                c.commit_key(pb::CommitKeyRequest {
-                    session_id,
-                    block_groups: groups.into_iter().map(Into::into).collect(),
-                    length,
+                "CompleteMultipartUpload",
+                c.complete_multipart_upload(pb::CompleteMultipartUploadRequest {
+                    upload_id: upload_id.to_string(),
+                    parts: parts
+                        .iter()
+                        .map(|(n, e)| pb::CompletedPart {
+                            part_number: *n,
+                            etag: e.clone(),
+                        })
+                        .collect(),
+                    min_part_size,
+                    metadata: metadata.into_iter().collect(),
                 }),
             )
             .await?;
-        Ok(r.key
-            .ok_or(ProtocolError::MissingField("key"))?
-            .try_into()?)
+        Ok(r.key.ok_or(ProtocolError::MissingField("key"))?.try_into()?)
+    }
+
+    pub(crate) async fn abort_multipart_upload(&self, upload_id: &str) -> Result<()> {
+        let mut c = self.inner.clone();
+        self.call(
+            "AbortMultipartUpload",
+            c.abort_multipart_upload(pb::AbortMultipartUploadRequest {
+                upload_id: upload_id.to_string(),
+            }),
+        )
+        .await?;
+        Ok(())
     }
 
     pub(crate) async fn abort_key(&self, session_id: u64) -> Result<()> {

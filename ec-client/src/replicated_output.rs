@@ -16,6 +16,7 @@ use bytes::Bytes;
 use proto_crate::{BlockGroup, KeyInfo};
 
 use crate::client::ClientShared;
+use crate::om_client::{Commit, Committed};
 use crate::{ClientError, Result};
 
 #[derive(Debug)]
@@ -260,16 +261,21 @@ impl ReplicatedKeyOutputStream {
     /// # Errors
     /// A failed write (now or earlier): nothing is committed and the session
     /// is aborted.
-    pub async fn close(mut self) -> Result<KeyInfo> {
+    pub async fn close(self) -> Result<KeyInfo> {
+        match self.finish(Commit::Key(BTreeMap::new())).await? {
+            Committed::Key(k) => Ok(k),
+            Committed::Part(_) => Err(ClientError::InvalidArgument("a key commit returned a part".into())),
+        }
+    }
+
+    /// Like [`close`](Self::close), ending the session as `commit` says.
+    pub(crate) async fn finish(mut self, commit: Commit) -> Result<Committed> {
         let result = async {
             self.check_failed()?;
             self.flush_chunk().await?;
             self.close_block(true).await;
             let groups = std::mem::take(&mut self.finished);
-            self.shared
-                .om
-                .commit_key(self.session_id, groups, self.acked)
-                .await
+            self.shared.om.commit(self.session_id, groups, self.acked, commit).await
         }
         .await;
         if result.is_err() {

@@ -45,6 +45,18 @@ pub enum OmError {
     /// A malformed request.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// No multipart upload with this id (never started, completed or aborted).
+    #[error("no multipart upload {0}")]
+    NoSuchUpload(String),
+    /// A listed part was not uploaded or its ETag differs.
+    #[error("invalid part: {0}")]
+    InvalidPart(String),
+    /// Listed parts are not in ascending order.
+    #[error("invalid part order: {0}")]
+    InvalidPartOrder(String),
+    /// A part other than the last is below the minimum size.
+    #[error("entity too small: {0}")]
+    EntityTooSmall(String),
     /// Copying a replica to another datanode failed.
     #[error("replication failed: {0}")]
     ReplicationFailed(String),
@@ -66,6 +78,10 @@ impl OmError {
             Self::NotEnoughDatanodes { .. } => "NOT_ENOUGH_DATANODES",
             Self::InvalidArgument(_) => "INVALID_ARGUMENT",
             Self::ReplicationFailed(_) => "REPLICATION_FAILED",
+            Self::NoSuchUpload(_) => "NO_SUCH_UPLOAD",
+            Self::InvalidPart(_) => "INVALID_PART",
+            Self::InvalidPartOrder(_) => "INVALID_PART_ORDER",
+            Self::EntityTooSmall(_) => "ENTITY_TOO_SMALL",
             Self::Db(_) => "INTERNAL",
         }
     }
@@ -80,6 +96,8 @@ impl OmError {
             Self::NotEnoughDatanodes { .. } => Code::ResourceExhausted,
             Self::InvalidArgument(_) => Code::InvalidArgument,
             Self::ReplicationFailed(_) => Code::Unavailable,
+            Self::NoSuchUpload(_) => Code::NotFound,
+            Self::InvalidPart(_) | Self::InvalidPartOrder(_) | Self::EntityTooSmall(_) => Code::InvalidArgument,
             Self::Db(_) => Code::Internal,
         }
     }

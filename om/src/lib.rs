@@ -14,12 +14,14 @@
 
 mod error;
 mod manager;
+mod multipart;
 mod replication;
 mod server;
 mod service;
 
 pub use error::{OM_ERROR_HEADER, OmError, om_error_name};
 pub use manager::{OmConfig, OpenKey, OzoneManager};
+pub use multipart::MAX_PART_NUMBER;
 pub use replication::{OmAdminClient, OmAdminGrpc, add_replica};
 pub use server::OmServer;
 pub use service::OmGrpcService;

@@ -22,8 +22,10 @@ use crate::OmError;
 type Result<T, E = OmError> = std::result::Result<T, E>;
 
 const DATANODES: TableDefinition<&str, &str> = TableDefinition::new("datanodes");
-const BUCKETS: TableDefinition<&str, &[u8]> = TableDefinition::new("buckets");
-const KEYS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("keys");
+pub(crate) const BUCKETS: TableDefinition<&str, &[u8]> = TableDefinition::new("buckets");
+pub(crate) const KEYS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("keys");
+/// Multipart uploads in progress: upload id -> encoded `MultipartUploadInfo`.
+pub(crate) const UPLOADS: TableDefinition<&str, &[u8]> = TableDefinition::new("multipart_uploads");
 const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 
 /// Blocks placed in one container before the om opens a new one on the same
@@ -68,19 +70,32 @@ impl OmConfig {
     }
 }
 
+/// What an open session commits into.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SessionTarget {
+    /// A key (`commit_key`).
+    Key,
+    /// A part of a multipart upload (`commit_part`).
+    Part {
+        upload_id: String,
+        part_number: u32,
+    },
+}
+
 #[derive(Debug)]
-struct OpenKeySession {
-    bucket: String,
-    key: String,
-    replication: ReplicationConfig,
-    block_size: u64,
-    allocated: Vec<BlockGroup>,
+pub(crate) struct OpenKeySession {
+    pub(crate) bucket: String,
+    pub(crate) key: String,
+    pub(crate) replication: ReplicationConfig,
+    pub(crate) block_size: u64,
+    pub(crate) allocated: Vec<BlockGroup>,
+    pub(crate) target: SessionTarget,
 }
 
 #[derive(Debug, Default)]
-struct State {
+pub(crate) struct State {
     datanodes: BTreeMap<String, DatanodeDetails>,
-    sessions: HashMap<u64, OpenKeySession>,
+    pub(crate) sessions: HashMap<u64, OpenKeySession>,
     next_session: u64,
     allocations: u64,
     open_containers: HashMap<Vec<String>, (u64, u32)>,
@@ -101,17 +116,17 @@ pub struct OpenKey {
 #[derive(Debug)]
 pub struct OzoneManager {
     config: OmConfig,
-    db: Database,
+    pub(crate) db: Database,
     state: Mutex<State>,
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-fn decode<M: Message + Default, T: TryFrom<M, Error = proto_crate::ProtocolError>>(
+pub(crate) fn decode<M: Message + Default, T: TryFrom<M, Error = proto_crate::ProtocolError>>(
     bytes: &[u8],
     what: &str,
 ) -> Result<T> {
@@ -148,6 +163,7 @@ impl OzoneManager {
             txn.open_table(BUCKETS)?;
             txn.open_table(KEYS)?;
             txn.open_table(COUNTERS)?;
+            txn.open_table(UPLOADS)?;
         }
         txn.commit()?;
         let mut state = State::default();
@@ -175,7 +191,7 @@ impl OzoneManager {
         &self.config.data_dir
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+    pub(crate) fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -305,6 +321,16 @@ impl OzoneManager {
         key: &str,
         replication: Option<ReplicationConfig>,
     ) -> Result<OpenKey> {
+        self.open_session(bucket, key, replication, SessionTarget::Key)
+    }
+
+    pub(crate) fn open_session(
+        &self,
+        bucket: &str,
+        key: &str,
+        replication: Option<ReplicationConfig>,
+        target: SessionTarget,
+    ) -> Result<OpenKey> {
         validate_name("key", key)?;
         let b = self.get_bucket(bucket)?;
         let replication = replication.unwrap_or(b.default_replication);
@@ -319,6 +345,7 @@ impl OzoneManager {
                 replication,
                 block_size: b.block_size,
                 allocated: Vec::new(),
+                target,
             },
         );
         Ok(OpenKey {
@@ -441,12 +468,64 @@ impl OzoneManager {
         session_id: u64,
         groups: &[BlockGroup],
         length: u64,
+        metadata: BTreeMap<String, String>,
     ) -> Result<KeyInfo> {
-        let s = self
-            .state()
-            .sessions
-            .remove(&session_id)
-            .ok_or(OmError::NoSuchSession(session_id))?;
+        let (s, committed) = self.take_session(session_id, groups, length, &SessionTarget::Key)?;
+        let info = KeyInfo {
+            bucket: s.bucket.clone(),
+            name: s.key.clone(),
+            length,
+            replication: s.replication,
+            block_groups: committed,
+            block_size: s.block_size,
+            created_unix_ms: now_ms(),
+            metadata,
+        };
+        self.put_key(&info)?;
+        Ok(info)
+    }
+
+    /// Stores `info` as a committed key, replacing any key of the same name.
+    pub(crate) fn put_key(&self, info: &KeyInfo) -> Result<()> {
+        let txn = self.db.begin_write()?;
+        {
+            if txn.open_table(BUCKETS)?.get(info.bucket.as_str())?.is_none() {
+                return Err(OmError::BucketNotFound(info.bucket.clone()));
+            }
+            txn.open_table(KEYS)?.insert(
+                (info.bucket.as_str(), info.name.as_str()),
+                pb::KeyInfo::from(info.clone()).encode_to_vec().as_slice(),
+            )?;
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
+    /// Ends session `session_id` (which must commit into `target`): checks
+    /// `groups` were allocated to it and sum to `length`; returns the session
+    /// and the groups with their lengths and the om's locations (groups of
+    /// length 0 dropped).
+    pub(crate) fn take_session(
+        &self,
+        session_id: u64,
+        groups: &[BlockGroup],
+        length: u64,
+        target: &SessionTarget,
+    ) -> Result<(OpenKeySession, Vec<BlockGroup>)> {
+        let s = {
+            let mut st = self.state();
+            match st.sessions.get(&session_id) {
+                None => return Err(OmError::NoSuchSession(session_id)),
+                Some(s) if std::mem::discriminant(&s.target) != std::mem::discriminant(target) => {
+                    return Err(OmError::InvalidArgument(format!(
+                        "session {session_id} commits into {:?}, not {target:?}",
+                        s.target
+                    )));
+                }
+                Some(_) => {}
+            }
+            st.sessions.remove(&session_id).ok_or(OmError::NoSuchSession(session_id))?
+        };
         let mut committed = Vec::new();
         let mut sum = 0u64;
         for g in groups {
@@ -475,27 +554,7 @@ impl OzoneManager {
                 "key length {length} differs from the sum of its group lengths {sum}"
             )));
         }
-        let info = KeyInfo {
-            bucket: s.bucket.clone(),
-            name: s.key.clone(),
-            length,
-            replication: s.replication,
-            block_groups: committed,
-            block_size: s.block_size,
-            created_unix_ms: now_ms(),
-        };
-        let txn = self.db.begin_write()?;
-        {
-            if txn.open_table(BUCKETS)?.get(s.bucket.as_str())?.is_none() {
-                return Err(OmError::BucketNotFound(s.bucket));
-            }
-            txn.open_table(KEYS)?.insert(
-                (s.bucket.as_str(), s.key.as_str()),
-                pb::KeyInfo::from(info.clone()).encode_to_vec().as_slice(),
-            )?;
-        }
-        txn.commit()?;
-        Ok(info)
+        Ok((s, committed))
     }
 
     /// Abandons an open key; nothing becomes visible. Unknown sessions are fine.

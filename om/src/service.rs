@@ -158,7 +158,9 @@ impl OzoneManagerService for OmGrpcService {
             .collect::<Result<Vec<_>, _>>()
             .map_err(bad)?;
         let k = self
-            .run(move |om| om.commit_key(req.session_id, &groups, req.length))
+            .run(move |om| {
+                om.commit_key(req.session_id, &groups, req.length, req.metadata.into_iter().collect())
+            })
             .await?;
         Ok(Response::new(pb::CommitKeyResponse {
             key: Some(k.into()),
@@ -214,5 +216,90 @@ impl OzoneManagerService for OmGrpcService {
         self.run(move |om| om.delete_key(&req.bucket, &req.key))
             .await?;
         Ok(Response::new(pb::DeleteKeyResponse {}))
+    }
+
+    async fn initiate_multipart_upload(
+        &self,
+        req: Request<pb::InitiateMultipartUploadRequest>,
+    ) -> Result<Response<pb::InitiateMultipartUploadResponse>, Status> {
+        let req = req.into_inner();
+        let r = replication(&req.replication)?;
+        let upload_id = self
+            .run(move |om| {
+                om.initiate_multipart_upload(&req.bucket, &req.key, r, req.metadata.into_iter().collect())
+            })
+            .await?;
+        Ok(Response::new(pb::InitiateMultipartUploadResponse { upload_id }))
+    }
+
+    async fn open_part(&self, req: Request<pb::OpenPartRequest>) -> Result<Response<pb::OpenKeyResponse>, Status> {
+        let req = req.into_inner();
+        let k = self.run(move |om| om.open_part(&req.upload_id, req.part_number)).await?;
+        Ok(Response::new(pb::OpenKeyResponse {
+            session_id: k.session_id,
+            replication: k.replication.to_string(),
+            block_size: k.block_size,
+        }))
+    }
+
+    async fn commit_part(&self, req: Request<pb::CommitPartRequest>) -> Result<Response<pb::CommitPartResponse>, Status> {
+        let req = req.into_inner();
+        let groups = req
+            .block_groups
+            .into_iter()
+            .map(BlockGroup::try_from)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(bad)?;
+        let p = self
+            .run(move |om| om.commit_part(req.session_id, &groups, req.length, &req.etag))
+            .await?;
+        Ok(Response::new(pb::CommitPartResponse { part: Some(p.into()) }))
+    }
+
+    async fn list_parts(&self, req: Request<pb::ListPartsRequest>) -> Result<Response<pb::ListPartsResponse>, Status> {
+        let id = req.into_inner().upload_id;
+        let u = self.run(move |om| om.list_parts(&id)).await?;
+        Ok(Response::new(pb::ListPartsResponse { upload: Some(u.into()) }))
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: Request<pb::ListMultipartUploadsRequest>,
+    ) -> Result<Response<pb::ListMultipartUploadsResponse>, Status> {
+        let req = req.into_inner();
+        let uploads = self
+            .run(move |om| om.list_multipart_uploads(&req.bucket, &req.prefix))
+            .await?;
+        Ok(Response::new(pb::ListMultipartUploadsResponse {
+            uploads: uploads.into_iter().map(Into::into).collect(),
+        }))
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: Request<pb::CompleteMultipartUploadRequest>,
+    ) -> Result<Response<pb::CompleteMultipartUploadResponse>, Status> {
+        let req = req.into_inner();
+        let parts: Vec<(u32, String)> = req.parts.into_iter().map(|p| (p.part_number, p.etag)).collect();
+        let k = self
+            .run(move |om| {
+                om.complete_multipart_upload(
+                    &req.upload_id,
+                    &parts,
+                    req.min_part_size,
+                    req.metadata.into_iter().collect(),
+                )
+            })
+            .await?;
+        Ok(Response::new(pb::CompleteMultipartUploadResponse { key: Some(k.into()) }))
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: Request<pb::AbortMultipartUploadRequest>,
+    ) -> Result<Response<pb::AbortMultipartUploadResponse>, Status> {
+        let id = req.into_inner().upload_id;
+        self.run(move |om| om.abort_multipart_upload(&id)).await?;
+        Ok(Response::new(pb::AbortMultipartUploadResponse {}))
     }
 }

@@ -523,6 +523,8 @@ pub struct KeyInfo {
     pub block_size: u64,
     /// Commit time, milliseconds since the Unix epoch.
     pub created_unix_ms: u64,
+    /// Free-form object metadata (etag, content type, user metadata).
+    pub metadata: BTreeMap<String, String>,
 }
 
 impl TryFrom<om::KeyInfo> for KeyInfo {
@@ -553,6 +555,7 @@ impl TryFrom<om::KeyInfo> for KeyInfo {
             block_groups,
             block_size: k.block_size,
             created_unix_ms: k.created_unix_ms,
+            metadata: k.metadata.into_iter().collect(),
         })
     }
 }
@@ -567,6 +570,100 @@ impl From<KeyInfo> for om::KeyInfo {
             block_groups: k.block_groups.into_iter().map(Into::into).collect(),
             block_size: k.block_size,
             created_unix_ms: k.created_unix_ms,
+            metadata: k.metadata.into_iter().collect(),
+        }
+    }
+}
+
+/// One uploaded part of a multipart upload (S3's part; its data lives in
+/// block groups that become the key's when the upload completes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartInfo {
+    /// 1..=10000.
+    pub part_number: u32,
+    /// The part's ETag (hex MD5 of its bytes, without quotes).
+    pub etag: String,
+    /// Bytes in the part; equals the sum of its groups' lengths.
+    pub size: u64,
+    /// Block groups holding the part, in order.
+    pub block_groups: Vec<BlockGroup>,
+    /// Upload time, milliseconds since the Unix epoch.
+    pub modified_unix_ms: u64,
+}
+
+impl TryFrom<om::PartInfo> for PartInfo {
+    type Error = ProtocolError;
+    fn try_from(p: om::PartInfo) -> Result<Self, ProtocolError> {
+        Ok(Self {
+            part_number: p.part_number,
+            etag: p.etag,
+            size: p.size,
+            block_groups: p
+                .block_groups
+                .into_iter()
+                .map(BlockGroup::try_from)
+                .collect::<Result<_, _>>()?,
+            modified_unix_ms: p.modified_unix_ms,
+        })
+    }
+}
+
+impl From<PartInfo> for om::PartInfo {
+    fn from(p: PartInfo) -> Self {
+        Self {
+            part_number: p.part_number,
+            etag: p.etag,
+            size: p.size,
+            block_groups: p.block_groups.into_iter().map(Into::into).collect(),
+            modified_unix_ms: p.modified_unix_ms,
+        }
+    }
+}
+
+/// A multipart upload in progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MultipartUpload {
+    /// Opaque id.
+    pub upload_id: String,
+    /// Bucket.
+    pub bucket: String,
+    /// Key the upload becomes.
+    pub key: String,
+    /// Replication of every part.
+    pub replication: ReplicationConfig,
+    /// Initiation time, milliseconds since the Unix epoch.
+    pub initiated_unix_ms: u64,
+    /// Uploaded parts by part number (empty in listings of uploads).
+    pub parts: Vec<PartInfo>,
+    /// Metadata the key gets at completion.
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl TryFrom<om::MultipartUploadInfo> for MultipartUpload {
+    type Error = ProtocolError;
+    fn try_from(u: om::MultipartUploadInfo) -> Result<Self, ProtocolError> {
+        Ok(Self {
+            upload_id: u.upload_id,
+            bucket: u.bucket,
+            key: u.key,
+            replication: u.replication.parse()?,
+            initiated_unix_ms: u.initiated_unix_ms,
+            parts: u.parts.into_iter().map(PartInfo::try_from).collect::<Result<_, _>>()?,
+            metadata: u.metadata.into_iter().collect(),
+        })
+    }
+}
+
+impl From<MultipartUpload> for om::MultipartUploadInfo {
+    fn from(u: MultipartUpload) -> Self {
+        Self {
+            upload_id: u.upload_id,
+            bucket: u.bucket,
+            key: u.key,
+            replication: u.replication.to_string(),
+            initiated_unix_ms: u.initiated_unix_ms,
+            parts: u.parts.into_iter().map(Into::into).collect(),
+            metadata: u.metadata.into_iter().collect(),
         }
     }
 }

@@ -41,7 +41,8 @@ pub mod wire {
 
 pub use domain::{
     BLOCK_GROUP_LENGTH_KEY, BlockData, BlockGroup, BlockId, BlockLocation, BucketInfo,
-    ChecksumData, ChecksumType, ChunkInfo, DatanodeDetails, KeyInfo, Pipeline, ReplicationConfig,
+    ChecksumData, ChecksumType, ChunkInfo, DatanodeDetails, KeyInfo, MultipartUpload, PartInfo,
+    Pipeline, ReplicationConfig,
 };
 pub use ec_codec::EcReplicationConfig;
 pub use error::ProtocolError;

@@ -1,0 +1,357 @@
+//! Multipart uploads (the S3 gateway's CreateMultipartUpload, UploadPart,
+//! CompleteMultipartUpload, AbortMultipartUpload, ListParts,
+//! ListMultipartUploads), modelled on Ozone's `OmMultipartKeyInfo`.
+//!
+//! A part is written exactly like a key — a session, block groups allocated
+//! on demand, the writer's acknowledged lengths — but commits into its upload
+//! (replacing an earlier part of the same number). Completion checks the
+//! listed parts (ascending, known, ETags matching, every part but the last at
+//! least `min_part_size` bytes) and commits one key whose block groups are
+//! the parts' groups in order: no data is copied. Uploads are persisted.
+
+use std::collections::BTreeMap;
+
+use prost::Message;
+use proto_crate::wire::om as pb;
+use proto_crate::{KeyInfo, MultipartUpload, PartInfo, ReplicationConfig};
+use redb::{ReadableDatabase, ReadableTable};
+
+use crate::manager::{KEYS, OpenKey, SessionTarget, UPLOADS, decode, now_ms};
+use crate::{OmError, OzoneManager};
+
+type Result<T, E = OmError> = std::result::Result<T, E>;
+
+/// Largest part number S3 allows.
+pub const MAX_PART_NUMBER: u32 = 10_000;
+
+fn trim_etag(e: &str) -> &str {
+    e.trim().trim_matches('"')
+}
+
+impl OzoneManager {
+    fn load_upload(&self, upload_id: &str) -> Result<MultipartUpload> {
+        let read = self.db.begin_read()?;
+        let t = read.open_table(UPLOADS)?;
+        let v = t
+            .get(upload_id)?
+            .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()))?;
+        decode::<pb::MultipartUploadInfo, _>(v.value(), "multipart upload")
+    }
+
+    fn store_upload(&self, u: &MultipartUpload) -> Result<()> {
+        let txn = self.db.begin_write()?;
+        txn.open_table(UPLOADS)?.insert(
+            u.upload_id.as_str(),
+            pb::MultipartUploadInfo::from(u.clone()).encode_to_vec().as_slice(),
+        )?;
+        txn.commit()?;
+        Ok(())
+    }
+
+    /// Starts a multipart upload of `bucket/key`; returns its id.
+    ///
+    /// # Errors
+    /// [`OmError::BucketNotFound`], database errors.
+    pub fn initiate_multipart_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        replication: Option<ReplicationConfig>,
+        metadata: BTreeMap<String, String>,
+    ) -> Result<String> {
+        let b = self.get_bucket(bucket)?;
+        let id: u128 = rand::random();
+        let upload = MultipartUpload {
+            upload_id: format!("{id:032x}"),
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            replication: replication.unwrap_or(b.default_replication),
+            initiated_unix_ms: now_ms(),
+            parts: Vec::new(),
+            metadata,
+        };
+        self.store_upload(&upload)?;
+        Ok(upload.upload_id)
+    }
+
+    /// Opens a session that writes part `part_number` (1..=10000) of an upload.
+    ///
+    /// # Errors
+    /// [`OmError::NoSuchUpload`], [`OmError::InvalidArgument`] for a part
+    /// number out of range.
+    pub fn open_part(&self, upload_id: &str, part_number: u32) -> Result<OpenKey> {
+        if !(1..=MAX_PART_NUMBER).contains(&part_number) {
+            return Err(OmError::InvalidArgument(format!(
+                "part number {part_number} is outside 1..={MAX_PART_NUMBER}"
+            )));
+        }
+        let u = self.load_upload(upload_id)?;
+        self.open_session(
+            &u.bucket,
+            &u.key,
+            Some(u.replication),
+            SessionTarget::Part {
+                upload_id: upload_id.to_string(),
+                part_number,
+            },
+        )
+    }
+
+    /// Commits a part session: records the part (replacing an earlier one of
+    /// the same number) with its groups, length and ETag.
+    ///
+    /// # Errors
+    /// [`OmError::NoSuchSession`], [`OmError::NoSuchUpload`] (aborted
+    /// meanwhile), [`OmError::InvalidArgument`] as for `commit_key`.
+    pub fn commit_part(
+        &self,
+        session_id: u64,
+        groups: &[proto_crate::BlockGroup],
+        length: u64,
+        etag: &str,
+    ) -> Result<PartInfo> {
+        let placeholder = SessionTarget::Part {
+            upload_id: String::new(),
+            part_number: 0,
+        };
+        let (s, committed) = self.take_session(session_id, groups, length, &placeholder)?;
+        let SessionTarget::Part {
+            upload_id,
+            part_number,
+        } = s.target
+        else {
+            return Err(OmError::InvalidArgument(format!("session {session_id} is not a part")));
+        };
+        let mut u = self.load_upload(&upload_id)?;
+        let part = PartInfo {
+            part_number,
+            etag: trim_etag(etag).to_string(),
+            size: length,
+            block_groups: committed,
+            modified_unix_ms: now_ms(),
+        };
+        u.parts.retain(|p| p.part_number != part_number);
+        u.parts.push(part.clone());
+        u.parts.sort_by_key(|p| p.part_number);
+        self.store_upload(&u)?;
+        Ok(part)
+    }
+
+    /// The upload with its parts.
+    ///
+    /// # Errors
+    /// [`OmError::NoSuchUpload`], database errors.
+    pub fn list_parts(&self, upload_id: &str) -> Result<MultipartUpload> {
+        self.load_upload(upload_id)
+    }
+
+    /// Uploads in progress in `bucket` for keys starting with `prefix`, by
+    /// key then initiation time; parts are left out.
+    ///
+    /// # Errors
+    /// [`OmError::BucketNotFound`], database errors.
+    pub fn list_multipart_uploads(&self, bucket: &str, prefix: &str) -> Result<Vec<MultipartUpload>> {
+        self.get_bucket(bucket)?;
+        let read = self.db.begin_read()?;
+        let t = read.open_table(UPLOADS)?;
+        let mut out = Vec::new();
+        for entry in t.iter()? {
+            let (_, v) = entry?;
+            let mut u: MultipartUpload = decode::<pb::MultipartUploadInfo, _>(v.value(), "multipart upload")?;
+            if u.bucket == bucket && u.key.starts_with(prefix) {
+                u.parts.clear();
+                out.push(u);
+            }
+        }
+        out.sort_by(|a, b| (&a.key, a.initiated_unix_ms).cmp(&(&b.key, b.initiated_unix_ms)));
+        Ok(out)
+    }
+
+    /// Abandons an upload and its parts (their blocks are left on the
+    /// datanodes; block deletion is not modelled).
+    ///
+    /// # Errors
+    /// [`OmError::NoSuchUpload`], database errors.
+    pub fn abort_multipart_upload(&self, upload_id: &str) -> Result<()> {
+        let txn = self.db.begin_write()?;
+        {
+            let mut t = txn.open_table(UPLOADS)?;
+            if t.remove(upload_id)?.is_none() {
+                return Err(OmError::NoSuchUpload(upload_id.to_string()));
+            }
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
+    /// Completes an upload from `parts` ((part number, ETag), ascending):
+    /// commits the key with the parts' block groups in order and removes
+    /// the upload. `metadata` is merged over the upload's.
+    ///
+    /// # Errors
+    /// [`OmError::NoSuchUpload`]; [`OmError::InvalidPartOrder`] when part
+    /// numbers do not ascend; [`OmError::InvalidPart`] for an unknown part
+    /// or ETag mismatch (or an empty list); [`OmError::EntityTooSmall`] for
+    /// a non-last part under `min_part_size` bytes.
+    pub fn complete_multipart_upload(
+        &self,
+        upload_id: &str,
+        parts: &[(u32, String)],
+        min_part_size: u64,
+        metadata: BTreeMap<String, String>,
+    ) -> Result<KeyInfo> {
+        let u = self.load_upload(upload_id)?;
+        if parts.is_empty() {
+            return Err(OmError::InvalidPart("the part list is empty".into()));
+        }
+        for w in parts.windows(2) {
+            if w[1].0 <= w[0].0 {
+                return Err(OmError::InvalidPartOrder(format!(
+                    "part {} listed after part {}",
+                    w[1].0, w[0].0
+                )));
+            }
+        }
+        let mut groups = Vec::new();
+        let mut length = 0u64;
+        for (i, (number, etag)) in parts.iter().enumerate() {
+            let Some(p) = u.parts.iter().find(|p| p.part_number == *number) else {
+                return Err(OmError::InvalidPart(format!("part {number} was not uploaded")));
+            };
+            if trim_etag(etag) != p.etag {
+                return Err(OmError::InvalidPart(format!(
+                    "part {number} has ETag {}, not {}",
+                    p.etag,
+                    trim_etag(etag)
+                )));
+            }
+            if i + 1 < parts.len() && p.size < min_part_size {
+                return Err(OmError::EntityTooSmall(format!(
+                    "part {number} holds {} bytes, under the {min_part_size}-byte minimum",
+                    p.size
+                )));
+            }
+            length = length
+                .checked_add(p.size)
+                .ok_or_else(|| OmError::InvalidArgument("part sizes overflow".into()))?;
+            groups.extend(p.block_groups.iter().cloned());
+        }
+        let mut meta = u.metadata.clone();
+        meta.extend(metadata);
+        let block_size = self.get_bucket(&u.bucket)?.block_size;
+        let info = KeyInfo {
+            bucket: u.bucket.clone(),
+            name: u.key.clone(),
+            length,
+            replication: u.replication,
+            block_groups: groups,
+            block_size,
+            created_unix_ms: now_ms(),
+            metadata: meta,
+        };
+        // The key appears and the upload disappears in one transaction.
+        let txn = self.db.begin_write()?;
+        {
+            txn.open_table(KEYS)?.insert(
+                (info.bucket.as_str(), info.name.as_str()),
+                pb::KeyInfo::from(info.clone()).encode_to_vec().as_slice(),
+            )?;
+            txn.open_table(UPLOADS)?.remove(upload_id)?;
+        }
+        txn.commit()?;
+        Ok(info)
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::OmConfig;
+    use proto_crate::{BlockGroup, DatanodeDetails};
+
+    fn om(dir: &std::path::Path) -> OzoneManager {
+        let om = OzoneManager::open(OmConfig::new(dir)).expect("open");
+        for i in 0..5 {
+            om.register_datanode(DatanodeDetails {
+                uuid: format!("dn{i}"),
+                address: format!("127.0.0.1:{}", 10_000 + i),
+            })
+            .expect("register");
+        }
+        om
+    }
+
+    /// Writes a part of `len` bytes in one group.
+    fn part(om: &OzoneManager, upload: &str, n: u32, len: u64, etag: &str) -> BlockGroup {
+        let s = om.open_part(upload, n).expect("open part");
+        let g = om.allocate_block_group(s.session_id, &[]).expect("allocate");
+        let g = BlockGroup { length: len, ..g };
+        om.commit_part(s.session_id, std::slice::from_ref(&g), len, etag).expect("commit part");
+        g
+    }
+
+    #[test]
+    fn complete_stitches_parts_without_copying() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let om = om(dir.path());
+        om.create_bucket("b", None, None).expect("bucket");
+        let mut meta = BTreeMap::new();
+        meta.insert("content-type".to_string(), "text/plain".to_string());
+        let id = om.initiate_multipart_upload("b", "k", None, meta).expect("initiate");
+        let g1 = part(&om, &id, 1, 100, "\"aaa\"");
+        part(&om, &id, 2, 5, "old");
+        let g2 = part(&om, &id, 2, 50, "bbb"); // replaces the first part 2
+        let listed = om.list_parts(&id).expect("list");
+        assert_eq!(listed.parts.iter().map(|p| (p.part_number, p.size)).collect::<Vec<_>>(), vec![(1, 100), (2, 50)]);
+        assert_eq!(om.list_multipart_uploads("b", "").expect("uploads").len(), 1);
+
+        let two = [(1, "aaa".to_string()), (2, "bbb".to_string())];
+        assert!(matches!(
+            om.complete_multipart_upload(&id, &[(2, "bbb".into()), (1, "aaa".into())], 0, BTreeMap::new()),
+            Err(OmError::InvalidPartOrder(_))
+        ));
+        assert!(matches!(
+            om.complete_multipart_upload(&id, &[(1, "zzz".into())], 0, BTreeMap::new()),
+            Err(OmError::InvalidPart(_))
+        ));
+        assert!(matches!(
+            om.complete_multipart_upload(&id, &[(3, "aaa".into())], 0, BTreeMap::new()),
+            Err(OmError::InvalidPart(_))
+        ));
+        assert!(matches!(
+            om.complete_multipart_upload(&id, &two, 101, BTreeMap::new()),
+            Err(OmError::EntityTooSmall(_))
+        ));
+        // Reopen: the upload survives an om restart.
+        drop(om);
+        let om = OzoneManager::open(OmConfig::new(dir.path())).expect("reopen");
+        let key = om.complete_multipart_upload(&id, &two, 100, BTreeMap::new()).expect("complete");
+        assert_eq!(key.length, 150);
+        assert_eq!(key.block_groups, vec![g1, g2]);
+        assert_eq!(key.metadata.get("content-type").map(String::as_str), Some("text/plain"));
+        assert_eq!(om.lookup_key("b", "k").expect("lookup"), key);
+        assert!(matches!(om.list_parts(&id), Err(OmError::NoSuchUpload(_))));
+    }
+
+    #[test]
+    fn abort_and_session_kinds() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let om = om(dir.path());
+        om.create_bucket("b", None, None).expect("bucket");
+        let id = om.initiate_multipart_upload("b", "k", None, BTreeMap::new()).expect("initiate");
+        assert!(om.open_part(&id, 0).is_err());
+        assert!(om.open_part(&id, MAX_PART_NUMBER + 1).is_err());
+        let s = om.open_part(&id, 1).expect("open");
+        assert!(matches!(
+            om.commit_key(s.session_id, &[], 0, BTreeMap::new()),
+            Err(OmError::InvalidArgument(_))
+        ));
+        let k = om.open_key("b", "plain", None).expect("open key");
+        assert!(matches!(om.commit_part(k.session_id, &[], 0, "e"), Err(OmError::InvalidArgument(_))));
+        om.abort_multipart_upload(&id).expect("abort");
+        assert!(matches!(om.abort_multipart_upload(&id), Err(OmError::NoSuchUpload(_))));
+        assert!(matches!(om.open_part(&id, 1), Err(OmError::NoSuchUpload(_))));
+        assert!(om.lookup_key("b", "k").is_err(), "an aborted upload leaves no key");
+    }
+}
