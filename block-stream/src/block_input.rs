@@ -14,6 +14,11 @@ use tokio::sync::OnceCell;
 
 use crate::{BlockStreamError, Result, RetryPolicy, XceiverClient, checksum};
 
+/// Largest range one ReadChunk asks for before widening to checksum windows:
+/// half the datanode's 32 MiB cap leaves room for any window (at most
+/// [`MAX_BYTES_PER_CHECKSUM`](crate::config::MAX_BYTES_PER_CHECKSUM)) on each side.
+pub const MAX_READ_PIECE: u64 = 16 * 1024 * 1024;
+
 /// One block on 1..n datanodes (replicas of the same bytes: the replicas of a
 /// replicated block, or an EC internal block and its spare copies).
 ///
@@ -255,7 +260,9 @@ impl BlockInputStream {
                     needed: end,
                 });
             };
-            let piece_end = end.min(chunk.end());
+            // At most MAX_READ_PIECE per ReadChunk, so that the widened
+            // request stays under the datanode's 32 MiB cap.
+            let piece_end = end.min(chunk.end()).min(at + MAX_READ_PIECE);
             let (w_off, w_len) = checksum::widen(chunk, at, piece_end - at);
             let bytes = loc.read_chunk(self.block_id, chunk, w_off, w_len).await?;
             checksum::verify(self.block_id, loc.address(), chunk, w_off, &bytes)?;

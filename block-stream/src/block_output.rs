@@ -23,6 +23,7 @@ pub struct BlockOutputStream {
     bytes_per_checksum: u32,
     chunks: Vec<ChunkInfo>,
     written: u64,
+    committed: u64,
 }
 
 impl BlockOutputStream {
@@ -49,6 +50,7 @@ impl BlockOutputStream {
             bytes_per_checksum,
             chunks: Vec::new(),
             written: 0,
+            committed: 0,
         })
     }
 
@@ -58,10 +60,18 @@ impl BlockOutputStream {
         self.block_id
     }
 
-    /// Bytes acknowledged by every location so far.
+    /// Bytes every location acknowledged with WriteChunk so far (not all of
+    /// them are necessarily committed: see [`committed`](Self::committed)).
     #[must_use]
     pub fn written(&self) -> u64 {
         self.written
+    }
+
+    /// Bytes the last successful PutBlock committed on every location: what a
+    /// reader of this block may rely on.
+    #[must_use]
+    pub fn committed(&self) -> u64 {
+        self.committed
     }
 
     /// Chunks acknowledged so far, in offset order.
@@ -103,11 +113,17 @@ impl BlockOutputStream {
     }
 
     /// Commits the chunks written so far with `metadata` on every location in
-    /// parallel (durable when it returns). `eof` marks the block's last PutBlock.
+    /// parallel (durable when it returns); on success
+    /// [`committed`](Self::committed) becomes [`written`](Self::written).
+    /// `eof` marks the block's last PutBlock.
     ///
     /// # Errors
-    /// The first location's failure.
-    pub async fn put_block(&self, metadata: &BTreeMap<String, String>, eof: bool) -> Result<()> {
+    /// The first location's failure; `committed` is then unchanged.
+    pub async fn put_block(
+        &mut self,
+        metadata: &BTreeMap<String, String>,
+        eof: bool,
+    ) -> Result<()> {
         let data = BlockData {
             block_id: self.block_id,
             chunks: self.chunks.clone(),
@@ -130,6 +146,7 @@ impl BlockOutputStream {
                 });
             }
         }
+        self.committed = self.written;
         Ok(())
     }
 }

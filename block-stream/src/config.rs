@@ -4,6 +4,9 @@ use std::time::Duration;
 
 use proto_crate::ChecksumType;
 
+/// Largest bytesPerChecksum a client writes with, bytes (4 MiB).
+pub const MAX_BYTES_PER_CHECKSUM: u32 = 4 * 1024 * 1024;
+
 /// How often one location is retried after a transient failure (the
 /// datanode was unavailable) before the reader gives up on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,10 +89,15 @@ impl XceiverConfig {
         self.checksum_type = t;
         self
     }
-    /// Sets bytesPerChecksum (must be positive; 0 is replaced by the default).
+    /// Sets bytesPerChecksum (0 is replaced by the default; values above
+    /// [`MAX_BYTES_PER_CHECKSUM`] are clamped to it).
     #[must_use]
     pub fn with_bytes_per_checksum(mut self, n: u32) -> Self {
-        self.bytes_per_checksum = if n == 0 { 16 * 1024 } else { n };
+        self.bytes_per_checksum = if n == 0 {
+            16 * 1024
+        } else {
+            n.min(MAX_BYTES_PER_CHECKSUM)
+        };
         self
     }
 }

@@ -17,12 +17,12 @@
 mod block_input;
 mod block_output;
 pub mod checksum;
-mod config;
+pub mod config;
 mod error;
 mod metrics;
 mod xceiver;
 
-pub use block_input::BlockInputStream;
+pub use block_input::{BlockInputStream, MAX_READ_PIECE};
 pub use block_output::BlockOutputStream;
 pub use config::{RetryPolicy, XceiverConfig};
 pub use error::{BlockStreamError, Result};

@@ -51,6 +51,9 @@ struct OpenBlock {
     replica_index: u32,
     file_len: u64,
     closed: bool,
+    /// Whether the container directory was synced since this block's file
+    /// was created.
+    dir_synced: bool,
 }
 
 /// The containers and blocks of one datanode.
@@ -139,6 +142,10 @@ impl ContainerStore {
         let dir = self.container_dir(container_id);
         fs::create_dir_all(&dir)
             .map_err(|e| DatanodeError::io(format!("creating {}", dir.display()), e))?;
+        // Make the new directory's entry durable before recording the container.
+        File::open(self.root.join("containers"))
+            .and_then(|f| f.sync_all())
+            .map_err(|e| DatanodeError::io(format!("syncing {}", self.root.display()), e))?;
         let txn = self.db.begin_write()?;
         txn.open_table(CONTAINERS)?.insert(container_id, ())?;
         txn.commit()?;
@@ -198,6 +205,7 @@ impl ContainerStore {
         let replica_index = self
             .committed_block(b)
             .map_or(b.replica_index, |d| d.block_id.replica_index);
+        let dir_synced = self.committed_block(b).is_some_and(|d| d.size > 0);
         let closed = {
             let read = self.db.begin_read()?;
             read.open_table(CLOSED)?.get(key(b))?.is_some()
@@ -206,6 +214,8 @@ impl ContainerStore {
             replica_index,
             file_len,
             closed,
+            // A block with committed data had its directory synced by that commit.
+            dir_synced,
         }));
         open.insert(key(b), Arc::clone(&ob));
         Ok(ob)
@@ -305,12 +315,29 @@ impl ContainerStore {
                 data.size, ob.file_len
             )));
         }
+        let committed = self.committed_block(b).map_or(0, |d| d.size);
+        if data.size < committed {
+            return Err(DatanodeError::InvalidArgument(format!(
+                "PutBlock of {b} commits {} bytes, less than the {committed} already committed",
+                data.size
+            )));
+        }
         if data.size > 0 {
             let path = self.block_path(b);
-            tokio::task::spawn_blocking(move || File::open(&path).and_then(|f| f.sync_data()))
-                .await
-                .map_err(|e| DatanodeError::io("syncing block", std::io::Error::other(e)))?
-                .map_err(|e| DatanodeError::io(format!("syncing block {b}"), e))?;
+            // The first commit of a block also syncs its directory, so that the
+            // file's directory entry is as durable as its metadata.
+            let dir = (!ob.dir_synced).then(|| self.container_dir(b.container_id));
+            tokio::task::spawn_blocking(move || {
+                File::open(&path).and_then(|f| f.sync_data())?;
+                match dir {
+                    Some(d) => File::open(d).and_then(|f| f.sync_all()),
+                    None => Ok(()),
+                }
+            })
+            .await
+            .map_err(|e| DatanodeError::io("syncing block", std::io::Error::other(e)))?
+            .map_err(|e| DatanodeError::io(format!("syncing block {b}"), e))?;
+            ob.dir_synced = true;
         }
         let encoded = pb::BlockData::from(data.clone()).encode_to_vec();
         let txn = self.db.begin_write()?;

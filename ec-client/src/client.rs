@@ -188,7 +188,11 @@ impl Client {
     ///
     /// # Errors
     /// [`ClientError::BucketNotFound`], om failures.
-    pub async fn list_multipart_uploads(&self, bucket: &str, prefix: &str) -> Result<Vec<MultipartUpload>> {
+    pub async fn list_multipart_uploads(
+        &self,
+        bucket: &str,
+        prefix: &str,
+    ) -> Result<Vec<MultipartUpload>> {
         self.shared.om.list_multipart_uploads(bucket, prefix).await
     }
 
@@ -220,7 +224,12 @@ impl Client {
         self.shared.om.abort_multipart_upload(upload_id).await
     }
 
-    async fn writer(&self, bucket: &str, key: &str, opened: crate::om_client::OpenedKey) -> Result<KeyOutputStream> {
+    async fn writer(
+        &self,
+        bucket: &str,
+        key: &str,
+        opened: crate::om_client::OpenedKey,
+    ) -> Result<KeyOutputStream> {
         let result = match opened.replication {
             ReplicationConfig::Ec(ec) => ECKeyOutputStream::new(
                 Arc::clone(&self.shared),

@@ -151,10 +151,11 @@ impl ClientConfig {
         self
     }
 
-    /// Sets the chunk size of replicated writes, bytes (at least 1).
+    /// Sets the chunk size of replicated writes, bytes (clamped to 1..=32 MiB:
+    /// a chunk is one WriteChunk and the datanode answers at most 32 MiB per ReadChunk).
     #[must_use]
     pub fn with_replicated_chunk_size(mut self, n: usize) -> Self {
-        self.replicated_chunk_size = n.max(1);
+        self.replicated_chunk_size = n.clamp(1, 32 * 1024 * 1024);
         self
     }
 

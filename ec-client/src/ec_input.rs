@@ -55,53 +55,66 @@ pub(crate) struct IndexLocation {
     pub(crate) client: XceiverClient,
 }
 
-/// Picks, for every replica index 1..=d+p, the first location of the group's
-/// pipeline that is not in `excluded` ((replica index, datanode uuid) pairs).
+/// Lists, for every replica index 1..=d+p, the locations of the group's
+/// pipeline that are not in `excluded` ((replica index, datanode uuid)
+/// pairs), primary first then spare replicas.
 pub(crate) fn choose_locations(
     ctx: &ReadContext,
     group: &BlockGroup,
     ec: &EcReplicationConfig,
     excluded: &HashSet<(u32, String)>,
-) -> Result<Vec<Option<IndexLocation>>> {
+) -> Result<Vec<Vec<IndexLocation>>> {
     let mut out = Vec::with_capacity(ec.total());
     for r in 1..=ec.total() {
         let r = u32::try_from(r)
             .map_err(|_| ClientError::InvalidArgument("replica index overflow".into()))?;
-        let chosen = group
-            .pipeline
-            .nodes_for(r)
-            .find(|d| !excluded.contains(&(r, d.uuid.clone())));
-        out.push(match chosen {
-            Some(d) => Some(IndexLocation {
-                uuid: d.uuid.clone(),
-                client: ctx.xceivers.client(&d.address)?,
-            }),
-            None => None,
-        });
+        let mut usable = Vec::new();
+        for d in group.pipeline.nodes_for(r) {
+            if !excluded.contains(&(r, d.uuid.clone())) {
+                usable.push(IndexLocation {
+                    uuid: d.uuid.clone(),
+                    client: ctx.xceivers.client(&d.address)?,
+                });
+            }
+        }
+        out.push(usable);
     }
     Ok(out)
 }
 
+/// How many of an index's usable locations its block stream may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LocationUse {
+    /// Only the first: a failure surfaces, so the proxy can count it and
+    /// switch readers (the striped reader).
+    First,
+    /// All of them, in order: an index is lost only when every copy failed
+    /// (the reconstruction reader).
+    All,
+}
+
 /// Lazily created, cached [`BlockInputStream`]s of one group's replica
-/// indexes (one location each), shared by both EC readers.
+/// indexes, shared by both EC readers.
 #[derive(Debug)]
 pub(crate) struct IndexStreams {
     group: BlockGroup,
     layout: BlockGroupLayout,
-    locations: Vec<Option<IndexLocation>>,
+    locations: Vec<Vec<IndexLocation>>,
     streams: Vec<OnceLock<Arc<BlockInputStream>>>,
     retry: RetryPolicy,
+    usage: LocationUse,
 }
 
 impl IndexStreams {
     /// Streams for replica indexes 1..=`count` of `group`, at `locations`
-    /// (index r at `locations[r - 1]`).
+    /// (index r at `locations[r - 1]`), using them as `usage` says.
     pub(crate) fn new(
         ctx: &ReadContext,
         group: &BlockGroup,
         layout: BlockGroupLayout,
-        locations: Vec<Option<IndexLocation>>,
+        locations: Vec<Vec<IndexLocation>>,
         count: usize,
+        usage: LocationUse,
     ) -> Self {
         Self {
             group: group.clone(),
@@ -109,6 +122,7 @@ impl IndexStreams {
             locations,
             streams: (0..count).map(|_| OnceLock::new()).collect(),
             retry: ctx.config.xceiver.retry,
+            usage,
         }
     }
 
@@ -120,19 +134,28 @@ impl IndexStreams {
         &self.group
     }
 
-    /// `HOST:PORT` of index `r`'s location, or "" when it has none.
-    pub(crate) fn address(&self, r: usize) -> String {
+    fn index_locations(&self, r: usize) -> &[IndexLocation] {
         self.locations
             .get(r.wrapping_sub(1))
-            .and_then(Option::as_ref)
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// `HOST:PORT` of index `r`'s first location, or "" when it has none.
+    pub(crate) fn address(&self, r: usize) -> String {
+        self.index_locations(r)
+            .first()
             .map(|l| l.client.address().to_string())
             .unwrap_or_default()
     }
 
-    fn uuid(&self, r: usize) -> String {
-        self.locations
-            .get(r.wrapping_sub(1))
-            .and_then(Option::as_ref)
+    /// Uuid of the location of index `r` that `error` came from (the first
+    /// location when the error names none).
+    fn uuid_of(&self, r: usize, error: &BlockStreamError) -> String {
+        let locs = self.index_locations(r);
+        error
+            .datanode()
+            .and_then(|a| locs.iter().find(|l| l.client.address() == a))
+            .or_else(|| locs.first())
             .map(|l| l.uuid.clone())
             .unwrap_or_default()
     }
@@ -148,7 +171,8 @@ impl IndexStreams {
             return Ok(s);
         }
         let ri = u32::try_from(r).unwrap_or(u32::MAX);
-        let Some(Some(loc)) = self.locations.get(r - 1) else {
+        let locs = self.index_locations(r);
+        if locs.is_empty() {
             return Err(EcReadError::Location(IndexFailure {
                 replica_index: ri,
                 datanode_uuid: String::new(),
@@ -157,18 +181,17 @@ impl IndexStreams {
                     self.group.block_id(0)
                 )),
             }));
+        }
+        let clients: Vec<_> = match self.usage {
+            LocationUse::First => locs.iter().take(1).map(|l| l.client.clone()).collect(),
+            LocationUse::All => locs.iter().map(|l| l.client.clone()).collect(),
         };
         let len = self
             .layout
             .internal_block_len(r)
             .map_err(ClientError::from)?;
-        let s = BlockInputStream::new(
-            self.group.block_id(ri),
-            len,
-            vec![loc.client.clone()],
-            self.retry,
-        )
-        .map_err(ClientError::from)?;
+        let s = BlockInputStream::new(self.group.block_id(ri), len, clients, self.retry)
+            .map_err(ClientError::from)?;
         Ok(slot.get_or_init(|| Arc::new(s)))
     }
 
@@ -188,20 +211,23 @@ impl IndexStreams {
         let replica_index = u32::try_from(r).unwrap_or(u32::MAX);
         match stream.read_at(offset, piece).await {
             Ok(got) if got == piece.len() => Ok(()),
-            Ok(got) => Err(EcReadError::Location(IndexFailure {
-                replica_index,
-                datanode_uuid: self.uuid(r),
-                error: BlockStreamError::ShortRead {
+            Ok(got) => {
+                let error = BlockStreamError::ShortRead {
                     block: stream.block_id(),
                     datanode: self.address(r),
                     offset,
                     expected: piece.len() as u64,
                     got: got as u64,
-                },
-            })),
+                };
+                Err(EcReadError::Location(IndexFailure {
+                    replica_index,
+                    datanode_uuid: self.uuid_of(r, &error),
+                    error,
+                }))
+            }
             Err(e) if e.is_location_failure() => Err(EcReadError::Location(IndexFailure {
                 replica_index,
-                datanode_uuid: self.uuid(r),
+                datanode_uuid: self.uuid_of(r, &e),
                 error: e,
             })),
             Err(e) => Err(EcReadError::Fatal(e.into())),
@@ -250,6 +276,7 @@ impl ECBlockInputStream {
                 BlockGroupLayout::new(ec, group.length),
                 locations,
                 ec.data(),
+                LocationUse::First,
             ),
             parallel: ctx.config.parallel_cell_reads,
         })

@@ -338,7 +338,9 @@ impl ECKeyOutputStream {
     pub async fn close(self) -> Result<KeyInfo> {
         match self.finish(Commit::Key(BTreeMap::new())).await? {
             Committed::Key(k) => Ok(k),
-            Committed::Part(_) => Err(ClientError::InvalidArgument("a key commit returned a part".into())),
+            Committed::Part(_) => Err(ClientError::InvalidArgument(
+                "a key commit returned a part".into(),
+            )),
         }
     }
 
@@ -375,7 +377,10 @@ impl ECKeyOutputStream {
                 self.written
             )));
         }
-        self.shared.om.commit(self.session_id, groups, acked, commit).await
+        self.shared
+            .om
+            .commit(self.session_id, groups, acked, commit)
+            .await
     }
 }
 

@@ -137,11 +137,11 @@ impl ECBlockInputStreamProxy {
         let locations = choose_locations(&self.ctx, &self.group, &self.ec, &st.excluded)?;
         let layout = ec_codec::BlockGroupLayout::new(self.ec, self.group.length);
         let striped_ok = (1..=layout.expected_data_locations())
-            .all(|r| locations.get(r - 1).is_some_and(Option::is_some));
+            .all(|r| locations.get(r - 1).is_some_and(|l| !l.is_empty()));
         st.reader = if striped_ok {
             let has_spare = locations
                 .get((failure.replica_index as usize).wrapping_sub(1))
-                .is_some_and(Option::is_some);
+                .is_some_and(|l| !l.is_empty());
             if has_spare {
                 EcReadMetrics::inc(&self.ctx.ec_metrics.spare_switches);
             }

@@ -20,7 +20,7 @@ use ec_codec::{BlockGroupLayout, CellSpan, EcReplicationConfig, ErasureCoder};
 use futures::future::join_all;
 use proto_crate::BlockGroup;
 
-use crate::ec_input::{EcReadError, IndexStreams, choose_locations, split_pieces};
+use crate::ec_input::{EcReadError, IndexStreams, LocationUse, choose_locations, split_pieces};
 use crate::metrics::EcReadMetrics;
 use crate::read_context::ReadContext;
 use crate::{ClientError, Result};
@@ -49,8 +49,8 @@ impl ECBlockReconstructedStripeInputStream {
     ) -> Result<Self> {
         let locations = choose_locations(ctx, group, &ec, excluded)?;
         let mut lost = BTreeMap::new();
-        for (i, loc) in locations.iter().enumerate() {
-            if loc.is_none() {
+        for (i, locs) in locations.iter().enumerate() {
+            if locs.is_empty() {
                 let r = u32::try_from(i + 1).unwrap_or(u32::MAX);
                 let address = excluded
                     .iter()
@@ -76,6 +76,7 @@ impl ECBlockReconstructedStripeInputStream {
                 BlockGroupLayout::new(ec, group.length),
                 locations,
                 ec.total(),
+                LocationUse::All,
             ),
             coder: ec.coder(),
             ec,

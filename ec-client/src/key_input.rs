@@ -78,7 +78,12 @@ impl KeyReader {
                 }
             };
             groups.push((offset, reader));
-            offset += g.length;
+            offset = offset.checked_add(g.length).ok_or_else(|| {
+                ClientError::InvalidArgument(format!(
+                    "block group lengths of {} overflow u64",
+                    info.name
+                ))
+            })?;
         }
         Ok(Self { info, groups })
     }

@@ -86,7 +86,9 @@ impl KeyOutputStream {
     pub async fn close_with(self, metadata: BTreeMap<String, String>) -> Result<KeyInfo> {
         match self.finish(Commit::Key(metadata)).await? {
             Committed::Key(k) => Ok(k),
-            Committed::Part(_) => Err(ClientError::InvalidArgument("a key commit returned a part".into())),
+            Committed::Part(_) => Err(ClientError::InvalidArgument(
+                "a key commit returned a part".into(),
+            )),
         }
     }
 
@@ -96,9 +98,16 @@ impl KeyOutputStream {
     /// # Errors
     /// Any write failure; the om's refusal if this stream writes a key.
     pub async fn close_part(self, etag: &str) -> Result<PartInfo> {
-        match self.finish(Commit::Part { etag: etag.to_string() }).await? {
+        match self
+            .finish(Commit::Part {
+                etag: etag.to_string(),
+            })
+            .await?
+        {
             Committed::Part(p) => Ok(p),
-            Committed::Key(_) => Err(ClientError::InvalidArgument("a part commit returned a key".into())),
+            Committed::Key(_) => Err(ClientError::InvalidArgument(
+                "a part commit returned a key".into(),
+            )),
         }
     }
 

@@ -56,7 +56,9 @@ pub enum Committed {
 
 fn bucket_not_found(e: ClientError, bucket: &str) -> ClientError {
     match e {
-        ClientError::Om { name, .. } if name == "BUCKET_NOT_FOUND" => ClientError::BucketNotFound(bucket.to_string()),
+        ClientError::Om { name, .. } if name == "BUCKET_NOT_FOUND" => {
+            ClientError::BucketNotFound(bucket.to_string())
+        }
         e => e,
     }
 }
@@ -264,7 +266,9 @@ impl OmClient {
                     )
                     .await?;
                 Ok(Committed::Key(
-                    r.key.ok_or(ProtocolError::MissingField("key"))?.try_into()?,
+                    r.key
+                        .ok_or(ProtocolError::MissingField("key"))?
+                        .try_into()?,
                 ))
             }
             Commit::Part { etag } => {
@@ -280,7 +284,9 @@ impl OmClient {
                     )
                     .await?;
                 Ok(Committed::Part(
-                    r.part.ok_or(ProtocolError::MissingField("part"))?.try_into()?,
+                    r.part
+                        .ok_or(ProtocolError::MissingField("part"))?
+                        .try_into()?,
                 ))
             }
         }
@@ -337,10 +343,16 @@ impl OmClient {
                 }),
             )
             .await?;
-        Ok(r.upload.ok_or(ProtocolError::MissingField("upload"))?.try_into()?)
+        Ok(r.upload
+            .ok_or(ProtocolError::MissingField("upload"))?
+            .try_into()?)
     }
 
-    pub(crate) async fn list_multipart_uploads(&self, bucket: &str, prefix: &str) -> Result<Vec<MultipartUpload>> {
+    pub(crate) async fn list_multipart_uploads(
+        &self,
+        bucket: &str,
+        prefix: &str,
+    ) -> Result<Vec<MultipartUpload>> {
         let mut c = self.inner.clone();
         let r = self
             .call(
@@ -383,7 +395,9 @@ impl OmClient {
                 }),
             )
             .await?;
-        Ok(r.key.ok_or(ProtocolError::MissingField("key"))?.try_into()?)
+        Ok(r.key
+            .ok_or(ProtocolError::MissingField("key"))?
+            .try_into()?)
     }
 
     pub(crate) async fn abort_multipart_upload(&self, upload_id: &str) -> Result<()> {

@@ -61,6 +61,7 @@ impl ReplicatedKeyOutputStream {
             .read
             .config
             .replicated_chunk_size
+            .clamp(1, 32 * 1024 * 1024)
             .min(usize::try_from(block_size).unwrap_or(usize::MAX));
         Ok(Self {
             shared,
@@ -162,8 +163,23 @@ impl ReplicatedKeyOutputStream {
         let retries = self.shared.read.config.ec_write_retries;
         let mut attempts = 0u32;
         let block_size = self.block_size;
+        let mut last_cause: Option<String> = None;
         loop {
-            let block = self.open_block().await?;
+            let block = match self.open_block().await {
+                Ok(b) => b,
+                Err(e) if attempts > 0 => {
+                    return Err(ClientError::WriteFailed {
+                        stripe: self.chunks_written,
+                        attempts,
+                        excluded: self.excluded.iter().cloned().collect(),
+                        cause: format!(
+                            "{}; then no new block: {e}",
+                            last_cause.unwrap_or_default()
+                        ),
+                    });
+                }
+                Err(e) => return Err(e),
+            };
             let result = async {
                 block.stream.write_chunk(data.clone()).await?;
                 block.stream.put_block(&BTreeMap::new(), false).await
@@ -204,6 +220,7 @@ impl ReplicatedKeyOutputStream {
                             cause: e.to_string(),
                         });
                     }
+                    last_cause = Some(e.to_string());
                 }
             }
         }
@@ -236,13 +253,16 @@ impl ReplicatedKeyOutputStream {
             .ok_or_else(|| ClientError::InvalidArgument("no open block".into()))
     }
 
-    /// Ends the open block at its acknowledged length; `eof` sends a closing
+    /// Ends the open block at its committed length; `eof` sends a closing
     /// PutBlock first (a failure there loses nothing: every byte is committed).
     async fn close_block(&mut self, eof: bool) {
-        if let Some(b) = self.block.take() {
-            let len = b.stream.written();
+        if let Some(mut b) = self.block.take() {
+            // What the last successful PutBlock committed: a chunk whose
+            // PutBlock failed is not part of this block (it is rewritten).
+            let len = b.stream.committed();
             if eof
                 && len > 0
+                && len == b.stream.written()
                 && let Err(e) = b.stream.put_block(&BTreeMap::new(), true).await
             {
                 tracing::warn!(block = %b.group.block_id(0), error = %e, "closing PutBlock failed");
@@ -264,7 +284,9 @@ impl ReplicatedKeyOutputStream {
     pub async fn close(self) -> Result<KeyInfo> {
         match self.finish(Commit::Key(BTreeMap::new())).await? {
             Committed::Key(k) => Ok(k),
-            Committed::Part(_) => Err(ClientError::InvalidArgument("a key commit returned a part".into())),
+            Committed::Part(_) => Err(ClientError::InvalidArgument(
+                "a key commit returned a part".into(),
+            )),
         }
     }
 
@@ -275,7 +297,10 @@ impl ReplicatedKeyOutputStream {
             self.flush_chunk().await?;
             self.close_block(true).await;
             let groups = std::mem::take(&mut self.finished);
-            self.shared.om.commit(self.session_id, groups, self.acked, commit).await
+            self.shared
+                .om
+                .commit(self.session_id, groups, self.acked, commit)
+                .await
         }
         .await;
         if result.is_err() {

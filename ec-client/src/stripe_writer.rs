@@ -179,10 +179,28 @@ impl StripeWriter {
     /// (e.g. not enough datanodes left outside the exclude list).
     pub(crate) async fn write_stripe(&mut self, stripe: &EncodedStripe) -> Result<()> {
         let mut attempts = 0u32;
+        let mut last_cause: Option<String> = None;
         loop {
             let parallel = self.parallel;
             let capacity = self.group_capacity;
-            let group = self.open_group().await?;
+            let group = match self.open_group().await {
+                Ok(g) => g,
+                // No new group after a failure (say, too few datanodes left
+                // outside the exclude list): report the failure that caused
+                // the exclusions, not just the om's refusal.
+                Err(e) if attempts > 0 => {
+                    return Err(ClientError::WriteFailed {
+                        stripe: stripe.seq,
+                        attempts,
+                        excluded: self.excluded.iter().cloned().collect(),
+                        cause: format!(
+                            "{}; then no new block group: {e}",
+                            last_cause.unwrap_or_default()
+                        ),
+                    });
+                }
+                Err(e) => return Err(e),
+            };
             match Self::try_write(group, stripe, parallel, capacity).await {
                 Ok(()) => break,
                 Err(failures) => {
@@ -192,8 +210,8 @@ impl StripeWriter {
                     tracing::debug!(stripe = stripe.seq, ?failed_uuids, error = ?first, "stripe write failed; rewriting on a new group");
                     self.excluded.extend(failed_uuids);
                     self.close_group_at_acked();
+                    let cause = first.map_or_else(|| "unknown".to_string(), |e| e.to_string());
                     if attempts > self.max_retries {
-                        let cause = first.map_or_else(|| "unknown".to_string(), |e| e.to_string());
                         return Err(ClientError::WriteFailed {
                             stripe: stripe.seq,
                             attempts,
@@ -201,6 +219,7 @@ impl StripeWriter {
                             cause,
                         });
                     }
+                    last_cause = Some(cause);
                     self.counters.rewritten.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -252,7 +271,7 @@ impl StripeWriter {
         let eof = length >= capacity;
         let mut meta = BTreeMap::new();
         meta.insert(BLOCK_GROUP_LENGTH_KEY.to_string(), length.to_string());
-        let results = join_all(group.streams.iter().map(|s| s.put_block(&meta, eof))).await;
+        let results = join_all(group.streams.iter_mut().map(|s| s.put_block(&meta, eof))).await;
         failures.extend(
             results
                 .into_iter()
@@ -312,7 +331,7 @@ impl StripeWriter {
             meta.insert(BLOCK_GROUP_LENGTH_KEY.to_string(), g.acked.to_string());
             // Every byte is already committed by the last PutBlock; a datanode
             // that misses the closing one keeps its block open, losing nothing.
-            for r in join_all(g.streams.iter().map(|s| s.put_block(&meta, true))).await {
+            for r in join_all(g.streams.iter_mut().map(|s| s.put_block(&meta, true))).await {
                 if let Err(e) = r {
                     tracing::warn!(block = %g.group.block_id(0), error = %e, "closing PutBlock failed");
                 }

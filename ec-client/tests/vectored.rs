@@ -267,13 +267,27 @@ async fn vectored_reads_survive_a_lost_datanode() {
         &ranges,
         &es.read_ranges(&ranges).await.expect("healthy"),
     );
-    // The first replica of the replicated key is also some index of the EC key.
-    let uuid = rep.block_groups[0].pipeline.locations[0]
-        .datanode
+    // Stop the datanode of EC data index 1, and also a replica of the
+    // replicated block if that datanode holds none (at most 2 EC indexes lost).
+    let ec_info = client.key_info("b", "k").await.expect("info");
+    let uuid = ec_info.block_groups[0]
+        .pipeline
+        .nodes_for(1)
+        .next()
+        .expect("index 1")
         .uuid
         .clone();
     let n = cluster.datanode_by_uuid(&uuid).expect("dn").index();
     cluster.datanode_mut(n).expect("dn").stop().await;
+    let replicas = &rep.block_groups[0].pipeline.locations;
+    if !replicas.iter().any(|l| l.datanode.uuid == uuid) {
+        let m = cluster
+            .datanode_by_uuid(&replicas[0].datanode.uuid)
+            .expect("dn")
+            .index();
+        cluster.datanode_mut(m).expect("dn").stop().await;
+    }
+    let before = client.ec_metrics();
     expect(
         &src,
         &ranges,
@@ -283,6 +297,11 @@ async fn vectored_reads_survive_a_lost_datanode() {
         &src,
         &ranges,
         &es.read_ranges(&ranges).await.expect("EC reconstruction"),
+    );
+    let m = client.ec_metrics().since(&before);
+    assert!(
+        m.stripes_reconstructed > 0,
+        "EC ranges were reconstructed: {m:?}"
     );
     cluster.shutdown().await;
 }

@@ -33,7 +33,7 @@ fn ec(w: &KeyOutputStream) -> &ec_client::ECKeyOutputStream {
 
 /// Waits until the writer's flush stage acknowledged `n` stripes.
 async fn wait_flushed(w: &KeyOutputStream, n: u64) {
-    for _ in 0..500 {
+    for _ in 0..3000 {
         if ec(w).stats().stripes_flushed >= n {
             return;
         }
@@ -257,7 +257,17 @@ async fn dropped_writer_leaves_no_key() {
         .expect("create");
     r.write(&data(5 * CELL, 2)).await.expect("write");
     drop(r);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Both sessions are aborted in the background (bounded wait), and nothing
+    // was ever committed.
+    let mut open = cluster.om().open_sessions();
+    for _ in 0..300 {
+        if open == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        open = cluster.om().open_sessions();
+    }
+    assert_eq!(open, 0, "dropped writers must abort their om sessions");
     assert!(
         client
             .list_keys("b", "", "", 0)
@@ -379,5 +389,56 @@ async fn replicated_writes_survive_a_failed_replica() {
         .await
         .expect("restart");
     assert!(read_all(&client, "r", "plain").await == src);
+    cluster.shutdown().await;
+}
+
+/// A replica failing PutBlock (after its WriteChunk succeeded) makes the
+/// chunk move to a new block; the old block keeps only what was committed,
+/// so the key's length stays exact (regression: the uncommitted chunk was
+/// counted in the old block and the commit was refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicated_put_block_failure_rewrites_the_chunk() {
+    let (cluster, _) = cluster(5, EcWriteMode::Pipelined).await;
+    let client = cluster
+        .client_with(failure_config().with_replicated_chunk_size(4096))
+        .await
+        .expect("client");
+    client
+        .create_bucket(
+            "r",
+            BucketOptions {
+                replication: Some(ReplicationConfig::Replicated { factor: 3 }),
+                block_size: Some(1 << 20),
+            },
+        )
+        .await
+        .expect("bucket");
+    let src = data(6 * 4096 + 9, 8);
+    let mut w = client.create_key("r", "k", None).await.expect("create");
+    w.write(&src[..2 * 4096]).await.expect("two chunks");
+    let KeyOutputStream::Replicated(rw) = &w else {
+        panic!("expected a replicated writer")
+    };
+    let victim = rw.current_block().expect("open block").pipeline.locations[2]
+        .datanode
+        .uuid
+        .clone();
+    cluster
+        .datanode_by_uuid(&victim)
+        .expect("dn")
+        .inject(FaultRule::new(ServedRpc::PutBlock, FaultKind::Unavailable).expect("rule"));
+    w.write(&src[2 * 4096..]).await.expect("rest");
+    let info = w.close().await.expect("close");
+    assert_eq!(info.length, src.len() as u64);
+    assert_eq!(
+        info.block_groups[0].length,
+        2 * 4096,
+        "old block ends at its committed length"
+    );
+    assert_eq!(
+        info.block_groups.iter().map(|g| g.length).sum::<u64>(),
+        src.len() as u64
+    );
+    assert!(read_all(&client, "r", "k").await == src);
     cluster.shutdown().await;
 }

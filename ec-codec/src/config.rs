@@ -16,11 +16,11 @@ use crate::xor::XorCodec;
 /// the square of the unit count, so this crate caps the total at 32.
 pub const MAX_UNITS: usize = 32;
 
-/// Largest supported cell (EC chunk) size: 64 MiB, in bytes.
+/// Largest supported cell (EC chunk) size: 32 MiB, in bytes.
 ///
-/// Ozone's default is 1 MiB; a stripe is buffered whole in memory on write, and 64 MiB cells
-/// already make a 32-unit stripe 2 GiB.
-pub const MAX_CELL_SIZE: u64 = 64 * 1024 * 1024;
+/// Ozone's default is 1 MiB. A cell travels as one WriteChunk, and the datanode caps a ReadChunk
+/// answer at 32 MiB (DESIGN.md), so a cell never outgrows one RPC either way.
+pub const MAX_CELL_SIZE: u64 = 32 * 1024 * 1024;
 
 /// The erasure codec of a scheme, as in Ozone's `ECReplicationConfig.EcCodec`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -104,7 +104,7 @@ impl EcReplicationConfig {
         let reason = if cell_size == 0 {
             "cell size must be at least 1 byte"
         } else if cell_size > MAX_CELL_SIZE {
-            "cell size exceeds 64 MiB"
+            "cell size exceeds 32 MiB"
         } else {
             return Ok(Self {
                 data,
@@ -150,7 +150,7 @@ impl EcReplicationConfig {
     /// Stripe size `S = d * c` in bytes: data bytes in one full stripe (parity excluded).
     #[must_use]
     pub fn stripe_size(&self) -> u64 {
-        // Cannot overflow: d <= 32 and c <= 64 MiB.
+        // Cannot overflow: d <= 32 and c <= 32 MiB.
         self.data as u64 * self.cell_size
     }
 
@@ -324,7 +324,8 @@ mod tests {
         assert_eq!(parse("rs-3-2-2048b").unwrap().to_string(), "rs-3-2-2k");
         let tiny = EcReplicationConfig::new(EcCodec::Rs, 3, 2, 7).unwrap();
         assert_eq!(tiny.to_string(), "rs-3-2-7b");
-        assert_eq!(parse("rs-3-2-65536k").unwrap().cell_size(), MAX_CELL_SIZE);
+        assert_eq!(parse("rs-3-2-32768k").unwrap().cell_size(), MAX_CELL_SIZE);
+        assert!(parse("rs-3-2-32769k").is_err());
     }
 
     /// Malformed or out-of-limit strings are rejected with InvalidReplicationConfig.

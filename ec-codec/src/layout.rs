@@ -435,7 +435,7 @@ mod tests {
     /// The largest possible group length does not overflow any computation.
     #[test]
     fn u64_max_group() {
-        let l = layout(10, 4, 64 << 20, u64::MAX);
+        let l = layout(10, 4, 32 << 20, u64::MAX);
         let sum: u64 = (1..=10).map(|r| l.internal_block_len(r).unwrap()).sum();
         assert_eq!(sum, u64::MAX);
         assert_eq!(l.internal_block_len(11), l.internal_block_len(1));

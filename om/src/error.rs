@@ -97,7 +97,9 @@ impl OmError {
             Self::InvalidArgument(_) => Code::InvalidArgument,
             Self::ReplicationFailed(_) => Code::Unavailable,
             Self::NoSuchUpload(_) => Code::NotFound,
-            Self::InvalidPart(_) | Self::InvalidPartOrder(_) | Self::EntityTooSmall(_) => Code::InvalidArgument,
+            Self::InvalidPart(_) | Self::InvalidPartOrder(_) | Self::EntityTooSmall(_) => {
+                Code::InvalidArgument
+            }
             Self::Db(_) => Code::Internal,
         }
     }

@@ -13,6 +13,7 @@
 //! Layering: depends on `proto-crate` only.
 
 mod error;
+mod keys;
 mod manager;
 mod multipart;
 mod replication;

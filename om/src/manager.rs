@@ -76,10 +76,7 @@ pub(crate) enum SessionTarget {
     /// A key (`commit_key`).
     Key,
     /// A part of a multipart upload (`commit_part`).
-    Part {
-        upload_id: String,
-        part_number: u32,
-    },
+    Part { upload_id: String, part_number: u32 },
 }
 
 #[derive(Debug)]
@@ -211,6 +208,12 @@ impl OzoneManager {
         Ok(())
     }
 
+    /// Open key and part sessions (written but neither committed nor aborted).
+    #[must_use]
+    pub fn open_sessions(&self) -> usize {
+        self.state().sessions.len()
+    }
+
     /// Every registered datanode, by uuid.
     #[must_use]
     pub fn datanodes(&self) -> Vec<DatanodeDetails> {
@@ -235,9 +238,18 @@ impl OzoneManager {
                 "block size must be positive".into(),
             ));
         }
+        let default_replication = replication.unwrap_or(self.config.default_replication);
+        if let ReplicationConfig::Ec(ec) = default_replication
+            && !block_size.is_multiple_of(ec.cell_size())
+        {
+            return Err(OmError::InvalidArgument(format!(
+                "block size {block_size} is not a multiple of the {ec} cell size {}",
+                ec.cell_size()
+            )));
+        }
         let info = BucketInfo {
             name: name.to_string(),
-            default_replication: replication.unwrap_or(self.config.default_replication),
+            default_replication,
             block_size,
             created_unix_ms: now_ms(),
         };
@@ -489,7 +501,11 @@ impl OzoneManager {
     pub(crate) fn put_key(&self, info: &KeyInfo) -> Result<()> {
         let txn = self.db.begin_write()?;
         {
-            if txn.open_table(BUCKETS)?.get(info.bucket.as_str())?.is_none() {
+            if txn
+                .open_table(BUCKETS)?
+                .get(info.bucket.as_str())?
+                .is_none()
+            {
                 return Err(OmError::BucketNotFound(info.bucket.clone()));
             }
             txn.open_table(KEYS)?.insert(
@@ -524,7 +540,9 @@ impl OzoneManager {
                 }
                 Some(_) => {}
             }
-            st.sessions.remove(&session_id).ok_or(OmError::NoSuchSession(session_id))?
+            st.sessions
+                .remove(&session_id)
+                .ok_or(OmError::NoSuchSession(session_id))?
         };
         let mut committed = Vec::new();
         let mut sum = 0u64;
@@ -560,116 +578,5 @@ impl OzoneManager {
     /// Abandons an open key; nothing becomes visible. Unknown sessions are fine.
     pub fn abort_key(&self, session_id: u64) {
         self.state().sessions.remove(&session_id);
-    }
-
-    /// The committed key `bucket/key`.
-    ///
-    /// # Errors
-    /// [`OmError::KeyNotFound`], database errors.
-    pub fn lookup_key(&self, bucket: &str, key: &str) -> Result<KeyInfo> {
-        let read = self.db.begin_read()?;
-        let t = read.open_table(KEYS)?;
-        let v = t.get((bucket, key))?.ok_or_else(|| OmError::KeyNotFound {
-            bucket: bucket.to_string(),
-            key: key.to_string(),
-        })?;
-        decode::<pb::KeyInfo, _>(v.value(), "key")
-    }
-
-    /// Keys of `bucket` starting with `prefix`, strictly after `start_after`,
-    /// in name order, at most `max_keys` (0 = all).
-    ///
-    /// # Errors
-    /// [`OmError::BucketNotFound`], database errors.
-    pub fn list_keys(
-        &self,
-        bucket: &str,
-        prefix: &str,
-        start_after: &str,
-        max_keys: usize,
-    ) -> Result<Vec<KeyInfo>> {
-        self.get_bucket(bucket)?;
-        let read = self.db.begin_read()?;
-        let t = read.open_table(KEYS)?;
-        let from = if start_after > prefix {
-            start_after
-        } else {
-            prefix
-        };
-        let limit = if max_keys == 0 { usize::MAX } else { max_keys };
-        let mut out = Vec::new();
-        for entry in t.range((bucket, from)..)? {
-            let (k, v) = entry?;
-            let (b, name) = k.value();
-            if b != bucket || !name.starts_with(prefix) {
-                break;
-            }
-            if name == start_after {
-                continue;
-            }
-            out.push(decode::<pb::KeyInfo, _>(v.value(), "key")?);
-            if out.len() >= limit {
-                break;
-            }
-        }
-        Ok(out)
-    }
-
-    /// Records `location` as an extra (spare) location of group `group`
-    /// (from 0) of the committed key `bucket/key`.
-    ///
-    /// # Errors
-    /// [`OmError::KeyNotFound`], [`OmError::InvalidArgument`] for a group the
-    /// key does not have, database errors.
-    pub fn add_location(
-        &self,
-        bucket: &str,
-        key: &str,
-        group: usize,
-        location: BlockLocation,
-    ) -> Result<KeyInfo> {
-        let txn = self.db.begin_write()?;
-        let info;
-        {
-            let mut t = txn.open_table(KEYS)?;
-            let mut k: KeyInfo = {
-                let v = t.get((bucket, key))?.ok_or_else(|| OmError::KeyNotFound {
-                    bucket: bucket.to_string(),
-                    key: key.to_string(),
-                })?;
-                decode::<pb::KeyInfo, _>(v.value(), "key")?
-            };
-            let g = k.block_groups.get_mut(group).ok_or_else(|| {
-                OmError::InvalidArgument(format!("{bucket}/{key} has no block group {group}"))
-            })?;
-            g.pipeline.locations.push(location);
-            t.insert(
-                (bucket, key),
-                pb::KeyInfo::from(k.clone()).encode_to_vec().as_slice(),
-            )?;
-            info = k;
-        }
-        txn.commit()?;
-        Ok(info)
-    }
-
-    /// Deletes a committed key (its blocks are left on the datanodes; block
-    /// deletion is not modelled).
-    ///
-    /// # Errors
-    /// [`OmError::KeyNotFound`], database errors.
-    pub fn delete_key(&self, bucket: &str, key: &str) -> Result<()> {
-        let txn = self.db.begin_write()?;
-        {
-            let mut t = txn.open_table(KEYS)?;
-            if t.remove((bucket, key))?.is_none() {
-                return Err(OmError::KeyNotFound {
-                    bucket: bucket.to_string(),
-                    key: key.to_string(),
-                });
-            }
-        }
-        txn.commit()?;
-        Ok(())
     }
 }

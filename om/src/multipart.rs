@@ -42,7 +42,9 @@ impl OzoneManager {
         let txn = self.db.begin_write()?;
         txn.open_table(UPLOADS)?.insert(
             u.upload_id.as_str(),
-            pb::MultipartUploadInfo::from(u.clone()).encode_to_vec().as_slice(),
+            pb::MultipartUploadInfo::from(u.clone())
+                .encode_to_vec()
+                .as_slice(),
         )?;
         txn.commit()?;
         Ok(())
@@ -120,7 +122,9 @@ impl OzoneManager {
             part_number,
         } = s.target
         else {
-            return Err(OmError::InvalidArgument(format!("session {session_id} is not a part")));
+            return Err(OmError::InvalidArgument(format!(
+                "session {session_id} is not a part"
+            )));
         };
         let mut u = self.load_upload(&upload_id)?;
         let part = PartInfo {
@@ -150,14 +154,19 @@ impl OzoneManager {
     ///
     /// # Errors
     /// [`OmError::BucketNotFound`], database errors.
-    pub fn list_multipart_uploads(&self, bucket: &str, prefix: &str) -> Result<Vec<MultipartUpload>> {
+    pub fn list_multipart_uploads(
+        &self,
+        bucket: &str,
+        prefix: &str,
+    ) -> Result<Vec<MultipartUpload>> {
         self.get_bucket(bucket)?;
         let read = self.db.begin_read()?;
         let t = read.open_table(UPLOADS)?;
         let mut out = Vec::new();
         for entry in t.iter()? {
             let (_, v) = entry?;
-            let mut u: MultipartUpload = decode::<pb::MultipartUploadInfo, _>(v.value(), "multipart upload")?;
+            let mut u: MultipartUpload =
+                decode::<pb::MultipartUploadInfo, _>(v.value(), "multipart upload")?;
             if u.bucket == bucket && u.key.starts_with(prefix) {
                 u.parts.clear();
                 out.push(u);
@@ -216,7 +225,9 @@ impl OzoneManager {
         let mut length = 0u64;
         for (i, (number, etag)) in parts.iter().enumerate() {
             let Some(p) = u.parts.iter().find(|p| p.part_number == *number) else {
-                return Err(OmError::InvalidPart(format!("part {number} was not uploaded")));
+                return Err(OmError::InvalidPart(format!(
+                    "part {number} was not uploaded"
+                )));
             };
             if trim_etag(etag) != p.etag {
                 return Err(OmError::InvalidPart(format!(
@@ -263,7 +274,6 @@ impl OzoneManager {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,9 +295,12 @@ mod tests {
     /// Writes a part of `len` bytes in one group.
     fn part(om: &OzoneManager, upload: &str, n: u32, len: u64, etag: &str) -> BlockGroup {
         let s = om.open_part(upload, n).expect("open part");
-        let g = om.allocate_block_group(s.session_id, &[]).expect("allocate");
+        let g = om
+            .allocate_block_group(s.session_id, &[])
+            .expect("allocate");
         let g = BlockGroup { length: len, ..g };
-        om.commit_part(s.session_id, std::slice::from_ref(&g), len, etag).expect("commit part");
+        om.commit_part(s.session_id, std::slice::from_ref(&g), len, etag)
+            .expect("commit part");
         g
     }
 
@@ -298,17 +311,34 @@ mod tests {
         om.create_bucket("b", None, None).expect("bucket");
         let mut meta = BTreeMap::new();
         meta.insert("content-type".to_string(), "text/plain".to_string());
-        let id = om.initiate_multipart_upload("b", "k", None, meta).expect("initiate");
+        let id = om
+            .initiate_multipart_upload("b", "k", None, meta)
+            .expect("initiate");
         let g1 = part(&om, &id, 1, 100, "\"aaa\"");
         part(&om, &id, 2, 5, "old");
         let g2 = part(&om, &id, 2, 50, "bbb"); // replaces the first part 2
         let listed = om.list_parts(&id).expect("list");
-        assert_eq!(listed.parts.iter().map(|p| (p.part_number, p.size)).collect::<Vec<_>>(), vec![(1, 100), (2, 50)]);
-        assert_eq!(om.list_multipart_uploads("b", "").expect("uploads").len(), 1);
+        assert_eq!(
+            listed
+                .parts
+                .iter()
+                .map(|p| (p.part_number, p.size))
+                .collect::<Vec<_>>(),
+            vec![(1, 100), (2, 50)]
+        );
+        assert_eq!(
+            om.list_multipart_uploads("b", "").expect("uploads").len(),
+            1
+        );
 
         let two = [(1, "aaa".to_string()), (2, "bbb".to_string())];
         assert!(matches!(
-            om.complete_multipart_upload(&id, &[(2, "bbb".into()), (1, "aaa".into())], 0, BTreeMap::new()),
+            om.complete_multipart_upload(
+                &id,
+                &[(2, "bbb".into()), (1, "aaa".into())],
+                0,
+                BTreeMap::new()
+            ),
             Err(OmError::InvalidPartOrder(_))
         ));
         assert!(matches!(
@@ -326,10 +356,15 @@ mod tests {
         // Reopen: the upload survives an om restart.
         drop(om);
         let om = OzoneManager::open(OmConfig::new(dir.path())).expect("reopen");
-        let key = om.complete_multipart_upload(&id, &two, 100, BTreeMap::new()).expect("complete");
+        let key = om
+            .complete_multipart_upload(&id, &two, 100, BTreeMap::new())
+            .expect("complete");
         assert_eq!(key.length, 150);
         assert_eq!(key.block_groups, vec![g1, g2]);
-        assert_eq!(key.metadata.get("content-type").map(String::as_str), Some("text/plain"));
+        assert_eq!(
+            key.metadata.get("content-type").map(String::as_str),
+            Some("text/plain")
+        );
         assert_eq!(om.lookup_key("b", "k").expect("lookup"), key);
         assert!(matches!(om.list_parts(&id), Err(OmError::NoSuchUpload(_))));
     }
@@ -339,7 +374,9 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let om = om(dir.path());
         om.create_bucket("b", None, None).expect("bucket");
-        let id = om.initiate_multipart_upload("b", "k", None, BTreeMap::new()).expect("initiate");
+        let id = om
+            .initiate_multipart_upload("b", "k", None, BTreeMap::new())
+            .expect("initiate");
         assert!(om.open_part(&id, 0).is_err());
         assert!(om.open_part(&id, MAX_PART_NUMBER + 1).is_err());
         let s = om.open_part(&id, 1).expect("open");
@@ -348,10 +385,22 @@ mod tests {
             Err(OmError::InvalidArgument(_))
         ));
         let k = om.open_key("b", "plain", None).expect("open key");
-        assert!(matches!(om.commit_part(k.session_id, &[], 0, "e"), Err(OmError::InvalidArgument(_))));
+        assert!(matches!(
+            om.commit_part(k.session_id, &[], 0, "e"),
+            Err(OmError::InvalidArgument(_))
+        ));
         om.abort_multipart_upload(&id).expect("abort");
-        assert!(matches!(om.abort_multipart_upload(&id), Err(OmError::NoSuchUpload(_))));
-        assert!(matches!(om.open_part(&id, 1), Err(OmError::NoSuchUpload(_))));
-        assert!(om.lookup_key("b", "k").is_err(), "an aborted upload leaves no key");
+        assert!(matches!(
+            om.abort_multipart_upload(&id),
+            Err(OmError::NoSuchUpload(_))
+        ));
+        assert!(matches!(
+            om.open_part(&id, 1),
+            Err(OmError::NoSuchUpload(_))
+        ));
+        assert!(
+            om.lookup_key("b", "k").is_err(),
+            "an aborted upload leaves no key"
+        );
     }
 }

@@ -23,9 +23,15 @@ use crate::{OmError, OzoneManager};
 const COPY_RPC_TIMEOUT: Duration = Duration::from_secs(60);
 
 async fn datanode_client(d: &DatanodeDetails) -> Result<DatanodeServiceClient<Channel>, OmError> {
-    let c = DatanodeServiceClient::connect(format!("http://{}", d.address))
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", d.address))
+        .map_err(|e| OmError::ReplicationFailed(format!("address of {d}: {e}")))?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true);
+    let channel = endpoint
+        .connect()
         .await
         .map_err(|e| OmError::ReplicationFailed(format!("connecting to {d}: {e}")))?;
+    let c = DatanodeServiceClient::new(channel);
     Ok(c.max_decoding_message_size(64 * 1024 * 1024)
         .max_encoding_message_size(64 * 1024 * 1024))
 }
@@ -158,6 +164,7 @@ pub async fn add_replica(
         bucket,
         key,
         group,
+        (block.container_id, block.local_id),
         BlockLocation {
             datanode: target,
             replica_index,

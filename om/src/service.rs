@@ -159,7 +159,12 @@ impl OzoneManagerService for OmGrpcService {
             .map_err(bad)?;
         let k = self
             .run(move |om| {
-                om.commit_key(req.session_id, &groups, req.length, req.metadata.into_iter().collect())
+                om.commit_key(
+                    req.session_id,
+                    &groups,
+                    req.length,
+                    req.metadata.into_iter().collect(),
+                )
             })
             .await?;
         Ok(Response::new(pb::CommitKeyResponse {
@@ -226,15 +231,27 @@ impl OzoneManagerService for OmGrpcService {
         let r = replication(&req.replication)?;
         let upload_id = self
             .run(move |om| {
-                om.initiate_multipart_upload(&req.bucket, &req.key, r, req.metadata.into_iter().collect())
+                om.initiate_multipart_upload(
+                    &req.bucket,
+                    &req.key,
+                    r,
+                    req.metadata.into_iter().collect(),
+                )
             })
             .await?;
-        Ok(Response::new(pb::InitiateMultipartUploadResponse { upload_id }))
+        Ok(Response::new(pb::InitiateMultipartUploadResponse {
+            upload_id,
+        }))
     }
 
-    async fn open_part(&self, req: Request<pb::OpenPartRequest>) -> Result<Response<pb::OpenKeyResponse>, Status> {
+    async fn open_part(
+        &self,
+        req: Request<pb::OpenPartRequest>,
+    ) -> Result<Response<pb::OpenKeyResponse>, Status> {
         let req = req.into_inner();
-        let k = self.run(move |om| om.open_part(&req.upload_id, req.part_number)).await?;
+        let k = self
+            .run(move |om| om.open_part(&req.upload_id, req.part_number))
+            .await?;
         Ok(Response::new(pb::OpenKeyResponse {
             session_id: k.session_id,
             replication: k.replication.to_string(),
@@ -242,7 +259,10 @@ impl OzoneManagerService for OmGrpcService {
         }))
     }
 
-    async fn commit_part(&self, req: Request<pb::CommitPartRequest>) -> Result<Response<pb::CommitPartResponse>, Status> {
+    async fn commit_part(
+        &self,
+        req: Request<pb::CommitPartRequest>,
+    ) -> Result<Response<pb::CommitPartResponse>, Status> {
         let req = req.into_inner();
         let groups = req
             .block_groups
@@ -253,13 +273,20 @@ impl OzoneManagerService for OmGrpcService {
         let p = self
             .run(move |om| om.commit_part(req.session_id, &groups, req.length, &req.etag))
             .await?;
-        Ok(Response::new(pb::CommitPartResponse { part: Some(p.into()) }))
+        Ok(Response::new(pb::CommitPartResponse {
+            part: Some(p.into()),
+        }))
     }
 
-    async fn list_parts(&self, req: Request<pb::ListPartsRequest>) -> Result<Response<pb::ListPartsResponse>, Status> {
+    async fn list_parts(
+        &self,
+        req: Request<pb::ListPartsRequest>,
+    ) -> Result<Response<pb::ListPartsResponse>, Status> {
         let id = req.into_inner().upload_id;
         let u = self.run(move |om| om.list_parts(&id)).await?;
-        Ok(Response::new(pb::ListPartsResponse { upload: Some(u.into()) }))
+        Ok(Response::new(pb::ListPartsResponse {
+            upload: Some(u.into()),
+        }))
     }
 
     async fn list_multipart_uploads(
@@ -280,7 +307,11 @@ impl OzoneManagerService for OmGrpcService {
         req: Request<pb::CompleteMultipartUploadRequest>,
     ) -> Result<Response<pb::CompleteMultipartUploadResponse>, Status> {
         let req = req.into_inner();
-        let parts: Vec<(u32, String)> = req.parts.into_iter().map(|p| (p.part_number, p.etag)).collect();
+        let parts: Vec<(u32, String)> = req
+            .parts
+            .into_iter()
+            .map(|p| (p.part_number, p.etag))
+            .collect();
         let k = self
             .run(move |om| {
                 om.complete_multipart_upload(
@@ -291,7 +322,9 @@ impl OzoneManagerService for OmGrpcService {
                 )
             })
             .await?;
-        Ok(Response::new(pb::CompleteMultipartUploadResponse { key: Some(k.into()) }))
+        Ok(Response::new(pb::CompleteMultipartUploadResponse {
+            key: Some(k.into()),
+        }))
     }
 
     async fn abort_multipart_upload(

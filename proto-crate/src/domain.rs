@@ -648,7 +648,11 @@ impl TryFrom<om::MultipartUploadInfo> for MultipartUpload {
             key: u.key,
             replication: u.replication.parse()?,
             initiated_unix_ms: u.initiated_unix_ms,
-            parts: u.parts.into_iter().map(PartInfo::try_from).collect::<Result<_, _>>()?,
+            parts: u
+                .parts
+                .into_iter()
+                .map(PartInfo::try_from)
+                .collect::<Result<_, _>>()?,
             metadata: u.metadata.into_iter().collect(),
         })
     }

@@ -97,8 +97,10 @@ impl Failure {
     ];
 }
 
-/// RPC deadline used by failure tests: the `Slow` fault delays past it.
-pub const FAILURE_RPC_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(300);
+/// RPC deadline used by failure tests: the `Slow` fault delays past it. Generous
+/// enough that a healthy datanode never misses it while the whole suite runs
+/// in parallel on two cores (a spurious timeout would count as a lost index).
+pub const FAILURE_RPC_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(1000);
 
 /// Client config for failure tests: short deadline, no back-off.
 pub fn failure_config() -> ClientConfig {
@@ -144,7 +146,7 @@ pub async fn fail(cluster: &mut MiniCluster, n: usize, f: Failure) {
         }
         Failure::Slow => [ServedRpc::GetBlock, ServedRpc::ReadChunk]
             .into_iter()
-            .map(|r| FaultRule::new(r, FaultKind::Delay(FAILURE_RPC_TIMEOUT * 4)).expect("rule"))
+            .map(|r| FaultRule::new(r, FaultKind::Delay(FAILURE_RPC_TIMEOUT * 3)).expect("rule"))
             .collect(),
         Failure::Corrupt => {
             vec![FaultRule::new(ServedRpc::ReadChunk, FaultKind::Corrupt).expect("rule")]

@@ -161,11 +161,12 @@ async fn measure_raw(
         let before = client.metrics();
         let start = Instant::now();
         for &o in &offs {
-            let idx = block
+            let idx = block.chunks.partition_point(|c| c.end() <= o);
+            let chunk = block
                 .chunks
-                .partition_point(|c| c.end() <= o)
-                .min(block.chunks.len() - 1);
-            let chunk = &block.chunks[idx];
+                .get(idx)
+                .or_else(|| block.chunks.last())
+                .context("block has no chunks")?;
             let at = o.min(chunk.end().saturating_sub(*size)).max(chunk.offset);
             let n = (*size).min(chunk.end() - at);
             let t = Instant::now();

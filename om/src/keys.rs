@@ -1,0 +1,145 @@
+//! Committed keys: lookup, listing, spare locations, deletion.
+
+use prost::Message;
+use proto_crate::wire::om as pb;
+use proto_crate::{BlockLocation, KeyInfo};
+use redb::{ReadableDatabase, ReadableTable};
+
+use crate::manager::{KEYS, decode};
+use crate::{OmError, OzoneManager};
+
+type Result<T, E = OmError> = std::result::Result<T, E>;
+
+impl OzoneManager {
+    /// The committed key `bucket/key`.
+    ///
+    /// # Errors
+    /// [`OmError::KeyNotFound`], database errors.
+    pub fn lookup_key(&self, bucket: &str, key: &str) -> Result<KeyInfo> {
+        let read = self.db.begin_read()?;
+        let t = read.open_table(KEYS)?;
+        let v = t.get((bucket, key))?.ok_or_else(|| OmError::KeyNotFound {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+        })?;
+        decode::<pb::KeyInfo, _>(v.value(), "key")
+    }
+
+    /// Keys of `bucket` starting with `prefix`, strictly after `start_after`,
+    /// in name order, at most `max_keys` (0 = all).
+    ///
+    /// # Errors
+    /// [`OmError::BucketNotFound`], database errors.
+    pub fn list_keys(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        start_after: &str,
+        max_keys: usize,
+    ) -> Result<Vec<KeyInfo>> {
+        self.get_bucket(bucket)?;
+        let read = self.db.begin_read()?;
+        let t = read.open_table(KEYS)?;
+        let from = if start_after > prefix {
+            start_after
+        } else {
+            prefix
+        };
+        let limit = if max_keys == 0 { usize::MAX } else { max_keys };
+        let mut out = Vec::new();
+        for entry in t.range((bucket, from)..)? {
+            let (k, v) = entry?;
+            let (b, name) = k.value();
+            if b != bucket || !name.starts_with(prefix) {
+                break;
+            }
+            if name == start_after {
+                continue;
+            }
+            out.push(decode::<pb::KeyInfo, _>(v.value(), "key")?);
+            if out.len() >= limit {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records `location` as an extra (spare) location of group `group`
+    /// (from 0) of the committed key `bucket/key`, provided that group is
+    /// still the block `expected` (container id, local id) the copy was made
+    /// from.
+    ///
+    /// # Errors
+    /// [`OmError::KeyNotFound`]; [`OmError::InvalidArgument`] for a group the
+    /// key does not have, a group that is another block now (the key was
+    /// rewritten during the copy), or a datanode that already holds a block
+    /// of the group; database errors.
+    pub fn add_location(
+        &self,
+        bucket: &str,
+        key: &str,
+        group: usize,
+        expected: (u64, u64),
+        location: BlockLocation,
+    ) -> Result<KeyInfo> {
+        let txn = self.db.begin_write()?;
+        let info;
+        {
+            let mut t = txn.open_table(KEYS)?;
+            let mut k: KeyInfo = {
+                let v = t.get((bucket, key))?.ok_or_else(|| OmError::KeyNotFound {
+                    bucket: bucket.to_string(),
+                    key: key.to_string(),
+                })?;
+                decode::<pb::KeyInfo, _>(v.value(), "key")?
+            };
+            let g = k.block_groups.get_mut(group).ok_or_else(|| {
+                OmError::InvalidArgument(format!("{bucket}/{key} has no block group {group}"))
+            })?;
+            if (g.container_id, g.local_id) != expected {
+                return Err(OmError::InvalidArgument(format!(
+                    "group {group} of {bucket}/{key} is now block {}:{}, not {}:{} (the key was rewritten)",
+                    g.container_id, g.local_id, expected.0, expected.1
+                )));
+            }
+            if g.pipeline
+                .locations
+                .iter()
+                .any(|l| l.datanode.uuid == location.datanode.uuid)
+            {
+                return Err(OmError::InvalidArgument(format!(
+                    "datanode {} already holds a block of group {group} of {bucket}/{key}",
+                    location.datanode
+                )));
+            }
+            g.pipeline.locations.push(location);
+            t.insert(
+                (bucket, key),
+                pb::KeyInfo::from(k.clone()).encode_to_vec().as_slice(),
+            )?;
+            info = k;
+        }
+        txn.commit()?;
+        Ok(info)
+    }
+
+    /// Deletes a committed key (its blocks are left on the datanodes; block
+    /// deletion is not modelled).
+    ///
+    /// # Errors
+    /// [`OmError::KeyNotFound`], database errors.
+    pub fn delete_key(&self, bucket: &str, key: &str) -> Result<()> {
+        let txn = self.db.begin_write()?;
+        {
+            let mut t = txn.open_table(KEYS)?;
+            if t.remove((bucket, key))?.is_none() {
+                return Err(OmError::KeyNotFound {
+                    bucket: bucket.to_string(),
+                    key: key.to_string(),
+                });
+            }
+        }
+        txn.commit()?;
+        Ok(())
+    }
+}
