@@ -100,6 +100,8 @@ pub fn merge(ranges: &[Range<u64>], min_seek: u64, max_merged: u64) -> Vec<Merge
 }
 
 #[cfg(test)]
+// One-range lists are the point of several cases here.
+#[allow(clippy::single_range_in_vec_init)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
@@ -131,7 +133,9 @@ mod tests {
     #[test]
     fn merging_table() {
         // (ranges, min_seek, max_merged) -> merged ranges
-        let cases: Vec<(Vec<Range<u64>>, u64, u64, Vec<Range<u64>>)> = vec![
+        // (ranges, min_seek, max_merged, merged ranges wanted)
+        type Case = (Vec<Range<u64>>, u64, u64, Vec<Range<u64>>);
+        let cases: Vec<Case> = vec![
             (vec![0..10, 10..20], 0, 100, vec![0..20]),
             (vec![0..10, 14..20], 4, 100, vec![0..20]),
             (vec![0..10, 15..20], 4, 100, vec![0..10, 15..20]),

@@ -3,6 +3,9 @@
 //! a property test against the source bytes, concurrency with positioned and
 //! sequential readers on one key, and failover in the middle of a call.
 
+// One-range lists are meant: a list holding a single range.
+#![allow(clippy::single_range_in_vec_init)]
+
 mod common;
 
 use std::ops::Range;
