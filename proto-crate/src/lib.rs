@@ -16,6 +16,7 @@
 
 mod domain;
 mod error;
+mod metadata;
 mod result;
 
 /// Generated protobuf and gRPC code. Only servers and clients in the
@@ -40,10 +41,10 @@ pub mod wire {
 }
 
 pub use domain::{
-    BLOCK_GROUP_LENGTH_KEY, BlockData, BlockGroup, BlockId, BlockLocation, BucketInfo,
-    ChecksumData, ChecksumType, ChunkInfo, DatanodeDetails, KeyInfo, MultipartUpload, PartInfo,
-    Pipeline, ReplicationConfig,
+    BLOCK_GROUP_LENGTH_KEY, BlockData, BlockGroup, BlockId, BlockLocation, ChecksumData,
+    ChecksumType, ChunkInfo, DatanodeDetails, Pipeline, ReplicationConfig,
 };
 pub use ec_codec::EcReplicationConfig;
 pub use error::ProtocolError;
+pub use metadata::{BucketInfo, KeyInfo, MultipartUpload, PartInfo};
 pub use result::{ResultCode, result_code, status};

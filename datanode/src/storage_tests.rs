@@ -1,0 +1,157 @@
+//! Unit tests of the container store: write, commit, read, reopen, and the
+//! WriteChunk/PutBlock rules.
+
+use super::*;
+use proto_crate::{ChecksumData, ChecksumType};
+
+fn id(ri: u32) -> BlockId {
+    BlockId {
+        container_id: 7,
+        local_id: 42,
+        replica_index: ri,
+    }
+}
+
+fn chunk(offset: u64, len: u64) -> ChunkInfo {
+    ChunkInfo {
+        name: format!("c{offset}"),
+        offset,
+        len,
+        checksum: ChecksumData {
+            ty: ChecksumType::None,
+            bytes_per_checksum: 0,
+            checksums: vec![],
+        },
+    }
+}
+
+fn block(ri: u32, chunks: Vec<ChunkInfo>) -> BlockData {
+    BlockData {
+        block_id: id(ri),
+        size: chunks.iter().map(|c| c.len).sum(),
+        chunks,
+        metadata: BTreeMap::new(),
+    }
+}
+
+#[tokio::test]
+async fn write_commit_read_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = ContainerStore::open(dir.path()).unwrap();
+        s.write_chunk(id(2), &chunk(0, 5), Bytes::from_static(b"hello"))
+            .await
+            .unwrap();
+        s.write_chunk(id(2), &chunk(5, 6), Bytes::from_static(b" world"))
+            .await
+            .unwrap();
+        // Not committed yet: invisible.
+        assert!(matches!(
+            s.get_block(id(2)),
+            Err(DatanodeError::NoSuchBlock { .. })
+        ));
+        let size = s
+            .put_block(block(2, vec![chunk(0, 5), chunk(5, 6)]), false)
+            .await
+            .unwrap();
+        assert_eq!(size, 11);
+        let got = s.read(id(2), &chunk(5, 6), 6, 5).await.unwrap();
+        assert_eq!(&got[..], b"world");
+    }
+    let s = ContainerStore::open(dir.path()).unwrap();
+    let d = s.get_block(id(2)).unwrap();
+    assert_eq!(d.size, 11);
+    assert_eq!(
+        &s.read(id(2), &chunk(0, 5), 0, 5).await.unwrap()[..],
+        b"hello"
+    );
+    assert!(matches!(
+        s.get_block(id(3)),
+        Err(DatanodeError::ReplicaIndexMismatch { stored: 2, .. })
+    ));
+    assert!(matches!(
+        s.read(id(2), &chunk(5, 6), 8, 4).await,
+        Err(DatanodeError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        s.read(id(2), &chunk(0, 5), 0, MAX_READ_LEN + 1).await,
+        Err(DatanodeError::LengthTooLarge { .. })
+    ));
+    assert!(matches!(
+        s.get_block(BlockId {
+            container_id: 99,
+            ..id(2)
+        }),
+        Err(DatanodeError::ContainerNotFound { container_id: 99 })
+    ));
+    assert_eq!(s.list_blocks(7, 0, 0).unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn write_chunk_must_continue_the_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = ContainerStore::open(dir.path()).unwrap();
+    s.write_chunk(id(1), &chunk(0, 3), Bytes::from_static(b"abc"))
+        .await
+        .unwrap();
+    assert!(matches!(
+        s.write_chunk(id(1), &chunk(4, 1), Bytes::from_static(b"x"))
+            .await,
+        Err(DatanodeError::ChunkOffsetMismatch { .. })
+    ));
+    assert!(matches!(
+        s.write_chunk(id(1), &chunk(3, 2), Bytes::from_static(b"x"))
+            .await,
+        Err(DatanodeError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        s.write_chunk(id(4), &chunk(3, 1), Bytes::from_static(b"x"))
+            .await,
+        Err(DatanodeError::ReplicaIndexMismatch { .. })
+    ));
+    s.put_block(block(1, vec![chunk(0, 3)]), false)
+        .await
+        .unwrap();
+    // Rewriting the committed prefix is refused.
+    assert!(matches!(
+        s.write_chunk(id(1), &chunk(0, 3), Bytes::from_static(b"xyz"))
+            .await,
+        Err(DatanodeError::ChunkOffsetMismatch { .. })
+    ));
+    // A PutBlock claiming unwritten bytes is refused.
+    assert!(
+        s.put_block(block(1, vec![chunk(0, 3), chunk(3, 4)]), false)
+            .await
+            .is_err()
+    );
+    // An empty record (EC index beyond the data) needs no file.
+    let empty = BlockData {
+        block_id: BlockId {
+            local_id: 43,
+            ..id(3)
+        },
+        chunks: vec![],
+        size: 0,
+        metadata: BTreeMap::new(),
+    };
+    assert_eq!(s.put_block(empty, true).await.unwrap(), 0);
+    // eof closes the block: no more chunks, no more PutBlocks.
+    s.write_chunk(id(1), &chunk(3, 1), Bytes::from_static(b"d"))
+        .await
+        .unwrap();
+    s.put_block(block(1, vec![chunk(0, 3), chunk(3, 1)]), true)
+        .await
+        .unwrap();
+    assert!(matches!(
+        s.write_chunk(id(1), &chunk(4, 1), Bytes::from_static(b"e"))
+            .await,
+        Err(DatanodeError::BlockClosed { .. })
+    ));
+    drop(s);
+    let s = ContainerStore::open(dir.path()).unwrap();
+    assert!(matches!(
+        s.write_chunk(id(1), &chunk(4, 1), Bytes::from_static(b"e"))
+            .await,
+        Err(DatanodeError::BlockClosed { .. })
+    ));
+}

@@ -1,0 +1,267 @@
+//! Key-level domain types: keys, buckets and multipart uploads, with their
+//! wire conversions (`TryFrom` from the wire, `From` to it).
+
+use std::collections::BTreeMap;
+
+use crate::ProtocolError;
+use crate::domain::{BlockGroup, ReplicationConfig};
+use crate::wire::om;
+
+/// A committed key: its length, replication and block groups in key order
+/// (Ozone's `OmKeyInfo` with its `OmKeyLocationInfo`s).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyInfo {
+    /// Bucket name.
+    pub bucket: String,
+    /// Key name.
+    pub name: String,
+    /// Total data bytes; equals the sum of the groups' lengths.
+    pub length: u64,
+    /// How the key was written.
+    pub replication: ReplicationConfig,
+    /// Block groups in key order.
+    pub block_groups: Vec<BlockGroup>,
+    /// Size bound of each internal block, bytes.
+    pub block_size: u64,
+    /// Commit time, milliseconds since the Unix epoch.
+    pub created_unix_ms: u64,
+    /// Free-form object metadata (etag, content type, user metadata).
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl TryFrom<om::KeyInfo> for KeyInfo {
+    type Error = ProtocolError;
+    fn try_from(k: om::KeyInfo) -> Result<Self, ProtocolError> {
+        let block_groups: Vec<BlockGroup> = k
+            .block_groups
+            .into_iter()
+            .map(BlockGroup::try_from)
+            .collect::<Result<_, _>>()?;
+        let sum = block_groups
+            .iter()
+            .try_fold(0u64, |acc, g| acc.checked_add(g.length));
+        if sum != Some(k.length) {
+            return Err(ProtocolError::InvalidField {
+                field: "key.length",
+                reason: format!(
+                    "key length {} differs from the sum of its block groups ({sum:?})",
+                    k.length
+                ),
+            });
+        }
+        Ok(Self {
+            bucket: k.bucket,
+            name: k.name,
+            length: k.length,
+            replication: k.replication.parse()?,
+            block_groups,
+            block_size: k.block_size,
+            created_unix_ms: k.created_unix_ms,
+            metadata: k.metadata.into_iter().collect(),
+        })
+    }
+}
+
+impl From<KeyInfo> for om::KeyInfo {
+    fn from(k: KeyInfo) -> Self {
+        Self {
+            bucket: k.bucket,
+            name: k.name,
+            length: k.length,
+            replication: k.replication.to_string(),
+            block_groups: k.block_groups.into_iter().map(Into::into).collect(),
+            block_size: k.block_size,
+            created_unix_ms: k.created_unix_ms,
+            metadata: k.metadata.into_iter().collect(),
+        }
+    }
+}
+
+/// One uploaded part of a multipart upload (S3's part; its data lives in
+/// block groups that become the key's when the upload completes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartInfo {
+    /// 1..=10000.
+    pub part_number: u32,
+    /// The part's ETag (hex MD5 of its bytes, without quotes).
+    pub etag: String,
+    /// Bytes in the part; equals the sum of its groups' lengths.
+    pub size: u64,
+    /// Block groups holding the part, in order.
+    pub block_groups: Vec<BlockGroup>,
+    /// Upload time, milliseconds since the Unix epoch.
+    pub modified_unix_ms: u64,
+}
+
+impl TryFrom<om::PartInfo> for PartInfo {
+    type Error = ProtocolError;
+    fn try_from(p: om::PartInfo) -> Result<Self, ProtocolError> {
+        Ok(Self {
+            part_number: p.part_number,
+            etag: p.etag,
+            size: p.size,
+            block_groups: p
+                .block_groups
+                .into_iter()
+                .map(BlockGroup::try_from)
+                .collect::<Result<_, _>>()?,
+            modified_unix_ms: p.modified_unix_ms,
+        })
+    }
+}
+
+impl From<PartInfo> for om::PartInfo {
+    fn from(p: PartInfo) -> Self {
+        Self {
+            part_number: p.part_number,
+            etag: p.etag,
+            size: p.size,
+            block_groups: p.block_groups.into_iter().map(Into::into).collect(),
+            modified_unix_ms: p.modified_unix_ms,
+        }
+    }
+}
+
+/// A multipart upload in progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MultipartUpload {
+    /// Opaque id.
+    pub upload_id: String,
+    /// Bucket.
+    pub bucket: String,
+    /// Key the upload becomes.
+    pub key: String,
+    /// Replication of every part.
+    pub replication: ReplicationConfig,
+    /// Initiation time, milliseconds since the Unix epoch.
+    pub initiated_unix_ms: u64,
+    /// Uploaded parts by part number (empty in listings of uploads).
+    pub parts: Vec<PartInfo>,
+    /// Metadata the key gets at completion.
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl TryFrom<om::MultipartUploadInfo> for MultipartUpload {
+    type Error = ProtocolError;
+    fn try_from(u: om::MultipartUploadInfo) -> Result<Self, ProtocolError> {
+        Ok(Self {
+            upload_id: u.upload_id,
+            bucket: u.bucket,
+            key: u.key,
+            replication: u.replication.parse()?,
+            initiated_unix_ms: u.initiated_unix_ms,
+            parts: u
+                .parts
+                .into_iter()
+                .map(PartInfo::try_from)
+                .collect::<Result<_, _>>()?,
+            metadata: u.metadata.into_iter().collect(),
+        })
+    }
+}
+
+impl From<MultipartUpload> for om::MultipartUploadInfo {
+    fn from(u: MultipartUpload) -> Self {
+        Self {
+            upload_id: u.upload_id,
+            bucket: u.bucket,
+            key: u.key,
+            replication: u.replication.to_string(),
+            initiated_unix_ms: u.initiated_unix_ms,
+            parts: u.parts.into_iter().map(Into::into).collect(),
+            metadata: u.metadata.into_iter().collect(),
+        }
+    }
+}
+
+/// A bucket and its defaults for new keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketInfo {
+    /// Bucket name.
+    pub name: String,
+    /// Replication of keys that do not name their own.
+    pub default_replication: ReplicationConfig,
+    /// Internal block size of new keys, bytes.
+    pub block_size: u64,
+    /// Creation time, milliseconds since the Unix epoch.
+    pub created_unix_ms: u64,
+}
+
+impl TryFrom<om::BucketInfo> for BucketInfo {
+    type Error = ProtocolError;
+    fn try_from(b: om::BucketInfo) -> Result<Self, ProtocolError> {
+        Ok(Self {
+            name: b.name,
+            default_replication: b.default_replication.parse()?,
+            block_size: b.block_size,
+            created_unix_ms: b.created_unix_ms,
+        })
+    }
+}
+
+impl From<BucketInfo> for om::BucketInfo {
+    fn from(b: BucketInfo) -> Self {
+        Self {
+            name: b.name,
+            default_replication: b.default_replication.to_string(),
+            block_size: b.block_size,
+            created_unix_ms: b.created_unix_ms,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_info_rejects_length_mismatch() {
+        let k = om::KeyInfo {
+            bucket: "b".into(),
+            name: "k".into(),
+            length: 10,
+            replication: "rs-3-2-1024k".into(),
+            block_groups: vec![om::BlockGroup {
+                length: 9,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        assert!(KeyInfo::try_from(k).is_err());
+    }
+
+    #[test]
+    fn multipart_upload_round_trips() {
+        let part = PartInfo {
+            part_number: 2,
+            etag: "abc".into(),
+            size: 7,
+            block_groups: vec![BlockGroup {
+                container_id: 1,
+                local_id: 2,
+                length: 7,
+                pipeline: crate::Pipeline::default(),
+            }],
+            modified_unix_ms: 5,
+        };
+        let mut metadata = BTreeMap::new();
+        metadata.insert("content-type".to_string(), "x/y".to_string());
+        let upload = MultipartUpload {
+            upload_id: "u".into(),
+            bucket: "b".into(),
+            key: "k".into(),
+            replication: ReplicationConfig::Replicated { factor: 3 },
+            initiated_unix_ms: 9,
+            parts: vec![part],
+            metadata,
+        };
+        let back =
+            MultipartUpload::try_from(om::MultipartUploadInfo::from(upload.clone())).unwrap();
+        assert_eq!(back, upload);
+        let bad = om::MultipartUploadInfo {
+            replication: "rs-0-0-0k".into(),
+            ..Default::default()
+        };
+        assert!(MultipartUpload::try_from(bad).is_err());
+    }
+}
