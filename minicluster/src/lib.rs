@@ -221,7 +221,26 @@ pub struct ClusterInfo {
     /// `HOST:PORT` of the control service (stop/start datanodes), when served.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control: Option<String>,
+    /// The S3 gateway, when one runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<S3Info>,
 }
+
+/// The S3 gateway of a cluster in `cluster.json`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct S3Info {
+    /// `http://HOST:PORT`.
+    pub endpoint: String,
+    /// Access key to sign with.
+    pub access_key: String,
+    /// Secret key to sign with.
+    pub secret_key: String,
+}
+
+/// Access key of the minicluster's S3 gateway.
+pub const S3_ACCESS_KEY: &str = "minicluster";
+/// Secret key of the minicluster's S3 gateway.
+pub const S3_SECRET_KEY: &str = "minicluster-secret";
 
 /// One datanode in `cluster.json`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -236,6 +255,7 @@ pub struct DatanodeInfo {
 #[derive(Debug)]
 pub struct MiniCluster {
     om: OmServer,
+    s3: Option<s3_gateway::S3Gateway>,
     datanodes: Vec<DatanodeHandle>,
     base_dir: PathBuf,
     _temp: Option<tempfile::TempDir>,
@@ -294,6 +314,7 @@ impl MiniCluster {
         }
         Ok(Self {
             om: om_server,
+            s3: None,
             datanodes,
             base_dir,
             _temp: temp,
@@ -371,7 +392,46 @@ impl MiniCluster {
                 })
                 .collect(),
             control: None,
+            s3: self.s3.as_ref().map(|g| S3Info {
+                endpoint: format!("http://{}", g.address()),
+                access_key: S3_ACCESS_KEY.to_string(),
+                secret_key: S3_SECRET_KEY.to_string(),
+            }),
         }
+    }
+
+    /// Starts an S3 gateway over this cluster on 127.0.0.1:`port` (0 picks a
+    /// free port), signed with [`S3_ACCESS_KEY`] / [`S3_SECRET_KEY`] unless
+    /// `auth` is false. Returns its address.
+    ///
+    /// # Errors
+    /// Client connection or bind errors.
+    pub async fn start_s3_gateway(
+        &mut self,
+        port: u16,
+        auth: bool,
+    ) -> Result<SocketAddr, MiniClusterError> {
+        let client = self.client().await?;
+        let mut config = s3_gateway::GatewayConfig::new(
+            ([127, 0, 0, 1], port).into(),
+            S3_ACCESS_KEY,
+            S3_SECRET_KEY,
+        );
+        if !auth {
+            config = config.without_auth();
+        }
+        let gw = s3_gateway::S3Gateway::start(client, config)
+            .await
+            .map_err(io("binding the s3 gateway"))?;
+        let address = gw.address();
+        self.s3 = Some(gw);
+        Ok(address)
+    }
+
+    /// The S3 gateway's counters, when one runs.
+    #[must_use]
+    pub fn s3_metrics(&self) -> Option<s3_gateway::GatewaySnapshot> {
+        self.s3.as_ref().map(|g| g.metrics().snapshot())
     }
 
     /// Writes `info` (see [`info`](Self::info)) as pretty JSON to `path`,
@@ -391,6 +451,9 @@ impl MiniCluster {
 
     /// Stops every datanode, then the om, waiting for each (bounded).
     pub async fn shutdown(mut self) {
+        if let Some(gw) = self.s3.take() {
+            gw.shutdown().await;
+        }
         for d in &mut self.datanodes {
             d.stop().await;
         }

@@ -126,7 +126,6 @@ impl OzoneManager {
                 "session {session_id} is not a part"
             )));
         };
-        let mut u = self.load_upload(&upload_id)?;
         let part = PartInfo {
             part_number,
             etag: trim_etag(etag).to_string(),
@@ -134,10 +133,26 @@ impl OzoneManager {
             block_groups: committed,
             modified_unix_ms: now_ms(),
         };
-        u.parts.retain(|p| p.part_number != part_number);
-        u.parts.push(part.clone());
-        u.parts.sort_by_key(|p| p.part_number);
-        self.store_upload(&u)?;
+        // Read-modify-write inside one write transaction: parts of one upload
+        // commit concurrently (aws-cli uploads them in parallel).
+        let txn = self.db.begin_write()?;
+        {
+            let mut t = txn.open_table(UPLOADS)?;
+            let mut u: MultipartUpload = {
+                let v = t
+                    .get(upload_id.as_str())?
+                    .ok_or_else(|| OmError::NoSuchUpload(upload_id.clone()))?;
+                decode::<pb::MultipartUploadInfo, _>(v.value(), "multipart upload")?
+            };
+            u.parts.retain(|p| p.part_number != part_number);
+            u.parts.push(part.clone());
+            u.parts.sort_by_key(|p| p.part_number);
+            t.insert(
+                upload_id.as_str(),
+                pb::MultipartUploadInfo::from(u).encode_to_vec().as_slice(),
+            )?;
+        }
+        txn.commit()?;
         Ok(part)
     }
 

@@ -44,6 +44,12 @@ pub(crate) struct MiniclusterArgs {
     /// Stop after the demo instead of serving until Ctrl-C.
     #[arg(long)]
     exit: bool,
+    /// Port of the S3 gateway on 127.0.0.1 (0 picks a free port).
+    #[arg(long, default_value_t = 0)]
+    s3_port: u16,
+    /// Do not start the S3 gateway.
+    #[arg(long)]
+    no_s3: bool,
 }
 
 /// Where the demo's source bytes come from, readable at any offset.
@@ -99,7 +105,7 @@ pub(crate) async fn run(args: MiniclusterArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let cluster = MiniCluster::start(
+    let mut cluster = MiniCluster::start(
         MiniClusterConfig::default()
             .with_datanodes(args.datanodes)
             .with_base_dir(&dir)
@@ -108,6 +114,17 @@ pub(crate) async fn run(args: MiniclusterArgs) -> anyhow::Result<()> {
     )
     .await
     .context("starting the minicluster")?;
+    if !args.no_s3 {
+        let s3 = cluster
+            .start_s3_gateway(args.s3_port, true)
+            .await
+            .context("starting the S3 gateway")?;
+        println!(
+            "s3 gateway http://{s3}  (access key {}, secret key {})",
+            minicluster::S3_ACCESS_KEY,
+            minicluster::S3_SECRET_KEY
+        );
+    }
     let json = dir.join("cluster.json");
     MiniCluster::write_cluster_json(&cluster.info(), &json)?;
     println!(

@@ -153,4 +153,16 @@ fn quick_bench_counts() {
             );
         }
     }
+
+    let s3: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("quick-s3.json")).expect("s3 json"),
+    )
+    .expect("s3 JSON parses");
+    let r = find(&s3, "ranged-get-20mb", "seek");
+    assert_eq!(r["ops"], 20, "20 consecutive ranged GETs");
+    for field in ["first_ms", "median_ms", "last_ms", "mb_per_sec"] {
+        assert!(r[field].is_number(), "s3 row lacks {field}");
+    }
+    assert_eq!(s3["config"]["key_lookups"], 20, "one key lookup per GET");
+    assert!(s3["ratios"]["last GET / first GET"].is_number());
 }

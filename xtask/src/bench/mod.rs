@@ -3,6 +3,7 @@
 
 mod pread;
 mod report;
+mod s3;
 mod vectored;
 mod write;
 
@@ -25,6 +26,8 @@ pub(crate) enum Suite {
     Write,
     /// Vectored reads: merged + parallel vs no-merge vs serial seek+read.
     Vectored,
+    /// Consecutive ranged GETs of one object through the S3 gateway.
+    S3,
     /// Every suite.
     All,
 }
@@ -65,6 +68,8 @@ pub(crate) struct Settings {
     pub(crate) om: String,
     pub(crate) runtime: crate::RuntimeFlavor,
     pub(crate) external: bool,
+    /// `--size` as given (suites with their own default size use it only then).
+    pub(crate) size_given: Option<u64>,
 }
 
 impl Settings {
@@ -109,6 +114,7 @@ pub(crate) async fn run(args: BenchArgs, runtime: crate::RuntimeFlavor) -> anyho
         quick: args.quick,
         runtime,
         external: args.om.is_some(),
+        size_given: args.size,
         om: match (&args.om, &cluster) {
             (Some(om), _) => om.clone(),
             (None, Some(c)) => c.om_address(),
@@ -116,10 +122,11 @@ pub(crate) async fn run(args: BenchArgs, runtime: crate::RuntimeFlavor) -> anyho
         },
     };
     let suites: &[Suite] = match args.suite {
-        Suite::All => &[Suite::Pread, Suite::Write, Suite::Vectored],
+        Suite::All => &[Suite::Pread, Suite::Write, Suite::Vectored, Suite::S3],
         Suite::Pread => &[Suite::Pread],
         Suite::Write => &[Suite::Write],
         Suite::Vectored => &[Suite::Vectored],
+        Suite::S3 => &[Suite::S3],
     };
     let result = async {
         for suite in suites {
@@ -127,12 +134,13 @@ pub(crate) async fn run(args: BenchArgs, runtime: crate::RuntimeFlavor) -> anyho
                 Suite::Pread => pread::run(&settings).await?,
                 Suite::Write => write::run(&settings).await?,
                 Suite::Vectored => vectored::run(&settings).await?,
+                Suite::S3 => s3::run(&settings).await?,
                 Suite::All => continue,
             };
-            let table = if *suite == Suite::Vectored {
-                report.vectored_table()
-            } else {
-                report.table()
+            let table = match suite {
+                Suite::Vectored => report.vectored_table(),
+                Suite::S3 => report.s3_table(),
+                _ => report.table(),
             };
             println!(
                 "\n## {} suite\n\n{}\n\n{}\n",

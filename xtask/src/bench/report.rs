@@ -40,6 +40,13 @@ pub(crate) struct Row {
     pub(crate) min_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) max_ms: Option<f64>,
+    /// S3 suite: the first, median and last GET, milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) first_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) median_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) last_ms: Option<f64>,
     /// Vectored suite: ReadChunk RPCs per call.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) read_chunks_per_call: Option<f64>,
@@ -110,6 +117,9 @@ pub(crate) fn row(
         min_ms: None,
         max_ms: None,
         read_chunks_per_call: None,
+        first_ms: None,
+        median_ms: None,
+        last_ms: None,
     }
 }
 
@@ -168,6 +178,31 @@ impl Report {
                 format!("{:.2}", r.max_ms.unwrap_or(0.0)),
                 format!("{:.1}", r.mb_per_sec),
                 format!("{:.1}", r.read_chunks_per_call.unwrap_or(0.0)),
+            ]);
+        }
+        t.render()
+    }
+
+    /// The s3 suite's table.
+    pub(crate) fn s3_table(&self) -> String {
+        let mut t = Table::new(&[
+            "workload",
+            "GETs",
+            "first ms",
+            "median ms",
+            "last ms",
+            "MB/s",
+            "ReadChunk",
+        ]);
+        for r in &self.rows {
+            t.row(vec![
+                r.workload.clone(),
+                r.ops.to_string(),
+                format!("{:.1}", r.first_ms.unwrap_or(0.0)),
+                format!("{:.1}", r.median_ms.unwrap_or(0.0)),
+                format!("{:.1}", r.last_ms.unwrap_or(0.0)),
+                format!("{:.1}", r.mb_per_sec),
+                r.rpcs.get("ReadChunk").copied().unwrap_or(0).to_string(),
             ]);
         }
         t.render()

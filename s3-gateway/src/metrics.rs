@@ -1,0 +1,74 @@
+//! Gateway counters: requests by operation and status, bytes in and out, om
+//! key lookups. Exact atomics; names follow `s3_<what>_total` / `_bytes`.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Counters of one gateway.
+#[derive(Debug, Default)]
+pub struct GatewayMetrics {
+    requests: Mutex<BTreeMap<(String, u16), u64>>,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+    key_lookups: AtomicU64,
+}
+
+/// A copy of [`GatewayMetrics`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GatewaySnapshot {
+    /// `s3_requests_total{operation, status}`.
+    pub requests: BTreeMap<(String, u16), u64>,
+    /// `s3_received_bytes`: object bytes accepted (PUT, UploadPart).
+    pub bytes_in: u64,
+    /// `s3_sent_bytes`: object bytes sent (GET).
+    pub bytes_out: u64,
+    /// `s3_key_lookups_total`: om key lookups the gateway made.
+    pub key_lookups: u64,
+}
+
+impl GatewaySnapshot {
+    /// Requests of `operation` (any status).
+    #[must_use]
+    pub fn requests_of(&self, operation: &str) -> u64 {
+        self.requests
+            .iter()
+            .filter(|((op, _), _)| op == operation)
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
+impl GatewayMetrics {
+    pub(crate) fn request(&self, operation: &str, status: u16) {
+        let mut m = self
+            .requests
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *m.entry((operation.to_string(), status)).or_default() += 1;
+    }
+    pub(crate) fn bytes_in(&self, n: u64) {
+        self.bytes_in.fetch_add(n, Ordering::Relaxed);
+    }
+    pub(crate) fn bytes_out(&self, n: u64) {
+        self.bytes_out.fetch_add(n, Ordering::Relaxed);
+    }
+    pub(crate) fn key_lookup(&self) {
+        self.key_lookups.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Current values.
+    #[must_use]
+    pub fn snapshot(&self) -> GatewaySnapshot {
+        GatewaySnapshot {
+            requests: self
+                .requests
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+            bytes_in: self.bytes_in.load(Ordering::Relaxed),
+            bytes_out: self.bytes_out.load(Ordering::Relaxed),
+            key_lookups: self.key_lookups.load(Ordering::Relaxed),
+        }
+    }
+}

@@ -1,0 +1,612 @@
+//! Bucket and object operations of the S3 API over the [`Client`]: buckets,
+//! listings (v1, v2, versions), PUT, DELETE (one or many) and COPY.
+//! GET and HEAD object live in [`crate::get`]; multipart in [`crate::multipart`].
+
+use std::collections::BTreeMap;
+use std::time::{Duration, UNIX_EPOCH};
+
+use base64::Engine;
+use ec_client::{BucketOptions, ClientError, KeyInfo};
+use futures::StreamExt;
+use md5::{Digest, Md5};
+use s3s::dto::{self, ETag, StreamingBlob, Timestamp};
+use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
+
+use crate::Gateway;
+use crate::error::to_s3;
+
+/// Metadata key of an object's ETag (hex MD5, or the multipart form `hex-N`).
+pub(crate) const ETAG: &str = "etag";
+/// Metadata key of an object's content type.
+pub(crate) const CONTENT_TYPE: &str = "content-type";
+/// Metadata key prefix of user metadata (`x-amz-meta-*`).
+pub(crate) const USER_META: &str = "x-amz-meta-";
+/// Metadata key of a multipart object's part sizes (comma-separated bytes).
+pub(crate) const PART_SIZES: &str = "mpu-part-sizes";
+
+pub(crate) fn timestamp(unix_ms: u64) -> Timestamp {
+    Timestamp::from(UNIX_EPOCH + Duration::from_millis(unix_ms))
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+pub(crate) fn etag_of(info: &KeyInfo) -> String {
+    info.metadata.get(ETAG).cloned().unwrap_or_default()
+}
+
+/// Object metadata to store from a request's content type and user metadata.
+pub(crate) fn object_metadata(
+    content_type: Option<&str>,
+    user: Option<&dto::Metadata>,
+) -> BTreeMap<String, String> {
+    let mut meta = BTreeMap::new();
+    if let Some(ct) = content_type {
+        meta.insert(CONTENT_TYPE.to_string(), ct.to_string());
+    }
+    for (k, v) in user.into_iter().flatten() {
+        meta.insert(format!("{USER_META}{}", k.to_ascii_lowercase()), v.clone());
+    }
+    meta
+}
+
+/// Streams `body` into `writer`, hashing it; returns (bytes, hex MD5).
+pub(crate) async fn drain_body(
+    gw: &Gateway,
+    body: Option<StreamingBlob>,
+    writer: &mut ec_client::KeyOutputStream,
+) -> S3Result<(u64, String)> {
+    let mut md5 = Md5::new();
+    let mut n = 0u64;
+    if let Some(mut body) = body {
+        while let Some(chunk) = body.next().await {
+            let chunk =
+                chunk.map_err(|e| s3_error!(IncompleteBody, "reading the request body: {e}"))?;
+            md5.update(&chunk);
+            writer.write(&chunk).await.map_err(to_s3)?;
+            n += chunk.len() as u64;
+            gw.metrics().bytes_in(chunk.len() as u64);
+        }
+    }
+    Ok((n, hex(&md5.finalize())))
+}
+
+/// Checks a `Content-MD5` header (base64 of the binary digest) against `etag`.
+pub(crate) fn check_content_md5(content_md5: Option<&str>, etag: &str) -> S3Result<()> {
+    let Some(b64) = content_md5 else {
+        return Ok(());
+    };
+    let given = base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .map_err(|_| s3_error!(InvalidDigest, "Content-MD5 is not base64"))?;
+    if hex(&given) != etag {
+        return Err(s3_error!(
+            BadDigest,
+            "the Content-MD5 you specified did not match what was received"
+        ));
+    }
+    Ok(())
+}
+
+fn s3_object(k: &KeyInfo) -> dto::Object {
+    dto::Object {
+        key: Some(k.name.clone()),
+        size: i64::try_from(k.length).ok(),
+        e_tag: Some(ETag::Strong(etag_of(k))),
+        last_modified: Some(timestamp(k.created_unix_ms)),
+        storage_class: Some(dto::ObjectStorageClass::from_static(
+            dto::ObjectStorageClass::STANDARD,
+        )),
+        ..Default::default()
+    }
+}
+
+/// One page of a listing: objects and common prefixes in key order, and the
+/// last key or prefix emitted (the continuation point) if truncated.
+struct Page {
+    objects: Vec<KeyInfo>,
+    prefixes: Vec<String>,
+    next: Option<String>,
+}
+
+/// Lists `bucket` as S3 does: keys under `prefix` after `after`, rolled up
+/// into common prefixes at `delimiter`, at most `max` entries.
+async fn list_page(
+    gw: &Gateway,
+    bucket: &str,
+    prefix: &str,
+    delimiter: Option<&str>,
+    after: &str,
+    max: usize,
+) -> S3Result<Page> {
+    let keys = gw
+        .client()
+        .list_keys(bucket, prefix, after, 0)
+        .await
+        .map_err(to_s3)?;
+    let mut page = Page {
+        objects: Vec::new(),
+        prefixes: Vec::new(),
+        next: None,
+    };
+    let mut count = 0usize;
+    for k in keys {
+        let common = delimiter.filter(|d| !d.is_empty()).and_then(|d| {
+            k.name[prefix.len()..]
+                .find(d)
+                .map(|i| k.name[..prefix.len() + i + d.len()].to_string())
+        });
+        if let Some(cp) = &common {
+            // A continuation that ended on this prefix skips all its keys.
+            if after.starts_with(cp.as_str()) || page.prefixes.last() == Some(cp) {
+                continue;
+            }
+        }
+        if count == max {
+            page.next = page
+                .prefixes
+                .last()
+                .filter(|p| page.objects.last().is_none_or(|o| o.name < **p))
+                .cloned()
+                .or_else(|| page.objects.last().map(|o| o.name.clone()));
+            break;
+        }
+        count += 1;
+        match common {
+            Some(cp) => page.prefixes.push(cp),
+            None => page.objects.push(k),
+        }
+    }
+    Ok(page)
+}
+
+fn max_keys(m: Option<i32>) -> usize {
+    m.map_or(1000, |v| usize::try_from(v.clamp(0, 1000)).unwrap_or(1000))
+}
+
+impl Gateway {
+    async fn tracked<T>(
+        &self,
+        op: &str,
+        fut: impl std::future::Future<Output = S3Result<T>>,
+    ) -> S3Result<T> {
+        let r = fut.await;
+        let status = match &r {
+            Ok(_) => 200,
+            Err(e) => e.status_code().map_or(500, |s| s.as_u16()),
+        };
+        self.metrics().request(op, status);
+        r
+    }
+}
+
+#[async_trait::async_trait]
+impl S3 for Gateway {
+    async fn list_buckets(
+        &self,
+        _req: S3Request<dto::ListBucketsInput>,
+    ) -> S3Result<S3Response<dto::ListBucketsOutput>> {
+        self.tracked("ListBuckets", async {
+            let buckets = self.client().list_buckets().await.map_err(to_s3)?;
+            Ok(S3Response::new(dto::ListBucketsOutput {
+                buckets: Some(
+                    buckets
+                        .into_iter()
+                        .map(|b| dto::Bucket {
+                            name: Some(b.name),
+                            creation_date: Some(timestamp(b.created_unix_ms)),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                owner: Some(dto::Owner {
+                    display_name: Some("ozone".into()),
+                    id: Some("ozone".into()),
+                }),
+                ..Default::default()
+            }))
+        })
+        .await
+    }
+
+    async fn create_bucket(
+        &self,
+        req: S3Request<dto::CreateBucketInput>,
+    ) -> S3Result<S3Response<dto::CreateBucketOutput>> {
+        self.tracked("CreateBucket", async {
+            let bucket = req.input.bucket;
+            self.client()
+                .create_bucket(&bucket, BucketOptions::default())
+                .await
+                .map_err(to_s3)?;
+            Ok(S3Response::new(dto::CreateBucketOutput {
+                location: Some(format!("/{bucket}")),
+            }))
+        })
+        .await
+    }
+
+    async fn head_bucket(
+        &self,
+        req: S3Request<dto::HeadBucketInput>,
+    ) -> S3Result<S3Response<dto::HeadBucketOutput>> {
+        self.tracked("HeadBucket", async {
+            self.client()
+                .bucket(&req.input.bucket)
+                .await
+                .map_err(to_s3)?;
+            Ok(S3Response::new(dto::HeadBucketOutput::default()))
+        })
+        .await
+    }
+
+    async fn delete_bucket(
+        &self,
+        req: S3Request<dto::DeleteBucketInput>,
+    ) -> S3Result<S3Response<dto::DeleteBucketOutput>> {
+        self.tracked("DeleteBucket", async {
+            self.client()
+                .delete_bucket(&req.input.bucket)
+                .await
+                .map_err(to_s3)?;
+            Ok(S3Response::new(dto::DeleteBucketOutput::default()))
+        })
+        .await
+    }
+
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<dto::ListObjectsV2Input>,
+    ) -> S3Result<S3Response<dto::ListObjectsV2Output>> {
+        self.tracked("ListObjectsV2", async {
+            let i = req.input;
+            let prefix = i.prefix.clone().unwrap_or_default();
+            let after = match (&i.continuation_token, &i.start_after) {
+                (Some(t), _) => t.clone(),
+                (None, Some(s)) => s.clone(),
+                (None, None) => String::new(),
+            };
+            let max = max_keys(i.max_keys);
+            let page = list_page(
+                self,
+                &i.bucket,
+                &prefix,
+                i.delimiter.as_deref(),
+                &after,
+                max,
+            )
+            .await?;
+            let count = page.objects.len() + page.prefixes.len();
+            Ok(S3Response::new(dto::ListObjectsV2Output {
+                name: Some(i.bucket),
+                prefix: i.prefix,
+                delimiter: i.delimiter,
+                max_keys: i32::try_from(max).ok(),
+                key_count: i32::try_from(count).ok(),
+                continuation_token: i.continuation_token,
+                start_after: i.start_after,
+                is_truncated: Some(page.next.is_some()),
+                next_continuation_token: page.next,
+                contents: Some(page.objects.iter().map(s3_object).collect()),
+                common_prefixes: Some(
+                    page.prefixes
+                        .into_iter()
+                        .map(|p| dto::CommonPrefix { prefix: Some(p) })
+                        .collect(),
+                ),
+                encoding_type: i.encoding_type,
+                ..Default::default()
+            }))
+        })
+        .await
+    }
+
+    async fn list_objects(
+        &self,
+        req: S3Request<dto::ListObjectsInput>,
+    ) -> S3Result<S3Response<dto::ListObjectsOutput>> {
+        self.tracked("ListObjects", async {
+            let i = req.input;
+            let prefix = i.prefix.clone().unwrap_or_default();
+            let after = i.marker.clone().unwrap_or_default();
+            let max = max_keys(i.max_keys);
+            let page = list_page(
+                self,
+                &i.bucket,
+                &prefix,
+                i.delimiter.as_deref(),
+                &after,
+                max,
+            )
+            .await?;
+            let truncated = page.next.is_some();
+            Ok(S3Response::new(dto::ListObjectsOutput {
+                name: Some(i.bucket),
+                prefix: i.prefix,
+                delimiter: i.delimiter.clone(),
+                marker: i.marker,
+                max_keys: i32::try_from(max).ok(),
+                is_truncated: Some(truncated),
+                // S3 sends NextMarker only with a delimiter; clients use the last key otherwise.
+                next_marker: if i.delimiter.is_some() {
+                    page.next
+                } else {
+                    None
+                },
+                contents: Some(page.objects.iter().map(s3_object).collect()),
+                common_prefixes: Some(
+                    page.prefixes
+                        .into_iter()
+                        .map(|p| dto::CommonPrefix { prefix: Some(p) })
+                        .collect(),
+                ),
+                encoding_type: i.encoding_type,
+                ..Default::default()
+            }))
+        })
+        .await
+    }
+
+    async fn list_object_versions(
+        &self,
+        req: S3Request<dto::ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<dto::ListObjectVersionsOutput>> {
+        self.tracked("ListObjectVersions", async {
+            let i = req.input;
+            let prefix = i.prefix.clone().unwrap_or_default();
+            let after = i.key_marker.clone().unwrap_or_default();
+            let max = max_keys(i.max_keys);
+            let page = list_page(
+                self,
+                &i.bucket,
+                &prefix,
+                i.delimiter.as_deref(),
+                &after,
+                max,
+            )
+            .await?;
+            // Unversioned buckets: every object is version "null" and the latest.
+            let versions = page
+                .objects
+                .iter()
+                .map(|k| dto::ObjectVersion {
+                    key: Some(k.name.clone()),
+                    version_id: Some("null".into()),
+                    is_latest: Some(true),
+                    size: i64::try_from(k.length).ok(),
+                    e_tag: Some(ETag::Strong(etag_of(k))),
+                    last_modified: Some(timestamp(k.created_unix_ms)),
+                    storage_class: Some(dto::ObjectVersionStorageClass::from_static(
+                        dto::ObjectVersionStorageClass::STANDARD,
+                    )),
+                    ..Default::default()
+                })
+                .collect();
+            Ok(S3Response::new(dto::ListObjectVersionsOutput {
+                name: Some(i.bucket),
+                prefix: i.prefix,
+                delimiter: i.delimiter,
+                key_marker: i.key_marker,
+                max_keys: i32::try_from(max).ok(),
+                is_truncated: Some(page.next.is_some()),
+                next_key_marker: page.next.clone(),
+                next_version_id_marker: page.next.map(|_| "null".to_string()),
+                versions: Some(versions),
+                common_prefixes: Some(
+                    page.prefixes
+                        .into_iter()
+                        .map(|p| dto::CommonPrefix { prefix: Some(p) })
+                        .collect(),
+                ),
+                ..Default::default()
+            }))
+        })
+        .await
+    }
+
+    async fn put_object(
+        &self,
+        req: S3Request<dto::PutObjectInput>,
+    ) -> S3Result<S3Response<dto::PutObjectOutput>> {
+        self.tracked("PutObject", async {
+            let i = req.input;
+            let mut meta = object_metadata(i.content_type.as_deref(), i.metadata.as_ref());
+            let mut w = self
+                .client()
+                .create_key(&i.bucket, &i.key, None)
+                .await
+                .map_err(to_s3)?;
+            let (_, etag) = drain_body(self, i.body, &mut w).await?;
+            // A mismatch drops the writer: nothing is committed.
+            check_content_md5(i.content_md5.as_deref(), &etag)?;
+            meta.insert(ETAG.to_string(), etag.clone());
+            w.close_with(meta).await.map_err(to_s3)?;
+            Ok(S3Response::new(dto::PutObjectOutput {
+                e_tag: Some(ETag::Strong(etag)),
+                ..Default::default()
+            }))
+        })
+        .await
+    }
+
+    async fn delete_object(
+        &self,
+        req: S3Request<dto::DeleteObjectInput>,
+    ) -> S3Result<S3Response<dto::DeleteObjectOutput>> {
+        self.tracked("DeleteObject", async {
+            let i = req.input;
+            match self.client().delete_key(&i.bucket, &i.key).await {
+                // Deleting a missing key succeeds in S3 (the bucket must exist).
+                Ok(()) | Err(ClientError::KeyNotFound { .. }) => {}
+                Err(e) => return Err(to_s3(e)),
+            }
+            Ok(S3Response::new(dto::DeleteObjectOutput::default()))
+        })
+        .await
+    }
+
+    async fn delete_objects(
+        &self,
+        req: S3Request<dto::DeleteObjectsInput>,
+    ) -> S3Result<S3Response<dto::DeleteObjectsOutput>> {
+        self.tracked("DeleteObjects", async {
+            let i = req.input;
+            self.client().bucket(&i.bucket).await.map_err(to_s3)?;
+            let quiet = i.delete.quiet.unwrap_or(false);
+            let mut deleted = Vec::new();
+            let mut errors = Vec::new();
+            for obj in i.delete.objects {
+                match self.client().delete_key(&i.bucket, &obj.key).await {
+                    Ok(()) | Err(ClientError::KeyNotFound { .. }) => {
+                        if !quiet {
+                            deleted.push(dto::DeletedObject {
+                                key: Some(obj.key),
+                                ..Default::default()
+                            });
+                        }
+                    }
+                    Err(e) => {
+                        let e = to_s3(e);
+                        errors.push(dto::Error {
+                            key: Some(obj.key),
+                            code: Some(e.code().as_str().to_string()),
+                            message: e.message().map(str::to_string),
+                            ..Default::default()
+                        });
+                    }
+                }
+            }
+            Ok(S3Response::new(dto::DeleteObjectsOutput {
+                deleted: Some(deleted),
+                errors: Some(errors),
+                ..Default::default()
+            }))
+        })
+        .await
+    }
+
+    async fn copy_object(
+        &self,
+        req: S3Request<dto::CopyObjectInput>,
+    ) -> S3Result<S3Response<dto::CopyObjectOutput>> {
+        self.tracked("CopyObject", async {
+            let i = req.input;
+            let dto::CopySource::Bucket { bucket, key, .. } = &i.copy_source else {
+                return Err(s3_error!(NotImplemented, "copy from an access point"));
+            };
+            let src = self.client().open_key(bucket, key).await.map_err(to_s3)?;
+            self.metrics().key_lookup();
+            let replace = i
+                .metadata_directive
+                .as_ref()
+                .is_some_and(|d| d.as_str() == dto::MetadataDirective::REPLACE);
+            let mut meta = if replace {
+                object_metadata(i.content_type.as_deref(), i.metadata.as_ref())
+            } else {
+                src.info().metadata.clone()
+            };
+            let mut w = self
+                .client()
+                .create_key(&i.bucket, &i.key, None)
+                .await
+                .map_err(to_s3)?;
+            let mut md5 = Md5::new();
+            let step = self.max_buffer();
+            let mut at = 0u64;
+            while at < src.len() {
+                let chunk = src.read_range(at, step).await.map_err(to_s3)?;
+                if chunk.is_empty() {
+                    return Err(S3Error::with_message(
+                        S3ErrorCode::InternalError,
+                        "source ended early",
+                    ));
+                }
+                md5.update(&chunk);
+                w.write(&chunk).await.map_err(to_s3)?;
+                at += chunk.len() as u64;
+            }
+            // A copy keeps the source's ETag form only for single-part objects;
+            // the copy is one object, so its ETag is the MD5 of its bytes.
+            let etag = hex(&md5.finalize());
+            meta.insert(ETAG.to_string(), etag.clone());
+            meta.remove(PART_SIZES);
+            let info = w.close_with(meta).await.map_err(to_s3)?;
+            Ok(S3Response::new(dto::CopyObjectOutput {
+                copy_object_result: Some(dto::CopyObjectResult {
+                    e_tag: Some(ETag::Strong(etag)),
+                    last_modified: Some(timestamp(info.created_unix_ms)),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }))
+        })
+        .await
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<dto::CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<dto::CreateMultipartUploadOutput>> {
+        self.tracked(
+            "CreateMultipartUpload",
+            crate::multipart::create(self, req.input),
+        )
+        .await
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<dto::UploadPartInput>,
+    ) -> S3Result<S3Response<dto::UploadPartOutput>> {
+        self.tracked("UploadPart", crate::multipart::upload_part(self, req.input))
+            .await
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<dto::CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<dto::CompleteMultipartUploadOutput>> {
+        self.tracked(
+            "CompleteMultipartUpload",
+            crate::multipart::complete(self, req.input),
+        )
+        .await
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<dto::AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<dto::AbortMultipartUploadOutput>> {
+        self.tracked(
+            "AbortMultipartUpload",
+            crate::multipart::abort(self, req.input),
+        )
+        .await
+    }
+
+    async fn list_parts(
+        &self,
+        req: S3Request<dto::ListPartsInput>,
+    ) -> S3Result<S3Response<dto::ListPartsOutput>> {
+        self.tracked("ListParts", crate::multipart::list_parts(self, req.input))
+            .await
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<dto::ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<dto::ListMultipartUploadsOutput>> {
+        self.tracked(
+            "ListMultipartUploads",
+            crate::multipart::list_uploads(self, req.input),
+        )
+        .await
+    }
+}

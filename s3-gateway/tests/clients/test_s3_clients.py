@@ -1,0 +1,211 @@
+"""Real S3 clients against a running minicluster's gateway.
+
+Run by .ci/run: aws-cli (mb, multipart cp up, ranged parallel cp down, ls,
+rm) and boto3 (every Range rule on GET and HEAD, ListObjectsV2 paging,
+DeleteObjects, a presigned GET with requests, and a wrong secret -> 403).
+Reads the gateway address and keys from target/minicluster/cluster.json.
+Prints "N passed, M failed" and exits non-zero on any failure.
+"""
+
+import filecmp
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import urllib.parse
+
+import boto3
+import requests
+from botocore.client import Config
+from botocore.exceptions import ClientError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+INFO = json.load(open(os.path.join(ROOT, "target", "minicluster", "cluster.json")))["s3"]
+ENDPOINT, AK, SK = INFO["endpoint"], INFO["access_key"], INFO["secret_key"]
+
+passed, failed = 0, 0
+
+
+def check(name, cond, detail=""):
+    global passed, failed
+    if cond:
+        passed += 1
+        print(f"ok   {name}")
+    else:
+        failed += 1
+        print(f"FAIL {name} {detail}")
+
+
+def client(secret=SK):
+    return boto3.client(
+        "s3",
+        endpoint_url=ENDPOINT,
+        aws_access_key_id=AK,
+        aws_secret_access_key=secret,
+        region_name="us-east-1",
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
+    )
+
+
+def aws(*args):
+    env = dict(os.environ, AWS_ACCESS_KEY_ID=AK, AWS_SECRET_ACCESS_KEY=SK, AWS_DEFAULT_REGION="us-east-1")
+    return subprocess.run(["aws", "--endpoint-url", ENDPOINT, *args], env=env, capture_output=True, text=True)
+
+
+def aws_cli():
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "big.bin")
+        with open(src, "wb") as f:
+            f.write(os.urandom(40 * 1024 * 1024))
+        r = aws("s3", "mb", "s3://clitest")
+        check("aws s3 mb", r.returncode == 0, r.stderr)
+        r = aws("s3", "cp", src, "s3://clitest/dir/big.bin")
+        check("aws s3 cp up (multipart)", r.returncode == 0, r.stderr)
+        head = client().head_object(Bucket="clitest", Key="dir/big.bin")
+        check("multipart ETag form", head["ETag"].strip('"').endswith("-5"), head["ETag"])
+        down = os.path.join(d, "down.bin")
+        r = aws("s3", "cp", "s3://clitest/dir/big.bin", down)
+        check("aws s3 cp down (ranged, parallel)", r.returncode == 0, r.stderr)
+        check("downloaded bytes equal", r.returncode == 0 and filecmp.cmp(src, down, shallow=False))
+        r = aws("s3", "ls", "s3://clitest/dir/")
+        check("aws s3 ls", r.returncode == 0 and "big.bin" in r.stdout, r.stdout + r.stderr)
+        r = aws("s3", "rm", "s3://clitest/dir/big.bin")
+        check("aws s3 rm", r.returncode == 0, r.stderr)
+        r = aws("s3", "ls", "s3://clitest/dir/")
+        check("removed", "big.bin" not in r.stdout)
+
+
+def ranges():
+    s3 = client()
+    s3.create_bucket(Bucket="boto")
+    body = bytes(range(256)) * 4  # 1024 bytes
+    s3.put_object(Bucket="boto", Key="obj", Body=body, ContentType="text/x-test", Metadata={"color": "blue"})
+    s3.put_object(Bucket="boto", Key="empty", Body=b"")
+    size = len(body)
+    cases = [
+        ("bytes=0-0", 206, body[0:1]),
+        ("bytes=10-19", 206, body[10:20]),
+        ("bytes=1000-", 206, body[1000:]),
+        ("bytes=-24", 206, body[-24:]),
+        ("bytes=1000-5000", 206, body[1000:]),
+        ("bytes=-5000", 206, body),
+        ("bytes=0-99999999999999999999999", 206, body),
+        ("bytes=5-2", 200, body),
+        ("bytes=a-b", 200, body),
+        ("bytes=-", 200, body),
+        ("items=0-1", 200, body),
+        ("bytes=0-1,3-4", 200, body),
+    ]
+    for rng, status, want in cases:
+        r = s3.get_object(Bucket="boto", Key="obj", Range=rng)
+        got = r["Body"].read()
+        code = r["ResponseMetadata"]["HTTPStatusCode"]
+        ok = code == status and got == want and r["ContentLength"] == len(want)
+        if status == 206:
+            first = size - len(want) if rng.startswith("bytes=-") else int(rng[6:].split("-")[0])
+            ok = ok and r.get("ContentRange") == f"bytes {first}-{first + len(want) - 1}/{size}"
+        check(f"GET Range {rng} -> {status}", ok, f"{code} {len(got)} {r.get('ContentRange')}")
+        check(f"GET Range {rng} accept-ranges", r.get("AcceptRanges") == "bytes")
+    for rng, key in [("bytes=1024-", "obj"), ("bytes=5000-6000", "obj"), ("bytes=-0", "obj"), ("bytes=0-", "empty"), ("bytes=-5", "empty")]:
+        try:
+            s3.get_object(Bucket="boto", Key=key, Range=rng)
+            check(f"GET Range {rng} on {key} -> 416", False, "no error")
+        except ClientError as e:
+            hdrs = e.response["ResponseMetadata"]["HTTPHeaders"]
+            n = 0 if key == "empty" else size
+            check(
+                f"GET Range {rng} on {key} -> 416",
+                e.response["ResponseMetadata"]["HTTPStatusCode"] == 416
+                and e.response["Error"]["Code"] == "InvalidRange"
+                and hdrs.get("content-range") == f"bytes */{n}",
+                str(e.response),
+            )
+    h = s3.head_object(Bucket="boto", Key="obj", Range="bytes=2-5")
+    check("HEAD Range -> 206", h["ResponseMetadata"]["HTTPStatusCode"] == 206 and h["ContentLength"] == 4
+          and h["ContentRange"] == f"bytes 2-5/{size}", str(h))
+    h = s3.head_object(Bucket="boto", Key="obj")
+    check("HEAD metadata", h["ContentType"] == "text/x-test" and h["Metadata"].get("color") == "blue"
+          and h["ETag"].strip('"') == hashlib.md5(body).hexdigest(), str(h))
+    try:
+        s3.get_object(Bucket="boto", Key="obj", IfMatch='"nope"', Range="bytes=0-1")
+        check("If-Match failing wins over Range", False, "no error")
+    except ClientError as e:
+        check("If-Match failing wins over Range", e.response["ResponseMetadata"]["HTTPStatusCode"] == 412)
+    try:
+        s3.get_object(Bucket="boto", Key="obj", PartNumber=1, Range="bytes=0-1")
+        check("Range with partNumber -> 400", False, "no error")
+    except ClientError as e:
+        check("Range with partNumber -> 400", e.response["ResponseMetadata"]["HTTPStatusCode"] == 400)
+    try:
+        s3.get_object(Bucket="boto", Key="missing")
+        check("NoSuchKey", False)
+    except ClientError as e:
+        check("NoSuchKey", e.response["Error"]["Code"] == "NoSuchKey")
+
+
+def listing_and_delete():
+    s3 = client()
+    s3.create_bucket(Bucket="lists")
+    names = [f"a/{i:02d}" for i in range(7)] + ["b/x", "c"]
+    for n in names:
+        s3.put_object(Bucket="lists", Key=n, Body=n.encode())
+    seen, token, pages = [], None, 0
+    while True:
+        kw = {"Bucket": "lists", "MaxKeys": 2}
+        if token:
+            kw["ContinuationToken"] = token
+        r = s3.list_objects_v2(**kw)
+        pages += 1
+        seen += [o["Key"] for o in r.get("Contents", [])]
+        if not r["IsTruncated"]:
+            break
+        token = r["NextContinuationToken"]
+    check("list_objects_v2 paging", seen == sorted(names) and pages == 5, f"{seen} in {pages} pages")
+    r = s3.list_objects_v2(Bucket="lists", Delimiter="/")
+    check("delimiter", [p["Prefix"] for p in r.get("CommonPrefixes", [])] == ["a/", "b/"]
+          and [o["Key"] for o in r.get("Contents", [])] == ["c"], str(r))
+    r = s3.delete_objects(Bucket="lists", Delete={"Objects": [{"Key": n} for n in names]})
+    check("delete_objects", len(r.get("Deleted", [])) == len(names), str(r))
+    check("bucket empty", s3.list_objects_v2(Bucket="lists").get("KeyCount") == 0)
+
+
+def presigned_and_auth():
+    for version in ("s3v4", "s3"):  # SigV4 query auth, and boto3's default SigV2
+        s3 = boto3.client(
+            "s3", endpoint_url=ENDPOINT, aws_access_key_id=AK, aws_secret_access_key=SK,
+            region_name="us-east-1", config=Config(signature_version=version, s3={"addressing_style": "path"}),
+        )
+        url = s3.generate_presigned_url("get_object", Params={"Bucket": "boto", "Key": "obj"}, ExpiresIn=300)
+        r = requests.get(url, timeout=30)
+        check(f"presigned GET ({version})", r.status_code == 200 and len(r.content) == 1024, f"{r.status_code} {r.text[:200]}")
+        r = requests.get(url, headers={"Range": "bytes=0-9"}, timeout=30)
+        check(f"presigned ranged GET ({version})", r.status_code == 206 and len(r.content) == 10, f"{r.status_code}")
+        parts = urllib.parse.urlsplit(url)
+        query = []
+        for k, v in urllib.parse.parse_qsl(parts.query):
+            if k == "X-Amz-Signature":  # hex: change one digit
+                v = ("0" if v[0] != "0" else "1") + v[1:]
+            elif k == "Signature":  # base64: change one character
+                v = ("A" if v[0] != "A" else "B") + v[1:]
+            query.append((k, v))
+        bad = urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
+        r = requests.get(bad, timeout=30)
+        check(f"tampered presigned GET ({version}) -> 403", r.status_code == 403, f"{r.status_code}")
+    try:
+        client(secret="wrong-secret").list_buckets()
+        check("wrong secret -> 403", False, "no error")
+    except ClientError as e:
+        check("wrong secret -> 403", e.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+              and e.response["Error"]["Code"] == "SignatureDoesNotMatch", str(e.response))
+
+
+for step in (aws_cli, ranges, listing_and_delete, presigned_and_auth):
+    try:
+        step()
+    except Exception as e:  # a crash in one step is a failure, not the end of the run
+        check(f"{step.__name__} ran", False, repr(e))
+
+print(f"s3: {passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
