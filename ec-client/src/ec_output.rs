@@ -336,12 +336,7 @@ impl ECKeyOutputStream {
     /// A flush failure (now or earlier): the key is not committed, the om
     /// session is aborted, and no key becomes visible.
     pub async fn close(self) -> Result<KeyInfo> {
-        match self.finish(Commit::Key(BTreeMap::new())).await? {
-            Committed::Key(k) => Ok(k),
-            Committed::Part(_) => Err(ClientError::InvalidArgument(
-                "a key commit returned a part".into(),
-            )),
-        }
+        self.finish(Commit::Key(BTreeMap::new())).await?.into_key()
     }
 
     /// Like [`close`](Self::close), ending the session as `commit` says (a

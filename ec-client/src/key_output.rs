@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use proto_crate::{KeyInfo, PartInfo};
 
 use crate::om_client::{Commit, Committed};
-use crate::{ClientError, ECKeyOutputStream, ReplicatedKeyOutputStream, Result};
+use crate::{ECKeyOutputStream, ReplicatedKeyOutputStream, Result};
 
 /// A key being written. Nothing is visible until [`close`](Self::close).
 #[derive(Debug)]
@@ -84,12 +84,7 @@ impl KeyOutputStream {
     /// Any write failure; the om's refusal if this stream writes a multipart
     /// upload's part.
     pub async fn close_with(self, metadata: BTreeMap<String, String>) -> Result<KeyInfo> {
-        match self.finish(Commit::Key(metadata)).await? {
-            Committed::Key(k) => Ok(k),
-            Committed::Part(_) => Err(ClientError::InvalidArgument(
-                "a key commit returned a part".into(),
-            )),
-        }
+        self.finish(Commit::Key(metadata)).await?.into_key()
     }
 
     /// Writes what is buffered and commits this stream as part of its
@@ -98,17 +93,11 @@ impl KeyOutputStream {
     /// # Errors
     /// Any write failure; the om's refusal if this stream writes a key.
     pub async fn close_part(self, etag: &str) -> Result<PartInfo> {
-        match self
-            .finish(Commit::Part {
-                etag: etag.to_string(),
-            })
-            .await?
-        {
-            Committed::Part(p) => Ok(p),
-            Committed::Key(_) => Err(ClientError::InvalidArgument(
-                "a part commit returned a key".into(),
-            )),
-        }
+        self.finish(Commit::Part {
+            etag: etag.to_string(),
+        })
+        .await?
+        .into_part()
     }
 
     async fn finish(self, commit: Commit) -> Result<Committed> {

@@ -54,6 +54,28 @@ pub enum Committed {
     Part(PartInfo),
 }
 
+impl Committed {
+    /// The key, or an error if a part was committed.
+    pub(crate) fn into_key(self) -> Result<KeyInfo> {
+        match self {
+            Self::Key(k) => Ok(k),
+            Self::Part(_) => Err(ClientError::InvalidArgument(
+                "a key commit returned a part".into(),
+            )),
+        }
+    }
+
+    /// The part, or an error if a key was committed.
+    pub(crate) fn into_part(self) -> Result<PartInfo> {
+        match self {
+            Self::Part(p) => Ok(p),
+            Self::Key(_) => Err(ClientError::InvalidArgument(
+                "a part commit returned a key".into(),
+            )),
+        }
+    }
+}
+
 fn bucket_not_found(e: ClientError, bucket: &str) -> ClientError {
     match e {
         ClientError::Om { name, .. } if name == "BUCKET_NOT_FOUND" => {

@@ -282,12 +282,7 @@ impl ReplicatedKeyOutputStream {
     /// A failed write (now or earlier): nothing is committed and the session
     /// is aborted.
     pub async fn close(self) -> Result<KeyInfo> {
-        match self.finish(Commit::Key(BTreeMap::new())).await? {
-            Committed::Key(k) => Ok(k),
-            Committed::Part(_) => Err(ClientError::InvalidArgument(
-                "a key commit returned a part".into(),
-            )),
-        }
+        self.finish(Commit::Key(BTreeMap::new())).await?.into_key()
     }
 
     /// Like [`close`](Self::close), ending the session as `commit` says.

@@ -32,6 +32,23 @@ async fn read_all_sequential(
     Ok(out)
 }
 
+/// Uuid of a datanode that holds no block of the key's first group.
+fn outside_datanode(cluster: &minicluster::MiniCluster, info: &ec_client::KeyInfo) -> String {
+    let used: Vec<&str> = info.block_groups[0]
+        .pipeline
+        .locations
+        .iter()
+        .map(|l| l.datanode.uuid.as_str())
+        .collect();
+    cluster
+        .datanodes()
+        .iter()
+        .find(|d| !used.contains(&d.uuid()))
+        .expect("a datanode outside the group")
+        .uuid()
+        .to_string()
+}
+
 /// Random preads plus a few boundary preads, all compared with `src`.
 async fn check_preads(stream: &ec_client::KeyInputStream, src: &[u8], seed: u64) {
     let len = src.len() as u64;
@@ -288,19 +305,7 @@ async fn spare_replica_serves_a_failed_index() {
     ec_bucket(&client, "b", 1 << 20).await;
     let src = data(LEN, 6);
     let info = client.put_key("b", "k", None, &src).await.expect("put");
-    let used: Vec<String> = info.block_groups[0]
-        .pipeline
-        .locations
-        .iter()
-        .map(|l| l.datanode.uuid.clone())
-        .collect();
-    let spare = cluster
-        .datanodes()
-        .iter()
-        .find(|d| !used.contains(&d.uuid().to_string()))
-        .expect("a sixth datanode")
-        .uuid()
-        .to_string();
+    let spare = outside_datanode(&cluster, &info);
     let copied = om::add_replica(cluster.om(), "b", "k", 0, 1, &spare)
         .await
         .expect("add replica");
@@ -482,19 +487,7 @@ async fn reconstruction_reads_from_spare_replicas() {
     ec_bucket(&client, "b", 1 << 20).await;
     let src = data(LEN, 12);
     let info = client.put_key("b", "k", None, &src).await.expect("put");
-    let used: Vec<String> = info.block_groups[0]
-        .pipeline
-        .locations
-        .iter()
-        .map(|l| l.datanode.uuid.clone())
-        .collect();
-    let spare = cluster
-        .datanodes()
-        .iter()
-        .find(|d| !used.contains(&d.uuid().to_string()))
-        .expect("a sixth datanode")
-        .uuid()
-        .to_string();
+    let spare = outside_datanode(&cluster, &info);
     om::add_replica(cluster.om(), "b", "k", 0, 2, &spare)
         .await
         .expect("spare of index 2");

@@ -167,6 +167,13 @@ async fn list_page(
     Ok(page)
 }
 
+fn common_prefixes(prefixes: Vec<String>) -> Vec<dto::CommonPrefix> {
+    prefixes
+        .into_iter()
+        .map(|p| dto::CommonPrefix { prefix: Some(p) })
+        .collect()
+}
+
 fn max_keys(m: Option<i32>) -> usize {
     m.map_or(1000, |v| usize::try_from(v.clamp(0, 1000)).unwrap_or(1000))
 }
@@ -295,12 +302,7 @@ impl S3 for Gateway {
                 is_truncated: Some(page.next.is_some()),
                 next_continuation_token: page.next,
                 contents: Some(page.objects.iter().map(s3_object).collect()),
-                common_prefixes: Some(
-                    page.prefixes
-                        .into_iter()
-                        .map(|p| dto::CommonPrefix { prefix: Some(p) })
-                        .collect(),
-                ),
+                common_prefixes: Some(common_prefixes(page.prefixes)),
                 encoding_type: i.encoding_type,
                 ..Default::default()
             }))
@@ -341,12 +343,7 @@ impl S3 for Gateway {
                     None
                 },
                 contents: Some(page.objects.iter().map(s3_object).collect()),
-                common_prefixes: Some(
-                    page.prefixes
-                        .into_iter()
-                        .map(|p| dto::CommonPrefix { prefix: Some(p) })
-                        .collect(),
-                ),
+                common_prefixes: Some(common_prefixes(page.prefixes)),
                 encoding_type: i.encoding_type,
                 ..Default::default()
             }))
@@ -399,12 +396,7 @@ impl S3 for Gateway {
                 next_key_marker: page.next.clone(),
                 next_version_id_marker: page.next.map(|_| "null".to_string()),
                 versions: Some(versions),
-                common_prefixes: Some(
-                    page.prefixes
-                        .into_iter()
-                        .map(|p| dto::CommonPrefix { prefix: Some(p) })
-                        .collect(),
-                ),
+                common_prefixes: Some(common_prefixes(page.prefixes)),
                 ..Default::default()
             }))
         })
