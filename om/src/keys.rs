@@ -14,15 +14,26 @@ impl OzoneManager {
     /// The committed key `bucket/key`.
     ///
     /// # Errors
-    /// [`OmError::KeyNotFound`], database errors.
+    /// [`OmError::KeyNotFound`], [`OmError::BucketNotFound`] when the bucket is missing, database errors.
     pub fn lookup_key(&self, bucket: &str, key: &str) -> Result<KeyInfo> {
         let read = self.db.begin_read()?;
         let t = read.open_table(KEYS)?;
-        let v = t.get((bucket, key))?.ok_or_else(|| OmError::KeyNotFound {
-            bucket: bucket.to_string(),
-            key: key.to_string(),
-        })?;
-        decode::<pb::KeyInfo, _>(v.value(), "key")
+        match t.get((bucket, key))? {
+            Some(v) => decode::<pb::KeyInfo, _>(v.value(), "key"),
+            None => Err(self.missing_key(bucket, key)),
+        }
+    }
+
+    /// The error for a key that is not there: `BucketNotFound` when the
+    /// bucket itself is missing (as S3's NoSuchBucket), else `KeyNotFound`.
+    fn missing_key(&self, bucket: &str, key: &str) -> OmError {
+        match self.get_bucket(bucket) {
+            Err(e) => e,
+            Ok(_) => OmError::KeyNotFound {
+                bucket: bucket.to_string(),
+                key: key.to_string(),
+            },
+        }
     }
 
     /// Keys of `bucket` starting with `prefix`, strictly after `start_after`,
@@ -127,16 +138,13 @@ impl OzoneManager {
     /// deletion is not modelled).
     ///
     /// # Errors
-    /// [`OmError::KeyNotFound`], database errors.
+    /// [`OmError::KeyNotFound`], [`OmError::BucketNotFound`] when the bucket is missing, database errors.
     pub fn delete_key(&self, bucket: &str, key: &str) -> Result<()> {
         let txn = self.db.begin_write()?;
         {
             let mut t = txn.open_table(KEYS)?;
             if t.remove((bucket, key))?.is_none() {
-                return Err(OmError::KeyNotFound {
-                    bucket: bucket.to_string(),
-                    key: key.to_string(),
-                });
+                return Err(self.missing_key(bucket, key));
             }
         }
         txn.commit()?;

@@ -14,8 +14,10 @@
 //!   and discards.
 //! - [`GatewayMetrics`]: requests by operation and status, bytes, key lookups.
 //!
-//! Where s3s differs from Amazon: it rejects a malformed `Range` header that
-//! Amazon ignores — the GET/HEAD route above takes over before s3s parses it.
+//! Where s3s differs from Amazon, this crate overrides it: s3s rejects a
+//! malformed `Range` header that Amazon ignores (the GET/HEAD route takes
+//! over before s3s parses it), and its `SimpleAuth` answers an unknown
+//! access key with `NotSignedUp` where Amazon says `InvalidAccessKeyId`.
 //!
 //! Layering: uses `ec-client` only (never datanodes or the om directly).
 
@@ -34,7 +36,7 @@ use ec_client::Client;
 pub use error::to_s3;
 pub use metrics::{GatewayMetrics, GatewaySnapshot};
 pub use multipart::MIN_PART_SIZE;
-use s3s::auth::SimpleAuth;
+use s3s::auth::{S3Auth, SecretKey};
 use s3s::service::S3ServiceBuilder;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -69,6 +71,27 @@ impl GatewayConfig {
     pub fn without_auth(mut self) -> Self {
         self.credentials = None;
         self
+    }
+}
+
+/// The configured key pair. Unlike s3s's `SimpleAuth` (which answers
+/// `NotSignedUp`), an unknown access key gets Amazon's `InvalidAccessKeyId`.
+struct Credentials {
+    access_key: String,
+    secret_key: String,
+}
+
+#[async_trait::async_trait]
+impl S3Auth for Credentials {
+    async fn get_secret_key(&self, access_key: &str) -> s3s::S3Result<SecretKey> {
+        if access_key == self.access_key {
+            Ok(SecretKey::from(self.secret_key.clone()))
+        } else {
+            Err(s3s::s3_error!(
+                InvalidAccessKeyId,
+                "The AWS Access Key Id you provided does not exist in our records."
+            ))
+        }
     }
 }
 
@@ -119,7 +142,10 @@ impl S3Gateway {
         };
         let mut builder = S3ServiceBuilder::new(gw.clone());
         if let Some((ak, sk)) = &config.credentials {
-            builder.set_auth(SimpleAuth::from_single(ak.clone(), sk.clone()));
+            builder.set_auth(Credentials {
+                access_key: ak.clone(),
+                secret_key: sk.clone(),
+            });
         }
         builder.set_route(get::ObjectReadRoute {
             gw,

@@ -171,6 +171,66 @@ def listing_and_delete():
     check("bucket empty", s3.list_objects_v2(Bucket="lists").get("KeyCount") == 0)
 
 
+def more_operations():
+    s3 = client()
+    s3.create_bucket(Bucket="ops")
+    check("head_bucket", s3.head_bucket(Bucket="ops")["ResponseMetadata"]["HTTPStatusCode"] == 200)
+    check("list_buckets", "ops" in [b["Name"] for b in s3.list_buckets()["Buckets"]])
+    s3.put_object(Bucket="ops", Key="src", Body=b"copy me", Metadata={"k": "v"})
+    s3.copy_object(Bucket="ops", Key="dst", CopySource={"Bucket": "ops", "Key": "src"})
+    got = s3.get_object(Bucket="ops", Key="dst")
+    check("copy_object", got["Body"].read() == b"copy me" and got["Metadata"].get("k") == "v", str(got))
+    r = s3.list_objects(Bucket="ops", MaxKeys=1)
+    check("list_objects v1", [o["Key"] for o in r["Contents"]] == ["dst"] and r["IsTruncated"], str(r))
+    r = s3.list_object_versions(Bucket="ops")
+    check("list_object_versions", all(v["VersionId"] == "null" and v["IsLatest"] for v in r["Versions"])
+          and len(r["Versions"]) == 2, str(r))
+    # Multipart by hand: two parts, list, partNumber GET, then an aborted upload.
+    part = os.urandom(5 * 1024 * 1024)
+    up = s3.create_multipart_upload(Bucket="ops", Key="mpu")["UploadId"]
+    e1 = s3.upload_part(Bucket="ops", Key="mpu", UploadId=up, PartNumber=1, Body=part)["ETag"]
+    e2 = s3.upload_part(Bucket="ops", Key="mpu", UploadId=up, PartNumber=2, Body=b"tail")["ETag"]
+    parts = s3.list_parts(Bucket="ops", Key="mpu", UploadId=up)["Parts"]
+    check("list_parts", [(p["PartNumber"], p["Size"]) for p in parts] == [(1, len(part)), (2, 4)], str(parts))
+    ups = s3.list_multipart_uploads(Bucket="ops").get("Uploads", [])
+    check("list_multipart_uploads", [u["UploadId"] for u in ups] == [up], str(ups))
+    try:
+        s3.complete_multipart_upload(Bucket="ops", Key="mpu", UploadId=up, MultipartUpload={
+            "Parts": [{"PartNumber": 2, "ETag": e2}, {"PartNumber": 1, "ETag": e1}]})
+        check("InvalidPartOrder", False, "no error")
+    except ClientError as e:
+        check("InvalidPartOrder", e.response["Error"]["Code"] == "InvalidPartOrder", str(e.response))
+    s3.complete_multipart_upload(Bucket="ops", Key="mpu", UploadId=up, MultipartUpload={
+        "Parts": [{"PartNumber": 1, "ETag": e1}, {"PartNumber": 2, "ETag": e2}]})
+    whole = s3.get_object(Bucket="ops", Key="mpu")
+    check("multipart object", whole["Body"].read() == part + b"tail" and whole["ETag"].strip('"').endswith("-2"))
+    p2 = s3.get_object(Bucket="ops", Key="mpu", PartNumber=2)
+    check("GET partNumber=2", p2["Body"].read() == b"tail" and p2["ResponseMetadata"]["HTTPStatusCode"] == 206
+          and p2.get("PartsCount") == 2, str(p2))
+    up2 = s3.create_multipart_upload(Bucket="ops", Key="gone")["UploadId"]
+    s3.upload_part(Bucket="ops", Key="gone", UploadId=up2, PartNumber=1, Body=b"x")
+    s3.abort_multipart_upload(Bucket="ops", Key="gone", UploadId=up2)
+    try:
+        s3.list_parts(Bucket="ops", Key="gone", UploadId=up2)
+        check("abort_multipart_upload", False, "upload still listed")
+    except ClientError as e:
+        check("abort_multipart_upload", e.response["Error"]["Code"] == "NoSuchUpload", str(e.response))
+    try:
+        s3.delete_bucket(Bucket="ops")
+        check("BucketNotEmpty", False, "deleted a non-empty bucket")
+    except ClientError as e:
+        check("BucketNotEmpty", e.response["Error"]["Code"] == "BucketNotEmpty", str(e.response))
+    for k in ("src", "dst", "mpu"):
+        s3.delete_object(Bucket="ops", Key=k)
+    s3.delete_bucket(Bucket="ops")
+    check("delete_bucket", "ops" not in [b["Name"] for b in s3.list_buckets()["Buckets"]])
+    try:
+        s3.get_object(Bucket="nope-bucket", Key="x")
+        check("NoSuchBucket", False)
+    except ClientError as e:
+        check("NoSuchBucket", e.response["Error"]["Code"] == "NoSuchBucket", str(e.response))
+
+
 def presigned_and_auth():
     for version in ("s3v4", "s3"):  # SigV4 query auth, and boto3's default SigV2
         s3 = boto3.client(
@@ -194,6 +254,13 @@ def presigned_and_auth():
         r = requests.get(bad, timeout=30)
         check(f"tampered presigned GET ({version}) -> 403", r.status_code == 403, f"{r.status_code}")
     try:
+        boto3.client("s3", endpoint_url=ENDPOINT, aws_access_key_id="nobody", aws_secret_access_key=SK,
+                     region_name="us-east-1", config=Config(s3={"addressing_style": "path"})).list_buckets()
+        check("unknown key -> 403", False, "no error")
+    except ClientError as e:
+        check("unknown key -> 403", e.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+              and e.response["Error"]["Code"] == "InvalidAccessKeyId", str(e.response))
+    try:
         client(secret="wrong-secret").list_buckets()
         check("wrong secret -> 403", False, "no error")
     except ClientError as e:
@@ -201,7 +268,7 @@ def presigned_and_auth():
               and e.response["Error"]["Code"] == "SignatureDoesNotMatch", str(e.response))
 
 
-for step in (aws_cli, ranges, listing_and_delete, presigned_and_auth):
+for step in (aws_cli, ranges, listing_and_delete, more_operations, presigned_and_auth):
     try:
         step()
     except Exception as e:  # a crash in one step is a failure, not the end of the run
