@@ -13,7 +13,9 @@ use std::collections::BTreeMap;
 
 use prost::Message;
 use proto_crate::wire::om as pb;
-use proto_crate::{KeyInfo, MultipartUpload, PartInfo, ReplicationConfig};
+use proto_crate::{
+    KeyInfo, MULTIPART_PART_SIZES_KEY, MultipartUpload, PartInfo, ReplicationConfig,
+};
 use redb::{ReadableDatabase, ReadableTable};
 
 use crate::manager::{KEYS, OpenKey, SessionTarget, UPLOADS, decode, now_ms};
@@ -210,7 +212,8 @@ impl OzoneManager {
 
     /// Completes an upload from `parts` ((part number, ETag), ascending):
     /// commits the key with the parts' block groups in order and removes
-    /// the upload. `metadata` is merged over the upload's.
+    /// the upload. `metadata` is merged over the upload's, and the parts'
+    /// sizes are recorded under [`MULTIPART_PART_SIZES_KEY`].
     ///
     /// # Errors
     /// [`OmError::NoSuchUpload`]; [`OmError::InvalidPartOrder`] when part
@@ -264,6 +267,12 @@ impl OzoneManager {
         }
         let mut meta = u.metadata.clone();
         meta.extend(metadata);
+        let sizes: Vec<String> = parts
+            .iter()
+            .filter_map(|(n, _)| u.parts.iter().find(|p| p.part_number == *n))
+            .map(|p| p.size.to_string())
+            .collect();
+        meta.insert(MULTIPART_PART_SIZES_KEY.to_string(), sizes.join(","));
         let block_size = self.get_bucket(&u.bucket)?.block_size;
         let info = KeyInfo {
             bucket: u.bucket.clone(),

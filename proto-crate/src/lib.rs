@@ -46,5 +46,5 @@ pub use domain::{
 };
 pub use ec_codec::EcReplicationConfig;
 pub use error::ProtocolError;
-pub use metadata::{BucketInfo, KeyInfo, MultipartUpload, PartInfo};
+pub use metadata::{BucketInfo, KeyInfo, MULTIPART_PART_SIZES_KEY, MultipartUpload, PartInfo};
 pub use result::{ResultCode, result_code, status};

@@ -77,6 +77,11 @@ impl From<KeyInfo> for om::KeyInfo {
     }
 }
 
+/// Metadata key under which a key completed from a multipart upload records
+/// its parts' sizes in bytes, comma-separated in part order (the om writes
+/// it at completion; S3 GET `?partNumber=N` reads it).
+pub const MULTIPART_PART_SIZES_KEY: &str = "mpu-part-sizes";
+
 /// One uploaded part of a multipart upload (S3's part; its data lives in
 /// block groups that become the key's when the upload completes).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -78,7 +78,9 @@ fn query_pairs(uri: &Uri) -> Vec<(String, String)> {
 
 fn plain_query(uri: &Uri) -> bool {
     query_pairs(uri).iter().all(|(k, _)| {
-        PLAIN_QUERY.contains(&k.as_str()) || k.to_ascii_lowercase().starts_with("x-amz-")
+        PLAIN_QUERY.contains(&k.as_str())
+            || RESPONSE_OVERRIDES.iter().any(|(q, _)| q == k)
+            || k.to_ascii_lowercase().starts_with("x-amz-")
     })
 }
 
@@ -136,11 +138,44 @@ fn parse_http_secs(s: &str) -> Option<i64> {
 }
 
 /// Whether an `If-Match`/`If-None-Match` list matches `etag` (`*` matches any).
-fn etag_matches(list: &str, etag: &str) -> bool {
-    list.split(',')
-        .map(str::trim)
-        .any(|t| t == "*" || t.trim_start_matches("W/").trim_matches('"') == etag)
+/// Whether an `If-Match`/`If-None-Match` list matches `etag` (`*` matches
+/// any). `If-Match` uses the strong comparison (a weak tag never matches),
+/// `If-None-Match` the weak one (RFC 9110 §13.1.1, §13.1.2).
+fn etag_matches(list: &str, etag: &str, strong: bool) -> bool {
+    list.split(',').map(str::trim).any(|t| {
+        if t == "*" {
+            return true;
+        }
+        let weak = t.starts_with("W/");
+        if strong && weak {
+            return false;
+        }
+        t.trim_start_matches("W/").trim_matches('"') == etag
+    })
 }
+
+/// Whether `If-Range` lets Range apply: an entity tag must match strongly,
+/// a date must equal Last-Modified (RFC 9110 §13.1.5); otherwise the whole
+/// object is sent.
+fn if_range_holds(value: &str, etag: &str, modified_secs: i64) -> bool {
+    let v = value.trim();
+    if v.starts_with('"') || v.starts_with("W/") {
+        !v.starts_with("W/") && v.trim_matches('"') == etag
+    } else {
+        parse_http_secs(v) == Some(modified_secs)
+    }
+}
+
+/// Response header overrides a GET may ask for in its query (S3's
+/// `response-*` parameters), with the header each sets.
+const RESPONSE_OVERRIDES: [(&str, &str); 6] = [
+    ("response-content-type", "content-type"),
+    ("response-content-language", "content-language"),
+    ("response-expires", "expires"),
+    ("response-cache-control", "cache-control"),
+    ("response-content-disposition", "content-disposition"),
+    ("response-content-encoding", "content-encoding"),
+];
 
 fn set(h: &mut HeaderMap, name: &'static str, value: &str) {
     if let Ok(v) = HeaderValue::from_str(value) {
@@ -175,8 +210,8 @@ impl ObjectReadRoute {
             && v != "null"
         {
             return Err(s3_error!(
-                NoSuchVersion,
-                "this bucket is not versioned; only version \"null\" exists"
+                InvalidArgument,
+                "Invalid version id specified: this bucket is not versioned; only version \"null\" exists"
             ));
         }
         let part_number = match get("partNumber") {
@@ -233,7 +268,7 @@ impl ObjectReadRoute {
 
         // Conditionals (RFC 9110 §13.2.2 order) win over Range.
         if let Some(list) = header(&req.headers, "if-match") {
-            if !etag_matches(list, &etag) {
+            if !etag_matches(list, &etag, true) {
                 return Err(s3_error!(
                     PreconditionFailed,
                     "At least one of the pre-conditions you specified did not hold"
@@ -249,7 +284,7 @@ impl ObjectReadRoute {
             ));
         }
         let not_modified = match header(&req.headers, "if-none-match") {
-            Some(list) => etag_matches(list, &etag),
+            Some(list) => etag_matches(list, &etag, false),
             None => header(&req.headers, "if-modified-since")
                 .and_then(parse_http_secs)
                 .is_some_and(|d| modified_secs <= d),
@@ -284,28 +319,41 @@ impl ObjectReadRoute {
                         return Err(e);
                     }
                     Some(len) => {
+                        // An empty part is an empty 206 (no bytes of other parts).
                         let start: u64 = sizes[..idx].iter().sum();
-                        if *len == 0 {
-                            Resolved::Whole
-                        } else {
-                            Resolved::Partial(start..start + len)
-                        }
+                        Resolved::Partial(start..start + len)
                     }
                 }
             }
-            None => range::resolve(range::parse(range_header), size),
+            None => {
+                // A failing If-Range turns Range off: the whole object, 200.
+                let applies = header(&req.headers, "if-range")
+                    .is_none_or(|v| if_range_holds(v, &etag, modified_secs));
+                let request = if applies {
+                    range::parse(range_header)
+                } else {
+                    range::RangeRequest::Whole
+                };
+                range::resolve(request, size)
+            }
         };
         let (status, body_range) = match resolved {
             Resolved::Whole => (StatusCode::OK, 0..size),
             Resolved::Partial(r) => {
-                set(
-                    &mut headers,
-                    "content-range",
-                    &range::content_range(&r, size),
-                );
+                if r.start < r.end {
+                    set(
+                        &mut headers,
+                        "content-range",
+                        &range::content_range(&r, size),
+                    );
+                }
                 (StatusCode::PARTIAL_CONTENT, r)
             }
             Resolved::Unsatisfiable => {
+                // An error answer: none of the object's own headers.
+                let mut headers = HeaderMap::new();
+                set(&mut headers, "accept-ranges", "bytes");
+                set(&mut headers, "content-type", "application/xml");
                 set(
                     &mut headers,
                     "content-range",
@@ -330,6 +378,11 @@ impl ObjectReadRoute {
         };
         let len = body_range.end - body_range.start;
         set(&mut headers, "content-length", &len.to_string());
+        for (param, name) in RESPONSE_OVERRIDES {
+            if let Some(v) = get(param) {
+                set(&mut headers, name, v);
+            }
+        }
         let body = if head || len == 0 {
             Body::empty()
         } else {
@@ -405,5 +458,49 @@ impl Stream for ChunkStream {
             self.metrics.bytes_out(b.len() as u64);
         }
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entity_tag_comparisons() {
+        // If-Match: strong comparison; a weak tag never matches.
+        assert!(etag_matches("\"abc\"", "abc", true));
+        assert!(etag_matches("\"x\", \"abc\"", "abc", true));
+        assert!(etag_matches("*", "abc", true));
+        assert!(!etag_matches("W/\"abc\"", "abc", true));
+        assert!(!etag_matches("\"abd\"", "abc", true));
+        // If-None-Match: weak comparison.
+        assert!(etag_matches("W/\"abc\"", "abc", false));
+        assert!(!etag_matches("\"x\"", "abc", false));
+    }
+
+    #[test]
+    fn if_range_needs_a_strong_match_or_the_exact_date() {
+        assert!(if_range_holds("\"abc\"", "abc", 0));
+        assert!(!if_range_holds("W/\"abc\"", "abc", 0));
+        assert!(!if_range_holds("\"old\"", "abc", 0));
+        let date = "Sun, 06 Nov 1994 08:49:37 GMT";
+        let secs = parse_http_secs(date).expect("http date");
+        assert_eq!(secs, 784_111_777);
+        assert!(if_range_holds(date, "abc", secs));
+        assert!(!if_range_holds(date, "abc", secs + 1));
+        assert!(!if_range_holds("not a date", "abc", secs));
+    }
+
+    #[test]
+    fn plain_get_queries() {
+        let q = |s: &str| plain_query(&s.parse::<Uri>().expect("uri"));
+        assert!(q("/b/k"));
+        assert!(q("/b/k?partNumber=2&versionId=null"));
+        assert!(q(
+            "/b/k?X-Amz-Signature=1&X-Amz-Date=2&response-content-type=text%2Fplain"
+        ));
+        assert!(q("/b/k?AWSAccessKeyId=a&Signature=s&Expires=1"));
+        assert!(!q("/b/k?uploadId=1"));
+        assert!(!q("/b/k?tagging"));
     }
 }

@@ -11,9 +11,7 @@ use s3s::{S3Response, S3Result, s3_error};
 
 use crate::Gateway;
 use crate::error::to_s3;
-use crate::objects::{
-    ETAG, PART_SIZES, check_content_md5, drain_body, hex, object_metadata, timestamp,
-};
+use crate::objects::{ETAG, check_content_md5, drain_body, hex, object_metadata, timestamp};
 
 /// Smallest part S3 accepts for all but the last part: 5 MiB.
 pub const MIN_PART_SIZE: u64 = 5 * 1024 * 1024;
@@ -90,14 +88,13 @@ pub(crate) async fn complete(
     gw: &Gateway,
     i: dto::CompleteMultipartUploadInput,
 ) -> S3Result<S3Response<dto::CompleteMultipartUploadOutput>> {
-    let upload = upload_of(gw, &i.upload_id, &i.bucket, &i.key).await?;
+    upload_of(gw, &i.upload_id, &i.bucket, &i.key).await?;
     let listed = i.multipart_upload.and_then(|m| m.parts).unwrap_or_default();
     if listed.is_empty() {
         return Err(s3_error!(MalformedXML, "the part list is empty"));
     }
     let mut parts = Vec::with_capacity(listed.len());
     let mut digests = Vec::with_capacity(listed.len() * 16);
-    let mut sizes = Vec::with_capacity(listed.len());
     for p in &listed {
         let number = p
             .part_number
@@ -110,15 +107,12 @@ pub(crate) async fn complete(
         let bin = unhex(&etag)
             .ok_or_else(|| s3_error!(InvalidPart, "part {number} has a malformed ETag"))?;
         digests.extend_from_slice(&bin);
-        if let Some(stored) = upload.parts.iter().find(|sp| sp.part_number == number) {
-            sizes.push(stored.size.to_string());
-        }
         parts.push((number, etag));
     }
     let etag = format!("{}-{}", hex(&Md5::digest(&digests)), parts.len());
     let mut meta = BTreeMap::new();
     meta.insert(ETAG.to_string(), etag.clone());
-    meta.insert(PART_SIZES.to_string(), sizes.join(","));
+    // The om records the part sizes itself, from the parts it stitches.
     let key = gw
         .client()
         .complete_multipart_upload(&i.upload_id, &parts, MIN_PART_SIZE, meta)
@@ -156,7 +150,7 @@ pub(crate) async fn list_parts(
         .unwrap_or(0);
     let max = i
         .max_parts
-        .map_or(1000, |m| usize::try_from(m.clamp(0, 1000)).unwrap_or(1000));
+        .map_or(1000, |m| usize::try_from(m.clamp(1, 1000)).unwrap_or(1000));
     let after: Vec<_> = u.parts.iter().filter(|p| p.part_number > marker).collect();
     let truncated = after.len() > max;
     let shown: Vec<_> = after.into_iter().take(max).collect();

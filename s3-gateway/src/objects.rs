@@ -22,7 +22,7 @@ pub(crate) const CONTENT_TYPE: &str = "content-type";
 /// Metadata key prefix of user metadata (`x-amz-meta-*`).
 pub(crate) const USER_META: &str = "x-amz-meta-";
 /// Metadata key of a multipart object's part sizes (comma-separated bytes).
-pub(crate) const PART_SIZES: &str = "mpu-part-sizes";
+pub(crate) const PART_SIZES: &str = ec_client::MULTIPART_PART_SIZES_KEY;
 
 pub(crate) fn timestamp(unix_ms: u64) -> Timestamp {
     Timestamp::from(UNIX_EPOCH + Duration::from_millis(unix_ms))
@@ -38,8 +38,23 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
         })
 }
 
+/// The object's ETag: the one stored at PUT or Complete, or — for keys
+/// written through the native client, which stores none — an MD5 of the
+/// key's identity (its block groups, length and commit time), so that it
+/// still changes whenever the key is rewritten.
 pub(crate) fn etag_of(info: &KeyInfo) -> String {
-    info.metadata.get(ETAG).cloned().unwrap_or_default()
+    if let Some(e) = info.metadata.get(ETAG) {
+        return e.clone();
+    }
+    let mut h = Md5::new();
+    h.update(info.length.to_le_bytes());
+    h.update(info.created_unix_ms.to_le_bytes());
+    for g in &info.block_groups {
+        h.update(g.container_id.to_le_bytes());
+        h.update(g.local_id.to_le_bytes());
+        h.update(g.length.to_le_bytes());
+    }
+    hex(&h.finalize())
 }
 
 /// Object metadata to store from a request's content type and user metadata.
@@ -95,9 +110,41 @@ pub(crate) fn check_content_md5(content_md5: Option<&str>, etag: &str) -> S3Resu
     Ok(())
 }
 
-fn s3_object(k: &KeyInfo) -> dto::Object {
+/// `EncodingType=url` of a listing: keys and prefixes are percent-encoded in
+/// the answer (clients decode them), so that any key survives XML and the
+/// client's decoding (a `+` or `%` in a key, say).
+#[derive(Debug, Clone, Copy)]
+struct Encoding(bool);
+
+/// What stays literal under `EncodingType=url`: unreserved characters and `/`.
+const URL_KEEP: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~')
+    .remove(b'/');
+
+impl Encoding {
+    fn of(e: Option<&dto::EncodingType>) -> Self {
+        Self(e.is_some_and(|e| e.as_str() == dto::EncodingType::URL))
+    }
+
+    fn s(self, v: String) -> String {
+        if self.0 {
+            percent_encoding::utf8_percent_encode(&v, URL_KEEP).to_string()
+        } else {
+            v
+        }
+    }
+
+    fn o(self, v: Option<String>) -> Option<String> {
+        v.map(|v| self.s(v))
+    }
+}
+
+fn s3_object(k: &KeyInfo, enc: Encoding) -> dto::Object {
     dto::Object {
-        key: Some(k.name.clone()),
+        key: Some(enc.s(k.name.clone())),
         size: i64::try_from(k.length).ok(),
         e_tag: Some(ETag::Strong(etag_of(k))),
         last_modified: Some(timestamp(k.created_unix_ms)),
@@ -116,8 +163,22 @@ struct Page {
     next: Option<String>,
 }
 
+/// Sorts after every key that starts with the string it is appended to.
+const PAST_PREFIX: char = '\u{10FFFF}';
+
+/// The common prefix of `name` under `prefix` at `delimiter`, if any.
+fn common_prefix(name: &str, prefix: &str, delimiter: Option<&str>) -> Option<String> {
+    let d = delimiter?;
+    let rest = name.get(prefix.len()..)?;
+    rest.find(d)
+        .map(|i| name[..prefix.len() + i + d.len()].to_string())
+}
+
 /// Lists `bucket` as S3 does: keys under `prefix` after `after`, rolled up
-/// into common prefixes at `delimiter`, at most `max` entries.
+/// into common prefixes at `delimiter`, at most `max` entries. Keys come
+/// from the om in bounded batches, and a common prefix is skipped in one
+/// step (the next batch starts past all its keys), so a page costs
+/// O(max + prefixes), not O(keys in the bucket).
 async fn list_page(
     gw: &Gateway,
     bucket: &str,
@@ -126,51 +187,73 @@ async fn list_page(
     after: &str,
     max: usize,
 ) -> S3Result<Page> {
-    let keys = gw
-        .client()
-        .list_keys(bucket, prefix, after, 0)
-        .await
-        .map_err(to_s3)?;
+    let delimiter = delimiter.filter(|d| !d.is_empty());
     let mut page = Page {
         objects: Vec::new(),
         prefixes: Vec::new(),
         next: None,
     };
+    // A continuation point inside a common prefix means that prefix was
+    // already returned: resume past all its keys.
+    let mut cursor = match common_prefix(after, prefix, delimiter) {
+        Some(cp) => format!("{cp}{PAST_PREFIX}"),
+        None => after.to_string(),
+    };
+    let batch = u32::try_from((max + 1).clamp(100, 1000)).unwrap_or(1000);
+    let mut last_emitted: Option<String> = None;
     let mut count = 0usize;
-    for k in keys {
-        let common = delimiter.filter(|d| !d.is_empty()).and_then(|d| {
-            k.name[prefix.len()..]
-                .find(d)
-                .map(|i| k.name[..prefix.len() + i + d.len()].to_string())
-        });
-        if let Some(cp) = &common {
-            // A continuation that ended on this prefix skips all its keys.
-            if after.starts_with(cp.as_str()) || page.prefixes.last() == Some(cp) {
+    'pages: loop {
+        let keys = gw
+            .client()
+            .list_keys(bucket, prefix, &cursor, batch)
+            .await
+            .map_err(to_s3)?;
+        let exhausted = keys.len() < batch as usize;
+        let Some(last_name) = keys.last().map(|k| k.name.clone()) else {
+            break;
+        };
+        for k in keys {
+            let common = common_prefix(&k.name, prefix, delimiter);
+            if let Some(cp) = &common
+                && page.prefixes.last() == Some(cp)
+            {
                 continue;
             }
+            if count == max {
+                page.next = last_emitted;
+                break 'pages;
+            }
+            count += 1;
+            match common {
+                Some(cp) => {
+                    last_emitted = Some(cp.clone());
+                    page.prefixes.push(cp);
+                }
+                None => {
+                    last_emitted = Some(k.name.clone());
+                    page.objects.push(k);
+                }
+            }
         }
-        if count == max {
-            page.next = page
-                .prefixes
-                .last()
-                .filter(|p| page.objects.last().is_none_or(|o| o.name < **p))
-                .cloned()
-                .or_else(|| page.objects.last().map(|o| o.name.clone()));
+        if exhausted {
             break;
         }
-        count += 1;
-        match common {
-            Some(cp) => page.prefixes.push(cp),
-            None => page.objects.push(k),
-        }
+        cursor = match page.prefixes.last() {
+            Some(cp) if last_emitted.as_deref() == Some(cp.as_str()) => {
+                format!("{cp}{PAST_PREFIX}").max(last_name)
+            }
+            _ => last_name,
+        };
     }
     Ok(page)
 }
 
-fn common_prefixes(prefixes: Vec<String>) -> Vec<dto::CommonPrefix> {
+fn common_prefixes(prefixes: Vec<String>, enc: Encoding) -> Vec<dto::CommonPrefix> {
     prefixes
         .into_iter()
-        .map(|p| dto::CommonPrefix { prefix: Some(p) })
+        .map(|p| dto::CommonPrefix {
+            prefix: Some(enc.s(p)),
+        })
         .collect()
 }
 
@@ -274,6 +357,7 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<dto::ListObjectsV2Output>> {
         self.tracked("ListObjectsV2", async {
             let i = req.input;
+            let enc = Encoding::of(i.encoding_type.as_ref());
             let prefix = i.prefix.clone().unwrap_or_default();
             let after = match (&i.continuation_token, &i.start_after) {
                 (Some(t), _) => t.clone(),
@@ -293,16 +377,16 @@ impl S3 for Gateway {
             let count = page.objects.len() + page.prefixes.len();
             Ok(S3Response::new(dto::ListObjectsV2Output {
                 name: Some(i.bucket),
-                prefix: i.prefix,
-                delimiter: i.delimiter,
+                prefix: enc.o(i.prefix),
+                delimiter: enc.o(i.delimiter),
                 max_keys: i32::try_from(max).ok(),
                 key_count: i32::try_from(count).ok(),
                 continuation_token: i.continuation_token,
-                start_after: i.start_after,
+                start_after: enc.o(i.start_after),
                 is_truncated: Some(page.next.is_some()),
                 next_continuation_token: page.next,
-                contents: Some(page.objects.iter().map(s3_object).collect()),
-                common_prefixes: Some(common_prefixes(page.prefixes)),
+                contents: Some(page.objects.iter().map(|k| s3_object(k, enc)).collect()),
+                common_prefixes: Some(common_prefixes(page.prefixes, enc)),
                 encoding_type: i.encoding_type,
                 ..Default::default()
             }))
@@ -316,6 +400,7 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<dto::ListObjectsOutput>> {
         self.tracked("ListObjects", async {
             let i = req.input;
+            let enc = Encoding::of(i.encoding_type.as_ref());
             let prefix = i.prefix.clone().unwrap_or_default();
             let after = i.marker.clone().unwrap_or_default();
             let max = max_keys(i.max_keys);
@@ -331,9 +416,9 @@ impl S3 for Gateway {
             let truncated = page.next.is_some();
             Ok(S3Response::new(dto::ListObjectsOutput {
                 name: Some(i.bucket),
-                prefix: i.prefix,
-                delimiter: i.delimiter.clone(),
-                marker: i.marker,
+                prefix: enc.o(i.prefix),
+                delimiter: enc.o(i.delimiter.clone()),
+                marker: enc.o(i.marker),
                 max_keys: i32::try_from(max).ok(),
                 is_truncated: Some(truncated),
                 // S3 sends NextMarker only with a delimiter; clients use the last key otherwise.
@@ -342,8 +427,8 @@ impl S3 for Gateway {
                 } else {
                     None
                 },
-                contents: Some(page.objects.iter().map(s3_object).collect()),
-                common_prefixes: Some(common_prefixes(page.prefixes)),
+                contents: Some(page.objects.iter().map(|k| s3_object(k, enc)).collect()),
+                common_prefixes: Some(common_prefixes(page.prefixes, enc)),
                 encoding_type: i.encoding_type,
                 ..Default::default()
             }))
@@ -357,6 +442,7 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<dto::ListObjectVersionsOutput>> {
         self.tracked("ListObjectVersions", async {
             let i = req.input;
+            let enc = Encoding::of(i.encoding_type.as_ref());
             let prefix = i.prefix.clone().unwrap_or_default();
             let after = i.key_marker.clone().unwrap_or_default();
             let max = max_keys(i.max_keys);
@@ -374,7 +460,7 @@ impl S3 for Gateway {
                 .objects
                 .iter()
                 .map(|k| dto::ObjectVersion {
-                    key: Some(k.name.clone()),
+                    key: Some(enc.s(k.name.clone())),
                     version_id: Some("null".into()),
                     is_latest: Some(true),
                     size: i64::try_from(k.length).ok(),
@@ -388,15 +474,16 @@ impl S3 for Gateway {
                 .collect();
             Ok(S3Response::new(dto::ListObjectVersionsOutput {
                 name: Some(i.bucket),
-                prefix: i.prefix,
-                delimiter: i.delimiter,
-                key_marker: i.key_marker,
+                prefix: enc.o(i.prefix),
+                delimiter: enc.o(i.delimiter),
+                key_marker: enc.o(i.key_marker),
                 max_keys: i32::try_from(max).ok(),
                 is_truncated: Some(page.next.is_some()),
-                next_key_marker: page.next.clone(),
+                next_key_marker: enc.o(page.next.clone()),
                 next_version_id_marker: page.next.map(|_| "null".to_string()),
+                encoding_type: i.encoding_type,
                 versions: Some(versions),
-                common_prefixes: Some(common_prefixes(page.prefixes)),
+                common_prefixes: Some(common_prefixes(page.prefixes, enc)),
                 ..Default::default()
             }))
         })

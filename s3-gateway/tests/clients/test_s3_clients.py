@@ -138,6 +138,20 @@ def ranges():
         check("Range with partNumber -> 400", False, "no error")
     except ClientError as e:
         check("Range with partNumber -> 400", e.response["ResponseMetadata"]["HTTPStatusCode"] == 400)
+    r = s3.get_object(Bucket="boto", Key="obj", Range="bytes=0-9", IfRange='"stale-etag"')
+    check("stale If-Range -> 200 whole", r["ResponseMetadata"]["HTTPStatusCode"] == 200 and r["Body"].read() == body)
+    etag = s3.head_object(Bucket="boto", Key="obj")["ETag"]
+    r = s3.get_object(Bucket="boto", Key="obj", Range="bytes=0-9", IfRange=etag)
+    check("matching If-Range -> 206", r["ResponseMetadata"]["HTTPStatusCode"] == 206 and r["Body"].read() == body[:10])
+    r = s3.get_object(Bucket="boto", Key="obj", ResponseContentType="application/x-override")
+    check("response-content-type", r["ContentType"] == "application/x-override", r["ContentType"])
+    try:
+        s3.head_object(Bucket="boto", Key="obj", Range="bytes=5000-")
+        check("HEAD Range past end -> 416", False, "no error")
+    except ClientError as e:
+        check("HEAD Range past end -> 416", e.response["ResponseMetadata"]["HTTPStatusCode"] == 416)
+    h = s3.head_object(Bucket="boto", Key="obj", Range="bytes=9-2")
+    check("HEAD ignored Range -> 200", h["ResponseMetadata"]["HTTPStatusCode"] == 200 and h["ContentLength"] == size)
     try:
         s3.get_object(Bucket="boto", Key="missing")
         check("NoSuchKey", False)
@@ -149,6 +163,11 @@ def listing_and_delete():
     s3 = client()
     s3.create_bucket(Bucket="lists")
     names = [f"a/{i:02d}" for i in range(7)] + ["b/x", "c"]
+    odd = "odd key+plus %41 é.txt"  # survives EncodingType=url, which boto3 asks for
+    s3.put_object(Bucket="lists", Key=odd, Body=b"odd")
+    listed = [o["Key"] for o in s3.list_objects_v2(Bucket="lists").get("Contents", [])]
+    check("EncodingType=url keys round-trip", odd in listed, str(listed))
+    s3.delete_object(Bucket="lists", Key=odd)
     for n in names:
         s3.put_object(Bucket="lists", Key=n, Body=n.encode())
     seen, token, pages = [], None, 0
