@@ -283,6 +283,31 @@ def presigned_and_auth():
     except ClientError as e:
         check("unknown key -> 403", e.response["ResponseMetadata"]["HTTPStatusCode"] == 403
               and e.response["Error"]["Code"] == "InvalidAccessKeyId", str(e.response))
+    # A request signed with a clock 15+ minutes off: botocore signs with
+    # datetime.datetime.now/utcnow from botocore.auth, which we skew.
+    import datetime
+    import botocore.auth
+
+    real = botocore.auth.datetime.datetime
+
+    class Skewed(real):
+        @classmethod
+        def utcnow(cls):
+            return real.utcnow() - datetime.timedelta(hours=2)
+
+        @classmethod
+        def now(cls, tz=None):
+            return real.now(tz) - datetime.timedelta(hours=2)
+
+    botocore.auth.datetime.datetime = Skewed
+    try:
+        client().list_buckets()
+        check("skewed date -> 403", False, "no error")
+    except ClientError as e:
+        check("skewed date -> 403", e.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+              and e.response["Error"]["Code"] == "RequestTimeTooSkewed", str(e.response))
+    finally:
+        botocore.auth.datetime.datetime = real
     try:
         client(secret="wrong-secret").list_buckets()
         check("wrong secret -> 403", False, "no error")
