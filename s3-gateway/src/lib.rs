@@ -158,6 +158,7 @@ impl S3Gateway {
             address.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
         }
         let (tx, mut rx) = oneshot::channel::<()>();
+        let metrics_for_loop = Arc::clone(&metrics);
         let task = tokio::spawn(async move {
             loop {
                 tokio::select! {
@@ -169,7 +170,20 @@ impl S3Gateway {
                             continue;
                         };
                         let _ = stream.set_nodelay(true);
-                        let svc = service.clone();
+                        let service = service.clone();
+                        let counted = Arc::clone(&metrics_for_loop);
+                        // Count every response, including s3s's own rejections.
+                        let svc = hyper::service::service_fn(move |req| {
+                            let service = service.clone();
+                            let counted = Arc::clone(&counted);
+                            async move {
+                                let r = hyper::service::Service::call(&service, req).await;
+                                if let Ok(resp) = &r {
+                                    counted.response(resp.status().as_u16());
+                                }
+                                r
+                            }
+                        });
                         tokio::spawn(async move {
                             let io = hyper_util::rt::TokioIo::new(stream);
                             let builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[derive(Debug, Default)]
 pub struct GatewayMetrics {
     requests: Mutex<BTreeMap<(String, u16), u64>>,
+    responses: Mutex<BTreeMap<u16, u64>>,
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
     key_lookups: AtomicU64,
@@ -17,8 +18,13 @@ pub struct GatewayMetrics {
 /// A copy of [`GatewayMetrics`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GatewaySnapshot {
-    /// `s3_requests_total{operation, status}`.
+    /// `s3_requests_total{operation, status}`, for requests that reached an
+    /// operation (authenticated and routed).
     pub requests: BTreeMap<(String, u16), u64>,
+    /// `s3_responses_total{status}`: every HTTP response, including the ones
+    /// s3s sends before an operation runs (signature errors, unknown
+    /// operations, malformed requests).
+    pub responses: BTreeMap<u16, u64>,
     /// `s3_received_bytes`: object bytes accepted (PUT, UploadPart).
     pub bytes_in: u64,
     /// `s3_sent_bytes`: object bytes sent (GET).
@@ -47,6 +53,13 @@ impl GatewayMetrics {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         *m.entry((operation.to_string(), status)).or_default() += 1;
     }
+    pub(crate) fn response(&self, status: u16) {
+        let mut m = self
+            .responses
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *m.entry(status).or_default() += 1;
+    }
     pub(crate) fn bytes_in(&self, n: u64) {
         self.bytes_in.fetch_add(n, Ordering::Relaxed);
     }
@@ -63,6 +76,11 @@ impl GatewayMetrics {
         GatewaySnapshot {
             requests: self
                 .requests
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+            responses: self
+                .responses
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .clone(),

@@ -269,6 +269,8 @@ impl Gateway {
     ) -> S3Result<T> {
         let r = fut.await;
         let status = match &r {
+            // S3 answers these with 204 No Content.
+            Ok(_) if matches!(op, "DeleteObject" | "DeleteBucket" | "AbortMultipartUpload") => 204,
             Ok(_) => 200,
             Err(e) => e.status_code().map_or(500, |s| s.as_u16()),
         };

@@ -4,84 +4,14 @@
 //! (counted in bytes the datanodes served), one key lookup per GET, the
 //! Range rules end to end, and failures mid-GET cut the stream.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 
+use common::{data, dechunk, header, http};
+
 use minicluster::{MiniCluster, MiniClusterConfig};
-
-/// A raw HTTP/1.1 exchange: (status, headers lower-cased, body as received).
-fn http(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> (u16, Vec<(String, String)>, Vec<u8>) {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).expect("write");
-    s.write_all(body).expect("write body");
-    let mut raw = Vec::new();
-    // A cut stream ends with an error or EOF: keep what arrived.
-    let _ = s.read_to_end(&mut raw);
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("header end");
-    let head = String::from_utf8_lossy(&raw[..split]).to_string();
-    let mut lines = head.lines();
-    let status: u16 = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|c| c.parse().ok())
-        .expect("status");
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    (status, headers, raw[split + 4..].to_vec())
-}
-
-fn header<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    h.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
-}
-
-/// Removes HTTP/1.1 chunked framing, keeping whatever complete data arrived.
-fn dechunk(body: &[u8], headers: &[(String, String)]) -> Vec<u8> {
-    if header(headers, "transfer-encoding") != Some("chunked") {
-        return body.to_vec();
-    }
-    let mut out = Vec::new();
-    let mut rest = body;
-    while let Some(nl) = rest.windows(2).position(|w| w == b"\r\n") {
-        let Ok(n) =
-            usize::from_str_radix(std::str::from_utf8(&rest[..nl]).unwrap_or("").trim(), 16)
-        else {
-            break;
-        };
-        let start = nl + 2;
-        if n == 0 || rest.len() < start + n {
-            out.extend_from_slice(&rest[start.min(rest.len())..(start + n).min(rest.len())]);
-            break;
-        }
-        out.extend_from_slice(&rest[start..start + n]);
-        rest = &rest[(start + n + 2).min(rest.len())..];
-    }
-    out
-}
-
-fn data(len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
-        .collect()
-}
 
 fn datanode_read_bytes(c: &MiniCluster) -> u64 {
     c.datanodes().iter().map(|d| d.metrics().read_bytes()).sum()
