@@ -189,19 +189,74 @@ pub(crate) async fn list_uploads(
         .list_multipart_uploads(&i.bucket, &prefix)
         .await
         .map_err(to_s3)?;
+    let max = i
+        .max_uploads
+        .map_or(1000, |m| usize::try_from(m.clamp(1, 1000)).unwrap_or(1000));
+    let key_marker = i.key_marker.clone().unwrap_or_default();
+    // Uploads come sorted by key, then initiation; resume after the marker
+    // upload (or after every upload of the marker key without an id marker).
+    let start = match &i.upload_id_marker {
+        Some(id) if !key_marker.is_empty() => uploads
+            .iter()
+            .position(|u| u.key == key_marker && &u.upload_id == id)
+            .map_or_else(
+                || uploads.partition_point(|u| u.key <= key_marker),
+                |p| p + 1,
+            ),
+        _ if key_marker.is_empty() => 0,
+        _ => uploads.partition_point(|u| u.key <= key_marker),
+    };
+    let delimiter = i.delimiter.clone().filter(|d| !d.is_empty());
+    let mut shown = Vec::new();
+    let mut prefixes: Vec<String> = Vec::new();
+    let mut truncated = false;
+    let mut last: Option<(String, String)> = None;
+    for u in uploads.into_iter().skip(start) {
+        let common = delimiter.as_deref().and_then(|d| {
+            u.key
+                .get(prefix.len()..)
+                .and_then(|rest| rest.find(d))
+                .map(|j| u.key[..prefix.len() + j + d.len()].to_string())
+        });
+        if let Some(cp) = &common
+            && prefixes.last() == Some(cp)
+        {
+            continue;
+        }
+        if shown.len() + prefixes.len() == max {
+            truncated = true;
+            break;
+        }
+        last = Some((u.key.clone(), u.upload_id.clone()));
+        match common {
+            Some(cp) => prefixes.push(cp),
+            None => shown.push(dto::MultipartUpload {
+                key: Some(u.key),
+                upload_id: Some(u.upload_id),
+                initiated: Some(timestamp(u.initiated_unix_ms)),
+                ..Default::default()
+            }),
+        }
+    }
+    let (next_key, next_id) = match (truncated, last) {
+        (true, Some((k, id))) => (Some(k), Some(id)),
+        _ => (None, None),
+    };
     Ok(S3Response::new(dto::ListMultipartUploadsOutput {
         bucket: Some(i.bucket),
         prefix: i.prefix,
-        is_truncated: Some(false),
-        uploads: Some(
-            uploads
+        delimiter: i.delimiter,
+        key_marker: i.key_marker,
+        upload_id_marker: i.upload_id_marker,
+        max_uploads: i32::try_from(max).ok(),
+        is_truncated: Some(truncated),
+        next_key_marker: next_key,
+        next_upload_id_marker: next_id,
+        uploads: Some(shown),
+        common_prefixes: Some(
+            prefixes
                 .into_iter()
-                .map(|u| dto::MultipartUpload {
-                    key: Some(u.key),
-                    upload_id: Some(u.upload_id),
-                    initiated: Some(timestamp(u.initiated_unix_ms)),
-                    ..Default::default()
-                })
+                .map(|p| dto::CommonPrefix { prefix: Some(p) })
                 .collect(),
         ),
         ..Default::default()

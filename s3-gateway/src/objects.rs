@@ -248,6 +248,42 @@ async fn list_page(
     Ok(page)
 }
 
+/// `x-amz-copy-source-if-*`: a failing condition on the source is 412
+/// PreconditionFailed (If-Match compares strongly; dates in whole seconds).
+fn check_copy_conditions(i: &dto::CopyObjectInput, src: &KeyInfo) -> S3Result<()> {
+    let etag = etag_of(src);
+    let modified = i64::try_from(src.created_unix_ms / 1000).unwrap_or(i64::MAX);
+    let secs = |t: &Timestamp| {
+        let t: time::OffsetDateTime = t.clone().into();
+        t.unix_timestamp()
+    };
+    let matches = |c: &dto::ETagCondition, strong: bool| match c {
+        dto::ETagCondition::Any => true,
+        dto::ETagCondition::ETag(ETag::Strong(v)) => v.trim_matches('"') == etag,
+        dto::ETagCondition::ETag(ETag::Weak(v)) => !strong && v.trim_matches('"') == etag,
+    };
+    let failed = i
+        .copy_source_if_match
+        .as_ref()
+        .is_some_and(|c| !matches(c, true))
+        || i.copy_source_if_none_match
+            .as_ref()
+            .is_some_and(|c| matches(c, false))
+        || i.copy_source_if_unmodified_since
+            .as_ref()
+            .is_some_and(|t| modified > secs(t))
+        || i.copy_source_if_modified_since
+            .as_ref()
+            .is_some_and(|t| modified <= secs(t));
+    if failed {
+        return Err(s3_error!(
+            PreconditionFailed,
+            "At least one of the pre-conditions you specified did not hold"
+        ));
+    }
+    Ok(())
+}
+
 fn common_prefixes(prefixes: Vec<String>, enc: Encoding) -> Vec<dto::CommonPrefix> {
     prefixes
         .into_iter()
@@ -584,6 +620,7 @@ impl S3 for Gateway {
             };
             let src = self.client().open_key(bucket, key).await.map_err(to_s3)?;
             self.metrics().key_lookup();
+            check_copy_conditions(&i, src.info())?;
             let replace = i
                 .metadata_directive
                 .as_ref()

@@ -73,6 +73,14 @@ async fn bucket_and_object_operations() {
         let r = s.send("HEAD", "/sig/plain.bin", &[], &[], b"");
         assert_eq!((r.0, header(&r.1, "x-amz-meta-color")), (200, Some("red")));
 
+        let r = s.send(
+            "PUT",
+            "/sig/never.bin",
+            &[],
+            &[("x-amz-copy-source", "/sig/plain.bin"), ("x-amz-copy-source-if-match", "\"0000\"")],
+            b"",
+        );
+        assert_eq!(r.0, 412, "a failing copy-source condition");
         ok(&s.send("PUT", "/sig/copy.bin", &[], &[("x-amz-copy-source", "/sig/plain.bin")], b""), "CopyObject");
         let r = s.send("GET", "/sig/copy.bin", &[], &[], b"");
         assert!(dechunk(&r.2, &r.1) == small && header(&r.1, "x-amz-meta-color") == Some("red"));
@@ -141,6 +149,36 @@ async fn multipart_operations() {
         let r = s.send("GET", "/mpu/obj", &[("partNumber", "2")], &[], b"");
         assert_eq!((r.0, header(&r.1, "x-amz-mp-parts-count")), (206, Some("2")));
         assert_eq!(dechunk(&r.2, &r.1), p2);
+
+        // ListMultipartUploads pages with max-uploads and the two markers.
+        let mut ids = Vec::new();
+        for k in ["p/a", "p/b", "p/c"] {
+            let r = s.send("POST", &format!("/mpu/{k}"), &[("uploads", "")], &[], b"");
+            ids.push(between(&String::from_utf8_lossy(&r.2), "<UploadId>", "</UploadId>")[0].to_string());
+        }
+        let (mut seen, mut key_marker, mut id_marker) = (Vec::new(), String::new(), String::new());
+        for _ in 0..5 {
+            let mut q = vec![("uploads", ""), ("prefix", "p/"), ("max-uploads", "2")];
+            if !key_marker.is_empty() {
+                q.push(("key-marker", &key_marker));
+                q.push(("upload-id-marker", &id_marker));
+            }
+            let r = s.send("GET", "/mpu", &q, &[], b"");
+            let body = String::from_utf8_lossy(&r.2).to_string();
+            seen.extend(between(&body, "<UploadId>", "</UploadId>").iter().map(|v| v.to_string()));
+            if !body.contains("<IsTruncated>true</IsTruncated>") {
+                break;
+            }
+            key_marker = between(&body, "<NextKeyMarker>", "</NextKeyMarker>")[0].to_string();
+            id_marker = between(&body, "<NextUploadIdMarker>", "</NextUploadIdMarker>")[0].to_string();
+        }
+        assert_eq!(seen, ids, "paged ListMultipartUploads");
+        let r = s.send("GET", "/mpu", &[("uploads", ""), ("delimiter", "/")], &[], b"");
+        let body = String::from_utf8_lossy(&r.2).to_string();
+        assert!(body.contains("<Prefix>p/</Prefix>") && !body.contains("<Key>p/a</Key>"), "{body}");
+        for (k, id) in ["p/a", "p/b", "p/c"].iter().zip(&ids) {
+            assert_eq!(s.send("DELETE", &format!("/mpu/{k}"), &[("uploadId", id)], &[], b"").0, 204);
+        }
 
         let r = s.send("POST", "/mpu/gone", &[("uploads", "")], &[], b"");
         let id2 = between(&String::from_utf8_lossy(&r.2), "<UploadId>", "</UploadId>")[0].to_string();
