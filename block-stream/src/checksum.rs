@@ -151,7 +151,7 @@ mod tests {
             local_id: 1,
             replica_index: 1,
         };
-        verify(id, "dn", &chunk, 1000, &data).unwrap();
+        verify(id, "dn", &chunk, 1000, &data).expect("untouched window verifies");
         match verify(id, "dn", &chunk, 1000, &bad) {
             Err(BlockStreamError::ChecksumMismatch { offset, len, .. }) => {
                 assert_eq!(offset, 1032);

@@ -323,23 +323,27 @@ mod tests {
     fn rules_round_trip_through_the_wire() {
         let rules = [
             FaultRule::new(ServedRpc::ReadChunk, FaultKind::Corrupt)
-                .unwrap()
+                .expect("valid fault rule")
                 .for_replica_index(3),
             FaultRule::new(
                 ServedRpc::GetBlock,
                 FaultKind::Code(ResultCode::ReplicaIndexMismatch),
             )
-            .unwrap(),
+            .expect("valid fault rule"),
             FaultRule::new(
                 ServedRpc::PutBlock,
                 FaultKind::Delay(Duration::from_millis(5)),
             )
-            .unwrap()
+            .expect("valid fault rule")
             .for_block(1, 2),
-            FaultRule::new(ServedRpc::WriteChunk, FaultKind::Unavailable).unwrap(),
+            FaultRule::new(ServedRpc::WriteChunk, FaultKind::Unavailable)
+                .expect("valid fault rule"),
         ];
         for r in rules {
-            assert_eq!(FaultRule::try_from(pb::Fault::from(r.clone())).unwrap(), r);
+            assert_eq!(
+                FaultRule::try_from(pb::Fault::from(r.clone())).expect("valid fault rule"),
+                r
+            );
         }
         assert!(FaultRule::new(ServedRpc::PutBlock, FaultKind::Zero).is_err());
         assert!(FaultRule::try_from(pb::Fault::default()).is_err());
@@ -350,12 +354,12 @@ mod tests {
         let f = FaultInjector::default();
         f.add(
             FaultRule::new(ServedRpc::ReadChunk, FaultKind::Short)
-                .unwrap()
+                .expect("valid fault rule")
                 .for_replica_index(2),
         );
         f.add(
             FaultRule::new(ServedRpc::GetBlock, FaultKind::Unavailable)
-                .unwrap()
+                .expect("valid fault rule")
                 .for_block(1, 2),
         );
         let data = Bytes::from_static(b"0123456789");

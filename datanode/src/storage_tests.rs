@@ -36,15 +36,15 @@ fn block(ri: u32, chunks: Vec<ChunkInfo>) -> BlockData {
 
 #[tokio::test]
 async fn write_commit_read_and_reopen() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("store operation on a temp dir");
     {
-        let s = ContainerStore::open(dir.path()).unwrap();
+        let s = ContainerStore::open(dir.path()).expect("store operation on a temp dir");
         s.write_chunk(id(2), &chunk(0, 5), Bytes::from_static(b"hello"))
             .await
-            .unwrap();
+            .expect("store operation on a temp dir");
         s.write_chunk(id(2), &chunk(5, 6), Bytes::from_static(b" world"))
             .await
-            .unwrap();
+            .expect("store operation on a temp dir");
         // Not committed yet: invisible.
         assert!(matches!(
             s.get_block(id(2)),
@@ -53,16 +53,21 @@ async fn write_commit_read_and_reopen() {
         let size = s
             .put_block(block(2, vec![chunk(0, 5), chunk(5, 6)]), false)
             .await
-            .unwrap();
+            .expect("store operation on a temp dir");
         assert_eq!(size, 11);
-        let got = s.read(id(2), &chunk(5, 6), 6, 5).await.unwrap();
+        let got = s
+            .read(id(2), &chunk(5, 6), 6, 5)
+            .await
+            .expect("store operation on a temp dir");
         assert_eq!(&got[..], b"world");
     }
-    let s = ContainerStore::open(dir.path()).unwrap();
-    let d = s.get_block(id(2)).unwrap();
+    let s = ContainerStore::open(dir.path()).expect("store operation on a temp dir");
+    let d = s.get_block(id(2)).expect("store operation on a temp dir");
     assert_eq!(d.size, 11);
     assert_eq!(
-        &s.read(id(2), &chunk(0, 5), 0, 5).await.unwrap()[..],
+        &s.read(id(2), &chunk(0, 5), 0, 5)
+            .await
+            .expect("store operation on a temp dir")[..],
         b"hello"
     );
     assert!(matches!(
@@ -84,16 +89,21 @@ async fn write_commit_read_and_reopen() {
         }),
         Err(DatanodeError::ContainerNotFound { container_id: 99 })
     ));
-    assert_eq!(s.list_blocks(7, 0, 0).unwrap().len(), 1);
+    assert_eq!(
+        s.list_blocks(7, 0, 0)
+            .expect("store operation on a temp dir")
+            .len(),
+        1
+    );
 }
 
 #[tokio::test]
 async fn write_chunk_must_continue_the_block() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = ContainerStore::open(dir.path()).unwrap();
+    let dir = tempfile::tempdir().expect("store operation on a temp dir");
+    let s = ContainerStore::open(dir.path()).expect("store operation on a temp dir");
     s.write_chunk(id(1), &chunk(0, 3), Bytes::from_static(b"abc"))
         .await
-        .unwrap();
+        .expect("store operation on a temp dir");
     assert!(matches!(
         s.write_chunk(id(1), &chunk(4, 1), Bytes::from_static(b"x"))
             .await,
@@ -111,7 +121,7 @@ async fn write_chunk_must_continue_the_block() {
     ));
     s.put_block(block(1, vec![chunk(0, 3)]), false)
         .await
-        .unwrap();
+        .expect("store operation on a temp dir");
     // Rewriting the committed prefix is refused.
     assert!(matches!(
         s.write_chunk(id(1), &chunk(0, 3), Bytes::from_static(b"xyz"))
@@ -134,21 +144,26 @@ async fn write_chunk_must_continue_the_block() {
         size: 0,
         metadata: BTreeMap::new(),
     };
-    assert_eq!(s.put_block(empty, true).await.unwrap(), 0);
+    assert_eq!(
+        s.put_block(empty, true)
+            .await
+            .expect("store operation on a temp dir"),
+        0
+    );
     // eof closes the block: no more chunks, no more PutBlocks.
     s.write_chunk(id(1), &chunk(3, 1), Bytes::from_static(b"d"))
         .await
-        .unwrap();
+        .expect("store operation on a temp dir");
     s.put_block(block(1, vec![chunk(0, 3), chunk(3, 1)]), true)
         .await
-        .unwrap();
+        .expect("store operation on a temp dir");
     assert!(matches!(
         s.write_chunk(id(1), &chunk(4, 1), Bytes::from_static(b"e"))
             .await,
         Err(DatanodeError::BlockClosed { .. })
     ));
     drop(s);
-    let s = ContainerStore::open(dir.path()).unwrap();
+    let s = ContainerStore::open(dir.path()).expect("store operation on a temp dir");
     assert!(matches!(
         s.write_chunk(id(1), &chunk(4, 1), Bytes::from_static(b"e"))
             .await,

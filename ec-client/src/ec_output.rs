@@ -36,7 +36,7 @@ use tokio::task::JoinHandle;
 
 use crate::client::ClientShared;
 use crate::om_client::{Commit, Committed};
-use crate::stripe_writer::{EncodedStripe, StripeWriter, WriteCounters};
+use crate::stripe_writer::{EcWriteProgress, EncodedStripe, StripeWriter, WriteCounters};
 use crate::{ClientError, EcWriteMode, Result};
 
 /// What the flush task hands back when the queue closes.
@@ -130,7 +130,7 @@ impl ECKeyOutputStream {
                 let (tx, rx) = mpsc::channel(queue_size);
                 Sink::Pipelined {
                     queue: Some(tx),
-                    task: Some(tokio::spawn(flush_stage(writer, rx))),
+                    task: Some(tokio::spawn(flush_stage(writer, rx, Arc::clone(&counters)))),
                 }
             }
         };
@@ -162,6 +162,15 @@ impl ECKeyOutputStream {
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.written == 0
+    }
+
+    /// A receiver of the flush stage's progress (stripes acknowledged, and
+    /// whether the stage ended), to wait on without polling, e.g.
+    /// `rx.wait_for(|p| p.stripes_flushed >= 2).await`. In serial mode
+    /// stripes are acknowledged inside `write` and the stage never "ends".
+    #[must_use]
+    pub fn progress(&self) -> tokio::sync::watch::Receiver<EcWriteProgress> {
+        self.counters.progress.subscribe()
     }
 
     /// Progress counters of this writer.
@@ -248,8 +257,12 @@ impl ECKeyOutputStream {
 
     /// If the flush task already ended with an error, collect it now.
     async fn poll_flush_failure(&mut self) -> Result<()> {
+        // The stage flags its end before its task returns: either sign means
+        // it stopped (before close, only a failure stops it), and joining
+        // the task then takes no longer than its last instructions.
+        let ended = self.counters.progress.borrow().flush_stage_ended;
         let finished =
-            matches!(&self.sink, Sink::Pipelined { task: Some(t), .. } if t.is_finished());
+            matches!(&self.sink, Sink::Pipelined { task: Some(t), .. } if ended || t.is_finished());
         if finished {
             let e = match self.join_flush_task().await {
                 Err(e) => e,
@@ -385,11 +398,17 @@ impl ECKeyOutputStream {
 async fn flush_stage(
     mut writer: StripeWriter,
     mut rx: mpsc::Receiver<EncodedStripe>,
+    counters: Arc<WriteCounters>,
 ) -> FlushOutcome {
-    while let Some(stripe) = rx.recv().await {
-        writer.write_stripe(&stripe).await?;
+    let outcome = async {
+        while let Some(stripe) = rx.recv().await {
+            writer.write_stripe(&stripe).await?;
+        }
+        Ok(writer.finish().await)
     }
-    Ok(writer.finish().await)
+    .await;
+    counters.note_flush_stage_ended();
+    outcome
 }
 
 /// Splits a stripe's data into d cells and computes p parity cells as long

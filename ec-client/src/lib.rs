@@ -49,3 +49,4 @@ pub use proto_crate::{
     BucketInfo, DatanodeDetails, KeyInfo, MultipartUpload, PartInfo, ReplicationConfig,
 };
 pub use replicated_output::ReplicatedKeyOutputStream;
+pub use stripe_writer::EcWriteProgress;

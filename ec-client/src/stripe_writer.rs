@@ -56,6 +56,19 @@ pub(crate) struct WriteCounters {
     pub(crate) groups_allocated: AtomicU64,
     /// The group being written, if any.
     pub(crate) current_group: std::sync::Mutex<Option<BlockGroup>>,
+    /// Flush-stage progress, for callers that wait on it.
+    pub(crate) progress: tokio::sync::watch::Sender<EcWriteProgress>,
+}
+
+/// Progress of an EC writer's flush stage, observable through
+/// [`ECKeyOutputStream::progress`](crate::ECKeyOutputStream::progress).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EcWriteProgress {
+    /// Stripes acknowledged by every datanode (after PutBlock).
+    pub stripes_flushed: u64,
+    /// Whether the flush stage has ended (queue closed, or a failure it
+    /// could not recover from; the next `write` or `close` reports which).
+    pub flush_stage_ended: bool,
 }
 
 impl WriteCounters {
@@ -72,6 +85,11 @@ impl WriteCounters {
             self.encoded_when_first_flushed
                 .store(self.encoded.load(Ordering::SeqCst), Ordering::SeqCst);
         }
+        self.progress.send_modify(|p| p.stripes_flushed = f + 1);
+    }
+
+    pub(crate) fn note_flush_stage_ended(&self) {
+        self.progress.send_modify(|p| p.flush_stage_ended = true);
     }
 }
 

@@ -11,26 +11,13 @@ mod common;
 use std::ops::Range;
 use std::sync::Arc;
 
-use common::{CELL, STRIPE, data, ec_bucket, failure_cluster, failure_config};
-use ec_client::{BucketOptions, Client, ClientError, ReplicationConfig, RpcKind};
+use common::{CELL, STRIPE, data, ec_bucket, failure_cluster, failure_config, replicated_bucket};
+use ec_client::{ClientError, RpcKind};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use tokio::io::AsyncReadExt;
 
 const CHUNK: usize = 4096;
-
-async fn replicated_bucket(client: &Client, name: &str, block_size: u64) {
-    client
-        .create_bucket(
-            name,
-            BucketOptions {
-                replication: Some(ReplicationConfig::Replicated { factor: 3 }),
-                block_size: Some(block_size),
-            },
-        )
-        .await
-        .expect("bucket");
-}
 
 fn expect(src: &[u8], ranges: &[Range<u64>], got: &[bytes::Bytes]) {
     assert_eq!(got.len(), ranges.len());

@@ -6,11 +6,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::{CELL, STRIPE, check_stored_lengths, data, ec_bucket, failure_config, read_all};
-use datanode::{FaultKind, FaultRule, ServedRpc};
-use ec_client::{
-    BucketOptions, Client, ClientError, EcWriteMode, KeyOutputStream, ReplicationConfig,
+use common::{
+    CELL, STRIPE, check_stored_lengths, data, ec_bucket, failure_config, read_all,
+    replicated_bucket,
 };
+use datanode::{FaultKind, FaultRule, ServedRpc};
+use ec_client::{Client, ClientError, EcWriteMode, KeyOutputStream, ReplicationConfig};
 use minicluster::{MiniCluster, MiniClusterConfig};
 
 async fn cluster(n: usize, mode: EcWriteMode) -> (MiniCluster, Client) {
@@ -33,16 +34,19 @@ fn ec(w: &KeyOutputStream) -> &ec_client::ECKeyOutputStream {
 
 /// Waits until the writer's flush stage acknowledged `n` stripes.
 async fn wait_flushed(w: &KeyOutputStream, n: u64) {
-    for _ in 0..3000 {
-        if ec(w).stats().stripes_flushed >= n {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!(
-        "flush stage never acknowledged {n} stripes: {:?}",
-        ec(w).stats()
-    );
+    let mut progress = ec(w).progress();
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        progress.wait_for(|p| p.stripes_flushed >= n),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "flush stage never acknowledged {n} stripes: {:?}",
+            ec(w).stats()
+        )
+    })
+    .expect("writer alive");
 }
 
 /// Round trips of the shapes Ozone's EC write tests use, in both write
@@ -208,25 +212,22 @@ async fn every_datanode_failing_commits_nothing() {
         .expect("create");
     w.write(&data(STRIPE, 1)).await.expect("queued");
     // The flush error surfaces at a later write (bounded wait).
-    let mut surfaced = None;
-    for _ in 0..200 {
-        match w.write(b"x").await {
-            Ok(()) => tokio::time::sleep(Duration::from_millis(10)).await,
-            Err(e) => {
-                surfaced = Some(e);
-                break;
-            }
-        }
-    }
-    let err = surfaced.expect("flush error surfaced at a write");
+    // Wait (on the writer's progress, not a clock) for the flush stage to
+    // give up; the very next write reports its failure.
+    let mut progress = ec(&w).progress();
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        progress.wait_for(|p| p.flush_stage_ended),
+    )
+    .await
+    .expect("flush stage ends within the retry limit")
+    .expect("writer alive");
+    let err = w
+        .write(b"x")
+        .await
+        .expect_err("flush error surfaces at the next write");
     let text = err.to_string();
-    assert!(
-        matches!(
-            err,
-            ClientError::WriteFailed { .. } | ClientError::Om { .. }
-        ),
-        "{text}"
-    );
+    assert!(matches!(err, ClientError::WriteFailed { .. }), "{text}");
     assert!(w.write(b"y").await.is_err(), "writer stays failed");
     assert!(w.close().await.is_err());
     assert!(matches!(
@@ -259,15 +260,11 @@ async fn dropped_writer_leaves_no_key() {
     drop(r);
     // Both sessions are aborted in the background (bounded wait), and nothing
     // was ever committed.
-    let mut open = cluster.om().open_sessions();
-    for _ in 0..300 {
-        if open == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        open = cluster.om().open_sessions();
-    }
-    assert_eq!(open, 0, "dropped writers must abort their om sessions");
+    let mut open = cluster.om().watch_open_sessions();
+    tokio::time::timeout(Duration::from_secs(60), open.wait_for(|n| *n == 0))
+        .await
+        .expect("dropped writers abort their om sessions")
+        .expect("om alive");
     assert!(
         client
             .list_keys("b", "", "", 0)
@@ -335,16 +332,7 @@ async fn replicated_writes_survive_a_failed_replica() {
         .client_with(failure_config().with_replicated_chunk_size(4096))
         .await
         .expect("client");
-    client
-        .create_bucket(
-            "r",
-            BucketOptions {
-                replication: Some(ReplicationConfig::Replicated { factor: 3 }),
-                block_size: Some(3 * 4096),
-            },
-        )
-        .await
-        .expect("bucket");
+    replicated_bucket(&client, "r", 3 * 4096).await;
     let src = data(10 * 4096 + 123, 7);
     let info = client.put_key("r", "plain", None, &src).await.expect("put");
     assert_eq!(info.block_groups.len(), 4);
@@ -403,16 +391,7 @@ async fn replicated_put_block_failure_rewrites_the_chunk() {
         .client_with(failure_config().with_replicated_chunk_size(4096))
         .await
         .expect("client");
-    client
-        .create_bucket(
-            "r",
-            BucketOptions {
-                replication: Some(ReplicationConfig::Replicated { factor: 3 }),
-                block_size: Some(1 << 20),
-            },
-        )
-        .await
-        .expect("bucket");
+    replicated_bucket(&client, "r", 1 << 20).await;
     let src = data(6 * 4096 + 9, 8);
     let mut w = client.create_key("r", "k", None).await.expect("create");
     w.write(&src[..2 * 4096]).await.expect("two chunks");

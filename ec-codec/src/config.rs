@@ -296,7 +296,7 @@ mod tests {
             ("rs-10-4-1024k", EcCodec::Rs, 10, 4),
             ("xor-2-1-1024k", EcCodec::Xor, 2, 1),
         ] {
-            let cfg = parse(s).unwrap();
+            let cfg = parse(s).expect("valid config");
             assert_eq!((cfg.codec(), cfg.data(), cfg.parity()), (codec, d, p));
             assert_eq!(cfg.cell_size(), 1024 * 1024);
             assert_eq!(cfg.total(), d + p);
@@ -308,23 +308,41 @@ mod tests {
     /// Upper case input is accepted and printed in canonical lower case.
     #[test]
     fn case_insensitive() {
-        let cfg = parse("RS-3-2-1024K").unwrap();
+        let cfg = parse("RS-3-2-1024K").expect("valid config");
         assert_eq!(cfg, EcReplicationConfig::default());
         assert_eq!(cfg.to_string(), "rs-3-2-1024k");
-        assert_eq!(parse("Xor-4-1-4k").unwrap().to_string(), "xor-4-1-4k");
+        assert_eq!(
+            parse("Xor-4-1-4k").expect("valid config").to_string(),
+            "xor-4-1-4k"
+        );
     }
 
     /// Small and unusual cell sizes.
     #[test]
     fn cell_sizes() {
-        assert_eq!(parse("rs-3-2-4k").unwrap().cell_size(), 4096);
-        assert_eq!(parse("rs-3-2-2048k").unwrap().cell_size(), 2 * 1024 * 1024);
-        assert_eq!(parse("rs-3-2-1000k").unwrap().cell_size(), 1000 * 1024);
-        assert_eq!(parse("rs-3-2-1000b").unwrap().cell_size(), 1000);
-        assert_eq!(parse("rs-3-2-2048b").unwrap().to_string(), "rs-3-2-2k");
-        let tiny = EcReplicationConfig::new(EcCodec::Rs, 3, 2, 7).unwrap();
+        assert_eq!(parse("rs-3-2-4k").expect("valid config").cell_size(), 4096);
+        assert_eq!(
+            parse("rs-3-2-2048k").expect("valid config").cell_size(),
+            2 * 1024 * 1024
+        );
+        assert_eq!(
+            parse("rs-3-2-1000k").expect("valid config").cell_size(),
+            1000 * 1024
+        );
+        assert_eq!(
+            parse("rs-3-2-1000b").expect("valid config").cell_size(),
+            1000
+        );
+        assert_eq!(
+            parse("rs-3-2-2048b").expect("valid config").to_string(),
+            "rs-3-2-2k"
+        );
+        let tiny = EcReplicationConfig::new(EcCodec::Rs, 3, 2, 7).expect("valid config");
         assert_eq!(tiny.to_string(), "rs-3-2-7b");
-        assert_eq!(parse("rs-3-2-32768k").unwrap().cell_size(), MAX_CELL_SIZE);
+        assert_eq!(
+            parse("rs-3-2-32768k").expect("valid config").cell_size(),
+            MAX_CELL_SIZE
+        );
         assert!(parse("rs-3-2-32769k").is_err());
     }
 
@@ -395,7 +413,7 @@ mod tests {
         assert_eq!(EcReplicationConfig::default().to_string(), "rs-3-2-1024k");
         assert_eq!(
             EcReplicationConfig::default(),
-            EcReplicationConfig::new(EcCodec::Rs, 3, 2, 1 << 20).unwrap()
+            EcReplicationConfig::new(EcCodec::Rs, 3, 2, 1 << 20).expect("valid config")
         );
     }
 

@@ -341,12 +341,15 @@ mod tests {
     use proptest::prelude::*;
 
     fn layout(d: usize, p: usize, c: u64, len: u64) -> BlockGroupLayout {
-        BlockGroupLayout::new(EcReplicationConfig::new(EcCodec::Rs, d, p, c).unwrap(), len)
+        BlockGroupLayout::new(
+            EcReplicationConfig::new(EcCodec::Rs, d, p, c).expect("valid layout query"),
+            len,
+        )
     }
 
     fn lens(l: &BlockGroupLayout) -> Vec<u64> {
         (1..=l.config().total())
-            .map(|r| l.internal_block_len(r).unwrap())
+            .map(|r| l.internal_block_len(r).expect("valid layout query"))
             .collect()
     }
 
@@ -379,7 +382,7 @@ mod tests {
         assert_eq!(l.cell_len(2, 2), Ok(0));
         assert_eq!(l.cell_len(2, 4), Ok(5));
         assert_eq!(l.cell_len(1, 5), Ok(10));
-        let loc = l.locate(47).unwrap();
+        let loc = l.locate(47).expect("valid layout query");
         assert_eq!(
             loc,
             CellLocation {
@@ -426,7 +429,12 @@ mod tests {
         ));
         assert!(l.stripes_for_range(reversed).is_err());
         assert!(l.cells_for_range(0..66).is_err());
-        assert_eq!(l.cells_for_range(65..65).unwrap().count(), 0);
+        assert_eq!(
+            l.cells_for_range(65..65)
+                .expect("valid layout query")
+                .count(),
+            0
+        );
         assert_eq!(l.stripes_for_range(65..65), Ok(2..2));
         assert_eq!(l.stripes_for_range(29..31), Ok(0..2));
         assert_eq!(l.stripes_for_range(0..65), Ok(0..3));
@@ -436,20 +444,23 @@ mod tests {
     #[test]
     fn u64_max_group() {
         let l = layout(10, 4, 32 << 20, u64::MAX);
-        let sum: u64 = (1..=10).map(|r| l.internal_block_len(r).unwrap()).sum();
+        let sum: u64 = (1..=10)
+            .map(|r| l.internal_block_len(r).expect("valid layout query"))
+            .sum();
         assert_eq!(sum, u64::MAX);
         assert_eq!(l.internal_block_len(11), l.internal_block_len(1));
         let last = l.stripe_count() - 1;
         assert_eq!(l.stripe_range(last).end, u64::MAX);
         assert_eq!(l.stripe_range(u64::MAX), u64::MAX..u64::MAX);
-        let loc = l.locate(u64::MAX - 1).unwrap();
+        let loc = l.locate(u64::MAX - 1).expect("valid layout query");
         assert_eq!(
             loc.offset_in_block + 1,
-            l.internal_block_len(loc.replica_index).unwrap()
+            l.internal_block_len(loc.replica_index)
+                .expect("valid layout query")
         );
         let spans: Vec<_> = l
             .cells_for_range(u64::MAX - 100..u64::MAX)
-            .unwrap()
+            .expect("valid layout query")
             .collect();
         assert_eq!(spans.iter().map(|s| s.len).sum::<u64>(), 100);
         let l1 = layout(1, 1, 1, u64::MAX);
@@ -497,13 +508,13 @@ mod tests {
             for r in cfg.data() + 1..=cfg.total() {
                 prop_assert_eq!(l.internal_block_len(r)?, l.internal_block_len(1)?);
             }
-            let total: u64 = (1..=cfg.data()).map(|r| l.internal_block_len(r).unwrap()).sum();
+            let total: u64 = (1..=cfg.data()).map(|r| l.internal_block_len(r).expect("valid layout query")).sum();
             prop_assert_eq!(total, l.group_len());
             let with_data = blocks.iter().filter(|b| !b.is_empty()).count();
             prop_assert_eq!(l.expected_data_locations(), with_data);
             // Cell lengths per stripe add up to the block lengths.
             for r in 1..=cfg.total() {
-                let sum: u64 = (0..l.stripe_count()).map(|s| l.cell_len(s, r).unwrap()).sum();
+                let sum: u64 = (0..l.stripe_count()).map(|s| l.cell_len(s, r).expect("valid layout query")).sum();
                 prop_assert_eq!(sum, l.internal_block_len(r)?);
             }
         }
@@ -550,7 +561,7 @@ mod tests {
             let c = 1u64 << 20;
             let len = (1u64 << 32) + extra;
             let l = layout(d, p, c, len);
-            let total: u64 = (1..=d).map(|r| l.internal_block_len(r).unwrap()).sum();
+            let total: u64 = (1..=d).map(|r| l.internal_block_len(r).expect("valid layout query")).sum();
             prop_assert_eq!(total, len);
             for r in d + 1..=d + p {
                 prop_assert_eq!(l.internal_block_len(r)?, l.internal_block_len(1)?);

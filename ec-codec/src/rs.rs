@@ -150,7 +150,7 @@ mod tests {
         let mut parity = vec![vec![0u8; len]; rs.parity_units()];
         let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
         let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
-        rs.encode(&refs, &mut outs).unwrap();
+        rs.encode(&refs, &mut outs).expect("valid codec call");
         parity
     }
 
@@ -161,13 +161,16 @@ mod tests {
         assert!(RsCodec::new(3, 0).is_err());
         assert!(RsCodec::new(30, 3).is_err());
         assert!(RsCodec::new(16, 16).is_ok());
-        assert_eq!(RsCodec::new(3, 2).unwrap().parity_row(2), None);
+        assert_eq!(
+            RsCodec::new(3, 2).expect("valid codec call").parity_row(2),
+            None
+        );
     }
 
     /// Shape errors from encode and reconstruct carry the numbers involved.
     #[test]
     fn shape_errors() {
-        let rs = RsCodec::new(3, 2).unwrap();
+        let rs = RsCodec::new(3, 2).expect("valid codec call");
         let a = [0u8; 4];
         let short = [0u8; 3];
         let (mut p0, mut p1, mut p2) = ([0u8; 4], [0u8; 4], [0u8; 4]);
@@ -259,29 +262,30 @@ mod tests {
     /// Zero-length cells encode and decode to nothing without touching the kernels.
     #[test]
     fn empty_cells() {
-        let rs = RsCodec::new(3, 2).unwrap();
+        let rs = RsCodec::new(3, 2).expect("valid codec call");
         let e: &[u8] = &[];
         let (mut p0, mut p1) = ([0u8; 0], [0u8; 0]);
-        rs.encode(&[e, e, e], &mut [&mut p0, &mut p1]).unwrap();
+        rs.encode(&[e, e, e], &mut [&mut p0, &mut p1])
+            .expect("valid codec call");
         rs.reconstruct(
             &[None, None, Some(e), Some(e), Some(e)],
             &[0, 1],
             &mut [&mut p0, &mut p1],
         )
-        .unwrap();
+        .expect("valid codec call");
     }
 
     /// Encoding is linear: the parity of a single data byte 1 in unit j is column j of the
     /// parity rows.
     #[test]
     fn unit_vectors_give_matrix_columns() {
-        let rs = RsCodec::new(6, 3).unwrap();
+        let rs = RsCodec::new(6, 3).expect("valid codec call");
         for j in 0..6 {
             let mut data = vec![vec![0u8; 1]; 6];
             data[j][0] = 1;
             let parity = encode_all(&rs, &data);
             for (i, cell) in parity.iter().enumerate() {
-                assert_eq!(cell[0], rs.parity_row(i).unwrap()[j]);
+                assert_eq!(cell[0], rs.parity_row(i).expect("valid codec call")[j]);
             }
         }
     }

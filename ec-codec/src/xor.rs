@@ -101,13 +101,14 @@ mod tests {
     /// xor-3-1: parity is the xor of the data, and every single erasure is recovered.
     #[test]
     fn encode_and_recover_each_unit() {
-        let x = XorCodec::new(3).unwrap();
+        let x = XorCodec::new(3).expect("valid codec call");
         let data: Vec<Vec<u8>> = (0..3u8)
             .map(|j| (0..100u8).map(|i| i.wrapping_mul(j + 3) ^ j).collect())
             .collect();
         let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
         let mut parity = vec![0u8; 100];
-        x.encode(&refs, &mut [&mut parity]).unwrap();
+        x.encode(&refs, &mut [&mut parity])
+            .expect("valid codec call");
         for i in 0..100 {
             assert_eq!(parity[i], data[0][i] ^ data[1][i] ^ data[2][i]);
         }
@@ -118,7 +119,7 @@ mod tests {
             let mut b = vec![0u8; 100];
             let present = (lost + 1) % 4;
             x.reconstruct(&units, &[lost, present], &mut [&mut a, &mut b])
-                .unwrap();
+                .expect("valid codec call");
             assert_eq!(a, all[lost]);
             assert_eq!(b, all[present]);
         }
@@ -137,7 +138,7 @@ mod tests {
     fn errors() {
         assert!(XorCodec::new(0).is_err());
         assert!(XorCodec::new(32).is_err());
-        let x = XorCodec::new(2).unwrap();
+        let x = XorCodec::new(2).expect("valid codec call");
         let a = [1u8; 2];
         let (mut p, mut q) = ([0u8; 2], [0u8; 2]);
         assert!(matches!(

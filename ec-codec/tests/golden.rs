@@ -54,7 +54,8 @@ fn encode(rs: &RsCodec, data: &[Vec<u8>]) -> Vec<Vec<u8>> {
     let mut parity = vec![vec![0u8; len]; rs.parity_units()];
     let inputs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
     let mut outputs: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
-    rs.encode(&inputs, &mut outputs).unwrap();
+    rs.encode(&inputs, &mut outputs)
+        .expect("golden vectors are present and well-formed");
     parity
 }
 
@@ -73,7 +74,7 @@ fn data_files_are_splitmix64_seed_42() {
 #[test]
 fn parity_matches_isa_l() {
     for (d, p) in SCHEMES {
-        let rs = RsCodec::new(d, p).unwrap();
+        let rs = RsCodec::new(d, p).expect("golden vectors are present and well-formed");
         for len in LENGTHS {
             let v = vector(d, p, len);
             assert!(
@@ -110,7 +111,7 @@ fn matrix_rows_match_readme() {
         ),
     ];
     for (d, p, want) in rows {
-        let rs = RsCodec::new(d, p).unwrap();
+        let rs = RsCodec::new(d, p).expect("golden vectors are present and well-formed");
         for (i, row) in want.iter().enumerate() {
             assert_eq!(rs.parity_row(i), Some(row.as_slice()), "rs-{d}-{p} row {i}");
         }
@@ -132,7 +133,7 @@ fn subsets(n: usize, k: usize) -> Vec<Vec<usize>> {
 fn every_erasure_pattern_recovers() {
     for (d, p) in SCHEMES {
         let coder = EcReplicationConfig::new(EcCodec::Rs, d, p, 1001)
-            .unwrap()
+            .expect("golden vectors are present and well-formed")
             .coder();
         let v = vector(d, p, 1001);
         let all: Vec<&[u8]> = v.data.iter().chain(&v.parity).map(Vec::as_slice).collect();
@@ -146,7 +147,7 @@ fn every_erasure_pattern_recovers() {
                 let mut out: Vec<&mut [u8]> = bufs.iter_mut().map(Vec::as_mut_slice).collect();
                 let result = coder.reconstruct(&units, &erased, &mut out);
                 if k <= p {
-                    result.unwrap();
+                    result.expect("golden vectors are present and well-formed");
                     for (buf, &e) in bufs.iter().zip(&erased) {
                         assert!(buf == all[e], "rs-{d}-{p}: unit {e} of {erased:?} wrong");
                     }
@@ -168,7 +169,9 @@ fn every_erasure_pattern_recovers() {
 /// each stripe to its parity length, encode, drop p internal blocks and rebuild the data.
 #[test]
 fn partial_stripe_group_round_trip() {
-    let cfg: EcReplicationConfig = "rs-6-3-1k".parse().unwrap();
+    let cfg: EcReplicationConfig = "rs-6-3-1k"
+        .parse()
+        .expect("golden vectors are present and well-formed");
     let len = 3 * cfg.stripe_size() + 2500;
     let layout = BlockGroupLayout::new(cfg, len);
     let group = splitmix64_bytes(7, len as usize);
@@ -177,11 +180,15 @@ fn partial_stripe_group_round_trip() {
     // Internal blocks, as written (no padding stored).
     let mut blocks: Vec<Vec<u8>> = vec![Vec::new(); total];
     for stripe in 0..layout.stripe_count() {
-        let parity_len = layout.cell_len(stripe, d + 1).unwrap() as usize;
+        let parity_len = layout
+            .cell_len(stripe, d + 1)
+            .expect("golden vectors are present and well-formed") as usize;
         let start = layout.stripe_range(stripe).start as usize;
         let mut cells = vec![vec![0u8; parity_len]; total];
         for r in 1..=d {
-            let n = layout.cell_len(stripe, r).unwrap() as usize;
+            let n = layout
+                .cell_len(stripe, r)
+                .expect("golden vectors are present and well-formed") as usize;
             if n == 0 {
                 continue;
             }
@@ -192,7 +199,9 @@ fn partial_stripe_group_round_trip() {
         let (data, parity) = cells.split_at_mut(d);
         let inputs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
         let mut outputs: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
-        coder.encode(&inputs, &mut outputs).unwrap();
+        coder
+            .encode(&inputs, &mut outputs)
+            .expect("golden vectors are present and well-formed");
         for (i, cell) in parity.iter().enumerate() {
             blocks[d + i].extend_from_slice(cell);
         }
@@ -200,17 +209,24 @@ fn partial_stripe_group_round_trip() {
     for (i, block) in blocks.iter().enumerate() {
         assert_eq!(
             block.len() as u64,
-            layout.internal_block_len(i + 1).unwrap()
+            layout
+                .internal_block_len(i + 1)
+                .expect("golden vectors are present and well-formed")
         );
     }
     // Lose data indexes 1 and 5 and parity index 8; rebuild the group from the rest.
     let lost = [0usize, 4, 7];
     let mut rebuilt = vec![0u8; len as usize];
     for stripe in 0..layout.stripe_count() {
-        let parity_len = layout.cell_len(stripe, d + 1).unwrap() as usize;
+        let parity_len = layout
+            .cell_len(stripe, d + 1)
+            .expect("golden vectors are present and well-formed") as usize;
         let cells: Vec<Vec<u8>> = (0..total)
             .map(|u| {
-                let n = layout.cell_len(stripe, u + 1).unwrap() as usize;
+                let n = layout
+                    .cell_len(stripe, u + 1)
+                    .expect("golden vectors are present and well-formed")
+                    as usize;
                 let off = (stripe * cfg.cell_size()) as usize;
                 let mut cell = vec![0u8; parity_len];
                 if n > 0 {
@@ -225,9 +241,14 @@ fn partial_stripe_group_round_trip() {
         let wanted: Vec<usize> = (0..d).collect();
         let mut data = vec![vec![0u8; parity_len]; d];
         let mut out: Vec<&mut [u8]> = data.iter_mut().map(Vec::as_mut_slice).collect();
-        coder.reconstruct(&units, &wanted, &mut out).unwrap();
+        coder
+            .reconstruct(&units, &wanted, &mut out)
+            .expect("golden vectors are present and well-formed");
         let start = layout.stripe_range(stripe).start;
-        for span in layout.cells_for_range(layout.stripe_range(stripe)).unwrap() {
+        for span in layout
+            .cells_for_range(layout.stripe_range(stripe))
+            .expect("golden vectors are present and well-formed")
+        {
             let src =
                 &data[span.replica_index - 1][span.offset_in_cell as usize..][..span.len as usize];
             let at = span.group_offset as usize;

@@ -16,7 +16,7 @@ fn encode_throughput() {
         "rs-10-4-1024k",
         "xor-2-1-1024k",
     ] {
-        let cfg: EcReplicationConfig = scheme.parse().unwrap();
+        let cfg: EcReplicationConfig = scheme.parse().expect("valid codec call");
         let coder = cfg.coder();
         let c = cfg.cell_size() as usize;
         let data: Vec<Vec<u8>> = (0..cfg.data())
@@ -28,7 +28,7 @@ fn encode_throughput() {
         let t = Instant::now();
         for _ in 0..rounds {
             let mut out: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
-            coder.encode(&inputs, &mut out).unwrap();
+            coder.encode(&inputs, &mut out).expect("valid codec call");
         }
         let secs = t.elapsed().as_secs_f64();
         let mb = (rounds * cfg.stripe_size() as usize) as f64 / 1e6;
@@ -45,7 +45,9 @@ fn encode_throughput() {
         let t = Instant::now();
         for _ in 0..rounds {
             let mut out: Vec<&mut [u8]> = rebuilt.iter_mut().map(Vec::as_mut_slice).collect();
-            coder.reconstruct(&units, &lost, &mut out).unwrap();
+            coder
+                .reconstruct(&units, &lost, &mut out)
+                .expect("valid codec call");
         }
         let dsecs = t.elapsed().as_secs_f64();
         println!(

@@ -115,6 +115,8 @@ pub struct OzoneManager {
     config: OmConfig,
     pub(crate) db: Database,
     state: Mutex<State>,
+    /// Number of open sessions, published on every change.
+    sessions_open: tokio::sync::watch::Sender<usize>,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -179,6 +181,7 @@ impl OzoneManager {
             config,
             db,
             state: Mutex::new(state),
+            sessions_open: tokio::sync::watch::Sender::new(0),
         })
     }
 
@@ -212,6 +215,17 @@ impl OzoneManager {
     #[must_use]
     pub fn open_sessions(&self) -> usize {
         self.state().sessions.len()
+    }
+
+    /// A receiver of the number of open sessions, updated whenever a session
+    /// opens, commits or is aborted (to wait on without polling).
+    #[must_use]
+    pub fn watch_open_sessions(&self) -> tokio::sync::watch::Receiver<usize> {
+        self.sessions_open.subscribe()
+    }
+
+    fn publish_sessions(&self, st: &State) {
+        self.sessions_open.send_replace(st.sessions.len());
     }
 
     /// Every registered datanode, by uuid.
@@ -360,6 +374,7 @@ impl OzoneManager {
                 target,
             },
         );
+        self.publish_sessions(&st);
         Ok(OpenKey {
             session_id,
             replication,
@@ -540,9 +555,12 @@ impl OzoneManager {
                 }
                 Some(_) => {}
             }
-            st.sessions
+            let s = st
+                .sessions
                 .remove(&session_id)
-                .ok_or(OmError::NoSuchSession(session_id))?
+                .ok_or(OmError::NoSuchSession(session_id))?;
+            self.publish_sessions(&st);
+            s
         };
         let mut committed = Vec::new();
         let mut sum = 0u64;
@@ -577,6 +595,8 @@ impl OzoneManager {
 
     /// Abandons an open key; nothing becomes visible. Unknown sessions are fine.
     pub fn abort_key(&self, session_id: u64) {
-        self.state().sessions.remove(&session_id);
+        let mut st = self.state();
+        st.sessions.remove(&session_id);
+        self.publish_sessions(&st);
     }
 }

@@ -537,10 +537,10 @@ mod tests {
             metadata,
         };
         let wire: dn::BlockData = b.clone().into();
-        let back = BlockData::try_from(wire).unwrap();
+        let back = BlockData::try_from(wire).expect("valid wire message");
         assert_eq!(back, b);
         assert_eq!(back.block_group_length(), Some(12345));
-        back.validate_chunks().unwrap();
+        back.validate_chunks().expect("valid wire message");
 
         let gap = BlockData {
             chunks: vec![chunk(0, 10), chunk(11, 5)],
@@ -583,11 +583,13 @@ mod tests {
             "ONE",
             "THREE",
         ] {
-            let r: ReplicationConfig = s.parse().unwrap();
+            let r: ReplicationConfig = s.parse().expect("valid wire message");
             assert_eq!(r.to_string(), s);
         }
         assert_eq!(
-            "three".parse::<ReplicationConfig>().unwrap(),
+            "three"
+                .parse::<ReplicationConfig>()
+                .expect("valid wire message"),
             ReplicationConfig::Replicated { factor: 3 }
         );
         assert!("TWO".parse::<ReplicationConfig>().is_err());

@@ -260,8 +260,8 @@ mod tests {
             parts: vec![part],
             metadata,
         };
-        let back =
-            MultipartUpload::try_from(om::MultipartUploadInfo::from(upload.clone())).unwrap();
+        let back = MultipartUpload::try_from(om::MultipartUploadInfo::from(upload.clone()))
+            .expect("valid wire message");
         assert_eq!(back, upload);
         let bad = om::MultipartUploadInfo {
             replication: "rs-0-0-0k".into(),

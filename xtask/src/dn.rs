@@ -169,13 +169,16 @@ mod tests {
 
     #[test]
     fn parses_every_fault_kind() {
-        assert_eq!(parse_kind("unavailable").unwrap(), FaultKind::Unavailable);
         assert_eq!(
-            parse_kind("delay-ms=250").unwrap(),
+            parse_kind("unavailable").expect("valid fault kind"),
+            FaultKind::Unavailable
+        );
+        assert_eq!(
+            parse_kind("delay-ms=250").expect("valid fault kind"),
             FaultKind::Delay(Duration::from_millis(250))
         );
         assert_eq!(
-            parse_kind("code=NO_SUCH_BLOCK").unwrap(),
+            parse_kind("code=NO_SUCH_BLOCK").expect("valid fault kind"),
             FaultKind::Code(ResultCode::NoSuchBlock)
         );
         assert!(parse_kind("code=NOPE").is_err());

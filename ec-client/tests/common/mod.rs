@@ -57,6 +57,20 @@ pub async fn cluster() -> (MiniCluster, Client) {
     (cluster, client)
 }
 
+/// Creates `name` replicated THREE with `block_size`.
+pub async fn replicated_bucket(client: &Client, name: &str, block_size: u64) {
+    client
+        .create_bucket(
+            name,
+            BucketOptions {
+                replication: Some(ReplicationConfig::Replicated { factor: 3 }),
+                block_size: Some(block_size),
+            },
+        )
+        .await
+        .expect("bucket");
+}
+
 /// Creates `name` with rs-3-2-4k and `block_size`.
 pub async fn ec_bucket(client: &Client, name: &str, block_size: u64) {
     client
