@@ -74,6 +74,13 @@ pub enum DatanodeError {
         /// Block written.
         block: BlockId,
     },
+    /// A write to a block that was deleted (its key was deleted, overwritten
+    /// or its write abandoned): the block cannot come back.
+    #[error("block {block} was deleted")]
+    BlockDeleted {
+        /// Block written.
+        block: BlockId,
+    },
     /// A malformed request.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -86,6 +93,9 @@ pub enum DatanodeError {
         #[source]
         source: std::io::Error,
     },
+    /// Another process (or datanode) owns the data dir; the message names it.
+    #[error("{0}")]
+    DataDirInUse(String),
     /// The metadata database failed.
     #[error("metadata database: {0}")]
     Db(String),
@@ -103,9 +113,10 @@ impl DatanodeError {
             Self::LengthTooLarge { .. } => ResultCode::LengthTooLarge,
             Self::ChunkOffsetMismatch { .. } => ResultCode::ChunkOffsetMismatch,
             Self::BlockClosed { .. } => ResultCode::BlockClosed,
+            Self::BlockDeleted { .. } => ResultCode::NoSuchBlock,
             Self::InvalidArgument(_) => ResultCode::InvalidArgument,
             Self::Io { .. } => ResultCode::IoException,
-            Self::Db(_) => ResultCode::Internal,
+            Self::DataDirInUse(_) | Self::Db(_) => ResultCode::Internal,
         }
     }
 

@@ -7,7 +7,13 @@
 //!   CreateContainer) with DESIGN.md's rules: replica index checked, reads
 //!   past the committed end rejected at once, a 32 MiB read cap checked
 //!   before allocating, typed result codes.
-//! - [`Datanode`]: bind, serve, register with the om, shut down.
+//! - [`Datanode`]: bind, serve, register and heartbeat to the om, shut down.
+//! - Bounded resources: read handles in a bounded LRU ([`FileCache`],
+//!   `--max-open-files`, `EMFILE` empties it and retries); request payloads
+//!   charged to an [`InflightBudget`] (`--max-inflight-bytes`); the data dir
+//!   locked by one process; database commits on the blocking pool.
+//! - Block deletion (`DeleteBlocks`, sent by the om), with tombstones that
+//!   refuse later writes to a deleted block.
 //! - [`DatanodeMetrics`]: RPCs served by kind, bytes.
 //! - [`FaultInjector`] / [`FaultRule`]: per-datanode fault injection (fail an
 //!   RPC kind with a code, delay, corrupt/zero/short ReadChunk answers),
@@ -17,8 +23,12 @@
 //! generated client to register); never on `ec-client` or `block-stream`.
 
 mod admin;
+mod deletion;
 mod error;
 mod fault;
+mod file_cache;
+mod heartbeat;
+mod inflight;
 mod metrics;
 mod server;
 mod service;
@@ -28,6 +38,10 @@ pub use admin::{DatanodeAdminClient, DatanodeAdminGrpc};
 pub use error::DatanodeError;
 pub use fault::{FaultInjector, FaultKind, FaultRule, InvalidFault};
 pub use metrics::{DatanodeMetrics, ServedRpc};
-pub use server::{Datanode, DatanodeConfig, MAX_MESSAGE_SIZE};
+pub use deletion::MAX_DELETE_BATCH;
+pub use file_cache::{DEFAULT_MAX_OPEN_FILES, FileCache};
+pub use heartbeat::filesystem_space;
+pub use inflight::{DEFAULT_MAX_INFLIGHT_BYTES, InflightBudget, InflightPermit};
+pub use server::{DEFAULT_HEARTBEAT_INTERVAL, Datanode, DatanodeConfig, MAX_MESSAGE_SIZE};
 pub use service::DatanodeGrpcService;
-pub use storage::{ContainerStore, MAX_READ_LEN};
+pub use storage::{ContainerStore, MAX_READ_LEN, StoreOptions, StoreStats};

@@ -24,6 +24,15 @@ struct Args {
     /// Serve the admin fault-injection RPCs (for tests and demos only).
     #[arg(long)]
     enable_fault_injection: bool,
+    /// Most block files kept open for reading (least recently used closed first).
+    #[arg(long, default_value_t = datanode::DEFAULT_MAX_OPEN_FILES)]
+    max_open_files: usize,
+    /// Budget of ReadChunk/WriteChunk payload bytes in flight; requests past it wait.
+    #[arg(long, default_value_t = datanode::DEFAULT_MAX_INFLIGHT_BYTES)]
+    max_inflight_bytes: u64,
+    /// Seconds between heartbeats to the om.
+    #[arg(long, default_value_t = datanode::DEFAULT_HEARTBEAT_INTERVAL.as_secs_f64())]
+    heartbeat_interval: f64,
 }
 
 #[tokio::main]
@@ -34,8 +43,15 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let args = Args::parse();
+    let heartbeat = std::time::Duration::try_from_secs_f64(args.heartbeat_interval)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .context("--heartbeat-interval must be a positive number of seconds")?;
     let mut config = DatanodeConfig::new(args.listen, &args.data_dir)
-        .with_fault_injection(args.enable_fault_injection);
+        .with_fault_injection(args.enable_fault_injection)
+        .with_max_open_files(args.max_open_files)
+        .with_max_inflight_bytes(args.max_inflight_bytes)
+        .with_heartbeat_interval(heartbeat);
     if let Some(om) = args.om {
         config = config.with_om(om);
     }

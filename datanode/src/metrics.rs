@@ -20,11 +20,13 @@ pub enum ServedRpc {
     GetCommittedBlockLength,
     /// CreateContainer.
     CreateContainer,
+    /// DeleteBlocks.
+    DeleteBlocks,
 }
 
 impl ServedRpc {
     /// Every kind, in counter order.
-    pub const ALL: [ServedRpc; 7] = [
+    pub const ALL: [ServedRpc; 8] = [
         Self::GetBlock,
         Self::ReadChunk,
         Self::WriteChunk,
@@ -32,6 +34,7 @@ impl ServedRpc {
         Self::ListBlock,
         Self::GetCommittedBlockLength,
         Self::CreateContainer,
+        Self::DeleteBlocks,
     ];
 }
 
@@ -42,6 +45,8 @@ pub struct DatanodeMetrics {
     rpcs_total: [AtomicU64; ServedRpc::ALL.len()],
     read_bytes: AtomicU64,
     written_bytes: AtomicU64,
+    inflight_bytes: AtomicU64,
+    peak_inflight_bytes: AtomicU64,
 }
 
 impl DatanodeMetrics {
@@ -53,6 +58,24 @@ impl DatanodeMetrics {
     }
     pub(crate) fn record_written(&self, n: u64) {
         self.written_bytes.fetch_add(n, Ordering::Relaxed);
+    }
+    pub(crate) fn inflight_add(&self, n: u64) {
+        let now = self.inflight_bytes.fetch_add(n, Ordering::Relaxed) + n;
+        self.peak_inflight_bytes.fetch_max(now, Ordering::Relaxed);
+    }
+    pub(crate) fn inflight_sub(&self, n: u64) {
+        self.inflight_bytes.fetch_sub(n, Ordering::Relaxed);
+    }
+    /// Request payload bytes charged to the in-flight budget now.
+    #[must_use]
+    pub fn inflight_bytes(&self) -> u64 {
+        self.inflight_bytes.load(Ordering::Relaxed)
+    }
+    /// The most payload bytes ever charged to the in-flight budget at once
+    /// (never above `--max-inflight-bytes`).
+    #[must_use]
+    pub fn peak_inflight_bytes(&self) -> u64 {
+        self.peak_inflight_bytes.load(Ordering::Relaxed)
     }
     /// RPCs of `kind` received so far (failed ones included).
     #[must_use]

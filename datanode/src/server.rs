@@ -19,9 +19,15 @@ use tonic::transport::server::TcpIncoming;
 use crate::DatanodeError;
 use crate::admin::DatanodeAdminGrpc;
 use crate::fault::FaultInjector;
+use crate::heartbeat::run_heartbeats;
+use crate::inflight::{DEFAULT_MAX_INFLIGHT_BYTES, InflightBudget};
 use crate::metrics::DatanodeMetrics;
 use crate::service::DatanodeGrpcService;
-use crate::storage::ContainerStore;
+use crate::storage::{ContainerStore, StoreOptions};
+
+/// Default heartbeat interval (`--heartbeat-interval`): 3 s, as Ozone's
+/// `hdds.heartbeat.interval` would be for a small cluster.
+pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(3);
 
 /// Largest gRPC message the datanode accepts or sends, bytes (a ReadChunk
 /// answer is capped at 32 MiB; WriteChunk requests carry one chunk).
@@ -39,6 +45,13 @@ pub struct DatanodeConfig {
     pub om: Option<String>,
     /// Serve the admin (fault injection) RPCs. Off by default.
     pub enable_fault_injection: bool,
+    /// Storage tunables (`--max-open-files`).
+    pub store: StoreOptions,
+    /// Budget of request payload bytes in flight (`--max-inflight-bytes`,
+    /// default 256 MiB).
+    pub max_inflight_bytes: u64,
+    /// How often to heartbeat to the om (default 3 s).
+    pub heartbeat_interval: Duration,
 }
 
 impl DatanodeConfig {
@@ -50,7 +63,31 @@ impl DatanodeConfig {
             data_dir: data_dir.into(),
             om: None,
             enable_fault_injection: false,
+            store: StoreOptions::default(),
+            max_inflight_bytes: DEFAULT_MAX_INFLIGHT_BYTES,
+            heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
         }
+    }
+
+    /// Sets the most block files kept open for reading.
+    #[must_use]
+    pub fn with_max_open_files(mut self, n: usize) -> Self {
+        self.store = self.store.with_max_open_files(n);
+        self
+    }
+
+    /// Sets the in-flight payload budget, bytes.
+    #[must_use]
+    pub fn with_max_inflight_bytes(mut self, bytes: u64) -> Self {
+        self.max_inflight_bytes = bytes;
+        self
+    }
+
+    /// Sets the heartbeat interval.
+    #[must_use]
+    pub fn with_heartbeat_interval(mut self, interval: Duration) -> Self {
+        self.heartbeat_interval = interval;
+        self
     }
 
     /// Serves the admin fault-injection RPCs too.
@@ -79,8 +116,10 @@ pub struct Datanode {
     details: DatanodeDetails,
     metrics: Arc<DatanodeMetrics>,
     faults: Arc<FaultInjector>,
+    store: Arc<ContainerStore>,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+    heartbeats: Option<JoinHandle<()>>,
 }
 
 fn load_or_create_uuid(dir: &Path) -> Result<String, DatanodeError> {
@@ -107,11 +146,16 @@ fn load_or_create_uuid(dir: &Path) -> Result<String, DatanodeError> {
 }
 
 /// Opens the store, retrying while a previous instance on the same data dir
-/// is still releasing its database (a restart right after a shutdown).
-async fn open_store(dir: &Path) -> Result<ContainerStore, DatanodeError> {
+/// is still releasing it (a restart right after a shutdown: its serving task
+/// drops the store within the 5 s grace).
+async fn open_store(dir: &Path, options: StoreOptions) -> Result<ContainerStore, DatanodeError> {
     let mut waited = Duration::ZERO;
     loop {
-        match ContainerStore::open(dir) {
+        match ContainerStore::open_with(dir, options) {
+            Err(DatanodeError::DataDirInUse(_)) if waited < Duration::from_secs(6) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                waited += Duration::from_millis(20);
+            }
             Err(DatanodeError::Db(msg))
                 if msg.contains("already open") && waited < Duration::from_secs(10) =>
             {
@@ -132,8 +176,9 @@ impl Datanode {
     pub async fn start(config: DatanodeConfig) -> Result<Self, DatanodeError> {
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| DatanodeError::io(format!("creating {}", config.data_dir.display()), e))?;
+        let store = Arc::new(open_store(&config.data_dir, config.store).await?);
+        // Under the data dir's lock: the id survives restarts.
         let uuid = load_or_create_uuid(&config.data_dir)?;
-        let store = Arc::new(open_store(&config.data_dir).await?);
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|e| DatanodeError::io(format!("binding {}", config.listen), e))?;
@@ -149,13 +194,18 @@ impl Datanode {
         };
         let metrics = Arc::new(DatanodeMetrics::default());
         let faults = Arc::new(FaultInjector::default());
+        let budget = Arc::new(InflightBudget::new(
+            config.max_inflight_bytes,
+            Arc::clone(&metrics),
+        ));
         let admin = config
             .enable_fault_injection
             .then(|| DatanodeAdminServiceServer::new(DatanodeAdminGrpc::new(Arc::clone(&faults))));
         let svc = DatanodeServiceServer::new(DatanodeGrpcService::new(
-            store,
+            Arc::clone(&store),
             Arc::clone(&metrics),
             Arc::clone(&faults),
+            budget,
         ))
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
         .max_encoding_message_size(MAX_MESSAGE_SIZE);
@@ -174,15 +224,24 @@ impl Datanode {
                     let _ = rx.await;
                 }),
         );
-        let dn = Self {
+        let mut dn = Self {
             details,
             metrics,
             faults,
+            store,
             shutdown: Some(tx),
             task: Some(task),
+            heartbeats: None,
         };
         if let Some(om) = &config.om {
             register(om, &dn.details).await?;
+            dn.heartbeats = Some(tokio::spawn(run_heartbeats(
+                om.clone(),
+                dn.details.clone(),
+                Arc::clone(&dn.store),
+                Arc::clone(&dn.metrics),
+                config.heartbeat_interval,
+            )));
         }
         tracing::info!(datanode = %dn.details, "datanode serving");
         Ok(dn)
@@ -212,6 +271,12 @@ impl Datanode {
         &self.metrics
     }
 
+    /// The datanode's storage (usage figures, open files).
+    #[must_use]
+    pub fn store(&self) -> &Arc<ContainerStore> {
+        &self.store
+    }
+
     /// Stops serving and waits for the serving task (at most 5 s of grace for
     /// in-flight calls, then it is aborted). The data dir can be reopened afterwards.
     pub async fn shutdown(mut self) {
@@ -219,6 +284,9 @@ impl Datanode {
     }
 
     async fn stop(&mut self) {
+        if let Some(h) = self.heartbeats.take() {
+            h.abort();
+        }
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
@@ -242,6 +310,9 @@ impl Datanode {
 
 impl Drop for Datanode {
     fn drop(&mut self) {
+        if let Some(h) = self.heartbeats.take() {
+            h.abort();
+        }
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }

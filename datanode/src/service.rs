@@ -10,8 +10,9 @@ use proto_crate::{BlockData, BlockId, ChunkInfo, ProtocolError, ResultCode};
 use tonic::{Request, Response, Status};
 
 use crate::fault::FaultInjector;
+use crate::inflight::{InflightBudget, hold};
 use crate::metrics::{DatanodeMetrics, ServedRpc};
-use crate::storage::ContainerStore;
+use crate::storage::{ContainerStore, MAX_READ_LEN};
 
 /// The datanode's implementation of `DatanodeService`.
 #[derive(Debug, Clone)]
@@ -19,21 +20,25 @@ pub struct DatanodeGrpcService {
     store: Arc<ContainerStore>,
     metrics: Arc<DatanodeMetrics>,
     faults: Arc<FaultInjector>,
+    budget: Arc<InflightBudget>,
 }
 
 impl DatanodeGrpcService {
-    /// A service over `store` counting into `metrics` and consulting `faults`
-    /// before each call's I/O.
+    /// A service over `store` counting into `metrics`, consulting `faults`
+    /// before each call's I/O and charging ReadChunk/WriteChunk payloads to
+    /// `budget` (see [`InflightBudget`]).
     #[must_use]
     pub fn new(
         store: Arc<ContainerStore>,
         metrics: Arc<DatanodeMetrics>,
         faults: Arc<FaultInjector>,
+        budget: Arc<InflightBudget>,
     ) -> Self {
         Self {
             store,
             metrics,
             faults,
+            budget,
         }
     }
 }
@@ -77,8 +82,12 @@ impl DatanodeService for DatanodeGrpcService {
         let id = block_id(req.block_id)?;
         let chunk = chunk(req.chunk)?;
         self.faults.before(ServedRpc::ReadChunk, Some(id)).await?;
+        // Oversized reads are charged nothing: the store refuses them
+        // before allocating.
+        let charge = if req.len <= MAX_READ_LEN { req.len } else { 0 };
+        let permit = self.budget.acquire(charge).await;
         let data = self.store.read(id, &chunk, req.offset, req.len).await?;
-        let data = self.faults.mangle(id, data);
+        let data = hold(self.faults.mangle(id, data), permit);
         self.metrics.record_read(data.len() as u64);
         Ok(Response::new(pb::ReadChunkResponse { data }))
     }
@@ -93,6 +102,7 @@ impl DatanodeService for DatanodeGrpcService {
         let chunk = chunk(req.chunk)?;
         let n = req.data.len() as u64;
         self.faults.before(ServedRpc::WriteChunk, Some(id)).await?;
+        let _permit = self.budget.acquire(n).await;
         self.store.write_chunk(id, &chunk, req.data).await?;
         self.metrics.record_written(n);
         Ok(Response::new(pb::WriteChunkResponse {}))
@@ -151,7 +161,24 @@ impl DatanodeService for DatanodeGrpcService {
         req: Request<pb::CreateContainerRequest>,
     ) -> Result<Response<pb::CreateContainerResponse>, Status> {
         self.metrics.record(ServedRpc::CreateContainer);
-        self.store.create_container(req.into_inner().container_id)?;
+        self.store
+            .create_container(req.into_inner().container_id)
+            .await?;
         Ok(Response::new(pb::CreateContainerResponse {}))
+    }
+
+    async fn delete_blocks(
+        &self,
+        req: Request<pb::DeleteBlocksRequest>,
+    ) -> Result<Response<pb::DeleteBlocksResponse>, Status> {
+        self.metrics.record(ServedRpc::DeleteBlocks);
+        let ids: Vec<BlockId> = req
+            .into_inner()
+            .block_ids
+            .into_iter()
+            .map(BlockId::from)
+            .collect();
+        let deleted = self.store.delete_blocks(&ids).await?;
+        Ok(Response::new(pb::DeleteBlocksResponse { deleted }))
     }
 }

@@ -10,12 +10,23 @@
 //!
 //! Reads never touch the database: committed metadata and open file handles
 //! are cached in memory, and data is read with positioned reads (`pread`) so
-//! concurrent readers do not contend.
+//! concurrent readers do not contend. Read handles live in a bounded LRU
+//! ([`FileCache`], `--max-open-files`); running out of descriptors empties it
+//! and retries instead of failing the request.
+//!
+//! Database commits and fsyncs run on the blocking pool, never on the async
+//! workers, so a PutBlock does not stall other requests on the same runtime.
+//!
+//! What grows, and its bound: `committed` holds one entry per block stored
+//! (bounded by the disk, released by deletion); `open` holds one entry per
+//! block being written (released by the eof PutBlock or by deletion); the
+//! file cache holds at most `max_open_files` handles.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
@@ -25,55 +36,124 @@ use proto_crate::{BlockData, BlockId, ChunkInfo};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::DatanodeError;
+use crate::file_cache::{DEFAULT_MAX_OPEN_FILES, FileCache};
 
 type Result<T, E = DatanodeError> = std::result::Result<T, E>;
 
 /// Committed blocks: (container id, local id) -> encoded `BlockData`.
-const BLOCKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("blocks");
+pub(crate) const BLOCKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("blocks");
 /// Containers present on this datanode: container id -> ().
 const CONTAINERS: TableDefinition<u64, ()> = TableDefinition::new("containers");
 /// Blocks closed by an eof PutBlock: (container id, local id) -> ().
-const CLOSED: TableDefinition<(u64, u64), ()> = TableDefinition::new("closed_blocks");
+pub(crate) const CLOSED: TableDefinition<(u64, u64), ()> = TableDefinition::new("closed_blocks");
+/// Deleted blocks (tombstones): (container id, local id) -> deletion time,
+/// unix ms. A write to a deleted block is refused, so a writer whose session
+/// the om expired cannot bring the block back; tombstones older than
+/// [`TOMBSTONE_TTL_MS`] are pruned.
+pub(crate) const DELETED: TableDefinition<(u64, u64), u64> = TableDefinition::new("deleted_blocks");
+
+/// How long a deleted block's tombstone is kept, ms (24 h: far past the om's
+/// open-key lease, after which no writer can still hold the block).
+pub(crate) const TOMBSTONE_TTL_MS: u64 = 24 * 60 * 60 * 1000;
 
 /// Largest ReadChunk answer, bytes (DESIGN.md: 32 MiB). Longer requests are
 /// rejected before any buffer is allocated.
 pub const MAX_READ_LEN: u64 = 32 * 1024 * 1024;
 
-type BlockKey = (u64, u64);
+pub(crate) type BlockKey = (u64, u64);
 
-fn key(b: BlockId) -> BlockKey {
+pub(crate) fn key(b: BlockId) -> BlockKey {
     (b.container_id, b.local_id)
 }
 
 /// A block whose file is being written (it may also have a committed prefix).
 #[derive(Debug)]
-struct OpenBlock {
+pub(crate) struct OpenBlock {
     replica_index: u32,
     file_len: u64,
     closed: bool,
+    /// The block was deleted: writes are refused.
+    pub(crate) deleted: bool,
     /// Whether the container directory was synced since this block's file
     /// was created.
     dir_synced: bool,
 }
 
+/// Tunables of a [`ContainerStore`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoreOptions {
+    /// Most block files kept open for reading (`--max-open-files`, default
+    /// [`DEFAULT_MAX_OPEN_FILES`]).
+    pub max_open_files: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            max_open_files: DEFAULT_MAX_OPEN_FILES,
+        }
+    }
+}
+
+impl StoreOptions {
+    /// Sets the most block files kept open for reading.
+    #[must_use]
+    pub fn with_max_open_files(mut self, n: usize) -> Self {
+        self.max_open_files = n;
+        self
+    }
+}
+
+/// Usage figures of a store, as heartbeats report them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StoreStats {
+    /// Committed bytes of every block stored.
+    pub used_bytes: u64,
+    /// Committed blocks stored.
+    pub blocks: u64,
+    /// Block files held open for reading by the cache.
+    pub open_files: u64,
+}
+
 /// The containers and blocks of one datanode.
 #[derive(Debug)]
 pub struct ContainerStore {
-    root: PathBuf,
-    db: Database,
+    pub(crate) root: PathBuf,
+    pub(crate) db: Arc<Database>,
     containers: RwLock<std::collections::HashSet<u64>>,
-    committed: RwLock<HashMap<BlockKey, Arc<BlockData>>>,
-    open: Mutex<HashMap<BlockKey, Arc<tokio::sync::Mutex<OpenBlock>>>>,
-    files: RwLock<HashMap<BlockKey, Arc<File>>>,
+    pub(crate) committed: RwLock<HashMap<BlockKey, Arc<BlockData>>>,
+    pub(crate) open: Mutex<HashMap<BlockKey, Arc<tokio::sync::Mutex<OpenBlock>>>>,
+    pub(crate) files: Arc<FileCache>,
+    pub(crate) used_bytes: AtomicU64,
+    /// When tombstones were last pruned, unix ms.
+    pub(crate) last_prune_ms: AtomicU64,
+    /// Exclusive ownership of the data dir, released with the store.
+    _lock: proto_crate::DirLock,
 }
 
 impl ContainerStore {
-    /// Opens (or creates) the store under `root`, loading committed metadata.
+    /// Opens (or creates) the store under `root` with default options.
     ///
     /// # Errors
-    /// I/O errors creating directories; database errors; a stored record that
-    /// does not decode (reported, never silently skipped).
+    /// As [`open_with`](Self::open_with).
     pub fn open(root: &Path) -> Result<Self> {
+        Self::open_with(root, StoreOptions::default())
+    }
+
+    /// Opens (or creates) the store under `root`, loading committed metadata
+    /// and finishing deletions a crash interrupted (files of tombstoned
+    /// blocks are removed).
+    ///
+    /// # Errors
+    /// [`DatanodeError::DataDirInUse`] when another owner holds the data
+    /// dir's lock; I/O errors creating directories; database errors; a
+    /// stored record that does not decode (reported, never silently skipped).
+    pub fn open_with(root: &Path, options: StoreOptions) -> Result<Self> {
+        let lock = proto_crate::DirLock::acquire(root, "datanode").map_err(|e| match e {
+            proto_crate::DirLockError::InUse { .. } => DatanodeError::DataDirInUse(e.to_string()),
+            other => DatanodeError::io("locking the data dir", std::io::Error::other(other)),
+        })?;
         fs::create_dir_all(root.join("containers"))
             .map_err(|e| DatanodeError::io(format!("creating {}", root.display()), e))?;
         let db = Database::create(root.join("metadata.redb"))?;
@@ -82,11 +162,13 @@ impl ContainerStore {
             txn.open_table(BLOCKS)?;
             txn.open_table(CONTAINERS)?;
             txn.open_table(CLOSED)?;
+            txn.open_table(DELETED)?;
         }
         txn.commit()?;
 
         let mut committed = HashMap::new();
         let mut containers = std::collections::HashSet::new();
+        let mut tombstoned = Vec::new();
         {
             let read = db.begin_read()?;
             let blocks = read.open_table(BLOCKS)?;
@@ -104,15 +186,50 @@ impl ContainerStore {
                 let (k, _) = entry?;
                 containers.insert(k.value());
             }
+            for entry in read.open_table(DELETED)?.iter()? {
+                let (k, _) = entry?;
+                tombstoned.push(k.value());
+            }
         }
-        Ok(Self {
+        let used = committed.values().map(|d: &Arc<BlockData>| d.size).sum();
+        let store = Self {
             root: root.to_path_buf(),
-            db,
+            db: Arc::new(db),
             containers: RwLock::new(containers),
             committed: RwLock::new(committed),
             open: Mutex::new(HashMap::new()),
-            files: RwLock::new(HashMap::new()),
-        })
+            files: Arc::new(FileCache::new(options.max_open_files)),
+            used_bytes: AtomicU64::new(used),
+            last_prune_ms: AtomicU64::new(0),
+            _lock: lock,
+        };
+        // A deletion commits its tombstones before it removes files: finish
+        // the removals a crash cut short.
+        for (container_id, local_id) in tombstoned {
+            store.remove_block_file(container_id, local_id)?;
+        }
+        Ok(store)
+    }
+
+    /// Usage figures: committed bytes and blocks, open read handles.
+    #[must_use]
+    pub fn stats(&self) -> StoreStats {
+        let blocks = self
+            .committed
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len() as u64;
+        StoreStats {
+            used_bytes: self.used_bytes.load(Ordering::Relaxed),
+            blocks,
+            open_files: self.files.len() as u64,
+        }
+    }
+
+    /// The directory this store keeps its containers and database in.
+    #[must_use]
+    pub fn root(&self) -> &Path {
+        &self.root
     }
 
     fn container_dir(&self, container_id: u64) -> PathBuf {
@@ -120,8 +237,12 @@ impl ContainerStore {
     }
 
     fn block_path(&self, b: BlockId) -> PathBuf {
-        self.container_dir(b.container_id)
-            .join(format!("{}.block", b.local_id))
+        self.path_of(b.container_id, b.local_id)
+    }
+
+    pub(crate) fn path_of(&self, container_id: u64, local_id: u64) -> PathBuf {
+        self.container_dir(container_id)
+            .join(format!("{local_id}.block"))
     }
 
     fn has_container(&self, container_id: u64) -> bool {
@@ -132,23 +253,31 @@ impl ContainerStore {
     }
 
     /// Creates the container if it is not there yet (idempotent, durable).
+    /// The directory sync and the database commit run on the blocking pool.
     ///
     /// # Errors
     /// I/O and database errors.
-    pub fn create_container(&self, container_id: u64) -> Result<()> {
+    pub async fn create_container(&self, container_id: u64) -> Result<()> {
         if self.has_container(container_id) {
             return Ok(());
         }
         let dir = self.container_dir(container_id);
-        fs::create_dir_all(&dir)
-            .map_err(|e| DatanodeError::io(format!("creating {}", dir.display()), e))?;
-        // Make the new directory's entry durable before recording the container.
-        File::open(self.root.join("containers"))
-            .and_then(|f| f.sync_all())
-            .map_err(|e| DatanodeError::io(format!("syncing {}", self.root.display()), e))?;
-        let txn = self.db.begin_write()?;
-        txn.open_table(CONTAINERS)?.insert(container_id, ())?;
-        txn.commit()?;
+        let parent = self.root.join("containers");
+        let db = Arc::clone(&self.db);
+        let files = Arc::clone(&self.files);
+        blocking(move || {
+            fs::create_dir_all(&dir)
+                .map_err(|e| DatanodeError::io(format!("creating {}", dir.display()), e))?;
+            // Make the new directory's entry durable before recording the container.
+            files
+                .retry_on_emfile(|| File::open(&parent).and_then(|f| f.sync_all()))
+                .map_err(|e| DatanodeError::io(format!("syncing {}", parent.display()), e))?;
+            let txn = db.begin_write()?;
+            txn.open_table(CONTAINERS)?.insert(container_id, ())?;
+            txn.commit()?;
+            Ok(())
+        })
+        .await?;
         self.containers
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -188,7 +317,7 @@ impl ContainerStore {
         Ok(data)
     }
 
-    fn open_block(&self, b: BlockId) -> Result<Arc<tokio::sync::Mutex<OpenBlock>>> {
+    pub(crate) fn open_block(&self, b: BlockId) -> Result<Arc<tokio::sync::Mutex<OpenBlock>>> {
         let mut open = self
             .open
             .lock()
@@ -206,14 +335,18 @@ impl ContainerStore {
             .committed_block(b)
             .map_or(b.replica_index, |d| d.block_id.replica_index);
         let dir_synced = self.committed_block(b).is_some_and(|d| d.size > 0);
-        let closed = {
+        let (closed, deleted) = {
             let read = self.db.begin_read()?;
-            read.open_table(CLOSED)?.get(key(b))?.is_some()
+            (
+                read.open_table(CLOSED)?.get(key(b))?.is_some(),
+                read.open_table(DELETED)?.get(key(b))?.is_some(),
+            )
         };
         let ob = Arc::new(tokio::sync::Mutex::new(OpenBlock {
             replica_index,
             file_len,
             closed,
+            deleted,
             // A block with committed data had its directory synced by that commit.
             dir_synced,
         }));
@@ -239,19 +372,10 @@ impl ContainerStore {
                 data.len()
             )));
         }
-        self.create_container(b.container_id)?;
+        self.create_container(b.container_id).await?;
         let ob = self.open_block(b)?;
         let mut ob = ob.lock().await;
-        if ob.replica_index != b.replica_index {
-            return Err(DatanodeError::ReplicaIndexMismatch {
-                block: b,
-                asked: b.replica_index,
-                stored: ob.replica_index,
-            });
-        }
-        if ob.closed {
-            return Err(DatanodeError::BlockClosed { block: b });
-        }
+        check_writable(&ob, b)?;
         let committed = self.committed_block(b).map_or(0, |d| d.size);
         if chunk.offset > ob.file_len || chunk.offset < committed {
             return Err(DatanodeError::ChunkOffsetMismatch {
@@ -264,20 +388,25 @@ impl ContainerStore {
         let path = self.block_path(b);
         let offset = chunk.offset;
         let truncate = offset < ob.file_len;
-        let written = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-            let f = OpenOptions::new()
-                .create(true)
-                .write(true)
-                .truncate(false)
-                .open(&path)?;
+        let files = Arc::clone(&self.files);
+        blocking(move || {
+            let f = files
+                .retry_on_emfile(|| {
+                    OpenOptions::new()
+                        .create(true)
+                        .write(true)
+                        .truncate(false)
+                        .open(&path)
+                })
+                .map_err(|e| DatanodeError::io(format!("opening {}", path.display()), e))?;
             if truncate {
-                f.set_len(offset)?;
+                f.set_len(offset)
+                    .map_err(|e| DatanodeError::io(format!("truncating block {b}"), e))?;
             }
             f.write_all_at(&data, offset)
+                .map_err(|e| DatanodeError::io(format!("writing block {b}"), e))
         })
-        .await
-        .map_err(|e| DatanodeError::io("writing chunk", std::io::Error::other(e)))?;
-        written.map_err(|e| DatanodeError::io(format!("writing block {b}"), e))?;
+        .await?;
         // Cached read handles stay valid after a truncate (same inode).
         ob.file_len = offset + chunk.len;
         Ok(())
@@ -296,19 +425,10 @@ impl ContainerStore {
         let b = data.block_id;
         data.validate_chunks()
             .map_err(|e| DatanodeError::InvalidArgument(format!("PutBlock of {b}: {e}")))?;
-        self.create_container(b.container_id)?;
-        let ob = self.open_block(b)?;
-        let mut ob = ob.lock().await;
-        if ob.replica_index != b.replica_index {
-            return Err(DatanodeError::ReplicaIndexMismatch {
-                block: b,
-                asked: b.replica_index,
-                stored: ob.replica_index,
-            });
-        }
-        if ob.closed {
-            return Err(DatanodeError::BlockClosed { block: b });
-        }
+        self.create_container(b.container_id).await?;
+        let ob_handle = self.open_block(b)?;
+        let mut ob = ob_handle.lock().await;
+        check_writable(&ob, b)?;
         if data.size > ob.file_len {
             return Err(DatanodeError::InvalidArgument(format!(
                 "PutBlock of {b} commits {} bytes but only {} were written",
@@ -322,57 +442,69 @@ impl ContainerStore {
                 data.size
             )));
         }
+        // The fsyncs and the durable commit run on the blocking pool.
+        let path = (data.size > 0).then(|| self.block_path(b));
+        // The first commit of a block also syncs its directory, so that the
+        // file's directory entry is as durable as its metadata.
+        let dir = (data.size > 0 && !ob.dir_synced).then(|| self.container_dir(b.container_id));
+        let encoded = pb::BlockData::from(data.clone()).encode_to_vec();
+        let db = Arc::clone(&self.db);
+        let files = Arc::clone(&self.files);
+        blocking(move || {
+            if let Some(path) = path {
+                files
+                    .retry_on_emfile(|| File::open(&path).and_then(|f| f.sync_data()))
+                    .map_err(|e| DatanodeError::io(format!("syncing block {b}"), e))?;
+            }
+            if let Some(d) = dir {
+                files
+                    .retry_on_emfile(|| File::open(&d).and_then(|f| f.sync_all()))
+                    .map_err(|e| DatanodeError::io(format!("syncing {}", d.display()), e))?;
+            }
+            let txn = db.begin_write()?;
+            txn.open_table(BLOCKS)?.insert(key(b), encoded.as_slice())?;
+            if eof {
+                txn.open_table(CLOSED)?.insert(key(b), ())?;
+            }
+            txn.commit()?;
+            Ok(())
+        })
+        .await?;
         if data.size > 0 {
-            let path = self.block_path(b);
-            // The first commit of a block also syncs its directory, so that the
-            // file's directory entry is as durable as its metadata.
-            let dir = (!ob.dir_synced).then(|| self.container_dir(b.container_id));
-            tokio::task::spawn_blocking(move || {
-                File::open(&path).and_then(|f| f.sync_data())?;
-                match dir {
-                    Some(d) => File::open(d).and_then(|f| f.sync_all()),
-                    None => Ok(()),
-                }
-            })
-            .await
-            .map_err(|e| DatanodeError::io("syncing block", std::io::Error::other(e)))?
-            .map_err(|e| DatanodeError::io(format!("syncing block {b}"), e))?;
             ob.dir_synced = true;
         }
-        let encoded = pb::BlockData::from(data.clone()).encode_to_vec();
-        let txn = self.db.begin_write()?;
-        txn.open_table(BLOCKS)?.insert(key(b), encoded.as_slice())?;
-        if eof {
-            txn.open_table(CLOSED)?.insert(key(b), ())?;
-        }
-        txn.commit()?;
         ob.closed = eof;
         let size = data.size;
-        self.committed
+        let previous = self
+            .committed
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(key(b), Arc::new(data));
+        self.used_bytes
+            .fetch_add(size - previous.map_or(0, |p| p.size), Ordering::Relaxed);
+        if eof {
+            // A closed block takes no more writes: its write state is
+            // dropped (a later write re-reads `closed` from the database).
+            drop(ob);
+            self.open
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(&key(b));
+        }
         Ok(size)
     }
 
     fn file(&self, b: BlockId) -> Result<Arc<File>> {
-        if let Some(f) = self
-            .files
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(&key(b))
-        {
-            return Ok(Arc::clone(f));
+        if let Some(f) = self.files.get(key(b)) {
+            return Ok(f);
         }
         let path = self.block_path(b);
         let f = Arc::new(
-            File::open(&path)
+            self.files
+                .retry_on_emfile(|| File::open(&path))
                 .map_err(|e| DatanodeError::io(format!("opening {}", path.display()), e))?,
         );
-        self.files
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(key(b), Arc::clone(&f));
+        self.files.insert(key(b), Arc::clone(&f));
         Ok(f)
     }
 
@@ -476,6 +608,32 @@ impl ContainerStore {
         };
         Ok(sorted.into_values().take(limit).cloned().collect())
     }
+}
+
+fn check_writable(ob: &OpenBlock, b: BlockId) -> Result<()> {
+    if ob.replica_index != b.replica_index {
+        return Err(DatanodeError::ReplicaIndexMismatch {
+            block: b,
+            asked: b.replica_index,
+            stored: ob.replica_index,
+        });
+    }
+    if ob.deleted {
+        return Err(DatanodeError::BlockDeleted { block: b });
+    }
+    if ob.closed {
+        return Err(DatanodeError::BlockClosed { block: b });
+    }
+    Ok(())
+}
+
+/// Runs `f` on the blocking pool (file syncs, database commits).
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| DatanodeError::io("a blocking storage task", std::io::Error::other(e)))?
 }
 
 #[cfg(test)]

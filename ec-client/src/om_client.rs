@@ -23,6 +23,9 @@ const OM_ERROR_HEADER: &str = "x-om-error";
 pub(crate) struct OmClient {
     inner: OzoneManagerServiceClient<Channel>,
     timeout: Duration,
+    /// Random per connected client: the om bounds the sessions one client
+    /// holds open by this id.
+    client_id: String,
 }
 
 /// What opening a key returns.
@@ -111,10 +114,12 @@ impl OmClient {
             address: address.to_string(),
             message: format!("{e}: {:?}", std::error::Error::source(&e)),
         })?;
+        let id: u128 = rand::random();
         Ok(Self {
             inner: OzoneManagerServiceClient::new(channel)
                 .max_decoding_message_size(64 * 1024 * 1024),
             timeout,
+            client_id: format!("{id:032x}"),
         })
     }
 
@@ -227,6 +232,7 @@ impl OmClient {
                     bucket: bucket.to_string(),
                     key: key.to_string(),
                     replication: replication.map(|r| r.to_string()).unwrap_or_default(),
+                    client_id: self.client_id.clone(),
                 }),
             )
             .await
@@ -345,6 +351,7 @@ impl OmClient {
                 c.open_part(pb::OpenPartRequest {
                     upload_id: upload_id.to_string(),
                     part_number,
+                    client_id: self.client_id.clone(),
                 }),
             )
             .await?;

@@ -17,6 +17,7 @@ pub mod pattern;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 pub use control::{ControlClient, ControlServer};
 use datanode::{Datanode, DatanodeConfig, DatanodeMetrics, FaultInjector, FaultRule};
@@ -56,6 +57,9 @@ pub enum MiniClusterError {
     /// No datanode with this position.
     #[error("no datanode {0} (the cluster has {1})")]
     NoSuchDatanode(usize, usize),
+    /// Another process owns the base directory.
+    #[error("{0}")]
+    DirInUse(#[from] proto_crate::DirLockError),
 }
 
 fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> MiniClusterError {
@@ -75,6 +79,23 @@ pub struct MiniClusterConfig {
     pub default_replication: ReplicationConfig,
     /// Default internal block size of new buckets, bytes (default 256 MiB).
     pub block_size: u64,
+    /// Remove the om and datanode directories an earlier minicluster left in
+    /// `base_dir` before starting (only those: `om/` holding `om.redb`,
+    /// `dnN/` holding `datanode.id`). Default false.
+    pub clean: bool,
+    /// Datanode heartbeat interval (default 1 s).
+    pub heartbeat_interval: Duration,
+    /// The om's stale interval (default 5 s).
+    pub stale_after: Duration,
+    /// The om's dead interval (default 10 s: a stopped datanode is DEAD
+    /// within about 11 s).
+    pub dead_after: Duration,
+    /// The om's open-key lease (default 1 h).
+    pub open_key_lease: Duration,
+    /// The om's background service interval (default 1 s).
+    pub service_interval: Duration,
+    /// Each datanode's `--max-open-files` (default 256).
+    pub max_open_files: usize,
 }
 
 impl Default for MiniClusterConfig {
@@ -84,6 +105,13 @@ impl Default for MiniClusterConfig {
             base_dir: None,
             default_replication: ReplicationConfig::default(),
             block_size: 256 * 1024 * 1024,
+            clean: false,
+            heartbeat_interval: Duration::from_secs(1),
+            stale_after: Duration::from_secs(5),
+            dead_after: Duration::from_secs(10),
+            open_key_lease: om::DEFAULT_OPEN_KEY_LEASE,
+            service_interval: Duration::from_secs(1),
+            max_open_files: datanode::DEFAULT_MAX_OPEN_FILES,
         }
     }
 }
@@ -113,6 +141,72 @@ impl MiniClusterConfig {
         self.block_size = bytes;
         self
     }
+    /// Removes what an earlier minicluster left in the base dir first.
+    #[must_use]
+    pub fn with_clean(mut self, clean: bool) -> Self {
+        self.clean = clean;
+        self
+    }
+    /// Sets the heartbeat interval and the om's stale and dead intervals.
+    #[must_use]
+    pub fn with_liveness(mut self, heartbeat: Duration, stale: Duration, dead: Duration) -> Self {
+        self.heartbeat_interval = heartbeat;
+        self.stale_after = stale;
+        self.dead_after = dead;
+        self
+    }
+    /// Sets the om's open-key lease.
+    #[must_use]
+    pub fn with_open_key_lease(mut self, lease: Duration) -> Self {
+        self.open_key_lease = lease;
+        self
+    }
+    /// Sets the om's background service interval.
+    #[must_use]
+    pub fn with_service_interval(mut self, interval: Duration) -> Self {
+        self.service_interval = interval;
+        self
+    }
+    /// Sets each datanode's most open block files.
+    #[must_use]
+    pub fn with_max_open_files(mut self, n: usize) -> Self {
+        self.max_open_files = n;
+        self
+    }
+
+    fn datanode_config(&self, listen: SocketAddr, dir: &Path, om: &str) -> DatanodeConfig {
+        DatanodeConfig::new(listen, dir)
+            .with_om(om.to_string())
+            .with_fault_injection(true)
+            .with_heartbeat_interval(self.heartbeat_interval)
+            .with_max_open_files(self.max_open_files)
+    }
+}
+
+/// Removes `om/` and `dnN/` directories that a minicluster created under
+/// `base` (recognised by their `om.redb` / `datanode.id`); nothing else.
+fn clean_base_dir(base: &Path) -> Result<(), MiniClusterError> {
+    let entries = match std::fs::read_dir(base) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io(format!("reading {}", base.display()))(e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(io(format!("reading {}", base.display())))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        let ours = if name == "om" {
+            path.join("om.redb").is_file()
+        } else {
+            name.strip_prefix("dn")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                && path.join("datanode.id").is_file()
+        };
+        if ours && path.is_dir() {
+            std::fs::remove_dir_all(&path).map_err(io(format!("removing {}", path.display())))?;
+        }
+    }
+    Ok(())
 }
 
 /// One datanode of the cluster: keeps its address and data dir across stops
@@ -123,7 +217,7 @@ pub struct DatanodeHandle {
     data_dir: PathBuf,
     address: SocketAddr,
     uuid: String,
-    om: String,
+    config: DatanodeConfig,
     node: Option<Datanode>,
     metrics: Arc<DatanodeMetrics>,
     faults: Arc<FaultInjector>,
@@ -161,6 +255,12 @@ impl DatanodeHandle {
         &self.metrics
     }
 
+    /// The running datanode (storage figures, open files), if it is serving.
+    #[must_use]
+    pub fn node(&self) -> Option<&Datanode> {
+        self.node.as_ref()
+    }
+
     /// The fault injector of the current (or last) incarnation. Rules do not
     /// survive a restart, as a real process's would not.
     #[must_use]
@@ -194,11 +294,9 @@ impl DatanodeHandle {
         if self.node.is_some() {
             return Ok(());
         }
-        let node = Datanode::start(
-            DatanodeConfig::new(self.address, &self.data_dir)
-                .with_om(self.om.clone())
-                .with_fault_injection(true),
-        )
+        let mut config = self.config.clone();
+        config.listen = self.address;
+        let node = Datanode::start(config)
         .await
         .map_err(|source| MiniClusterError::Datanode {
             index: self.index,
@@ -258,14 +356,19 @@ pub struct MiniCluster {
     s3: Option<s3_gateway::S3Gateway>,
     datanodes: Vec<DatanodeHandle>,
     base_dir: PathBuf,
+    /// Held while the cluster runs: one minicluster per base dir.
+    _lock: Option<proto_crate::DirLock>,
     _temp: Option<tempfile::TempDir>,
 }
 
 impl MiniCluster {
-    /// Starts the om, then the datanodes (each registers with the om).
+    /// Starts the om, then the datanodes (each registers with the om). A
+    /// given base dir is locked first (a second minicluster on it is
+    /// refused, naming the first) and, with `clean`, emptied of what an
+    /// earlier minicluster left there.
     ///
     /// # Errors
-    /// Directory, bind and storage errors.
+    /// [`MiniClusterError::DirInUse`]; directory, bind and storage errors.
     pub async fn start(config: MiniClusterConfig) -> Result<Self, MiniClusterError> {
         let (temp, base_dir) = match &config.base_dir {
             Some(d) => (None, d.clone()),
@@ -278,9 +381,19 @@ impl MiniCluster {
                 (Some(t), p)
             }
         };
+        let lock = match &config.base_dir {
+            Some(dir) => Some(proto_crate::DirLock::acquire(dir, "minicluster")?),
+            None => None,
+        };
+        if config.clean && config.base_dir.is_some() {
+            clean_base_dir(&base_dir)?;
+        }
         let om_config = OmConfig::new(base_dir.join("om"))
             .with_default_block_size(config.block_size)
-            .with_default_replication(config.default_replication);
+            .with_default_replication(config.default_replication)
+            .with_liveness(config.stale_after, config.dead_after)
+            .with_open_key_lease(config.open_key_lease)
+            .with_service_interval(config.service_interval);
         let om = Arc::new(OzoneManager::open(om_config)?);
         let localhost: SocketAddr = ([127, 0, 0, 1], 0).into();
         let om_server = OmServer::start(localhost, om)
@@ -290,11 +403,8 @@ impl MiniCluster {
         let mut datanodes = Vec::with_capacity(config.datanodes);
         for index in 0..config.datanodes {
             let data_dir = base_dir.join(format!("dn{index}"));
-            let node = Datanode::start(
-                DatanodeConfig::new(localhost, &data_dir)
-                    .with_om(om_address.clone())
-                    .with_fault_injection(true),
-            )
+            let dn_config = config.datanode_config(localhost, &data_dir, &om_address);
+            let node = Datanode::start(dn_config.clone())
             .await
             .map_err(|source| MiniClusterError::Datanode { index, source })?;
             let address = node
@@ -306,7 +416,7 @@ impl MiniCluster {
                 data_dir,
                 address,
                 uuid: node.details().uuid.clone(),
-                om: om_address.clone(),
+                config: dn_config,
                 metrics: Arc::clone(node.metrics()),
                 faults: Arc::clone(node.faults()),
                 node: Some(node),
@@ -317,6 +427,7 @@ impl MiniCluster {
             s3: None,
             datanodes,
             base_dir,
+            _lock: lock,
             _temp: temp,
         })
     }

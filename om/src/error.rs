@@ -30,17 +30,32 @@ pub enum OmError {
     /// lost in an om restart).
     #[error("no open key session {0}")]
     NoSuchSession(u64),
-    /// Too few datanodes outside the exclude list for one block group.
+    /// Too few HEALTHY datanodes outside the exclude list for one block group.
     #[error(
-        "need {needed} datanodes for a block group but only {available} are available ({excluded} excluded)"
+        "need {needed} healthy datanodes for a block group but only {available} are available \
+         ({healthy} of {registered} registered datanodes are healthy; {excluded} healthy ones excluded)"
     )]
     NotEnoughDatanodes {
         /// Datanodes one group needs.
         needed: usize,
-        /// Registered and not excluded.
+        /// Healthy and not excluded.
         available: usize,
-        /// How many registered datanodes were excluded.
+        /// Healthy datanodes, excluded or not.
+        healthy: usize,
+        /// Registered datanodes, whatever their state.
+        registered: usize,
+        /// How many healthy datanodes were excluded.
         excluded: usize,
+    },
+    /// A client holds as many open key and part sessions as the om allows.
+    #[error(
+        "client `{client}` already holds {limit} open key sessions (the om's limit); commit or abort some"
+    )]
+    TooManyOpenSessions {
+        /// The client's id (empty for anonymous clients).
+        client: String,
+        /// The limit.
+        limit: usize,
     },
     /// A malformed request.
     #[error("invalid argument: {0}")]
@@ -60,6 +75,12 @@ pub enum OmError {
     /// Copying a replica to another datanode failed.
     #[error("replication failed: {0}")]
     ReplicationFailed(String),
+    /// The om could not be reached (client-side helpers only).
+    #[error("unreachable: {0}")]
+    Unreachable(String),
+    /// Another process owns the om's data dir (the message names it).
+    #[error("{0}")]
+    DataDirInUse(String),
     /// The metadata database failed.
     #[error("metadata database: {0}")]
     Db(String),
@@ -76,13 +97,15 @@ impl OmError {
             Self::KeyNotFound { .. } => "KEY_NOT_FOUND",
             Self::NoSuchSession(_) => "NO_SUCH_SESSION",
             Self::NotEnoughDatanodes { .. } => "NOT_ENOUGH_DATANODES",
+            Self::TooManyOpenSessions { .. } => "TOO_MANY_OPEN_SESSIONS",
             Self::InvalidArgument(_) => "INVALID_ARGUMENT",
             Self::ReplicationFailed(_) => "REPLICATION_FAILED",
             Self::NoSuchUpload(_) => "NO_SUCH_UPLOAD",
             Self::InvalidPart(_) => "INVALID_PART",
             Self::InvalidPartOrder(_) => "INVALID_PART_ORDER",
             Self::EntityTooSmall(_) => "ENTITY_TOO_SMALL",
-            Self::Db(_) => "INTERNAL",
+            Self::Unreachable(_) => "UNAVAILABLE",
+            Self::DataDirInUse(_) | Self::Db(_) => "INTERNAL",
         }
     }
 
@@ -93,14 +116,16 @@ impl OmError {
             }
             Self::BucketAlreadyExists(_) => Code::AlreadyExists,
             Self::BucketNotEmpty(_) => Code::FailedPrecondition,
-            Self::NotEnoughDatanodes { .. } => Code::ResourceExhausted,
+            Self::NotEnoughDatanodes { .. } | Self::TooManyOpenSessions { .. } => {
+                Code::ResourceExhausted
+            }
             Self::InvalidArgument(_) => Code::InvalidArgument,
-            Self::ReplicationFailed(_) => Code::Unavailable,
+            Self::ReplicationFailed(_) | Self::Unreachable(_) => Code::Unavailable,
             Self::NoSuchUpload(_) => Code::NotFound,
             Self::InvalidPart(_) | Self::InvalidPartOrder(_) | Self::EntityTooSmall(_) => {
                 Code::InvalidArgument
             }
-            Self::Db(_) => Code::Internal,
+            Self::DataDirInUse(_) | Self::Db(_) => Code::Internal,
         }
     }
 }

@@ -134,20 +134,20 @@ impl OzoneManager {
         Ok(info)
     }
 
-    /// Deletes a committed key (its blocks are left on the datanodes; block
-    /// deletion is not modelled).
+    /// Deletes a committed key; its block groups are logged for deletion in
+    /// the same transaction (the block deleting service frees them on the
+    /// datanodes).
     ///
     /// # Errors
     /// [`OmError::KeyNotFound`], [`OmError::BucketNotFound`] when the bucket is missing, database errors.
     pub fn delete_key(&self, bucket: &str, key: &str) -> Result<()> {
         let txn = self.db.begin_write()?;
-        {
-            let mut t = txn.open_table(KEYS)?;
-            if t.remove((bucket, key))?.is_none() {
-                return Err(self.missing_key(bucket, key));
-            }
+        if !crate::deletion::log_key_groups(&txn, bucket, key)? {
+            return Err(self.missing_key(bucket, key));
         }
+        txn.open_table(KEYS)?.remove((bucket, key))?;
         txn.commit()?;
+        self.deletions_changed();
         Ok(())
     }
 }

@@ -4,7 +4,14 @@
 //!   block size, keys (open, allocate block groups honouring an exclude list,
 //!   commit with final lengths, lookup, list, delete), persisted in redb.
 //!   Usable in-process.
-//! - [`OmGrpcService`] / [`OmServer`]: the same over gRPC.
+//! - Datanode liveness ([`NodeState`]: heartbeats make HEALTHY, silence
+//!   STALE then DEAD; only HEALTHY datanodes get new groups).
+//! - Space reclamation: a deletion log written with every metadata change
+//!   that frees block groups, and the block deleting service that sends
+//!   DeleteBlocks to datanodes ([`run_block_deleting_service`]); open-key
+//!   sessions expire after a lease.
+//! - [`OmGrpcService`] / [`OmServer`]: the same over gRPC, with the
+//!   background services.
 //! - [`add_replica`] / [`OmAdminGrpc`]: copy an EC replica to another
 //!   datanode and record it as a spare location (Ozone's EC replication).
 //! - [`OmError`]: typed errors; a failed gRPC call carries the error's name in
@@ -12,16 +19,25 @@
 //!
 //! Layering: depends on `proto-crate` only.
 
+mod deletion;
 mod error;
 mod keys;
 mod manager;
 mod multipart;
+mod nodes;
 mod replication;
 mod server;
 mod service;
+mod sessions;
 
 pub use error::{OM_ERROR_HEADER, OmError, om_error_name};
-pub use manager::{OmConfig, OpenKey, OzoneManager};
+pub use deletion::{DELETE_BATCH, run_block_deleting_service};
+pub use manager::{
+    DEFAULT_MAX_SESSIONS_PER_CLIENT, DEFAULT_OPEN_KEY_LEASE, DEFAULT_SERVICE_INTERVAL, OmConfig,
+    OpenKey, OzoneManager,
+};
+pub use nodes::{DatanodeStatus, Liveness, NodeState, NodeStats, list_datanode_statuses};
+pub use sessions::ANONYMOUS_CLIENT;
 pub use multipart::MAX_PART_NUMBER;
 pub use replication::{OmAdminClient, OmAdminGrpc, add_replica};
 pub use server::OmServer;

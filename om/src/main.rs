@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
@@ -19,6 +20,30 @@ struct Args {
     /// Directory for the om database.
     #[arg(long)]
     data_dir: PathBuf,
+    /// Seconds without a heartbeat after which a datanode is STALE (no new block groups).
+    #[arg(long, default_value_t = 30.0)]
+    stale_after: f64,
+    /// Seconds without a heartbeat after which a datanode is DEAD.
+    #[arg(long, default_value_t = 90.0)]
+    dead_after: f64,
+    /// Seconds an open key may go without an allocation before it is aborted
+    /// and its blocks reclaimed.
+    #[arg(long, default_value_t = om::DEFAULT_OPEN_KEY_LEASE.as_secs_f64())]
+    open_key_lease: f64,
+    /// Most open key sessions one client may hold.
+    #[arg(long, default_value_t = om::DEFAULT_MAX_SESSIONS_PER_CLIENT)]
+    max_sessions_per_client: usize,
+    /// Seconds between runs of the background services (lease expiry,
+    /// block deletion retries).
+    #[arg(long, default_value_t = om::DEFAULT_SERVICE_INTERVAL.as_secs_f64())]
+    service_interval: f64,
+}
+
+fn seconds(v: f64, flag: &str) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(v)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .with_context(|| format!("{flag} must be a positive number of seconds"))
 }
 
 #[tokio::main]
@@ -29,8 +54,15 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let args = Args::parse();
-    let om =
-        OzoneManager::open(OmConfig::new(&args.data_dir)).context("opening the om database")?;
+    let stale = seconds(args.stale_after, "--stale-after")?;
+    let dead = seconds(args.dead_after, "--dead-after")?;
+    anyhow::ensure!(dead >= stale, "--dead-after must not be shorter than --stale-after");
+    let config = OmConfig::new(&args.data_dir)
+        .with_liveness(stale, dead)
+        .with_open_key_lease(seconds(args.open_key_lease, "--open-key-lease")?)
+        .with_max_sessions_per_client(args.max_sessions_per_client)
+        .with_service_interval(seconds(args.service_interval, "--service-interval")?);
+    let om = OzoneManager::open(config).context("opening the om database")?;
     let server = OmServer::start(args.listen, Arc::new(om))
         .await
         .context("binding")?;

@@ -1,36 +1,47 @@
 //! [`OzoneManager`]: the metadata service as an in-process library.
 //!
 //! Holds the datanode registry (SCM's role) and buckets and keys (OM's role)
-//! in one redb database; open-key sessions live in memory (a key being
-//! written when the om restarts is lost, never half-visible). Keys become
+//! in one redb database; open-key sessions live in memory with their
+//! allocated groups persisted (a key being written when the om restarts is
+//! lost, never half-visible, and its blocks are reclaimed). Keys become
 //! visible only at commit, as in Ozone's open-key / allocate / commit flow.
+//! Sessions are in `sessions.rs`, the registry's liveness in `nodes.rs`,
+//! block deletion in `deletion.rs`.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use prost::Message;
 use proto_crate::wire::om as pb;
-use proto_crate::{
-    BlockGroup, BlockLocation, BucketInfo, DatanodeDetails, KeyInfo, Pipeline, ReplicationConfig,
-};
+use proto_crate::{BlockGroup, BucketInfo, DatanodeDetails, DirLock, ReplicationConfig};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::OmError;
+use crate::deletion::{DELETION_LOG, OPEN_GROUPS, reclaim_lost_sessions};
+use crate::nodes::{DatanodeStatus, Liveness, NodeRegistry, NodeStats};
 
 type Result<T, E = OmError> = std::result::Result<T, E>;
 
-const DATANODES: TableDefinition<&str, &str> = TableDefinition::new("datanodes");
+pub(crate) const DATANODES: TableDefinition<&str, &str> = TableDefinition::new("datanodes");
 pub(crate) const BUCKETS: TableDefinition<&str, &[u8]> = TableDefinition::new("buckets");
 pub(crate) const KEYS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("keys");
 /// Multipart uploads in progress: upload id -> encoded `MultipartUploadInfo`.
 pub(crate) const UPLOADS: TableDefinition<&str, &[u8]> = TableDefinition::new("multipart_uploads");
-const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
+pub(crate) const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 
 /// Blocks placed in one container before the om opens a new one on the same
 /// pipeline (a stand-in for Ozone's 5 GB container size).
-const BLOCKS_PER_CONTAINER: u32 = 1000;
+pub(crate) const BLOCKS_PER_CONTAINER: u32 = 1000;
+
+/// Default open-key lease (`--open-key-lease`): 1 h.
+pub const DEFAULT_OPEN_KEY_LEASE: Duration = Duration::from_secs(3600);
+/// Default most open sessions of one client.
+pub const DEFAULT_MAX_SESSIONS_PER_CLIENT: usize = 1024;
+/// Default interval of the om's background services (lease expiry, retries
+/// of block deletion): 5 s.
+pub const DEFAULT_SERVICE_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Settings of an om.
 #[derive(Debug, Clone)]
@@ -42,6 +53,18 @@ pub struct OmConfig {
     pub default_replication: ReplicationConfig,
     /// Internal block size of buckets created without one (default 256 MiB).
     pub default_block_size: u64,
+    /// Stale and dead intervals of datanode liveness (default 30 s / 90 s).
+    pub liveness: Liveness,
+    /// An open session unused (no allocation) for this long is aborted and
+    /// its blocks reclaimed (default [`DEFAULT_OPEN_KEY_LEASE`]).
+    pub open_key_lease: Duration,
+    /// Most sessions one client (by client id) holds open at once (default
+    /// [`DEFAULT_MAX_SESSIONS_PER_CLIENT`]).
+    pub max_sessions_per_client: usize,
+    /// How often the background services run at the latest (default
+    /// [`DEFAULT_SERVICE_INTERVAL`]); block deletion also runs as soon as
+    /// the deletion log grows.
+    pub service_interval: Duration,
 }
 
 impl OmConfig {
@@ -52,7 +75,42 @@ impl OmConfig {
             data_dir: data_dir.into(),
             default_replication: ReplicationConfig::default(),
             default_block_size: 256 * 1024 * 1024,
+            liveness: Liveness::default(),
+            open_key_lease: DEFAULT_OPEN_KEY_LEASE,
+            max_sessions_per_client: DEFAULT_MAX_SESSIONS_PER_CLIENT,
+            service_interval: DEFAULT_SERVICE_INTERVAL,
         }
+    }
+
+    /// Sets the stale and dead intervals of datanode liveness.
+    #[must_use]
+    pub fn with_liveness(mut self, stale_after: Duration, dead_after: Duration) -> Self {
+        self.liveness = Liveness {
+            stale_after,
+            dead_after,
+        };
+        self
+    }
+
+    /// Sets the open-key lease.
+    #[must_use]
+    pub fn with_open_key_lease(mut self, lease: Duration) -> Self {
+        self.open_key_lease = lease;
+        self
+    }
+
+    /// Sets the most open sessions per client.
+    #[must_use]
+    pub fn with_max_sessions_per_client(mut self, n: usize) -> Self {
+        self.max_sessions_per_client = n;
+        self
+    }
+
+    /// Sets the background services' interval.
+    #[must_use]
+    pub fn with_service_interval(mut self, interval: Duration) -> Self {
+        self.service_interval = interval;
+        self
     }
 
     /// Sets the default internal block size, bytes.
@@ -81,6 +139,10 @@ pub(crate) enum SessionTarget {
 
 #[derive(Debug)]
 pub(crate) struct OpenKeySession {
+    /// The client that opened it (bounded per client).
+    pub(crate) client: String,
+    /// Last open or allocation: the lease runs from here.
+    pub(crate) last_active: Instant,
     pub(crate) bucket: String,
     pub(crate) key: String,
     pub(crate) replication: ReplicationConfig,
@@ -89,13 +151,16 @@ pub(crate) struct OpenKeySession {
     pub(crate) target: SessionTarget,
 }
 
+/// The om's in-memory state. Bounds: one registry entry per datanode; at
+/// most `max_sessions_per_client` sessions per client, each expiring after
+/// the lease; one open container per pipeline (datanode set) used.
 #[derive(Debug, Default)]
 pub(crate) struct State {
-    datanodes: BTreeMap<String, DatanodeDetails>,
+    pub(crate) nodes: NodeRegistry,
     pub(crate) sessions: HashMap<u64, OpenKeySession>,
-    next_session: u64,
-    allocations: u64,
-    open_containers: HashMap<Vec<String>, (u64, u32)>,
+    pub(crate) next_session: u64,
+    pub(crate) allocations: u64,
+    pub(crate) open_containers: HashMap<Vec<String>, (u64, u32)>,
 }
 
 /// What an opened key session tells the writer.
@@ -112,11 +177,17 @@ pub struct OpenKey {
 /// The metadata service.
 #[derive(Debug)]
 pub struct OzoneManager {
-    config: OmConfig,
+    pub(crate) config: OmConfig,
     pub(crate) db: Database,
     state: Mutex<State>,
     /// Number of open sessions, published on every change.
-    sessions_open: tokio::sync::watch::Sender<usize>,
+    pub(crate) sessions_open: tokio::sync::watch::Sender<usize>,
+    /// Entries in the deletion log, published on every change.
+    pub(crate) deletions_pending: tokio::sync::watch::Sender<u64>,
+    /// Wakes the block deleting service when the log grows.
+    pub(crate) deletion_wakeup: Arc<tokio::sync::Notify>,
+    /// Exclusive ownership of the data dir; released with the om.
+    _lock: DirLock,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -134,7 +205,7 @@ pub(crate) fn decode<M: Message + Default, T: TryFrom<M, Error = proto_crate::Pr
     T::try_from(m).map_err(|e| OmError::Db(format!("{what} record is invalid: {e}")))
 }
 
-fn validate_name(kind: &str, name: &str) -> Result<()> {
+pub(crate) fn validate_name(kind: &str, name: &str) -> Result<()> {
     if name.is_empty() {
         return Err(OmError::InvalidArgument(format!("{kind} name is empty")));
     }
@@ -147,14 +218,19 @@ fn validate_name(kind: &str, name: &str) -> Result<()> {
 }
 
 impl OzoneManager {
-    /// Opens (or creates) the om's database under `config.data_dir` and loads
-    /// the datanode registry.
+    /// Opens (or creates) the om's database under `config.data_dir`, taking
+    /// the directory's lock, and loads the datanode registry. Groups of
+    /// sessions that were open when the om last stopped are logged for
+    /// deletion.
     ///
     /// # Errors
+    /// [`OmError::DataDirInUse`] when another process owns the directory;
     /// I/O and database errors.
     pub fn open(config: OmConfig) -> Result<Self> {
-        std::fs::create_dir_all(&config.data_dir)
-            .map_err(|e| OmError::Db(format!("creating {}: {e}", config.data_dir.display())))?;
+        let lock = DirLock::acquire(&config.data_dir, "om").map_err(|e| match e {
+            proto_crate::DirLockError::InUse { .. } => OmError::DataDirInUse(e.to_string()),
+            other => OmError::Db(other.to_string()),
+        })?;
         let db = Database::create(config.data_dir.join("om.redb"))?;
         let txn = db.begin_write()?;
         {
@@ -163,9 +239,16 @@ impl OzoneManager {
             txn.open_table(KEYS)?;
             txn.open_table(COUNTERS)?;
             txn.open_table(UPLOADS)?;
+            txn.open_table(DELETION_LOG)?;
+            txn.open_table(OPEN_GROUPS)?;
         }
         txn.commit()?;
+        let lost = reclaim_lost_sessions(&db)?;
+        if lost > 0 {
+            tracing::info!(groups = lost, "logged blocks of writes lost in the last om stop for deletion");
+        }
         let mut state = State::default();
+        let now = Instant::now();
         {
             let read = db.begin_read()?;
             for entry in read.open_table(DATANODES)?.iter()? {
@@ -174,15 +257,41 @@ impl OzoneManager {
                     uuid: k.value().to_string(),
                     address: v.value().to_string(),
                 };
-                state.datanodes.insert(d.uuid.clone(), d);
+                state.nodes.load(d, now);
             }
         }
-        Ok(Self {
+        // Session ids never repeat across restarts: each start takes a new
+        // epoch for the high 32 bits, so a writer holding a session of an
+        // earlier incarnation gets NoSuchSession, never someone else's.
+        let epoch = {
+            let txn = db.begin_write()?;
+            let epoch;
+            {
+                let mut t = txn.open_table(COUNTERS)?;
+                epoch = t.get("session_epoch")?.map_or(1, |g| g.value());
+                t.insert("session_epoch", epoch + 1)?;
+            }
+            txn.commit()?;
+            epoch
+        };
+        state.next_session = epoch << 32;
+        let om = Self {
             config,
             db,
             state: Mutex::new(state),
             sessions_open: tokio::sync::watch::Sender::new(0),
-        })
+            deletions_pending: tokio::sync::watch::Sender::new(0),
+            deletion_wakeup: Arc::new(tokio::sync::Notify::new()),
+            _lock: lock,
+        };
+        om.deletions_changed();
+        Ok(om)
+    }
+
+    /// The om's settings.
+    #[must_use]
+    pub fn config(&self) -> &OmConfig {
+        &self.config
     }
 
     /// The directory holding the database.
@@ -197,18 +306,67 @@ impl OzoneManager {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Adds or updates (same uuid, new address) a datanode in the registry.
+    /// Adds or updates (same uuid, new address) a datanode in the registry
+    /// and counts it as heard from now. An entry of another uuid at the same
+    /// address is replaced (one entry per address).
     ///
     /// # Errors
     /// Database errors.
     pub fn register_datanode(&self, d: DatanodeDetails) -> Result<()> {
-        let txn = self.db.begin_write()?;
-        txn.open_table(DATANODES)?
-            .insert(d.uuid.as_str(), d.address.as_str())?;
-        txn.commit()?;
-        tracing::info!(datanode = %d, "datanode registered");
-        self.state().datanodes.insert(d.uuid.clone(), d);
+        self.heard_from(&d, None)
+    }
+
+    /// Records a heartbeat of `d` with its usage figures; registers `d` if
+    /// the om does not know it at this address.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn heartbeat(&self, d: &DatanodeDetails, stats: NodeStats) -> Result<()> {
+        self.heard_from(d, Some(stats))
+    }
+
+    fn heard_from(&self, d: &DatanodeDetails, stats: Option<NodeStats>) -> Result<()> {
+        // Persist first (outside the state lock), then update memory.
+        let known = self.state().nodes.knows(d);
+        if !known {
+            let replaced: Vec<String> = self
+                .state()
+                .nodes
+                .all()
+                .into_iter()
+                .filter(|o| o.address == d.address && o.uuid != d.uuid)
+                .map(|o| o.uuid)
+                .collect();
+            let txn = self.db.begin_write()?;
+            {
+                let mut t = txn.open_table(DATANODES)?;
+                for uuid in &replaced {
+                    t.remove(uuid.as_str())?;
+                }
+                t.insert(d.uuid.as_str(), d.address.as_str())?;
+            }
+            txn.commit()?;
+            for uuid in &replaced {
+                tracing::info!(old = %uuid, datanode = %d, "a new datanode id took over an address; replacing the old entry");
+            }
+            tracing::info!(datanode = %d, "datanode registered");
+        }
+        self.state().nodes.upsert(d, stats, Instant::now());
         Ok(())
+    }
+
+    /// Every registered datanode with its liveness state, in uuid order.
+    #[must_use]
+    pub fn datanode_statuses(&self) -> Vec<DatanodeStatus> {
+        self.state()
+            .nodes
+            .statuses(Instant::now(), self.config.liveness)
+    }
+
+    /// The registered datanode `uuid`.
+    #[must_use]
+    pub fn datanode(&self, uuid: &str) -> Option<DatanodeDetails> {
+        self.state().nodes.get(uuid)
     }
 
     /// Open key and part sessions (written but neither committed nor aborted).
@@ -224,14 +382,14 @@ impl OzoneManager {
         self.sessions_open.subscribe()
     }
 
-    fn publish_sessions(&self, st: &State) {
+    pub(crate) fn publish_sessions(&self, st: &State) {
         self.sessions_open.send_replace(st.sessions.len());
     }
 
-    /// Every registered datanode, by uuid.
+    /// Every registered datanode, whatever its state, by uuid.
     #[must_use]
     pub fn datanodes(&self) -> Vec<DatanodeDetails> {
-        self.state().datanodes.values().cloned().collect()
+        self.state().nodes.all()
     }
 
     /// Creates a bucket; `None` takes the om's default replication / block size.
@@ -337,266 +495,4 @@ impl OzoneManager {
         Ok(())
     }
 
-    /// Opens a key for writing. Nothing is visible until [`commit_key`](Self::commit_key).
-    ///
-    /// # Errors
-    /// [`OmError::BucketNotFound`], [`OmError::InvalidArgument`] for a bad key name.
-    pub fn open_key(
-        &self,
-        bucket: &str,
-        key: &str,
-        replication: Option<ReplicationConfig>,
-    ) -> Result<OpenKey> {
-        self.open_session(bucket, key, replication, SessionTarget::Key)
-    }
-
-    pub(crate) fn open_session(
-        &self,
-        bucket: &str,
-        key: &str,
-        replication: Option<ReplicationConfig>,
-        target: SessionTarget,
-    ) -> Result<OpenKey> {
-        validate_name("key", key)?;
-        let b = self.get_bucket(bucket)?;
-        let replication = replication.unwrap_or(b.default_replication);
-        let mut st = self.state();
-        st.next_session += 1;
-        let session_id = st.next_session;
-        st.sessions.insert(
-            session_id,
-            OpenKeySession {
-                bucket: bucket.to_string(),
-                key: key.to_string(),
-                replication,
-                block_size: b.block_size,
-                allocated: Vec::new(),
-                target,
-            },
-        );
-        self.publish_sessions(&st);
-        Ok(OpenKey {
-            session_id,
-            replication,
-            block_size: b.block_size,
-        })
-    }
-
-    fn next_counter(&self, name: &str, by: u64) -> Result<u64> {
-        let txn = self.db.begin_write()?;
-        let v;
-        {
-            let mut t = txn.open_table(COUNTERS)?;
-            v = t.get(name)?.map_or(1, |g| g.value());
-            t.insert(name, v + by)?;
-        }
-        txn.commit()?;
-        Ok(v)
-    }
-
-    /// Allocates a new block group for an open key: d+p (EC) or factor
-    /// (replicated) distinct datanodes none of which is in `exclude` (uuids),
-    /// a container and a local id, and a replica index per location (1..=d+p
-    /// for EC, 0 when replicated). Placement rotates over the registry so that
-    /// successive groups spread indexes across datanodes.
-    ///
-    /// # Errors
-    /// [`OmError::NoSuchSession`], [`OmError::NotEnoughDatanodes`], database errors.
-    pub fn allocate_block_group(&self, session_id: u64, exclude: &[String]) -> Result<BlockGroup> {
-        let (replication, candidates, rotation) = {
-            let mut st = self.state();
-            let s = st
-                .sessions
-                .get(&session_id)
-                .ok_or(OmError::NoSuchSession(session_id))?;
-            let replication = s.replication;
-            let excluded: HashSet<&str> = exclude.iter().map(String::as_str).collect();
-            let candidates: Vec<DatanodeDetails> = st
-                .datanodes
-                .values()
-                .filter(|d| !excluded.contains(d.uuid.as_str()))
-                .cloned()
-                .collect();
-            let needed = replication.required_nodes();
-            if candidates.len() < needed {
-                return Err(OmError::NotEnoughDatanodes {
-                    needed,
-                    available: candidates.len(),
-                    excluded: st.datanodes.len() - candidates.len(),
-                });
-            }
-            st.allocations += 1;
-            (replication, candidates, st.allocations)
-        };
-        let needed = replication.required_nodes();
-        let n = candidates.len();
-        let start = usize::try_from(rotation % n as u64).unwrap_or(0);
-        let chosen: Vec<DatanodeDetails> = (0..needed)
-            .map(|i| candidates[(start + i) % n].clone())
-            .collect();
-        let locations: Vec<BlockLocation> = chosen
-            .into_iter()
-            .enumerate()
-            .map(|(i, datanode)| BlockLocation {
-                datanode,
-                replica_index: match replication {
-                    ReplicationConfig::Ec(_) => u32::try_from(i + 1).unwrap_or(u32::MAX),
-                    ReplicationConfig::Replicated { .. } => 0,
-                },
-            })
-            .collect();
-        let pipeline_key: Vec<String> = locations.iter().map(|l| l.datanode.uuid.clone()).collect();
-        let local_id = self.next_counter("next_local_id", 1)?;
-        let container_id = {
-            let existing = {
-                let mut st = self.state();
-                match st.open_containers.get_mut(&pipeline_key) {
-                    Some((cid, used)) if *used < BLOCKS_PER_CONTAINER => {
-                        *used += 1;
-                        Some(*cid)
-                    }
-                    _ => None,
-                }
-            };
-            match existing {
-                Some(cid) => cid,
-                None => {
-                    let cid = self.next_counter("next_container_id", 1)?;
-                    self.state().open_containers.insert(pipeline_key, (cid, 1));
-                    cid
-                }
-            }
-        };
-        let group = BlockGroup {
-            container_id,
-            local_id,
-            length: 0,
-            pipeline: Pipeline { locations },
-        };
-        let mut st = self.state();
-        let s = st
-            .sessions
-            .get_mut(&session_id)
-            .ok_or(OmError::NoSuchSession(session_id))?;
-        s.allocated.push(group.clone());
-        Ok(group)
-    }
-
-    /// Commits an open key: `groups` (in key order, each with its acknowledged
-    /// length; groups of length 0 are dropped) must be groups allocated to this
-    /// session, and their lengths must sum to `length`. Locations are taken
-    /// from the om's own allocation record. Replaces any key of the same name.
-    ///
-    /// # Errors
-    /// [`OmError::NoSuchSession`], [`OmError::InvalidArgument`] for unknown
-    /// groups or a length mismatch, database errors.
-    pub fn commit_key(
-        &self,
-        session_id: u64,
-        groups: &[BlockGroup],
-        length: u64,
-        metadata: BTreeMap<String, String>,
-    ) -> Result<KeyInfo> {
-        let (s, committed) = self.take_session(session_id, groups, length, &SessionTarget::Key)?;
-        let info = KeyInfo {
-            bucket: s.bucket.clone(),
-            name: s.key.clone(),
-            length,
-            replication: s.replication,
-            block_groups: committed,
-            block_size: s.block_size,
-            created_unix_ms: now_ms(),
-            metadata,
-        };
-        self.put_key(&info)?;
-        Ok(info)
-    }
-
-    /// Stores `info` as a committed key, replacing any key of the same name.
-    pub(crate) fn put_key(&self, info: &KeyInfo) -> Result<()> {
-        let txn = self.db.begin_write()?;
-        {
-            if txn
-                .open_table(BUCKETS)?
-                .get(info.bucket.as_str())?
-                .is_none()
-            {
-                return Err(OmError::BucketNotFound(info.bucket.clone()));
-            }
-            txn.open_table(KEYS)?.insert(
-                (info.bucket.as_str(), info.name.as_str()),
-                pb::KeyInfo::from(info.clone()).encode_to_vec().as_slice(),
-            )?;
-        }
-        txn.commit()?;
-        Ok(())
-    }
-
-    /// Ends session `session_id` (which must commit into `target`): checks
-    /// `groups` were allocated to it and sum to `length`; returns the session
-    /// and the groups with their lengths and the om's locations (groups of
-    /// length 0 dropped).
-    pub(crate) fn take_session(
-        &self,
-        session_id: u64,
-        groups: &[BlockGroup],
-        length: u64,
-        target: &SessionTarget,
-    ) -> Result<(OpenKeySession, Vec<BlockGroup>)> {
-        let s = {
-            let mut st = self.state();
-            match st.sessions.get(&session_id) {
-                None => return Err(OmError::NoSuchSession(session_id)),
-                Some(s) if std::mem::discriminant(&s.target) != std::mem::discriminant(target) => {
-                    return Err(OmError::InvalidArgument(format!(
-                        "session {session_id} commits into {:?}, not {target:?}",
-                        s.target
-                    )));
-                }
-                Some(_) => {}
-            }
-            let s = st
-                .sessions
-                .remove(&session_id)
-                .ok_or(OmError::NoSuchSession(session_id))?;
-            self.publish_sessions(&st);
-            s
-        };
-        let mut committed = Vec::new();
-        let mut sum = 0u64;
-        for g in groups {
-            let Some(allocated) = s
-                .allocated
-                .iter()
-                .find(|a| a.container_id == g.container_id && a.local_id == g.local_id)
-            else {
-                return Err(OmError::InvalidArgument(format!(
-                    "block group {}:{} was not allocated to session {session_id}",
-                    g.container_id, g.local_id
-                )));
-            };
-            sum = sum
-                .checked_add(g.length)
-                .ok_or_else(|| OmError::InvalidArgument("group lengths overflow".into()))?;
-            if g.length > 0 {
-                committed.push(BlockGroup {
-                    length: g.length,
-                    ..allocated.clone()
-                });
-            }
-        }
-        if sum != length {
-            return Err(OmError::InvalidArgument(format!(
-                "key length {length} differs from the sum of its group lengths {sum}"
-            )));
-        }
-        Ok((s, committed))
-    }
-
-    /// Abandons an open key; nothing becomes visible. Unknown sessions are fine.
-    pub fn abort_key(&self, session_id: u64) {
-        let mut st = self.state();
-        st.sessions.remove(&session_id);
-        self.publish_sessions(&st);
-    }
 }

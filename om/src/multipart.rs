@@ -18,7 +18,9 @@ use proto_crate::{
 };
 use redb::{ReadableDatabase, ReadableTable};
 
+use crate::deletion::{end_session, log_groups, log_key_groups};
 use crate::manager::{KEYS, OpenKey, SessionTarget, UPLOADS, decode, now_ms};
+use crate::sessions::ANONYMOUS_CLIENT;
 use crate::{OmError, OzoneManager};
 
 type Result<T, E = OmError> = std::result::Result<T, E>;
@@ -78,12 +80,22 @@ impl OzoneManager {
         Ok(upload.upload_id)
     }
 
-    /// Opens a session that writes part `part_number` (1..=10000) of an upload.
+    /// Opens a session that writes part `part_number` (1..=10000) of an
+    /// upload, as an anonymous client.
+    ///
+    /// # Errors
+    /// As [`open_part_as`](Self::open_part_as).
+    pub fn open_part(&self, upload_id: &str, part_number: u32) -> Result<OpenKey> {
+        self.open_part_as(ANONYMOUS_CLIENT, upload_id, part_number)
+    }
+
+    /// Opens a session that writes part `part_number` (1..=10000) of an
+    /// upload on behalf of client `client`.
     ///
     /// # Errors
     /// [`OmError::NoSuchUpload`], [`OmError::InvalidArgument`] for a part
-    /// number out of range.
-    pub fn open_part(&self, upload_id: &str, part_number: u32) -> Result<OpenKey> {
+    /// number out of range, [`OmError::TooManyOpenSessions`].
+    pub fn open_part_as(&self, client: &str, upload_id: &str, part_number: u32) -> Result<OpenKey> {
         if !(1..=MAX_PART_NUMBER).contains(&part_number) {
             return Err(OmError::InvalidArgument(format!(
                 "part number {part_number} is outside 1..={MAX_PART_NUMBER}"
@@ -91,6 +103,7 @@ impl OzoneManager {
         }
         let u = self.load_upload(upload_id)?;
         self.open_session(
+            client,
             &u.bucket,
             &u.key,
             Some(u.replication),
@@ -102,7 +115,9 @@ impl OzoneManager {
     }
 
     /// Commits a part session: records the part (replacing an earlier one of
-    /// the same number) with its groups, length and ETag.
+    /// the same number) with its groups, length and ETag. The replaced part's
+    /// groups and the session's uncommitted groups are logged for deletion
+    /// in the same transaction.
     ///
     /// # Errors
     /// [`OmError::NoSuchSession`], [`OmError::NoSuchUpload`] (aborted
@@ -118,12 +133,14 @@ impl OzoneManager {
             upload_id: String::new(),
             part_number: 0,
         };
-        let (s, committed) = self.take_session(session_id, groups, length, &placeholder)?;
+        let (s, committed, leftovers) =
+            self.take_session(session_id, groups, length, &placeholder)?;
         let SessionTarget::Part {
             upload_id,
             part_number,
-        } = s.target
+        } = s.target.clone()
         else {
+            self.reclaim_session(session_id, &s.allocated)?;
             return Err(OmError::InvalidArgument(format!(
                 "session {session_id} is not a part"
             )));
@@ -138,23 +155,42 @@ impl OzoneManager {
         // Read-modify-write inside one write transaction: parts of one upload
         // commit concurrently (aws-cli uploads them in parallel).
         let txn = self.db.begin_write()?;
-        {
-            let mut t = txn.open_table(UPLOADS)?;
-            let mut u: MultipartUpload = {
-                let v = t
-                    .get(upload_id.as_str())?
-                    .ok_or_else(|| OmError::NoSuchUpload(upload_id.clone()))?;
-                decode::<pb::MultipartUploadInfo, _>(v.value(), "multipart upload")?
+        let outcome = (|| {
+            let replaced: Vec<PartInfo> = {
+                let mut t = txn.open_table(UPLOADS)?;
+                let mut u: MultipartUpload = {
+                    let v = t
+                        .get(upload_id.as_str())?
+                        .ok_or_else(|| OmError::NoSuchUpload(upload_id.clone()))?;
+                    decode::<pb::MultipartUploadInfo, _>(v.value(), "multipart upload")?
+                };
+                let (old, kept): (Vec<PartInfo>, Vec<PartInfo>) = u
+                    .parts
+                    .into_iter()
+                    .partition(|p| p.part_number == part_number);
+                u.parts = kept;
+                u.parts.push(part.clone());
+                u.parts.sort_by_key(|p| p.part_number);
+                t.insert(
+                    upload_id.as_str(),
+                    pb::MultipartUploadInfo::from(u).encode_to_vec().as_slice(),
+                )?;
+                old
             };
-            u.parts.retain(|p| p.part_number != part_number);
-            u.parts.push(part.clone());
-            u.parts.sort_by_key(|p| p.part_number);
-            t.insert(
-                upload_id.as_str(),
-                pb::MultipartUploadInfo::from(u).encode_to_vec().as_slice(),
-            )?;
+            log_groups(&txn, replaced.iter().flat_map(|p| &p.block_groups))?;
+            end_session(&txn, session_id, &leftovers)
+        })();
+        match outcome {
+            Ok(()) => txn.commit()?,
+            Err(e) => {
+                drop(txn);
+                // The upload is gone (aborted meanwhile): nothing references
+                // the session's groups.
+                self.reclaim_session(session_id, &s.allocated)?;
+                return Err(e);
+            }
         }
-        txn.commit()?;
+        self.deletions_changed();
         Ok(part)
     }
 
@@ -193,20 +229,25 @@ impl OzoneManager {
         Ok(out)
     }
 
-    /// Abandons an upload and its parts (their blocks are left on the
-    /// datanodes; block deletion is not modelled).
+    /// Abandons an upload and its parts; the parts' groups are logged for
+    /// deletion in the same transaction.
     ///
     /// # Errors
     /// [`OmError::NoSuchUpload`], database errors.
     pub fn abort_multipart_upload(&self, upload_id: &str) -> Result<()> {
         let txn = self.db.begin_write()?;
         {
-            let mut t = txn.open_table(UPLOADS)?;
-            if t.remove(upload_id)?.is_none() {
-                return Err(OmError::NoSuchUpload(upload_id.to_string()));
-            }
+            let u: MultipartUpload = {
+                let mut t = txn.open_table(UPLOADS)?;
+                let v = t
+                    .remove(upload_id)?
+                    .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()))?;
+                decode::<pb::MultipartUploadInfo, _>(v.value(), "multipart upload")?
+            };
+            log_groups(&txn, u.parts.iter().flat_map(|p| &p.block_groups))?;
         }
         txn.commit()?;
+        self.deletions_changed();
         Ok(())
     }
 
@@ -227,7 +268,18 @@ impl OzoneManager {
         min_part_size: u64,
         metadata: BTreeMap<String, String>,
     ) -> Result<KeyInfo> {
-        let u = self.load_upload(upload_id)?;
+        // Everything — reading the upload, checking the parts, writing the
+        // key, removing the upload, logging freed groups — happens in one
+        // write transaction, so a concurrent part commit or abort cannot
+        // slip between the check and the write.
+        let txn = self.db.begin_write()?;
+        let u: MultipartUpload = {
+            let t = txn.open_table(UPLOADS)?;
+            let v = t
+                .get(upload_id)?
+                .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()))?;
+            decode::<pb::MultipartUploadInfo, _>(v.value(), "multipart upload")?
+        };
         if parts.is_empty() {
             return Err(OmError::InvalidPart("the part list is empty".into()));
         }
@@ -273,7 +325,13 @@ impl OzoneManager {
             .map(|p| p.size.to_string())
             .collect();
         meta.insert(MULTIPART_PART_SIZES_KEY.to_string(), sizes.join(","));
-        let block_size = self.get_bucket(&u.bucket)?.block_size;
+        let block_size = {
+            let t = txn.open_table(crate::manager::BUCKETS)?;
+            let v = t
+                .get(u.bucket.as_str())?
+                .ok_or_else(|| OmError::BucketNotFound(u.bucket.clone()))?;
+            decode::<pb::BucketInfo, proto_crate::BucketInfo>(v.value(), "bucket")?.block_size
+        };
         let info = KeyInfo {
             bucket: u.bucket.clone(),
             name: u.key.clone(),
@@ -284,16 +342,24 @@ impl OzoneManager {
             created_unix_ms: now_ms(),
             metadata: meta,
         };
-        // The key appears and the upload disappears in one transaction.
-        let txn = self.db.begin_write()?;
+        // The key appears and the upload disappears together; the replaced
+        // key's groups and the groups of parts left out of the completion
+        // are logged for deletion.
         {
+            txn.open_table(UPLOADS)?.remove(upload_id)?;
+            log_key_groups(&txn, &info.bucket, &info.name)?;
             txn.open_table(KEYS)?.insert(
                 (info.bucket.as_str(), info.name.as_str()),
                 pb::KeyInfo::from(info.clone()).encode_to_vec().as_slice(),
             )?;
-            txn.open_table(UPLOADS)?.remove(upload_id)?;
+            let unlisted = u
+                .parts
+                .iter()
+                .filter(|p| !parts.iter().any(|(n, _)| *n == p.part_number));
+            log_groups(&txn, unlisted.flat_map(|p| &p.block_groups))?;
         }
         txn.commit()?;
+        self.deletions_changed();
         Ok(info)
     }
 }

@@ -12,9 +12,11 @@ use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
 use crate::replication::OmAdminGrpc;
-use crate::{OmGrpcService, OzoneManager};
+use crate::{OmGrpcService, OzoneManager, run_block_deleting_service};
 
-/// A running om gRPC server.
+/// A running om gRPC server with its background services: the block
+/// deleting service and the open-key lease reaper (every
+/// `OmConfig::service_interval`).
 ///
 /// Started by [`OmServer::start`]; serves until [`OmServer::shutdown`]
 /// (graceful, bounded by 5 s, then aborted) or until dropped (the shutdown
@@ -25,6 +27,29 @@ pub struct OmServer {
     om: Arc<OzoneManager>,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+    services: tokio::sync::watch::Sender<bool>,
+    service_tasks: Vec<JoinHandle<()>>,
+}
+
+/// Aborts sessions whose lease ran out, every `interval`, until `stop` says so.
+async fn run_lease_reaper(
+    om: Arc<OzoneManager>,
+    interval: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            () = tokio::time::sleep(interval) => {}
+        }
+        let om2 = Arc::clone(&om);
+        match tokio::task::spawn_blocking(move || om2.expire_sessions(std::time::Instant::now())).await {
+            Ok(Ok(0)) => {}
+            Ok(Ok(n)) => tracing::info!(sessions = n, "expired open-key sessions"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "expiring open-key sessions failed"),
+            Err(e) => tracing::warn!(error = %e, "lease reaper task failed"),
+        }
+    }
 }
 
 impl OmServer {
@@ -52,12 +77,28 @@ impl OmServer {
                     let _ = rx.await;
                 }),
         );
+        let (services, stop) = tokio::sync::watch::channel(false);
+        let interval = om.config().service_interval;
+        let reaper_interval = interval.min(om.config().open_key_lease / 4).max(Duration::from_millis(10));
+        let mut stop_deleting = stop.clone();
+        let service_tasks = vec![
+            tokio::spawn(run_block_deleting_service(
+                Arc::clone(&om),
+                interval,
+                async move {
+                    let _ = stop_deleting.wait_for(|s| *s).await;
+                },
+            )),
+            tokio::spawn(run_lease_reaper(Arc::clone(&om), reaper_interval, stop)),
+        ];
         tracing::info!(%address, "om serving");
         Ok(Self {
             address,
             om,
             shutdown: Some(tx),
             task: Some(task),
+            services,
+            service_tasks,
         })
     }
 
@@ -73,8 +114,19 @@ impl OmServer {
         &self.om
     }
 
-    /// Stops serving and waits for the task (5 s grace, then abort).
+    /// Stops the background services and serving, and waits for the tasks
+    /// (5 s grace, then abort).
     pub async fn shutdown(mut self) {
+        self.services.send_replace(true);
+        for t in self.service_tasks.drain(..) {
+            let mut t = t;
+            if tokio::time::timeout(Duration::from_secs(5), &mut t)
+                .await
+                .is_err()
+            {
+                t.abort();
+            }
+        }
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
@@ -90,6 +142,7 @@ impl OmServer {
 
 impl Drop for OmServer {
     fn drop(&mut self) {
+        self.services.send_replace(true);
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }

@@ -8,7 +8,7 @@ use proto_crate::wire::om::ozone_manager_service_server::OzoneManagerService;
 use proto_crate::{BlockGroup, DatanodeDetails, ProtocolError, ReplicationConfig};
 use tonic::{Request, Response, Status};
 
-use crate::{OmError, OzoneManager};
+use crate::{NodeStats, OmError, OzoneManager};
 
 /// `OzoneManagerService` over an in-process [`OzoneManager`].
 #[derive(Debug, Clone)]
@@ -67,9 +67,31 @@ impl OzoneManagerService for OmGrpcService {
         &self,
         _req: Request<pb::ListDatanodesRequest>,
     ) -> Result<Response<pb::ListDatanodesResponse>, Status> {
+        let statuses = self.om.datanode_statuses();
         Ok(Response::new(pb::ListDatanodesResponse {
-            datanodes: self.om.datanodes().into_iter().map(Into::into).collect(),
+            datanodes: statuses.iter().map(|s| s.details.clone().into()).collect(),
+            status: statuses.into_iter().map(Into::into).collect(),
         }))
+    }
+
+    async fn heartbeat(
+        &self,
+        req: Request<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        let req = req.into_inner();
+        let d = req
+            .datanode
+            .ok_or(ProtocolError::MissingField("datanode"))
+            .and_then(DatanodeDetails::try_from)
+            .map_err(bad)?;
+        let stats = NodeStats::from(req.stats.unwrap_or_default());
+        if self.om.datanode(&d.uuid).is_some_and(|known| known == d) {
+            // The common case touches memory only.
+            self.om.heartbeat(&d, stats).map_err(Status::from)?;
+        } else {
+            self.run(move |om| om.heartbeat(&d, stats)).await?;
+        }
+        Ok(Response::new(pb::HeartbeatResponse {}))
     }
 
     async fn create_bucket(
@@ -124,7 +146,7 @@ impl OzoneManagerService for OmGrpcService {
         let req = req.into_inner();
         let r = replication(&req.replication)?;
         let k = self
-            .run(move |om| om.open_key(&req.bucket, &req.key, r))
+            .run(move |om| om.open_key_as(&req.client_id, &req.bucket, &req.key, r))
             .await?;
         Ok(Response::new(pb::OpenKeyResponse {
             session_id: k.session_id,
@@ -176,7 +198,8 @@ impl OzoneManagerService for OmGrpcService {
         &self,
         req: Request<pb::AbortKeyRequest>,
     ) -> Result<Response<pb::AbortKeyResponse>, Status> {
-        self.om.abort_key(req.into_inner().session_id);
+        let id = req.into_inner().session_id;
+        self.run(move |om| om.abort_key(id)).await?;
         Ok(Response::new(pb::AbortKeyResponse {}))
     }
 
@@ -250,7 +273,7 @@ impl OzoneManagerService for OmGrpcService {
     ) -> Result<Response<pb::OpenKeyResponse>, Status> {
         let req = req.into_inner();
         let k = self
-            .run(move |om| om.open_part(&req.upload_id, req.part_number))
+            .run(move |om| om.open_part_as(&req.client_id, &req.upload_id, req.part_number))
             .await?;
         Ok(Response::new(pb::OpenKeyResponse {
             session_id: k.session_id,

@@ -14,6 +14,7 @@
 //! Layering: depends only on `ec-codec` (for [`EcReplicationConfig`]); no
 //! other workspace crate may be used from here.
 
+mod dir_lock;
 mod domain;
 mod error;
 mod metadata;
@@ -40,6 +41,7 @@ pub mod wire {
     }
 }
 
+pub use dir_lock::{DirLock, DirLockError, LOCK_FILE};
 pub use domain::{
     BLOCK_GROUP_LENGTH_KEY, BlockData, BlockGroup, BlockId, BlockLocation, ChecksumData,
     ChecksumType, ChunkInfo, DatanodeDetails, Pipeline, ReplicationConfig,

@@ -32,7 +32,9 @@ pub(crate) struct MiniclusterArgs {
     #[arg(long, default_value_t = 256 * 1024 * 1024)]
     block_size: u64,
     /// Directory for cluster data and cluster.json (default target/minicluster).
-    /// Data from an earlier run there is removed at start.
+    /// The om/ and dnN/ directories an earlier run left there are removed at
+    /// start; a minicluster already serving from it is never touched (the
+    /// directory is locked).
     #[arg(long)]
     data_dir: Option<PathBuf>,
     /// Write this file as the demo key instead of generated data.
@@ -50,6 +52,23 @@ pub(crate) struct MiniclusterArgs {
     /// Do not start the S3 gateway.
     #[arg(long)]
     no_s3: bool,
+    /// Seconds between datanode heartbeats.
+    #[arg(long, default_value_t = 1.0)]
+    heartbeat_interval: f64,
+    /// Seconds without a heartbeat before the om marks a datanode STALE.
+    #[arg(long, default_value_t = 5.0)]
+    stale_after: f64,
+    /// Seconds without a heartbeat before the om marks a datanode DEAD.
+    #[arg(long, default_value_t = 10.0)]
+    dead_after: f64,
+}
+
+/// A positive number of seconds from a flag.
+pub(crate) fn seconds(v: f64, flag: &str) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(v)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .with_context(|| format!("{flag} must be a positive number of seconds"))
 }
 
 /// Where the demo's source bytes come from, readable at any offset.
@@ -91,26 +110,21 @@ pub(crate) async fn run(args: MiniclusterArgs) -> anyhow::Result<()> {
         .data_dir
         .clone()
         .unwrap_or_else(|| crate::workspace_root().join("target/minicluster"));
-    for sub in ["om", "cluster.json"] {
-        let p = dir.join(sub);
-        if p.is_dir() {
-            std::fs::remove_dir_all(&p).with_context(|| format!("removing {}", p.display()))?;
-        }
-    }
-    if dir.is_dir() {
-        for entry in std::fs::read_dir(&dir)? {
-            let entry = entry?;
-            if entry.file_name().to_string_lossy().starts_with("dn") && entry.path().is_dir() {
-                std::fs::remove_dir_all(entry.path())?;
-            }
-        }
-    }
+    // The minicluster locks DIR before it removes what an earlier run left
+    // there (its own om/ and dnN/ directories, nothing else), so a second
+    // one started while this serves is refused and touches nothing.
     let mut cluster = MiniCluster::start(
         MiniClusterConfig::default()
             .with_datanodes(args.datanodes)
             .with_base_dir(&dir)
+            .with_clean(true)
             .with_block_size(args.block_size)
-            .with_replication(ReplicationConfig::Ec(args.ec)),
+            .with_replication(ReplicationConfig::Ec(args.ec))
+            .with_liveness(
+                seconds(args.heartbeat_interval, "--heartbeat-interval")?,
+                seconds(args.stale_after, "--stale-after")?,
+                seconds(args.dead_after, "--dead-after")?,
+            ),
     )
     .await
     .context("starting the minicluster")?;

@@ -1,5 +1,6 @@
 //! `cargo xtask dn stop|start|fault|clear|stats N`: datanodes of a running
-//! minicluster, N being the position in `cluster.json`'s `datanodes` list.
+//! minicluster, N being the position in `cluster.json`'s `datanodes` list;
+//! `cargo xtask dn list [--json]`: every datanode's state as the om sees it.
 
 use std::time::Duration;
 
@@ -14,6 +15,17 @@ use crate::cluster_file;
 /// Datanode subcommands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum DnCommand {
+    /// List every datanode the om knows with its state (HEALTHY, STALE,
+    /// DEAD), seconds since its last heartbeat, used bytes and blocks.
+    List {
+        /// Print a JSON list of objects (id, address, state,
+        /// last_heartbeat_s, used_bytes, blocks, capacity_bytes, open_files).
+        #[arg(long)]
+        json: bool,
+        /// The om (HOST:PORT); default: the one in cluster.json.
+        #[arg(long)]
+        om: Option<String>,
+    },
     /// Stop datanode N (its port closes; data is kept).
     Stop {
         /// Position in cluster.json, from 0.
@@ -125,15 +137,64 @@ async fn admin(info: &ClusterInfo, n: usize) -> anyhow::Result<DatanodeAdminClie
         })
 }
 
+async fn list(om: Option<String>, as_json: bool) -> anyhow::Result<()> {
+    let om = cluster_file::om_address(om)?;
+    let statuses = om::list_datanode_statuses(&om).await?;
+    if as_json {
+        let list: Vec<serde_json::Value> = statuses
+            .iter()
+            .map(|s| {
+                serde_json::json!({
+                    "id": s.details.uuid,
+                    "address": s.details.address,
+                    "state": s.state.as_str(),
+                    "last_heartbeat_s": s.since_heartbeat.as_secs_f64(),
+                    "used_bytes": s.stats.used_bytes,
+                    "blocks": s.stats.blocks,
+                    "capacity_bytes": s.stats.capacity_bytes,
+                    "open_files": s.stats.open_files,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(());
+    }
+    let mut t = crate::table::Table::new(&[
+        "id",
+        "address",
+        "state",
+        "last heartbeat (s)",
+        "used bytes",
+        "blocks",
+        "open files",
+    ]);
+    for s in &statuses {
+        t.row(vec![
+            s.details.uuid.clone(),
+            s.details.address.clone(),
+            s.state.to_string(),
+            format!("{:.1}", s.since_heartbeat.as_secs_f64()),
+            s.stats.used_bytes.to_string(),
+            s.stats.blocks.to_string(),
+            s.stats.open_files.to_string(),
+        ]);
+    }
+    println!("{}", t.render());
+    Ok(())
+}
+
 pub(crate) async fn run(cmd: DnCommand) -> anyhow::Result<()> {
-    let info = cluster_file::read(&cluster_file::default_path())?;
+    let info = || cluster_file::read(&cluster_file::default_path());
     match cmd {
+        DnCommand::List { json, om } => list(om, json).await?,
         DnCommand::Stop { n } => {
+            let info = info()?;
             datanode(&info, n)?;
             let addr = control(&info).await?.stop(u32::try_from(n)?).await?;
             println!("datanode {n} ({addr}) stopped");
         }
         DnCommand::Start { n } => {
+            let info = info()?;
             datanode(&info, n)?;
             let addr = control(&info).await?.start(u32::try_from(n)?).await?;
             println!("datanode {n} ({addr}) started");
@@ -144,6 +205,7 @@ pub(crate) async fn run(cmd: DnCommand) -> anyhow::Result<()> {
             kind,
             replica_index,
         } => {
+            let info = info()?;
             let mut rule = FaultRule::new(rpc.into(), parse_kind(&kind)?)?;
             if let Some(r) = replica_index {
                 rule = rule.for_replica_index(r);
@@ -152,10 +214,12 @@ pub(crate) async fn run(cmd: DnCommand) -> anyhow::Result<()> {
             println!("datanode {n}: injected {rule:?}");
         }
         DnCommand::Clear { n } => {
+            let info = info()?;
             admin(&info, n).await?.clear().await?;
             println!("datanode {n}: faults cleared");
         }
         DnCommand::Stats { n } => {
+            let info = info()?;
             let (injected, rules) = admin(&info, n).await?.stats().await?;
             println!("datanode {n}: {injected} faults injected, {rules} rules active");
         }

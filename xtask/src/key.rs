@@ -69,6 +69,15 @@ pub(crate) enum KeyCommand {
         #[arg(long)]
         om: Option<String>,
     },
+    /// Delete BUCKET/KEY; its blocks are freed on the datanodes by the om's
+    /// block deleting service.
+    Delete {
+        /// BUCKET/KEY.
+        target: String,
+        /// The om (HOST:PORT).
+        #[arg(long)]
+        om: Option<String>,
+    },
     /// List the keys of BUCKET.
     Ls {
         /// Bucket.
@@ -136,6 +145,12 @@ pub(crate) async fn run(cmd: KeyCommand) -> anyhow::Result<()> {
                 "copied {n} bytes of {target} group {group} index {index} to datanode {datanode} ({})",
                 dn.address
             );
+            Ok(())
+        }
+        KeyCommand::Delete { target, om } => {
+            let (bucket, key) = split(&target)?;
+            connect(om).await?.delete_key(bucket, key).await?;
+            eprintln!("deleted {target}");
             Ok(())
         }
         KeyCommand::Ls { bucket, prefix, om } => {

@@ -1,0 +1,302 @@
+//! Space reclamation: the deletion log and the block deleting service
+//! (the roles of SCM's `DeletedBlockLog` and `SCMBlockDeletingService`).
+//!
+//! Every om change that drops the last reference to a block group (deleting
+//! or overwriting a key, aborting a multipart upload, replacing a part or
+//! leaving it out of a completion, aborting or abandoning a write, the groups
+//! a writer left behind on failover) records one log entry per replica —
+//! (datanode uuid, container id, local id) — in the same write transaction
+//! as the metadata change, so a crash can neither lose a deletion nor delete
+//! a block the metadata still references. A block group is referenced by at
+//! most one key, part or open write at a time (copies copy bytes), so "the
+//! last reference" is "the reference".
+//!
+//! Open writes are persisted too (`open_groups`: a row per allocated group,
+//! removed when its session ends): groups of sessions an om restart lost are
+//! logged at the next start.
+//!
+//! The service ([`run_block_deleting_service`]) wakes whenever the log grows
+//! and at least every interval, sends each datanode its entries in batches of
+//! [`DELETE_BATCH`] as `DeleteBlocks`, and removes the entries a datanode
+//! acknowledged. A datanode that is down keeps its entries until it answers;
+//! deletion is idempotent on the datanode, so a repeat after a lost
+//! acknowledgement is harmless. Entries of a uuid no longer registered (its
+//! address was taken over by a new uuid: its disk was wiped) are dropped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prost::Message;
+use proto_crate::wire::datanode as dn_pb;
+use proto_crate::wire::datanode::datanode_service_client::DatanodeServiceClient;
+use proto_crate::wire::om as pb;
+use proto_crate::{BlockGroup, DatanodeDetails};
+use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction};
+
+use crate::manager::{KEYS, decode};
+use crate::{OmError, OzoneManager};
+
+type Result<T, E = OmError> = std::result::Result<T, E>;
+
+/// Replicas to delete: (datanode uuid, container id, local id) -> replica index.
+pub(crate) const DELETION_LOG: TableDefinition<(&str, u64, u64), u32> =
+    TableDefinition::new("deletion_log");
+/// Groups allocated to open sessions: (session id, container id, local id) ->
+/// encoded `BlockGroup`.
+pub(crate) const OPEN_GROUPS: TableDefinition<(u64, u64, u64), &[u8]> =
+    TableDefinition::new("open_groups");
+
+/// Most blocks sent to one datanode in one `DeleteBlocks` call.
+pub const DELETE_BATCH: usize = 1000;
+
+/// Deadline of one `DeleteBlocks` call.
+const DELETE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Logs every replica of `groups` for deletion.
+pub(crate) fn log_groups<'a>(
+    txn: &WriteTransaction,
+    groups: impl IntoIterator<Item = &'a BlockGroup>,
+) -> Result<()> {
+    let mut log = txn.open_table(DELETION_LOG)?;
+    for g in groups {
+        for l in &g.pipeline.locations {
+            log.insert(
+                (l.datanode.uuid.as_str(), g.container_id, g.local_id),
+                l.replica_index,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Records group `g` as allocated to session `session_id`.
+pub(crate) fn record_open_group(
+    txn: &WriteTransaction,
+    session_id: u64,
+    g: &BlockGroup,
+) -> Result<()> {
+    txn.open_table(OPEN_GROUPS)?.insert(
+        (session_id, g.container_id, g.local_id),
+        pb::BlockGroup::from(g.clone()).encode_to_vec().as_slice(),
+    )?;
+    Ok(())
+}
+
+/// Ends session `session_id` in `txn`: its open-group rows go, and the
+/// groups in `leftovers` (allocated but not committed) are logged.
+pub(crate) fn end_session(
+    txn: &WriteTransaction,
+    session_id: u64,
+    leftovers: &[BlockGroup],
+) -> Result<()> {
+    txn.open_table(OPEN_GROUPS)?
+        .retain_in((session_id, 0, 0)..=(session_id, u64::MAX, u64::MAX), |_, _| false)?;
+    log_groups(txn, leftovers)
+}
+
+/// Logs the groups of key `bucket/key` if it exists (it is being replaced
+/// or deleted in `txn`).
+pub(crate) fn log_key_groups(txn: &WriteTransaction, bucket: &str, key: &str) -> Result<bool> {
+    let old = {
+        let t = txn.open_table(KEYS)?;
+        let v = t.get((bucket, key))?;
+        match v {
+            Some(v) => Some(decode::<pb::KeyInfo, proto_crate::KeyInfo>(v.value(), "key")?),
+            None => None,
+        }
+    };
+    match old {
+        Some(k) => {
+            log_groups(txn, &k.block_groups)?;
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}
+
+/// At start: every open-group row belongs to a session the restart lost;
+/// log them all and clear the table.
+pub(crate) fn reclaim_lost_sessions(db: &redb::Database) -> Result<usize> {
+    let txn = db.begin_write()?;
+    let groups = {
+        let t = txn.open_table(OPEN_GROUPS)?;
+        let mut groups = Vec::new();
+        for entry in t.iter()? {
+            let (_, v) = entry?;
+            groups.push(decode::<pb::BlockGroup, BlockGroup>(v.value(), "open group")?);
+        }
+        groups
+    };
+    txn.open_table(OPEN_GROUPS)?.retain(|_, _| false)?;
+    log_groups(&txn, &groups)?;
+    txn.commit()?;
+    Ok(groups.len())
+}
+
+impl OzoneManager {
+    /// Replicas waiting in the deletion log (0 once every datanode has
+    /// acknowledged every deletion).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn pending_deletions(&self) -> Result<u64> {
+        let read = self.db.begin_read()?;
+        Ok(read.open_table(DELETION_LOG)?.len()?)
+    }
+
+    /// A receiver of [`pending_deletions`](Self::pending_deletions),
+    /// republished after every change of the log (to wait on without polling).
+    #[must_use]
+    pub fn watch_pending_deletions(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.deletions_pending.subscribe()
+    }
+
+    /// Publishes the log's size and wakes the deleting service; called after
+    /// every commit that may have added entries.
+    pub(crate) fn deletions_changed(&self) {
+        match self.pending_deletions() {
+            Ok(n) => {
+                self.deletions_pending.send_replace(n);
+            }
+            Err(e) => tracing::warn!(error = %e, "reading the deletion log size"),
+        }
+        self.deletion_wakeup.notify_one();
+    }
+
+    /// Datanode uuids with entries in the log, and up to `limit` entries of
+    /// each: (container id, local id, replica index).
+    fn deletion_batches(&self, limit: usize) -> Result<Vec<(String, Vec<(u64, u64, u32)>)>> {
+        let read = self.db.begin_read()?;
+        let t = read.open_table(DELETION_LOG)?;
+        let mut out: Vec<(String, Vec<(u64, u64, u32)>)> = Vec::new();
+        let mut iter = t.iter()?;
+        loop {
+            let Some(entry) = iter.next() else { break };
+            let (k, v) = entry?;
+            let (uuid, c, l) = k.value();
+            match out.last_mut() {
+                Some((u, batch)) if u == uuid => {
+                    if batch.len() < limit {
+                        batch.push((c, l, v.value()));
+                    } else {
+                        // Skip the rest of this datanode's entries.
+                        let next = format!("{uuid}\u{0}");
+                        drop(iter);
+                        iter = t.range((next.as_str(), 0, 0)..)?;
+                    }
+                }
+                _ => out.push((uuid.to_string(), vec![(c, l, v.value())])),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes acknowledged entries of `uuid`.
+    fn ack_deletions(&self, uuid: &str, blocks: &[(u64, u64, u32)]) -> Result<()> {
+        let txn = self.db.begin_write()?;
+        {
+            let mut t = txn.open_table(DELETION_LOG)?;
+            for &(c, l, _) in blocks {
+                t.remove((uuid, c, l))?;
+            }
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
+    /// Drops every entry of `uuid` (a datanode no longer registered).
+    fn forget_deletions(&self, uuid: &str) -> Result<()> {
+        let txn = self.db.begin_write()?;
+        txn.open_table(DELETION_LOG)?
+            .retain_in((uuid, 0, 0)..=(uuid, u64::MAX, u64::MAX), |_, _| false)?;
+        txn.commit()?;
+        Ok(())
+    }
+
+    /// One pass of the service: every datanode with entries gets one batch.
+    /// Returns the replicas acknowledged.
+    ///
+    /// # Errors
+    /// Database errors (a datanode that cannot be reached is not an error:
+    /// its entries wait for the next pass).
+    pub async fn delete_blocks_once(self: &Arc<Self>) -> Result<u64> {
+        let om = Arc::clone(self);
+        let batches = tokio::task::spawn_blocking(move || om.deletion_batches(DELETE_BATCH))
+            .await
+            .map_err(|e| OmError::Db(format!("deletion log task: {e}")))??;
+        let mut acked = 0u64;
+        for (uuid, blocks) in batches {
+            let Some(dn) = self.datanode(&uuid) else {
+                tracing::warn!(%uuid, "dropping deletions of a datanode no longer registered");
+                let om = Arc::clone(self);
+                spawn_db(move || om.forget_deletions(&uuid)).await?;
+                continue;
+            };
+            match send_delete(&dn, &blocks).await {
+                Ok(()) => {
+                    acked += blocks.len() as u64;
+                    let om = Arc::clone(self);
+                    spawn_db(move || om.ack_deletions(&uuid, &blocks)).await?;
+                }
+                Err(e) => {
+                    tracing::debug!(datanode = %dn, error = %e, "DeleteBlocks failed; will retry");
+                }
+            }
+        }
+        if acked > 0 {
+            self.deletions_changed();
+        }
+        Ok(acked)
+    }
+}
+
+async fn spawn_db(f: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| OmError::Db(format!("deletion log task: {e}")))?
+}
+
+async fn send_delete(
+    dn: &DatanodeDetails,
+    blocks: &[(u64, u64, u32)],
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let call = async {
+        let mut c = DatanodeServiceClient::connect(format!("http://{}", dn.address)).await?;
+        c.delete_blocks(dn_pb::DeleteBlocksRequest {
+            block_ids: blocks
+                .iter()
+                .map(|&(container_id, local_id, replica_index)| dn_pb::BlockId {
+                    container_id,
+                    local_id,
+                    replica_index,
+                })
+                .collect(),
+        })
+        .await?;
+        Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+    };
+    tokio::time::timeout(DELETE_TIMEOUT, call)
+        .await
+        .map_err(|_| "DeleteBlocks timed out")?
+}
+
+/// Runs the block deleting service until `shutdown` resolves: a pass after
+/// every change of the log and at least every `interval` (retries).
+pub async fn run_block_deleting_service(
+    om: Arc<OzoneManager>,
+    interval: Duration,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    let wakeup = Arc::clone(&om.deletion_wakeup);
+    loop {
+        if let Err(e) = om.delete_blocks_once().await {
+            tracing::warn!(error = %e, "block deleting service pass failed");
+        }
+        tokio::select! {
+            () = &mut shutdown => return,
+            () = wakeup.notified() => {}
+            () = tokio::time::sleep(interval) => {}
+        }
+    }
+}

@@ -1,0 +1,437 @@
+//! Open-key sessions: open, allocate block groups, commit, abort, expire.
+//!
+//! A session lives in the om's memory; each group allocated to it is also
+//! recorded durably (`open_groups`) in the allocation's transaction, so that
+//! the groups of a session lost to an om restart are reclaimed. A session
+//! ends by commit (its committed groups move into the key or part; the rest
+//! are logged for deletion), by abort, or by expiry: a session without an
+//! allocation for the open-key lease is aborted by [`OzoneManager::expire_sessions`]
+//! (Ozone's OpenKeyCleanupService). Each client holds at most
+//! `max_sessions_per_client` open sessions.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Instant;
+
+use prost::Message;
+use proto_crate::wire::om as pb;
+use proto_crate::{BlockGroup, BlockLocation, DatanodeDetails, KeyInfo, Pipeline, ReplicationConfig};
+use redb::ReadableTable;
+
+use crate::deletion::{end_session, log_key_groups, record_open_group};
+use crate::manager::{
+    BLOCKS_PER_CONTAINER, BUCKETS, COUNTERS, KEYS, OpenKey, OpenKeySession, SessionTarget, now_ms,
+    validate_name,
+};
+use crate::{OmError, OzoneManager};
+
+type Result<T, E = OmError> = std::result::Result<T, E>;
+
+/// The client id of callers that give none.
+pub const ANONYMOUS_CLIENT: &str = "";
+
+impl OzoneManager {
+    /// Opens a key for writing as an anonymous client. Nothing is visible
+    /// until [`commit_key`](Self::commit_key).
+    ///
+    /// # Errors
+    /// As [`open_key_as`](Self::open_key_as).
+    pub fn open_key(
+        &self,
+        bucket: &str,
+        key: &str,
+        replication: Option<ReplicationConfig>,
+    ) -> Result<OpenKey> {
+        self.open_key_as(ANONYMOUS_CLIENT, bucket, key, replication)
+    }
+
+    /// Opens a key for writing on behalf of client `client`.
+    ///
+    /// # Errors
+    /// [`OmError::BucketNotFound`], [`OmError::InvalidArgument`] for a bad
+    /// key name, [`OmError::TooManyOpenSessions`].
+    pub fn open_key_as(
+        &self,
+        client: &str,
+        bucket: &str,
+        key: &str,
+        replication: Option<ReplicationConfig>,
+    ) -> Result<OpenKey> {
+        self.open_session(client, bucket, key, replication, SessionTarget::Key)
+    }
+
+    pub(crate) fn open_session(
+        &self,
+        client: &str,
+        bucket: &str,
+        key: &str,
+        replication: Option<ReplicationConfig>,
+        target: SessionTarget,
+    ) -> Result<OpenKey> {
+        validate_name("key", key)?;
+        let b = self.get_bucket(bucket)?;
+        let replication = replication.unwrap_or(b.default_replication);
+        let limit = self.config.max_sessions_per_client;
+        let mut st = self.state();
+        let held = st.sessions.values().filter(|s| s.client == client).count();
+        if held >= limit {
+            return Err(OmError::TooManyOpenSessions {
+                client: client.to_string(),
+                limit,
+            });
+        }
+        st.next_session += 1;
+        let session_id = st.next_session;
+        st.sessions.insert(
+            session_id,
+            OpenKeySession {
+                client: client.to_string(),
+                last_active: Instant::now(),
+                bucket: bucket.to_string(),
+                key: key.to_string(),
+                replication,
+                block_size: b.block_size,
+                allocated: Vec::new(),
+                target,
+            },
+        );
+        self.publish_sessions(&st);
+        Ok(OpenKey {
+            session_id,
+            replication,
+            block_size: b.block_size,
+        })
+    }
+
+    /// Allocates a new block group for an open key: d+p (EC) or factor
+    /// (replicated) distinct HEALTHY datanodes none of which is in `exclude`
+    /// (uuids), a container and a local id, and a replica index per location
+    /// (1..=d+p for EC, 0 when replicated). Placement rotates over the
+    /// healthy datanodes so that successive groups spread indexes across
+    /// them. The group is recorded durably as the session's, and the
+    /// session's lease restarts.
+    ///
+    /// # Errors
+    /// [`OmError::NoSuchSession`], [`OmError::NotEnoughDatanodes`] (naming
+    /// how many datanodes are healthy), database errors.
+    pub fn allocate_block_group(&self, session_id: u64, exclude: &[String]) -> Result<BlockGroup> {
+        let (replication, candidates, rotation) = {
+            let mut st = self.state();
+            let s = st
+                .sessions
+                .get_mut(&session_id)
+                .ok_or(OmError::NoSuchSession(session_id))?;
+            s.last_active = Instant::now();
+            let replication = s.replication;
+            let excluded: HashSet<&str> = exclude.iter().map(String::as_str).collect();
+            let healthy = st.nodes.healthy(Instant::now(), self.config.liveness);
+            let candidates: Vec<DatanodeDetails> = healthy
+                .iter()
+                .filter(|d| !excluded.contains(d.uuid.as_str()))
+                .cloned()
+                .collect();
+            let needed = replication.required_nodes();
+            if candidates.len() < needed {
+                return Err(OmError::NotEnoughDatanodes {
+                    needed,
+                    available: candidates.len(),
+                    healthy: healthy.len(),
+                    registered: st.nodes.len(),
+                    excluded: healthy.len() - candidates.len(),
+                });
+            }
+            st.allocations += 1;
+            (replication, candidates, st.allocations)
+        };
+        let needed = replication.required_nodes();
+        let n = candidates.len();
+        let start = usize::try_from(rotation % n as u64).unwrap_or(0);
+        let locations: Vec<BlockLocation> = (0..needed)
+            .map(|i| candidates[(start + i) % n].clone())
+            .enumerate()
+            .map(|(i, datanode)| BlockLocation {
+                datanode,
+                replica_index: match replication {
+                    ReplicationConfig::Ec(_) => u32::try_from(i + 1).unwrap_or(u32::MAX),
+                    ReplicationConfig::Replicated { .. } => 0,
+                },
+            })
+            .collect();
+        let pipeline_key: Vec<String> = locations.iter().map(|l| l.datanode.uuid.clone()).collect();
+        let open_container = {
+            let mut st = self.state();
+            match st.open_containers.get_mut(&pipeline_key) {
+                Some((cid, used)) if *used < BLOCKS_PER_CONTAINER => {
+                    *used += 1;
+                    Some(*cid)
+                }
+                _ => None,
+            }
+        };
+        // Ids and the open-group record commit in one transaction.
+        let txn = self.db.begin_write()?;
+        let group;
+        {
+            let mut counters = txn.open_table(COUNTERS)?;
+            let mut next = |name: &str| -> Result<u64> {
+                let v = counters.get(name)?.map_or(1, |g| g.value());
+                counters.insert(name, v + 1)?;
+                Ok(v)
+            };
+            let local_id = next("next_local_id")?;
+            let container_id = match open_container {
+                Some(cid) => cid,
+                None => next("next_container_id")?,
+            };
+            group = BlockGroup {
+                container_id,
+                local_id,
+                length: 0,
+                pipeline: Pipeline { locations },
+            };
+        }
+        record_open_group(&txn, session_id, &group)?;
+        txn.commit()?;
+        let mut st = self.state();
+        if open_container.is_none() {
+            st.open_containers
+                .insert(pipeline_key, (group.container_id, 1));
+        }
+        match st.sessions.get_mut(&session_id) {
+            Some(s) => s.allocated.push(group.clone()),
+            None => {
+                // Aborted or expired while allocating: its groups are
+                // already logged except this one.
+                drop(st);
+                let txn = self.db.begin_write()?;
+                end_session(&txn, session_id, std::slice::from_ref(&group))?;
+                txn.commit()?;
+                self.deletions_changed();
+                return Err(OmError::NoSuchSession(session_id));
+            }
+        }
+        Ok(group)
+    }
+
+    /// Commits an open key: `groups` (in key order, each with its acknowledged
+    /// length; groups of length 0 are dropped) must be groups allocated to this
+    /// session, and their lengths must sum to `length`. Locations are taken
+    /// from the om's own allocation record. Replaces any key of the same name.
+    /// In the same transaction, the replaced key's groups and the session's
+    /// groups that were not committed are logged for deletion.
+    ///
+    /// # Errors
+    /// [`OmError::NoSuchSession`], [`OmError::InvalidArgument`] for unknown
+    /// groups or a length mismatch, [`OmError::BucketNotFound`] when the
+    /// bucket was deleted meanwhile, database errors.
+    pub fn commit_key(
+        &self,
+        session_id: u64,
+        groups: &[BlockGroup],
+        length: u64,
+        metadata: BTreeMap<String, String>,
+    ) -> Result<KeyInfo> {
+        let (s, committed, leftovers) =
+            self.take_session(session_id, groups, length, &SessionTarget::Key)?;
+        let info = KeyInfo {
+            bucket: s.bucket.clone(),
+            name: s.key.clone(),
+            length,
+            replication: s.replication,
+            block_groups: committed,
+            block_size: s.block_size,
+            created_unix_ms: now_ms(),
+            metadata,
+        };
+        let txn = self.db.begin_write()?;
+        let outcome = (|| {
+            if txn
+                .open_table(BUCKETS)?
+                .get(info.bucket.as_str())?
+                .is_none()
+            {
+                return Err(OmError::BucketNotFound(info.bucket.clone()));
+            }
+            log_key_groups(&txn, &info.bucket, &info.name)?;
+            txn.open_table(KEYS)?.insert(
+                (info.bucket.as_str(), info.name.as_str()),
+                pb::KeyInfo::from(info.clone()).encode_to_vec().as_slice(),
+            )?;
+            end_session(&txn, session_id, &leftovers)
+        })();
+        match outcome {
+            Ok(()) => txn.commit()?,
+            Err(e) => {
+                drop(txn);
+                // The session is gone: nothing references its groups now.
+                self.reclaim_session(session_id, &s.allocated)?;
+                return Err(e);
+            }
+        }
+        self.deletions_changed();
+        Ok(info)
+    }
+
+    /// Logs all of `allocated` for deletion and forgets session `session_id`'s
+    /// open-group rows, in one transaction.
+    pub(crate) fn reclaim_session(&self, session_id: u64, allocated: &[BlockGroup]) -> Result<()> {
+        let txn = self.db.begin_write()?;
+        end_session(&txn, session_id, allocated)?;
+        txn.commit()?;
+        self.deletions_changed();
+        Ok(())
+    }
+
+    /// Ends session `session_id` (which must commit into `target`): checks
+    /// `groups` were allocated to it and sum to `length`; returns the session,
+    /// the groups to commit with their lengths and the om's locations (groups
+    /// of length 0 dropped), and the allocated groups not committed. A
+    /// session whose commit is refused for bad groups is ended too (its
+    /// groups reclaimed), as the writer cannot retry it.
+    pub(crate) fn take_session(
+        &self,
+        session_id: u64,
+        groups: &[BlockGroup],
+        length: u64,
+        target: &SessionTarget,
+    ) -> Result<(OpenKeySession, Vec<BlockGroup>, Vec<BlockGroup>)> {
+        let s = {
+            let mut st = self.state();
+            match st.sessions.get(&session_id) {
+                None => return Err(OmError::NoSuchSession(session_id)),
+                Some(s) if std::mem::discriminant(&s.target) != std::mem::discriminant(target) => {
+                    return Err(OmError::InvalidArgument(format!(
+                        "session {session_id} commits into {:?}, not {target:?}",
+                        s.target
+                    )));
+                }
+                Some(_) => {}
+            }
+            let s = st
+                .sessions
+                .remove(&session_id)
+                .ok_or(OmError::NoSuchSession(session_id))?;
+            self.publish_sessions(&st);
+            s
+        };
+        match committed_groups(session_id, &s.allocated, groups, length) {
+            Ok(committed) => {
+                let leftovers = s
+                    .allocated
+                    .iter()
+                    .filter(|a| {
+                        !committed
+                            .iter()
+                            .any(|c| (c.container_id, c.local_id) == (a.container_id, a.local_id))
+                    })
+                    .cloned()
+                    .collect();
+                Ok((s, committed, leftovers))
+            }
+            Err(e) => {
+                self.reclaim_session(session_id, &s.allocated)?;
+                Err(e)
+            }
+        }
+    }
+
+    /// Abandons an open key; nothing becomes visible and its groups are
+    /// logged for deletion. Unknown sessions are fine (already ended).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn abort_key(&self, session_id: u64) -> Result<()> {
+        let s = {
+            let mut st = self.state();
+            let s = st.sessions.remove(&session_id);
+            self.publish_sessions(&st);
+            s
+        };
+        match s {
+            Some(s) => self.reclaim_session(session_id, &s.allocated),
+            None => Ok(()),
+        }
+    }
+
+    /// Aborts every session whose lease (the om's `open_key_lease`, counted
+    /// from its last open or allocation) ran out by `now`, logging its groups
+    /// for deletion. Returns how many were aborted.
+    ///
+    /// # Errors
+    /// Database errors (the sessions are gone from memory; their open-group
+    /// rows stay and are reclaimed at the next start).
+    pub fn expire_sessions(&self, now: Instant) -> Result<usize> {
+        let lease = self.config.open_key_lease;
+        let expired: Vec<(u64, OpenKeySession)> = {
+            let mut st = self.state();
+            let ids: Vec<u64> = st
+                .sessions
+                .iter()
+                .filter(|(_, s)| now.saturating_duration_since(s.last_active) >= lease)
+                .map(|(id, _)| *id)
+                .collect();
+            let out = ids
+                .into_iter()
+                .filter_map(|id| st.sessions.remove(&id).map(|s| (id, s)))
+                .collect();
+            self.publish_sessions(&st);
+            out
+        };
+        if expired.is_empty() {
+            return Ok(0);
+        }
+        let txn = self.db.begin_write()?;
+        for (id, s) in &expired {
+            tracing::info!(session = id, bucket = %s.bucket, key = %s.key, client = %s.client, "open-key lease expired; aborting");
+            end_session(&txn, *id, &s.allocated)?;
+        }
+        txn.commit()?;
+        self.deletions_changed();
+        Ok(expired.len())
+    }
+}
+
+/// The groups a commit names, checked against the session's allocations.
+fn committed_groups(
+    session_id: u64,
+    allocated: &[BlockGroup],
+    groups: &[BlockGroup],
+    length: u64,
+) -> Result<Vec<BlockGroup>> {
+    let mut committed: Vec<BlockGroup> = Vec::new();
+    let mut sum = 0u64;
+    for g in groups {
+        let Some(a) = allocated
+            .iter()
+            .find(|a| a.container_id == g.container_id && a.local_id == g.local_id)
+        else {
+            return Err(OmError::InvalidArgument(format!(
+                "block group {}:{} was not allocated to session {session_id}",
+                g.container_id, g.local_id
+            )));
+        };
+        if committed
+            .iter()
+            .any(|c| (c.container_id, c.local_id) == (g.container_id, g.local_id))
+        {
+            return Err(OmError::InvalidArgument(format!(
+                "block group {}:{} is listed twice",
+                g.container_id, g.local_id
+            )));
+        }
+        sum = sum
+            .checked_add(g.length)
+            .ok_or_else(|| OmError::InvalidArgument("group lengths overflow".into()))?;
+        if g.length > 0 {
+            committed.push(BlockGroup {
+                length: g.length,
+                ..a.clone()
+            });
+        }
+    }
+    if sum != length {
+        return Err(OmError::InvalidArgument(format!(
+            "key length {length} differs from the sum of its group lengths {sum}"
+        )));
+    }
+    Ok(committed)
+}
