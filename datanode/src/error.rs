@@ -94,8 +94,13 @@ pub enum DatanodeError {
         source: std::io::Error,
     },
     /// Another process (or datanode) owns the data dir; the message names it.
-    #[error("{0}")]
-    DataDirInUse(String),
+    #[error("{message}")]
+    DataDirInUse {
+        /// Names the directory and its holder.
+        message: String,
+        /// The holder is this process (an earlier incarnation still closing).
+        this_process: bool,
+    },
     /// The metadata database failed.
     #[error("metadata database: {0}")]
     Db(String),
@@ -116,7 +121,7 @@ impl DatanodeError {
             Self::BlockDeleted { .. } => ResultCode::NoSuchBlock,
             Self::InvalidArgument(_) => ResultCode::InvalidArgument,
             Self::Io { .. } => ResultCode::IoException,
-            Self::DataDirInUse(_) | Self::Db(_) => ResultCode::Internal,
+            Self::DataDirInUse { .. } | Self::Db(_) => ResultCode::Internal,
         }
     }
 

@@ -152,7 +152,9 @@ async fn open_store(dir: &Path, options: StoreOptions) -> Result<ContainerStore,
     let mut waited = Duration::ZERO;
     loop {
         match ContainerStore::open_with(dir, options) {
-            Err(DatanodeError::DataDirInUse(_)) if waited < Duration::from_secs(6) => {
+            Err(DatanodeError::DataDirInUse {
+                this_process: true, ..
+            }) if waited < Duration::from_secs(6) => {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 waited += Duration::from_millis(20);
             }

@@ -151,7 +151,10 @@ impl ContainerStore {
     /// stored record that does not decode (reported, never silently skipped).
     pub fn open_with(root: &Path, options: StoreOptions) -> Result<Self> {
         let lock = proto_crate::DirLock::acquire(root, "datanode").map_err(|e| match e {
-            proto_crate::DirLockError::InUse { .. } => DatanodeError::DataDirInUse(e.to_string()),
+            proto_crate::DirLockError::InUse { .. } => DatanodeError::DataDirInUse {
+                this_process: e.held_by_this_process(),
+                message: e.to_string(),
+            },
             other => DatanodeError::io("locking the data dir", std::io::Error::other(other)),
         })?;
         fs::create_dir_all(root.join("containers"))

@@ -32,6 +32,8 @@ pub enum DirLockError {
         lock: PathBuf,
         /// What the holder wrote into the lock file ("pid 123 (datanode)").
         holder: String,
+        /// The holder's pid, when the lock file names one.
+        pid: Option<u32>,
     },
     /// Creating, opening or writing the lock file failed.
     #[error("locking data dir {}: {source}", dir.display())]
@@ -49,6 +51,15 @@ pub enum DirLockError {
 pub struct DirLock {
     dir: PathBuf,
     _file: File,
+}
+
+impl DirLockError {
+    /// Whether the holder is this very process (an in-process owner that is
+    /// still shutting down, as a datanode restarted in a minicluster).
+    #[must_use]
+    pub fn held_by_this_process(&self) -> bool {
+        matches!(self, Self::InUse { pid: Some(p), .. } if *p == std::process::id())
+    }
 }
 
 impl DirLock {
@@ -79,7 +90,12 @@ impl DirLock {
                 // Best effort: the holder may be rewriting it right now.
                 let _ = file.read_to_string(&mut holder);
                 let holder = holder.trim();
+                let pid = holder
+                    .strip_prefix("pid ")
+                    .and_then(|r| r.split_whitespace().next())
+                    .and_then(|p| p.parse().ok());
                 return Err(DirLockError::InUse {
+                    pid,
                     dir: dir.to_path_buf(),
                     lock: path,
                     holder: if holder.is_empty() {
@@ -116,6 +132,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("dirlock-test-{}", std::process::id()));
         let first = DirLock::acquire(&dir, "datanode").expect("the first lock");
         let err = DirLock::acquire(&dir, "om").expect_err("a second owner is refused");
+        assert!(err.held_by_this_process());
         let msg = err.to_string();
         assert!(
             msg.contains(&format!("pid {} (datanode)", std::process::id())),

@@ -1,0 +1,276 @@
+//! The om's side of running for weeks, in-process: every change that frees
+//! block groups logs each replica for deletion in the same transaction
+//! (exact counts), open sessions expire after their lease and are bounded
+//! per client, sessions lost to a restart are reclaimed, and only HEALTHY
+//! datanodes get new groups.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use om::{NodeState, NodeStats, OmConfig, OmError, OzoneManager};
+use proto_crate::{BlockGroup, DatanodeDetails, ReplicationConfig};
+
+/// Replicas per rs-3-2 group: one deletion-log entry each.
+const REPLICAS: u64 = 5;
+
+fn dn(i: usize) -> DatanodeDetails {
+    DatanodeDetails {
+        uuid: format!("00000000-0000-0000-0000-00000000000{i}"),
+        address: format!("127.0.0.1:{}", 40_000 + i),
+    }
+}
+
+fn om_with(dir: &std::path::Path, config: impl FnOnce(OmConfig) -> OmConfig) -> OzoneManager {
+    let om = OzoneManager::open(config(OmConfig::new(dir))).expect("om opens");
+    for i in 0..5 {
+        om.register_datanode(dn(i)).expect("register");
+    }
+    if om.get_bucket("b").is_err() {
+        om.create_bucket("b", Some(ReplicationConfig::default()), Some(1 << 20))
+            .expect("bucket");
+    }
+    om
+}
+
+fn om(dir: &std::path::Path) -> OzoneManager {
+    om_with(dir, |c| c)
+}
+
+fn pending(om: &OzoneManager) -> u64 {
+    om.pending_deletions().expect("deletion log")
+}
+
+/// Opens `key`, allocates `groups` groups and commits the last one with
+/// `len` bytes (the others are left behind, as after a failover).
+fn put(om: &OzoneManager, key: &str, groups: usize, len: u64) -> Vec<BlockGroup> {
+    let s = om.open_key("b", key, None).expect("open");
+    let allocated: Vec<BlockGroup> = (0..groups)
+        .map(|_| om.allocate_block_group(s.session_id, &[]).expect("allocate"))
+        .collect();
+    let last = BlockGroup {
+        length: len,
+        ..allocated.last().expect("a group").clone()
+    };
+    om.commit_key(s.session_id, &[last], len, BTreeMap::new())
+        .expect("commit");
+    allocated
+}
+
+#[test]
+fn every_freeing_change_logs_each_replica_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let om = om(dir.path());
+    put(&om, "k", 1, 100);
+    assert_eq!(pending(&om), 0, "a clean write frees nothing");
+    put(&om, "k", 1, 100);
+    assert_eq!(pending(&om), REPLICAS, "overwrite frees the old key's group");
+    put(&om, "k", 3, 100);
+    assert_eq!(
+        pending(&om),
+        REPLICAS * 4,
+        "the two groups left behind on failover, and the overwritten group"
+    );
+    om.delete_key("b", "k").expect("delete");
+    assert_eq!(pending(&om), REPLICAS * 5, "delete frees the key's group");
+    assert!(matches!(
+        om.delete_key("b", "k"),
+        Err(OmError::KeyNotFound { .. })
+    ));
+    assert_eq!(pending(&om), REPLICAS * 5, "a failed delete logs nothing");
+
+    let s = om.open_key("b", "aborted", None).expect("open");
+    om.allocate_block_group(s.session_id, &[]).expect("allocate");
+    om.allocate_block_group(s.session_id, &[]).expect("allocate");
+    om.abort_key(s.session_id).expect("abort");
+    assert_eq!(pending(&om), REPLICAS * 7, "abort frees every allocated group");
+
+    // A commit refused for a bad length ends the session and frees its groups.
+    let s = om.open_key("b", "bad", None).expect("open");
+    let g = om.allocate_block_group(s.session_id, &[]).expect("allocate");
+    let refused = om.commit_key(
+        s.session_id,
+        &[BlockGroup { length: 10, ..g }],
+        11,
+        BTreeMap::new(),
+    );
+    assert!(matches!(refused, Err(OmError::InvalidArgument(_))));
+    assert_eq!(pending(&om), REPLICAS * 8);
+    assert_eq!(om.open_sessions(), 0);
+}
+
+#[test]
+fn multipart_frees_replaced_unlisted_and_aborted_parts() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let om = om(dir.path());
+    let part = |upload: &str, n: u32, etag: &str| {
+        let s = om.open_part(upload, n).expect("open part");
+        let g = om.allocate_block_group(s.session_id, &[]).expect("allocate");
+        om.commit_part(s.session_id, &[BlockGroup { length: 10, ..g }], 10, etag)
+            .expect("commit part");
+    };
+    let up = om
+        .initiate_multipart_upload("b", "mp", None, BTreeMap::new())
+        .expect("initiate");
+    part(&up, 1, "a");
+    part(&up, 2, "b");
+    part(&up, 3, "c");
+    assert_eq!(pending(&om), 0);
+    part(&up, 2, "b2");
+    assert_eq!(pending(&om), REPLICAS, "a replaced part is freed");
+    om.complete_multipart_upload(&up, &[(1, "a".into()), (2, "b2".into())], 0, BTreeMap::new())
+        .expect("complete");
+    assert_eq!(pending(&om), REPLICAS * 2, "part 3, left out, is freed");
+    assert_eq!(om.lookup_key("b", "mp").expect("key").block_groups.len(), 2);
+
+    let up = om
+        .initiate_multipart_upload("b", "mp2", None, BTreeMap::new())
+        .expect("initiate");
+    part(&up, 1, "x");
+    part(&up, 2, "y");
+    om.abort_multipart_upload(&up).expect("abort");
+    assert_eq!(pending(&om), REPLICAS * 4, "abort frees every part");
+
+    // Completing over an existing key frees that key's groups.
+    let up = om
+        .initiate_multipart_upload("b", "mp", None, BTreeMap::new())
+        .expect("initiate");
+    part(&up, 1, "z");
+    om.complete_multipart_upload(&up, &[(1, "z".into())], 0, BTreeMap::new())
+        .expect("complete");
+    assert_eq!(pending(&om), REPLICAS * 6, "the two groups of the old mp");
+}
+
+#[test]
+fn sessions_expire_after_their_lease_and_are_bounded_per_client() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let om = om_with(dir.path(), |c| {
+        c.with_open_key_lease(Duration::from_secs(60))
+            .with_max_sessions_per_client(2)
+    });
+    let a = om.open_key_as("client-a", "b", "k1", None).expect("open");
+    om.allocate_block_group(a.session_id, &[]).expect("allocate");
+    om.open_key_as("client-a", "b", "k2", None).expect("open");
+    let third = om.open_key_as("client-a", "b", "k3", None);
+    assert!(
+        matches!(third, Err(OmError::TooManyOpenSessions { ref client, limit: 2 }) if client == "client-a"),
+        "{third:?}"
+    );
+    om.open_key_as("client-b", "b", "k3", None)
+        .expect("another client has its own allowance");
+
+    assert_eq!(om.expire_sessions(Instant::now()).expect("expire"), 0);
+    let later = Instant::now() + Duration::from_secs(61);
+    assert_eq!(om.expire_sessions(later).expect("expire"), 3);
+    assert_eq!(om.open_sessions(), 0);
+    assert_eq!(pending(&om), REPLICAS, "the expired session's group is freed");
+    assert!(matches!(
+        om.commit_key(a.session_id, &[], 0, BTreeMap::new()),
+        Err(OmError::NoSuchSession(_))
+    ));
+    om.open_key_as("client-a", "b", "k1", None)
+        .expect("expired sessions no longer count");
+}
+
+#[test]
+fn groups_of_sessions_lost_in_a_restart_are_reclaimed_and_ids_never_repeat() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let stale_session = {
+        let first = om(dir.path());
+        let om = &first;
+        let s = om.open_key("b", "k", None).expect("open");
+        om.allocate_block_group(s.session_id, &[]).expect("allocate");
+        om.allocate_block_group(s.session_id, &[]).expect("allocate");
+        put(om, "done", 1, 5);
+        s.session_id
+    };
+    let second = om(dir.path());
+    assert_eq!(pending(&second), REPLICAS * 2, "both groups of the lost session");
+    let fresh = second.open_key("b", "k", None).expect("open");
+    assert_ne!(fresh.session_id, stale_session);
+    assert!(matches!(
+        second.commit_key(stale_session, &[], 0, BTreeMap::new()),
+        Err(OmError::NoSuchSession(_))
+    ));
+    assert_eq!(second.lookup_key("b", "done").expect("kept").length, 5);
+    drop(second);
+    let third = om(dir.path());
+    assert_eq!(pending(&third), REPLICAS * 2, "the fresh session had no groups");
+}
+
+#[test]
+fn a_second_om_on_a_data_dir_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let _first = om(dir.path());
+    let second = OzoneManager::open(OmConfig::new(dir.path()));
+    match second {
+        Err(OmError::DataDirInUse(msg)) => {
+            assert!(msg.contains(&format!("pid {} (om)", std::process::id())), "{msg}");
+        }
+        other => panic!("expected DataDirInUse, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn only_healthy_datanodes_get_new_groups() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let stale = Duration::from_millis(800);
+    let om = om_with(dir.path(), |c| c.with_liveness(stale, stale * 3));
+    tokio::time::sleep(stale + Duration::from_millis(200)).await;
+    // Four of five speak up again.
+    for i in 0..4 {
+        om.heartbeat(&dn(i), NodeStats::default()).expect("heartbeat");
+    }
+    let states: Vec<NodeState> = om.datanode_statuses().iter().map(|s| s.state).collect();
+    assert_eq!(
+        states.iter().filter(|s| **s == NodeState::Healthy).count(),
+        4
+    );
+    let s = om.open_key("b", "k", None).expect("open");
+    match om.allocate_block_group(s.session_id, &[]) {
+        Err(e @ OmError::NotEnoughDatanodes { .. }) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains("4 of 5 registered datanodes are healthy"),
+                "{msg}"
+            );
+        }
+        other => panic!("expected NotEnoughDatanodes, got {other:?}"),
+    }
+    om.heartbeat(
+        &dn(4),
+        NodeStats {
+            used_bytes: 7,
+            blocks: 1,
+            ..NodeStats::default()
+        },
+    )
+    .expect("heartbeat");
+    let g = om.allocate_block_group(s.session_id, &[]).expect("all five healthy");
+    assert_eq!(g.pipeline.locations.len(), 5);
+    let st = om
+        .datanode_statuses()
+        .into_iter()
+        .find(|s| s.details == dn(4))
+        .expect("listed");
+    assert_eq!((st.stats.used_bytes, st.stats.blocks), (7, 1));
+}
+
+#[test]
+fn a_new_id_at_a_known_address_replaces_the_old_entry_durably() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    {
+        let om = om(dir.path());
+        let wiped = DatanodeDetails {
+            uuid: "ffffffff-0000-0000-0000-000000000000".into(),
+            address: dn(2).address,
+        };
+        om.register_datanode(wiped.clone()).expect("register");
+        let all = om.datanodes();
+        assert_eq!(all.len(), 5, "never two entries for one address");
+        assert!(all.contains(&wiped));
+        assert!(!all.contains(&dn(2)));
+    }
+    let om = OzoneManager::open(OmConfig::new(dir.path())).expect("reopen");
+    assert_eq!(om.datanodes().len(), 5, "the replacement was persisted");
+    assert!(!om.datanodes().contains(&dn(2)));
+}
