@@ -79,7 +79,11 @@ impl InflightBudget {
                 .await
                 .ok()
         };
-        let charged = if permit.is_some() { u64::from(charge) } else { 0 };
+        let charged = if permit.is_some() {
+            u64::from(charge)
+        } else {
+            0
+        };
         self.metrics.inflight_add(charged);
         InflightPermit {
             _permit: permit,
@@ -119,16 +123,25 @@ mod tests {
         let b = InflightBudget::new(100, Arc::clone(&metrics));
         let a = b.acquire(60).await;
         assert_eq!(metrics.inflight_bytes(), 60);
-        let blocked = tokio::time::timeout(std::time::Duration::from_millis(50), b.acquire(60)).await;
+        let blocked =
+            tokio::time::timeout(std::time::Duration::from_millis(50), b.acquire(60)).await;
         assert!(blocked.is_err(), "past the budget, a charge waits");
         let held = hold(Bytes::from_static(b"abc"), a);
         let clone = held.clone();
         drop(held);
-        assert_eq!(metrics.inflight_bytes(), 60, "a clone still holds the charge");
+        assert_eq!(
+            metrics.inflight_bytes(),
+            60,
+            "a clone still holds the charge"
+        );
         drop(clone);
         assert_eq!(metrics.inflight_bytes(), 0);
         let big = b.acquire(1_000).await;
-        assert_eq!(metrics.inflight_bytes(), 100, "an oversized request is charged the whole budget");
+        assert_eq!(
+            metrics.inflight_bytes(),
+            100,
+            "an oversized request is charged the whole budget"
+        );
         drop(big);
         assert_eq!(metrics.peak_inflight_bytes(), 100);
         let none = b.acquire(0).await;

@@ -35,13 +35,13 @@ mod service;
 mod storage;
 
 pub use admin::{DatanodeAdminClient, DatanodeAdminGrpc};
+pub use deletion::MAX_DELETE_BATCH;
 pub use error::DatanodeError;
 pub use fault::{FaultInjector, FaultKind, FaultRule, InvalidFault};
-pub use metrics::{DatanodeMetrics, ServedRpc};
-pub use deletion::MAX_DELETE_BATCH;
 pub use file_cache::{DEFAULT_MAX_OPEN_FILES, FileCache};
 pub use heartbeat::filesystem_space;
 pub use inflight::{DEFAULT_MAX_INFLIGHT_BYTES, InflightBudget, InflightPermit};
+pub use metrics::{DatanodeMetrics, ServedRpc};
 pub use server::{DEFAULT_HEARTBEAT_INTERVAL, Datanode, DatanodeConfig, MAX_MESSAGE_SIZE};
 pub use service::DatanodeGrpcService;
 pub use storage::{ContainerStore, MAX_READ_LEN, StoreOptions, StoreStats};

@@ -110,10 +110,17 @@ async fn sixteen_open_files_serve_500_distinct_blocks() {
         for b in 0..500u64 {
             let got = read(&mut c, b, 4096).await.expect("ReadChunk");
             assert!(got == payload(b, 4096), "block {b} round {round}");
-            assert!(dn.store().stats().open_files <= 16, "the cache stays bounded");
+            assert!(
+                dn.store().stats().open_files <= 16,
+                "the cache stays bounded"
+            );
         }
     }
-    assert_eq!(dn.store().stats().open_files, 16, "the cache is full, not over");
+    assert_eq!(
+        dn.store().stats().open_files,
+        16,
+        "the cache is full, not over"
+    );
     assert_eq!(dn.store().stats().blocks, 500);
     dn.shutdown().await;
 }
@@ -161,7 +168,10 @@ async fn a_datanode_process_with_64_descriptors_reads_2000_blocks() {
     }
     // A write still opens files after all those reads.
     put(&mut c, 5000, payload(5000, 1024)).await;
-    assert_eq!(read(&mut c, 5000, 1024).await.expect("read"), payload(5000, 1024));
+    assert_eq!(
+        read(&mut c, 5000, 1024).await.expect("read"),
+        payload(5000, 1024)
+    );
     child.kill().await.expect("killing the datanode");
 }
 
@@ -219,7 +229,10 @@ async fn delete_blocks_frees_space_refuses_rewrites_and_survives_restart() {
         .await
         .expect("DeleteBlocks")
         .into_inner();
-    assert_eq!(r.deleted, 1, "block 99 never existed: deleted, but held no data");
+    assert_eq!(
+        r.deleted, 1,
+        "block 99 never existed: deleted, but held no data"
+    );
     assert!(!file1.exists(), "the file is gone");
     assert_eq!(dn.store().stats().used_bytes, 8192);
     assert_eq!(dn.store().stats().blocks, 1);
@@ -243,7 +256,10 @@ async fn delete_blocks_frees_space_refuses_rewrites_and_survives_restart() {
         .await
         .expect("datanode restarts");
     let mut c = connect(dn.address()).await;
-    assert!(read(&mut c, 1, 8192).await.is_err(), "still deleted after restart");
+    assert!(
+        read(&mut c, 1, 8192).await.is_err(),
+        "still deleted after restart"
+    );
     assert_eq!(read(&mut c, 2, 8192).await.expect("kept"), payload(2, 8192));
     let again = c
         .delete_blocks(pb::DeleteBlocksRequest {

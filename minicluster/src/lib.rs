@@ -297,11 +297,11 @@ impl DatanodeHandle {
         let mut config = self.config.clone();
         config.listen = self.address;
         let node = Datanode::start(config)
-        .await
-        .map_err(|source| MiniClusterError::Datanode {
-            index: self.index,
-            source,
-        })?;
+            .await
+            .map_err(|source| MiniClusterError::Datanode {
+                index: self.index,
+                source,
+            })?;
         self.metrics = Arc::clone(node.metrics());
         self.faults = Arc::clone(node.faults());
         self.node = Some(node);
@@ -405,8 +405,8 @@ impl MiniCluster {
             let data_dir = base_dir.join(format!("dn{index}"));
             let dn_config = config.datanode_config(localhost, &data_dir, &om_address);
             let node = Datanode::start(dn_config.clone())
-            .await
-            .map_err(|source| MiniClusterError::Datanode { index, source })?;
+                .await
+                .map_err(|source| MiniClusterError::Datanode { index, source })?;
             let address = node
                 .address()
                 .parse()

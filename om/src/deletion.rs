@@ -31,7 +31,9 @@ use proto_crate::wire::datanode as dn_pb;
 use proto_crate::wire::datanode::datanode_service_client::DatanodeServiceClient;
 use proto_crate::wire::om as pb;
 use proto_crate::{BlockGroup, DatanodeDetails};
-use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction};
+use redb::{
+    ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction,
+};
 
 use crate::manager::{KEYS, decode};
 use crate::{OmError, OzoneManager};
@@ -89,8 +91,10 @@ pub(crate) fn end_session(
     session_id: u64,
     leftovers: &[BlockGroup],
 ) -> Result<()> {
-    txn.open_table(OPEN_GROUPS)?
-        .retain_in((session_id, 0, 0)..=(session_id, u64::MAX, u64::MAX), |_, _| false)?;
+    txn.open_table(OPEN_GROUPS)?.retain_in(
+        (session_id, 0, 0)..=(session_id, u64::MAX, u64::MAX),
+        |_, _| false,
+    )?;
     log_groups(txn, leftovers)
 }
 
@@ -101,7 +105,10 @@ pub(crate) fn log_key_groups(txn: &WriteTransaction, bucket: &str, key: &str) ->
         let t = txn.open_table(KEYS)?;
         let v = t.get((bucket, key))?;
         match v {
-            Some(v) => Some(decode::<pb::KeyInfo, proto_crate::KeyInfo>(v.value(), "key")?),
+            Some(v) => Some(decode::<pb::KeyInfo, proto_crate::KeyInfo>(
+                v.value(),
+                "key",
+            )?),
             None => None,
         }
     };
@@ -123,7 +130,10 @@ pub(crate) fn reclaim_lost_sessions(db: &redb::Database) -> Result<usize> {
         let mut groups = Vec::new();
         for entry in t.iter()? {
             let (_, v) = entry?;
-            groups.push(decode::<pb::BlockGroup, BlockGroup>(v.value(), "open group")?);
+            groups.push(decode::<pb::BlockGroup, BlockGroup>(
+                v.value(),
+                "open group",
+            )?);
         }
         groups
     };
@@ -151,9 +161,16 @@ impl OzoneManager {
         self.deletions_pending.subscribe()
     }
 
-    /// Publishes the log's size and wakes the deleting service; called after
-    /// every commit that may have added entries.
+    /// Publishes the log's size (and the number of open sessions: a session
+    /// ends with the transaction that logs its groups, so a watcher that sees
+    /// the session gone also sees its deletions logged) and wakes the
+    /// deleting service; called after every commit that may have added
+    /// entries.
     pub(crate) fn deletions_changed(&self) {
+        {
+            let st = self.state();
+            self.publish_sessions(&st);
+        }
         match self.pending_deletions() {
             Ok(n) => {
                 self.deletions_pending.send_replace(n);

@@ -30,15 +30,15 @@ mod server;
 mod service;
 mod sessions;
 
-pub use error::{OM_ERROR_HEADER, OmError, om_error_name};
 pub use deletion::{DELETE_BATCH, run_block_deleting_service};
+pub use error::{OM_ERROR_HEADER, OmError, om_error_name};
 pub use manager::{
     DEFAULT_MAX_SESSIONS_PER_CLIENT, DEFAULT_OPEN_KEY_LEASE, DEFAULT_SERVICE_INTERVAL, OmConfig,
     OpenKey, OzoneManager,
 };
-pub use nodes::{DatanodeStatus, Liveness, NodeState, NodeStats, list_datanode_statuses};
-pub use sessions::ANONYMOUS_CLIENT;
 pub use multipart::MAX_PART_NUMBER;
+pub use nodes::{DatanodeStatus, Liveness, NodeState, NodeStats, list_datanode_statuses};
 pub use replication::{OmAdminClient, OmAdminGrpc, add_replica};
 pub use server::OmServer;
 pub use service::OmGrpcService;
+pub use sessions::ANONYMOUS_CLIENT;

@@ -56,7 +56,10 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let stale = seconds(args.stale_after, "--stale-after")?;
     let dead = seconds(args.dead_after, "--dead-after")?;
-    anyhow::ensure!(dead >= stale, "--dead-after must not be shorter than --stale-after");
+    anyhow::ensure!(
+        dead >= stale,
+        "--dead-after must not be shorter than --stale-after"
+    );
     let config = OmConfig::new(&args.data_dir)
         .with_liveness(stale, dead)
         .with_open_key_lease(seconds(args.open_key_lease, "--open-key-lease")?)

@@ -245,7 +245,10 @@ impl OzoneManager {
         txn.commit()?;
         let lost = reclaim_lost_sessions(&db)?;
         if lost > 0 {
-            tracing::info!(groups = lost, "logged blocks of writes lost in the last om stop for deletion");
+            tracing::info!(
+                groups = lost,
+                "logged blocks of writes lost in the last om stop for deletion"
+            );
         }
         let mut state = State::default();
         let now = Instant::now();
@@ -494,5 +497,4 @@ impl OzoneManager {
         txn.commit()?;
         Ok(())
     }
-
 }

@@ -393,7 +393,10 @@ mod tests {
         assert_eq!(u.replaced, vec!["a".to_string()]);
         assert!(u.write);
         assert_eq!(r.all(), vec![dn("z", "h:1")]);
-        assert!(r.upsert(&dn("z", "h:9"), None, t0).write, "an address change is written");
+        assert!(
+            r.upsert(&dn("z", "h:9"), None, t0).write,
+            "an address change is written"
+        );
         assert!(r.knows(&dn("z", "h:9")));
         assert!(!r.knows(&dn("z", "h:1")));
     }

@@ -43,7 +43,9 @@ async fn run_lease_reaper(
             () = tokio::time::sleep(interval) => {}
         }
         let om2 = Arc::clone(&om);
-        match tokio::task::spawn_blocking(move || om2.expire_sessions(std::time::Instant::now())).await {
+        match tokio::task::spawn_blocking(move || om2.expire_sessions(std::time::Instant::now()))
+            .await
+        {
             Ok(Ok(0)) => {}
             Ok(Ok(n)) => tracing::info!(sessions = n, "expired open-key sessions"),
             Ok(Err(e)) => tracing::warn!(error = %e, "expiring open-key sessions failed"),
@@ -79,7 +81,9 @@ impl OmServer {
         );
         let (services, stop) = tokio::sync::watch::channel(false);
         let interval = om.config().service_interval;
-        let reaper_interval = interval.min(om.config().open_key_lease / 4).max(Duration::from_millis(10));
+        let reaper_interval = interval
+            .min(om.config().open_key_lease / 4)
+            .max(Duration::from_millis(10));
         let mut stop_deleting = stop.clone();
         let service_tasks = vec![
             tokio::spawn(run_block_deleting_service(

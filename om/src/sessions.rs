@@ -14,7 +14,9 @@ use std::time::Instant;
 
 use prost::Message;
 use proto_crate::wire::om as pb;
-use proto_crate::{BlockGroup, BlockLocation, DatanodeDetails, KeyInfo, Pipeline, ReplicationConfig};
+use proto_crate::{
+    BlockGroup, BlockLocation, DatanodeDetails, KeyInfo, Pipeline, ReplicationConfig,
+};
 use redb::ReadableTable;
 
 use crate::deletion::{end_session, log_key_groups, record_open_group};
@@ -310,7 +312,6 @@ impl OzoneManager {
                 .sessions
                 .remove(&session_id)
                 .ok_or(OmError::NoSuchSession(session_id))?;
-            self.publish_sessions(&st);
             s
         };
         match committed_groups(session_id, &s.allocated, groups, length) {
@@ -343,7 +344,6 @@ impl OzoneManager {
         let s = {
             let mut st = self.state();
             let s = st.sessions.remove(&session_id);
-            self.publish_sessions(&st);
             s
         };
         match s {
@@ -373,7 +373,6 @@ impl OzoneManager {
                 .into_iter()
                 .filter_map(|id| st.sessions.remove(&id).map(|s| (id, s)))
                 .collect();
-            self.publish_sessions(&st);
             out
         };
         if expired.is_empty() {

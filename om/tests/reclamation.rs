@@ -45,7 +45,10 @@ fn pending(om: &OzoneManager) -> u64 {
 fn put(om: &OzoneManager, key: &str, groups: usize, len: u64) -> Vec<BlockGroup> {
     let s = om.open_key("b", key, None).expect("open");
     let allocated: Vec<BlockGroup> = (0..groups)
-        .map(|_| om.allocate_block_group(s.session_id, &[]).expect("allocate"))
+        .map(|_| {
+            om.allocate_block_group(s.session_id, &[])
+                .expect("allocate")
+        })
         .collect();
     let last = BlockGroup {
         length: len,
@@ -63,7 +66,11 @@ fn every_freeing_change_logs_each_replica_once() {
     put(&om, "k", 1, 100);
     assert_eq!(pending(&om), 0, "a clean write frees nothing");
     put(&om, "k", 1, 100);
-    assert_eq!(pending(&om), REPLICAS, "overwrite frees the old key's group");
+    assert_eq!(
+        pending(&om),
+        REPLICAS,
+        "overwrite frees the old key's group"
+    );
     put(&om, "k", 3, 100);
     assert_eq!(
         pending(&om),
@@ -79,14 +86,22 @@ fn every_freeing_change_logs_each_replica_once() {
     assert_eq!(pending(&om), REPLICAS * 5, "a failed delete logs nothing");
 
     let s = om.open_key("b", "aborted", None).expect("open");
-    om.allocate_block_group(s.session_id, &[]).expect("allocate");
-    om.allocate_block_group(s.session_id, &[]).expect("allocate");
+    om.allocate_block_group(s.session_id, &[])
+        .expect("allocate");
+    om.allocate_block_group(s.session_id, &[])
+        .expect("allocate");
     om.abort_key(s.session_id).expect("abort");
-    assert_eq!(pending(&om), REPLICAS * 7, "abort frees every allocated group");
+    assert_eq!(
+        pending(&om),
+        REPLICAS * 7,
+        "abort frees every allocated group"
+    );
 
     // A commit refused for a bad length ends the session and frees its groups.
     let s = om.open_key("b", "bad", None).expect("open");
-    let g = om.allocate_block_group(s.session_id, &[]).expect("allocate");
+    let g = om
+        .allocate_block_group(s.session_id, &[])
+        .expect("allocate");
     let refused = om.commit_key(
         s.session_id,
         &[BlockGroup { length: 10, ..g }],
@@ -104,7 +119,9 @@ fn multipart_frees_replaced_unlisted_and_aborted_parts() {
     let om = om(dir.path());
     let part = |upload: &str, n: u32, etag: &str| {
         let s = om.open_part(upload, n).expect("open part");
-        let g = om.allocate_block_group(s.session_id, &[]).expect("allocate");
+        let g = om
+            .allocate_block_group(s.session_id, &[])
+            .expect("allocate");
         om.commit_part(s.session_id, &[BlockGroup { length: 10, ..g }], 10, etag)
             .expect("commit part");
     };
@@ -117,8 +134,13 @@ fn multipart_frees_replaced_unlisted_and_aborted_parts() {
     assert_eq!(pending(&om), 0);
     part(&up, 2, "b2");
     assert_eq!(pending(&om), REPLICAS, "a replaced part is freed");
-    om.complete_multipart_upload(&up, &[(1, "a".into()), (2, "b2".into())], 0, BTreeMap::new())
-        .expect("complete");
+    om.complete_multipart_upload(
+        &up,
+        &[(1, "a".into()), (2, "b2".into())],
+        0,
+        BTreeMap::new(),
+    )
+    .expect("complete");
     assert_eq!(pending(&om), REPLICAS * 2, "part 3, left out, is freed");
     assert_eq!(om.lookup_key("b", "mp").expect("key").block_groups.len(), 2);
 
@@ -148,7 +170,8 @@ fn sessions_expire_after_their_lease_and_are_bounded_per_client() {
             .with_max_sessions_per_client(2)
     });
     let a = om.open_key_as("client-a", "b", "k1", None).expect("open");
-    om.allocate_block_group(a.session_id, &[]).expect("allocate");
+    om.allocate_block_group(a.session_id, &[])
+        .expect("allocate");
     om.open_key_as("client-a", "b", "k2", None).expect("open");
     let third = om.open_key_as("client-a", "b", "k3", None);
     assert!(
@@ -162,7 +185,11 @@ fn sessions_expire_after_their_lease_and_are_bounded_per_client() {
     let later = Instant::now() + Duration::from_secs(61);
     assert_eq!(om.expire_sessions(later).expect("expire"), 3);
     assert_eq!(om.open_sessions(), 0);
-    assert_eq!(pending(&om), REPLICAS, "the expired session's group is freed");
+    assert_eq!(
+        pending(&om),
+        REPLICAS,
+        "the expired session's group is freed"
+    );
     assert!(matches!(
         om.commit_key(a.session_id, &[], 0, BTreeMap::new()),
         Err(OmError::NoSuchSession(_))
@@ -178,13 +205,19 @@ fn groups_of_sessions_lost_in_a_restart_are_reclaimed_and_ids_never_repeat() {
         let first = om(dir.path());
         let om = &first;
         let s = om.open_key("b", "k", None).expect("open");
-        om.allocate_block_group(s.session_id, &[]).expect("allocate");
-        om.allocate_block_group(s.session_id, &[]).expect("allocate");
+        om.allocate_block_group(s.session_id, &[])
+            .expect("allocate");
+        om.allocate_block_group(s.session_id, &[])
+            .expect("allocate");
         put(om, "done", 1, 5);
         s.session_id
     };
     let second = om(dir.path());
-    assert_eq!(pending(&second), REPLICAS * 2, "both groups of the lost session");
+    assert_eq!(
+        pending(&second),
+        REPLICAS * 2,
+        "both groups of the lost session"
+    );
     let fresh = second.open_key("b", "k", None).expect("open");
     assert_ne!(fresh.session_id, stale_session);
     assert!(matches!(
@@ -194,7 +227,11 @@ fn groups_of_sessions_lost_in_a_restart_are_reclaimed_and_ids_never_repeat() {
     assert_eq!(second.lookup_key("b", "done").expect("kept").length, 5);
     drop(second);
     let third = om(dir.path());
-    assert_eq!(pending(&third), REPLICAS * 2, "the fresh session had no groups");
+    assert_eq!(
+        pending(&third),
+        REPLICAS * 2,
+        "the fresh session had no groups"
+    );
 }
 
 #[test]
@@ -204,7 +241,10 @@ fn a_second_om_on_a_data_dir_is_refused() {
     let second = OzoneManager::open(OmConfig::new(dir.path()));
     match second {
         Err(OmError::DataDirInUse(msg)) => {
-            assert!(msg.contains(&format!("pid {} (om)", std::process::id())), "{msg}");
+            assert!(
+                msg.contains(&format!("pid {} (om)", std::process::id())),
+                "{msg}"
+            );
         }
         other => panic!("expected DataDirInUse, got {other:?}"),
     }
@@ -218,7 +258,8 @@ async fn only_healthy_datanodes_get_new_groups() {
     tokio::time::sleep(stale + Duration::from_millis(200)).await;
     // Four of five speak up again.
     for i in 0..4 {
-        om.heartbeat(&dn(i), NodeStats::default()).expect("heartbeat");
+        om.heartbeat(&dn(i), NodeStats::default())
+            .expect("heartbeat");
     }
     let states: Vec<NodeState> = om.datanode_statuses().iter().map(|s| s.state).collect();
     assert_eq!(
@@ -245,7 +286,9 @@ async fn only_healthy_datanodes_get_new_groups() {
         },
     )
     .expect("heartbeat");
-    let g = om.allocate_block_group(s.session_id, &[]).expect("all five healthy");
+    let g = om
+        .allocate_block_group(s.session_id, &[])
+        .expect("all five healthy");
     assert_eq!(g.pipeline.locations.len(), 5);
     let st = om
         .datanode_statuses()

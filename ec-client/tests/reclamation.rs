@@ -1,0 +1,515 @@
+//! Running for weeks, through a real minicluster: deleted, overwritten and
+//! abandoned data frees its space on the datanodes (the om's deletion log
+//! and block deleting service, DeleteBlocks on the datanodes), a model-based
+//! test that no block leaks and none referenced is lost across random
+//! operations and datanode restarts, datanode liveness as the om reports it,
+//! and one minicluster per data dir.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use common::{data, ec_bucket, replicated_bucket, test_config};
+use ec_client::{Client, ClientError};
+use minicluster::{MiniCluster, MiniClusterConfig, MiniClusterError};
+use om::NodeState;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+
+/// Waits (bounded) until the om's deletion log is empty: every freed replica
+/// acknowledged by its datanode.
+async fn quiesce(cluster: &MiniCluster) {
+    let mut w = cluster.om().watch_pending_deletions();
+    tokio::time::timeout(Duration::from_secs(60), w.wait_for(|n| *n == 0))
+        .await
+        .expect("deletions finish within 60 s")
+        .expect("om alive");
+}
+
+/// Bytes of every file under `dir`.
+fn du(dir: &Path) -> u64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).expect("readable dir").flatten() {
+        let meta = entry.metadata().expect("metadata");
+        total += if meta.is_dir() {
+            du(&entry.path())
+        } else {
+            meta.len()
+        };
+    }
+    total
+}
+
+/// (datanode uuid, container id, local id) of every block file on disk.
+fn blocks_on_disk(cluster: &MiniCluster) -> BTreeSet<(String, u64, u64)> {
+    let mut out = BTreeSet::new();
+    for d in cluster.datanodes() {
+        let containers = d.data_dir().join("containers");
+        for c in std::fs::read_dir(&containers)
+            .expect("containers dir")
+            .flatten()
+        {
+            let cid: u64 = c
+                .file_name()
+                .to_string_lossy()
+                .parse()
+                .expect("container id");
+            for f in std::fs::read_dir(c.path())
+                .expect("container dir")
+                .flatten()
+            {
+                let name = f.file_name().to_string_lossy().into_owned();
+                let lid: u64 = name
+                    .strip_suffix(".block")
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or_else(|| panic!("unexpected file {name}"));
+                out.insert((d.uuid().to_string(), cid, lid));
+            }
+        }
+    }
+    out
+}
+
+/// Every replica the om references: committed keys and uploaded parts.
+async fn referenced(client: &Client, buckets: &[&str]) -> BTreeSet<(String, u64, u64)> {
+    let mut out = BTreeSet::new();
+    let mut add = |g: &proto_crate::BlockGroup| {
+        for l in &g.pipeline.locations {
+            out.insert((l.datanode.uuid.clone(), g.container_id, g.local_id));
+        }
+    };
+    for b in buckets {
+        for k in client.list_keys(b, "", "", 0).await.expect("list") {
+            k.block_groups.iter().for_each(&mut add);
+        }
+        for u in client.list_multipart_uploads(b, "").await.expect("uploads") {
+            for p in client.list_parts(&u.upload_id).await.expect("parts").parts {
+                p.block_groups.iter().for_each(&mut add);
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn put_overwrite_delete_cycles_give_the_space_back() {
+    let cluster = MiniCluster::start(MiniClusterConfig::default())
+        .await
+        .expect("minicluster");
+    let client = cluster.client_with(test_config()).await.expect("client");
+    // Ozone's default rs-3-2-1024k: 8 MiB is under three stripes.
+    client
+        .create_bucket(
+            "ec",
+            ec_client::BucketOptions {
+                replication: Some(ec_client::ReplicationConfig::default()),
+                block_size: Some(4 << 20),
+            },
+        )
+        .await
+        .expect("bucket");
+    replicated_bucket(&client, "rep", 4 << 20).await;
+    let size = |c: &MiniCluster| -> u64 { c.datanodes().iter().map(|d| du(d.data_dir())).sum() };
+    let before = size(&cluster);
+    let mb8 = 8 << 20;
+    for cycle in 0..20u64 {
+        for bucket in ["ec", "rep"] {
+            client
+                .put_key(bucket, "k", None, &data(mb8, cycle))
+                .await
+                .expect("put");
+            client
+                .put_key(bucket, "k", None, &data(mb8, cycle + 100))
+                .await
+                .expect("overwrite");
+            if cycle == 0 || cycle == 19 {
+                let got = common::read_all(&client, bucket, "k").await;
+                assert!(got == data(mb8, cycle + 100), "cycle {cycle} {bucket}");
+            }
+            client.delete_key(bucket, "k").await.expect("delete");
+        }
+    }
+    quiesce(&cluster).await;
+    let after = size(&cluster);
+    assert!(
+        after <= before + (1 << 20),
+        "data dirs grew from {before} to {after} bytes over 20 cycles"
+    );
+    assert!(blocks_on_disk(&cluster).is_empty(), "no block file is left");
+    for d in cluster.datanodes() {
+        let stats = d.node().expect("running").store().stats();
+        assert_eq!(
+            (stats.used_bytes, stats.blocks),
+            (0, 0),
+            "datanode {}",
+            d.index()
+        );
+    }
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_writer_frees_what_it_wrote() {
+    let cluster = MiniCluster::start(MiniClusterConfig::default())
+        .await
+        .expect("minicluster");
+    let client = cluster.client_with(test_config()).await.expect("client");
+    ec_bucket(&client, "ec", 1 << 20).await;
+    let mut w = client
+        .create_key("ec", "partial", None)
+        .await
+        .expect("create");
+    w.write(&data(200_000, 1)).await.expect("write");
+    let ec_client::KeyOutputStream::Ec(ec) = &w else {
+        panic!("an EC bucket gives an EC writer");
+    };
+    let mut progress = ec.progress();
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        progress.wait_for(|p| p.stripes_flushed >= 4),
+    )
+    .await
+    .expect("stripes reach the datanodes")
+    .expect("writer alive");
+    assert!(
+        !blocks_on_disk(&cluster).is_empty(),
+        "the writer stored blocks"
+    );
+    drop(w);
+    let mut open = cluster.om().watch_open_sessions();
+    tokio::time::timeout(Duration::from_secs(60), open.wait_for(|n| *n == 0))
+        .await
+        .expect("the session is aborted")
+        .expect("om alive");
+    quiesce(&cluster).await;
+    assert!(
+        blocks_on_disk(&cluster).is_empty(),
+        "nothing of the abandoned write is left"
+    );
+    cluster.shutdown().await;
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Put {
+        key: usize,
+        len: u64,
+        ec: bool,
+    },
+    Delete {
+        key: usize,
+    },
+    Multipart {
+        key: usize,
+        parts: Vec<u64>,
+        complete: bool,
+    },
+    Abandon {
+        key: usize,
+        len: u64,
+    },
+    RestartDatanode {
+        n: usize,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0..4usize, 1u64..60_000, any::<bool>()).prop_map(|(key, len, ec)| Op::Put { key, len, ec }),
+        2 => (0..4usize).prop_map(|key| Op::Delete { key }),
+        1 => (0..4usize, proptest::collection::vec(1u64..30_000, 1..4), any::<bool>())
+            .prop_map(|(key, parts, complete)| Op::Multipart { key, parts, complete }),
+        1 => (0..4usize, 1u64..60_000).prop_map(|(key, len)| Op::Abandon { key, len }),
+        1 => (0..5usize).prop_map(|n| Op::RestartDatanode { n }),
+    ]
+}
+
+/// Model-based: random puts, overwrites, deletes, multipart uploads
+/// (completed or aborted), abandoned writes and datanode restarts against a
+/// map of key -> bytes. After quiescence every key reads back exactly as the
+/// model says, and the block files on disk are exactly those the om
+/// references: none leaked, none referenced lost.
+#[test]
+fn random_operations_leave_exactly_the_referenced_blocks() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (cluster, client) = rt.block_on(async {
+        let cluster = MiniCluster::start(MiniClusterConfig::default())
+            .await
+            .expect("minicluster");
+        let client = cluster.client_with(test_config()).await.expect("client");
+        ec_bucket(&client, "ec", 1 << 20).await;
+        replicated_bucket(&client, "rep", 1 << 20).await;
+        (cluster, client)
+    });
+    let cluster = std::sync::Mutex::new(cluster);
+    let mut runner = TestRunner::new(Config {
+        cases: 4,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let counter = std::sync::atomic::AtomicU64::new(0);
+    runner
+        .run(&proptest::collection::vec(op(), 4..14), |ops| {
+            let case = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            let mut cluster = cluster.lock().expect("cluster");
+            rt.block_on(async {
+                // Each case starts from empty buckets.
+                for b in ["ec", "rep"] {
+                    for k in client.list_keys(b, "", "", 0).await.expect("list") {
+                        client.delete_key(b, &k.name).await.expect("clean");
+                    }
+                }
+                let mut model: BTreeMap<(String, String), Vec<u8>> = BTreeMap::new();
+                for (i, op) in ops.iter().enumerate() {
+                    let seed = case * 1000 + i as u64;
+                    match op {
+                        Op::Put { key, len, ec } => {
+                            let bucket = if *ec { "ec" } else { "rep" };
+                            let bytes = data(*len, seed);
+                            client
+                                .put_key(bucket, &format!("k{key}"), None, &bytes)
+                                .await
+                                .expect("put");
+                            model.insert((bucket.into(), format!("k{key}")), bytes);
+                        }
+                        Op::Delete { key } => {
+                            for bucket in ["ec", "rep"] {
+                                let name = format!("k{key}");
+                                let r = client.delete_key(bucket, &name).await;
+                                match model.remove(&(bucket.to_string(), name)) {
+                                    Some(_) => r.expect("delete"),
+                                    None => assert!(
+                                        matches!(r, Err(ClientError::KeyNotFound { .. })),
+                                        "{r:?}"
+                                    ),
+                                }
+                            }
+                        }
+                        Op::Multipart {
+                            key,
+                            parts,
+                            complete,
+                        } => {
+                            let name = format!("k{key}");
+                            let up = client
+                                .initiate_multipart_upload("ec", &name, None, BTreeMap::new())
+                                .await
+                                .expect("initiate");
+                            let mut listed = Vec::new();
+                            let mut whole = Vec::new();
+                            for (n, len) in parts.iter().enumerate() {
+                                let bytes = data(*len, seed * 10 + n as u64);
+                                let mut w =
+                                    client.upload_part(&up, n as u32 + 1).await.expect("part");
+                                w.write(&bytes).await.expect("write part");
+                                let p = w.close_part(&format!("e{n}")).await.expect("close part");
+                                listed.push((p.part_number, p.etag));
+                                whole.extend_from_slice(&bytes);
+                            }
+                            if *complete {
+                                client
+                                    .complete_multipart_upload(&up, &listed, 0, BTreeMap::new())
+                                    .await
+                                    .expect("complete");
+                                model.insert(("ec".into(), name), whole);
+                            } else {
+                                client.abort_multipart_upload(&up).await.expect("abort");
+                            }
+                        }
+                        Op::Abandon { key, len } => {
+                            let mut w = client
+                                .create_key("rep", &format!("k{key}"), None)
+                                .await
+                                .expect("create");
+                            w.write(&data(*len, seed)).await.expect("write");
+                            drop(w);
+                        }
+                        Op::RestartDatanode { n } => {
+                            let d = cluster.datanode_mut(*n).expect("datanode");
+                            d.stop().await;
+                            d.restart().await.expect("restart");
+                        }
+                    }
+                }
+                let mut open = cluster.om().watch_open_sessions();
+                tokio::time::timeout(Duration::from_secs(60), open.wait_for(|n| *n == 0))
+                    .await
+                    .expect("abandoned sessions are aborted")
+                    .expect("om alive");
+                quiesce(&cluster).await;
+                for ((bucket, key), bytes) in &model {
+                    let got = common::read_all(&client, bucket, key).await;
+                    prop_assert!(got == *bytes, "{bucket}/{key} after {ops:?}");
+                }
+                let on_disk = blocks_on_disk(&cluster);
+                let refs = referenced(&client, &["ec", "rep"]).await;
+                let leaked: Vec<_> = on_disk.difference(&refs).collect();
+                prop_assert!(leaked.is_empty(), "leaked {leaked:?} after {ops:?}");
+                Ok(())
+            })
+        })
+        .expect("property holds");
+    let cluster = cluster.into_inner().expect("cluster");
+    rt.block_on(cluster.shutdown());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_datanode_turns_dead_and_gets_no_new_groups_until_it_returns() {
+    let mut cluster = MiniCluster::start(MiniClusterConfig::default().with_liveness(
+        Duration::from_millis(100),
+        Duration::from_millis(600),
+        Duration::from_millis(1500),
+    ))
+    .await
+    .expect("minicluster");
+    let client = cluster.client_with(test_config()).await.expect("client");
+    ec_bucket(&client, "ec", 1 << 20).await;
+    let om_addr = cluster.om_address();
+    let victim = cluster.datanodes()[2].uuid().to_string();
+    cluster.datanode_mut(2).expect("dn").stop().await;
+    let state_of = |statuses: &[om::DatanodeStatus], uuid: &str| {
+        statuses
+            .iter()
+            .find(|s| s.details.uuid == uuid)
+            .map(|s| s.state)
+    };
+    // Bounded wait for the om to notice (the dead interval is 1.5 s).
+    let mut seen = Vec::new();
+    for _ in 0..200 {
+        let statuses = om::list_datanode_statuses(&om_addr)
+            .await
+            .expect("ListDatanodes");
+        let s = state_of(&statuses, &victim).expect("listed");
+        if seen.last() != Some(&s) {
+            seen.push(s);
+        }
+        if s == NodeState::Dead {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        seen,
+        vec![NodeState::Healthy, NodeState::Stale, NodeState::Dead],
+        "HEALTHY, then STALE, then DEAD"
+    );
+    let statuses = om::list_datanode_statuses(&om_addr)
+        .await
+        .expect("ListDatanodes");
+    assert_eq!(
+        statuses
+            .iter()
+            .filter(|s| s.state == NodeState::Healthy)
+            .count(),
+        4
+    );
+    let err = client
+        .put_key("ec", "k", None, &data(10_000, 1))
+        .await
+        .expect_err("rs-3-2 needs five healthy datanodes");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("4 of 5 registered datanodes are healthy"),
+        "{msg}"
+    );
+    cluster
+        .datanode_mut(2)
+        .expect("dn")
+        .restart()
+        .await
+        .expect("restart");
+    // Registration on restart makes it HEALTHY at once.
+    let statuses = om::list_datanode_statuses(&om_addr)
+        .await
+        .expect("ListDatanodes");
+    assert_eq!(state_of(&statuses, &victim), Some(NodeState::Healthy));
+    let bytes = data(10_000, 2);
+    client.put_key("ec", "k", None, &bytes).await.expect("put");
+    assert!(common::read_all(&client, "ec", "k").await == bytes);
+    // Heartbeats carry the datanodes' figures: wait (bounded) for the next
+    // round of them to report the group's five blocks.
+    let mut reported = 0;
+    for _ in 0..200 {
+        let statuses = om::list_datanode_statuses(&om_addr)
+            .await
+            .expect("ListDatanodes");
+        assert!(statuses.iter().all(|s| s.stats.capacity_bytes > 0));
+        reported = statuses.iter().map(|s| s.stats.blocks).sum::<u64>();
+        if reported == 5 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(reported, 5, "one block per index of the one group");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_minicluster_on_a_data_dir_is_refused_and_the_first_keeps_serving() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let base = dir.path().join("cluster");
+    let first = MiniCluster::start(
+        MiniClusterConfig::default()
+            .with_base_dir(&base)
+            .with_clean(true),
+    )
+    .await
+    .expect("first minicluster");
+    let client = first.client_with(test_config()).await.expect("client");
+    ec_bucket(&client, "ec", 1 << 20).await;
+    client
+        .put_key("ec", "k", None, &data(50_000, 3))
+        .await
+        .expect("put");
+    // Something of the user's in the directory: never removed.
+    std::fs::create_dir_all(base.join("dn-notes")).expect("user dir");
+    let second = MiniCluster::start(
+        MiniClusterConfig::default()
+            .with_base_dir(&base)
+            .with_clean(true),
+    )
+    .await;
+    match second {
+        Err(MiniClusterError::DirInUse(e)) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains(&format!("pid {} (minicluster)", std::process::id())),
+                "{msg}"
+            );
+        }
+        other => panic!("expected DirInUse, got {other:?}"),
+    }
+    assert!(
+        common::read_all(&client, "ec", "k").await == data(50_000, 3),
+        "the first cluster still serves"
+    );
+    client
+        .put_key("ec", "k2", None, &data(50_000, 4))
+        .await
+        .expect("and writes");
+    first.shutdown().await;
+    // A later clean start removes only what a minicluster made.
+    let third = MiniCluster::start(
+        MiniClusterConfig::default()
+            .with_base_dir(&base)
+            .with_clean(true),
+    )
+    .await
+    .expect("a clean restart");
+    assert!(
+        base.join("dn-notes").is_dir(),
+        "the user's directory is kept"
+    );
+    let client = third.client_with(test_config()).await.expect("client");
+    assert!(
+        client.list_buckets().await.expect("buckets").is_empty(),
+        "old data is gone"
+    );
+    third.shutdown().await;
+}
