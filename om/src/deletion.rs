@@ -48,6 +48,9 @@ pub(crate) const DELETION_LOG: TableDefinition<(&str, u64, u64), u32> =
 pub(crate) const OPEN_GROUPS: TableDefinition<(u64, u64, u64), &[u8]> =
     TableDefinition::new("open_groups");
 
+/// A block to delete on one datanode: (container id, local id, replica index).
+type Pending = (u64, u64, u32);
+
 /// Most blocks sent to one datanode in one `DeleteBlocks` call.
 pub const DELETE_BATCH: usize = 1000;
 
@@ -182,10 +185,10 @@ impl OzoneManager {
 
     /// Datanode uuids with entries in the log, and up to `limit` entries of
     /// each: (container id, local id, replica index).
-    fn deletion_batches(&self, limit: usize) -> Result<Vec<(String, Vec<(u64, u64, u32)>)>> {
+    fn deletion_batches(&self, limit: usize) -> Result<Vec<(String, Vec<Pending>)>> {
         let read = self.db.begin_read()?;
         let t = read.open_table(DELETION_LOG)?;
-        let mut out: Vec<(String, Vec<(u64, u64, u32)>)> = Vec::new();
+        let mut out: Vec<(String, Vec<Pending>)> = Vec::new();
         let mut iter = t.iter()?;
         loop {
             let Some(entry) = iter.next() else { break };
@@ -209,7 +212,7 @@ impl OzoneManager {
     }
 
     /// Removes acknowledged entries of `uuid`.
-    fn ack_deletions(&self, uuid: &str, blocks: &[(u64, u64, u32)]) -> Result<()> {
+    fn ack_deletions(&self, uuid: &str, blocks: &[Pending]) -> Result<()> {
         let txn = self.db.begin_write()?;
         {
             let mut t = txn.open_table(DELETION_LOG)?;
@@ -275,7 +278,7 @@ async fn spawn_db(f: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()>
 
 async fn send_delete(
     dn: &DatanodeDetails,
-    blocks: &[(u64, u64, u32)],
+    blocks: &[Pending],
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let call = async {
         let mut c = DatanodeServiceClient::connect(format!("http://{}", dn.address)).await?;

@@ -308,11 +308,9 @@ impl OzoneManager {
                 }
                 Some(_) => {}
             }
-            let s = st
-                .sessions
+            st.sessions
                 .remove(&session_id)
-                .ok_or(OmError::NoSuchSession(session_id))?;
-            s
+                .ok_or(OmError::NoSuchSession(session_id))?
         };
         match committed_groups(session_id, &s.allocated, groups, length) {
             Ok(committed) => {
@@ -343,8 +341,7 @@ impl OzoneManager {
     pub fn abort_key(&self, session_id: u64) -> Result<()> {
         let s = {
             let mut st = self.state();
-            let s = st.sessions.remove(&session_id);
-            s
+            st.sessions.remove(&session_id)
         };
         match s {
             Some(s) => self.reclaim_session(session_id, &s.allocated),
@@ -369,11 +366,9 @@ impl OzoneManager {
                 .filter(|(_, s)| now.saturating_duration_since(s.last_active) >= lease)
                 .map(|(id, _)| *id)
                 .collect();
-            let out = ids
-                .into_iter()
+            ids.into_iter()
                 .filter_map(|id| st.sessions.remove(&id).map(|s| (id, s)))
-                .collect();
-            out
+                .collect()
         };
         if expired.is_empty() {
             return Ok(0);
