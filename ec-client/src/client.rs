@@ -53,11 +53,12 @@ impl Client {
         let xceivers = Arc::new(XceiverClientManager::new(config.xceiver.clone(), metrics));
         Ok(Self {
             shared: Arc::new(ClientShared {
-                om,
+                om: om.clone(),
                 read: Arc::new(ReadContext {
                     xceivers,
                     config,
                     ec_metrics: Arc::new(EcReadMetrics::default()),
+                    om,
                 }),
             }),
         })

@@ -64,6 +64,9 @@ pub struct ClientConfig {
     pub vectored_max_merged: u64,
     /// Merged ranges of one vectored read fetched at once (default 8).
     pub vectored_parallelism: usize,
+    /// An EC reader that has excluded a location for this long looks the
+    /// key up again and retries the fast path (default 30 s).
+    pub degraded_probe_interval: Duration,
 }
 
 impl Default for ClientConfig {
@@ -81,6 +84,7 @@ impl Default for ClientConfig {
             vectored_min_seek: 4 * 1024,
             vectored_max_merged: 1024 * 1024,
             vectored_parallelism: 8,
+            degraded_probe_interval: Duration::from_secs(30),
         }
     }
 }
@@ -99,6 +103,14 @@ impl ClientConfig {
         self.xceiver = self
             .xceiver
             .with_retry(block_stream::RetryPolicy { retries, backoff });
+        self
+    }
+
+    /// Sets how long an EC reader stays degraded before it probes the fast
+    /// path again.
+    #[must_use]
+    pub fn with_degraded_probe_interval(mut self, d: Duration) -> Self {
+        self.degraded_probe_interval = d;
         self
     }
 

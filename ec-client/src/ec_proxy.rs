@@ -10,7 +10,14 @@
 //!   reader on a spare replica of the index if one exists, otherwise an
 //!   [`ECBlockReconstructedStripeInputStream`];
 //! - that degraded reader is kept and reused by later reads (positioned and
-//!   sequential) — nothing is rebuilt per call.
+//!   sequential) — nothing is rebuilt per call;
+//! - exclusions are not forever: when a read finds too few locations
+//!   ([`ClientError::InsufficientLocations`]), and when the proxy has been
+//!   degraded for longer than `ClientConfig::degraded_probe_interval`, it
+//!   looks the key up again (spare replicas added since the open are used),
+//!   forgets its exclusions and goes back to a striped reader; a location
+//!   that is still down fails over again, one that came back serves on the
+//!   fast path with no reconstruction. A read refreshes at most once.
 //!
 //! [`ReadMode::ReaderPerCall`] builds a fresh striped reader for every
 //! positioned read instead (the old behaviour, for the benchmark only).
@@ -20,6 +27,7 @@
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use ec_codec::EcReplicationConfig;
 use proto_crate::BlockGroup;
@@ -48,38 +56,63 @@ impl ActiveReader {
 
 #[derive(Debug)]
 struct ProxyState {
-    /// Failed (replica index, datanode uuid) locations.
+    /// The group's locations: as opened, or as the last refresh found them.
+    group: BlockGroup,
+    /// Failed (replica index, datanode uuid) locations. Bounded by the
+    /// group's locations; emptied by a refresh.
     excluded: HashSet<(u32, String)>,
     reader: ActiveReader,
     /// Bumped each time `reader` is replaced.
     generation: u64,
+    /// When the proxy last left the fast path (first exclusion since the
+    /// last refresh).
+    degraded_since: Option<Instant>,
 }
 
 /// Reads one EC block group, choosing, caching and replacing its reader.
 #[derive(Debug)]
 pub struct ECBlockInputStreamProxy {
     ctx: Arc<ReadContext>,
-    group: BlockGroup,
+    /// (bucket, key) the group belongs to, to look its locations up again.
+    key: (String, String),
+    /// Container and local id: the group's identity across refreshes.
+    id: (u64, u64),
+    length: u64,
     ec: EcReplicationConfig,
     state: Mutex<ProxyState>,
 }
 
+/// Why a read refreshes the proxy's locations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refresh {
+    /// Too few locations answered.
+    Insufficient,
+    /// Degraded for longer than the probe interval.
+    Probe,
+}
+
 impl ECBlockInputStreamProxy {
-    /// A proxy over `group`; builds its standing striped reader (no RPC).
+    /// A proxy over `group` of key `bucket/key`; builds its standing striped
+    /// reader (no RPC).
     pub(crate) fn new(
         ctx: Arc<ReadContext>,
+        key: (String, String),
         group: BlockGroup,
         ec: EcReplicationConfig,
     ) -> Result<Self> {
         let reader = ECBlockInputStream::new(&ctx, &group, ec, &HashSet::new())?;
         Ok(Self {
             ctx,
-            group,
+            key,
+            id: (group.container_id, group.local_id),
+            length: group.length,
             ec,
             state: Mutex::new(ProxyState {
+                group,
                 excluded: HashSet::new(),
                 reader: ActiveReader::Striped(Arc::new(reader)),
                 generation: 0,
+                degraded_since: None,
             }),
         })
     }
@@ -87,13 +120,13 @@ impl ECBlockInputStreamProxy {
     /// Group length, data bytes.
     #[must_use]
     pub fn len(&self) -> u64 {
-        self.group.length
+        self.length
     }
 
     /// Whether the group holds no data.
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.group.length == 0
+        self.length == 0
     }
 
     /// Whether reads currently go through reconstruction.
@@ -108,19 +141,69 @@ impl ECBlockInputStreamProxy {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The reader for one call and the generation it belongs to.
-    fn reader_for_call(&self) -> Result<(ActiveReader, u64)> {
-        let (reader, generation, excluded) = {
+    /// The reader for one call, the generation it belongs to, and whether
+    /// the proxy has been degraded for longer than the probe interval.
+    fn reader_for_call(&self) -> Result<(ActiveReader, u64, bool)> {
+        let (reader, generation, excluded, group, probe) = {
             let st = self.lock();
-            (st.reader.clone(), st.generation, st.excluded.clone())
+            let probe = st
+                .degraded_since
+                .is_some_and(|t| t.elapsed() >= self.ctx.config.degraded_probe_interval);
+            (
+                st.reader.clone(),
+                st.generation,
+                st.excluded.clone(),
+                st.group.clone(),
+                probe,
+            )
         };
         match (self.ctx.config.read_mode, &reader) {
             (ReadMode::ReaderPerCall, ActiveReader::Striped(_)) => {
-                let fresh = ECBlockInputStream::new(&self.ctx, &self.group, self.ec, &excluded)?;
-                Ok((ActiveReader::Striped(Arc::new(fresh)), generation))
+                let fresh = ECBlockInputStream::new(&self.ctx, &group, self.ec, &excluded)?;
+                Ok((ActiveReader::Striped(Arc::new(fresh)), generation, probe))
             }
-            _ => Ok((reader, generation)),
+            _ => Ok((reader, generation, probe)),
         }
+    }
+
+    /// Looks the key up again, takes this group's current locations (spares
+    /// added since), forgets every exclusion and goes back to a striped
+    /// reader — unless another call already replaced the reader since
+    /// `generation`. A failed lookup (the om unreachable, the key rewritten
+    /// or deleted) keeps the known locations but still forgets exclusions.
+    async fn refresh(&self, generation: u64, why: Refresh) -> Result<()> {
+        let fresh = match self.ctx.om.lookup_key(&self.key.0, &self.key.1).await {
+            Ok(info) => info
+                .block_groups
+                .into_iter()
+                .find(|g| (g.container_id, g.local_id) == self.id),
+            Err(e) => {
+                tracing::debug!(bucket = %self.key.0, key = %self.key.1, error = %e, "refreshing locations failed; retrying the known ones");
+                None
+            }
+        };
+        let mut st = self.lock();
+        if st.generation != generation {
+            return Ok(());
+        }
+        if let Some(g) = fresh {
+            st.group = g;
+        }
+        st.excluded.clear();
+        st.reader = ActiveReader::Striped(Arc::new(ECBlockInputStream::new(
+            &self.ctx,
+            &st.group,
+            self.ec,
+            &st.excluded,
+        )?));
+        st.generation += 1;
+        st.degraded_since = None;
+        let counter = match why {
+            Refresh::Insufficient => &self.ctx.ec_metrics.location_refreshes,
+            Refresh::Probe => &self.ctx.ec_metrics.degraded_probes,
+        };
+        EcReadMetrics::inc(counter);
+        Ok(())
     }
 
     /// Records a failed location and, unless another call already did so for
@@ -134,8 +217,9 @@ impl ECBlockInputStreamProxy {
         if !new_exclusion && st.generation != generation {
             return Ok(());
         }
-        let locations = choose_locations(&self.ctx, &self.group, &self.ec, &st.excluded)?;
-        let layout = ec_codec::BlockGroupLayout::new(self.ec, self.group.length);
+        let group = st.group.clone();
+        let locations = choose_locations(&self.ctx, &group, &self.ec, &st.excluded)?;
+        let layout = ec_codec::BlockGroupLayout::new(self.ec, self.length);
         let striped_ok = (1..=layout.expected_data_locations())
             .all(|r| locations.get(r - 1).is_some_and(|l| !l.is_empty()));
         st.reader = if striped_ok {
@@ -147,19 +231,20 @@ impl ECBlockInputStreamProxy {
             }
             ActiveReader::Striped(Arc::new(ECBlockInputStream::new(
                 &self.ctx,
-                &self.group,
+                &group,
                 self.ec,
                 &st.excluded,
             )?))
         } else {
             ActiveReader::Reconstructed(Arc::new(ECBlockReconstructedStripeInputStream::new(
                 &self.ctx,
-                &self.group,
+                &group,
                 self.ec,
                 &st.excluded,
             )?))
         };
         st.generation += 1;
+        st.degraded_since.get_or_insert_with(Instant::now);
         Ok(())
     }
 
@@ -169,27 +254,46 @@ impl ECBlockInputStreamProxy {
     ///
     /// # Errors
     /// [`ClientError::InsufficientLocations`] when more than p indexes are
-    /// lost; the last location error if failover runs out of locations;
-    /// caller errors.
+    /// lost even after refreshing the locations; the last location error if
+    /// failover runs out of locations; caller errors.
     pub async fn read_at(&self, pos: u64, buf: &mut [u8]) -> Result<usize> {
-        // Each failover excludes one more location, so this is bounded by
-        // the number of locations; the +1 lets the last reader be tried.
-        let max_attempts = self.group.pipeline.locations.len() + 1;
+        let mut refreshed = false;
         let mut attempts = 0;
         loop {
-            let (reader, generation) = self.reader_for_call()?;
-            match reader.read_at(pos, buf).await {
+            let (reader, generation, probe) = self.reader_for_call()?;
+            if probe && !refreshed {
+                refreshed = true;
+                self.refresh(generation, Refresh::Probe).await?;
+                continue;
+            }
+            let failure = match reader.read_at(pos, buf).await {
                 Ok(n) => return Ok(n),
-                Err(EcReadError::Fatal(e)) => return Err(e),
+                Err(EcReadError::Fatal(e)) => e,
                 Err(EcReadError::Location(f)) => {
                     attempts += 1;
                     EcReadMetrics::inc(&self.ctx.ec_metrics.failovers);
-                    tracing::debug!(block = %self.group.block_id(f.replica_index), error = %f.error, "EC read failed over");
+                    tracing::debug!(block = %self.lock().group.block_id(f.replica_index), error = %f.error, "EC read failed over");
+                    // Each failover excludes one more location, so this is
+                    // bounded by the number of locations; the +1 lets the
+                    // last reader be tried.
+                    let max_attempts = self.lock().group.pipeline.locations.len() + 1;
                     if attempts >= max_attempts {
                         return Err(ClientError::BlockStream(f.error));
                     }
-                    self.fail_over(generation, &f)?;
+                    match self.fail_over(generation, &f) {
+                        Ok(()) => continue,
+                        Err(e) => e,
+                    }
                 }
+            };
+            match failure {
+                ClientError::InsufficientLocations { .. } if !refreshed => {
+                    refreshed = true;
+                    attempts = 0;
+                    let generation = self.lock().generation;
+                    self.refresh(generation, Refresh::Insufficient).await?;
+                }
+                e => return Err(e),
             }
         }
     }

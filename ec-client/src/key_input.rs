@@ -59,6 +59,7 @@ impl KeyReader {
             let reader = match info.replication {
                 ReplicationConfig::Ec(ec) => GroupReader::Ec(ECBlockInputStreamProxy::new(
                     Arc::clone(ctx),
+                    (info.bucket.clone(), info.name.clone()),
                     g.clone(),
                     ec,
                 )?),

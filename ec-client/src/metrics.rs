@@ -11,6 +11,8 @@ pub struct EcReadMetrics {
     pub(crate) failovers: AtomicU64,
     pub(crate) spare_switches: AtomicU64,
     pub(crate) stripes_reconstructed: AtomicU64,
+    pub(crate) location_refreshes: AtomicU64,
+    pub(crate) degraded_probes: AtomicU64,
 }
 
 /// A copy of [`EcReadMetrics`] at one moment.
@@ -26,6 +28,12 @@ pub struct EcReadSnapshot {
     pub spare_switches: u64,
     /// Stripes decoded from parity.
     pub stripes_reconstructed: u64,
+    /// Times a read that found too few locations looked the key up again
+    /// and retried every location.
+    pub location_refreshes: u64,
+    /// Times a reader degraded for longer than the probe interval looked
+    /// the key up again and went back to the striped fast path.
+    pub degraded_probes: u64,
 }
 
 impl EcReadMetrics {
@@ -44,6 +52,8 @@ impl EcReadMetrics {
             failovers: self.failovers.load(Ordering::Relaxed),
             spare_switches: self.spare_switches.load(Ordering::Relaxed),
             stripes_reconstructed: self.stripes_reconstructed.load(Ordering::Relaxed),
+            location_refreshes: self.location_refreshes.load(Ordering::Relaxed),
+            degraded_probes: self.degraded_probes.load(Ordering::Relaxed),
         }
     }
 }
@@ -59,6 +69,8 @@ impl EcReadSnapshot {
             failovers: self.failovers - earlier.failovers,
             spare_switches: self.spare_switches - earlier.spare_switches,
             stripes_reconstructed: self.stripes_reconstructed - earlier.stripes_reconstructed,
+            location_refreshes: self.location_refreshes - earlier.location_refreshes,
+            degraded_probes: self.degraded_probes - earlier.degraded_probes,
         }
     }
 }

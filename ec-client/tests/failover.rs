@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::{
     CELL, Failure, STRIPE, data, ec_bucket, fail, failure_cluster, failure_config, heal, node_of,
+    outside_datanode,
 };
 use ec_client::{ClientError, ReadMode, RpcKind};
 use rand::rngs::SmallRng;
@@ -30,23 +31,6 @@ async fn read_all_sequential(
     let mut out = Vec::new();
     s.read_to_end(&mut out).await?;
     Ok(out)
-}
-
-/// Uuid of a datanode that holds no block of the key's first group.
-fn outside_datanode(cluster: &minicluster::MiniCluster, info: &ec_client::KeyInfo) -> String {
-    let used: Vec<&str> = info.block_groups[0]
-        .pipeline
-        .locations
-        .iter()
-        .map(|l| l.datanode.uuid.as_str())
-        .collect();
-    cluster
-        .datanodes()
-        .iter()
-        .find(|d| !used.contains(&d.uuid()))
-        .expect("a datanode outside the group")
-        .uuid()
-        .to_string()
 }
 
 /// Random preads plus a few boundary preads, all compared with `src`.

@@ -226,3 +226,20 @@ pub async fn read_all(client: &Client, bucket: &str, key: &str) -> Vec<u8> {
     s.read_to_end(&mut out).await.expect("read");
     out
 }
+
+/// Uuid of a datanode that holds no block of the key's first group.
+pub fn outside_datanode(cluster: &minicluster::MiniCluster, info: &ec_client::KeyInfo) -> String {
+    let used: Vec<&str> = info.block_groups[0]
+        .pipeline
+        .locations
+        .iter()
+        .map(|l| l.datanode.uuid.as_str())
+        .collect();
+    cluster
+        .datanodes()
+        .iter()
+        .find(|d| !used.contains(&d.uuid()))
+        .expect("a datanode outside the group")
+        .uuid()
+        .to_string()
+}
