@@ -48,6 +48,10 @@ pub struct XceiverConfig {
     pub max_message_size: usize,
     /// Retries of one location by block readers.
     pub retry: RetryPolicy,
+    /// Most datanode channels the client keeps cached (default 1024); past
+    /// it the least recently used is dropped from the cache (streams that
+    /// hold it keep it until they finish).
+    pub max_cached_channels: usize,
 }
 
 impl Default for XceiverConfig {
@@ -60,6 +64,7 @@ impl Default for XceiverConfig {
             http2_max_frame_size: 1024 * 1024 - 1,
             max_message_size: 64 * 1024 * 1024,
             retry: RetryPolicy::default(),
+            max_cached_channels: 1024,
         }
     }
 }

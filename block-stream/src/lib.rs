@@ -26,5 +26,7 @@ pub use block_input::{BlockInputStream, MAX_READ_PIECE};
 pub use block_output::BlockOutputStream;
 pub use config::{RetryPolicy, XceiverConfig};
 pub use error::{BlockStreamError, Result};
-pub use metrics::{ClientMetrics, MetricsSnapshot, RpcKind};
+pub use metrics::{
+    ClientMetrics, MAX_TRACKED_DATANODES, MetricsSnapshot, OTHER_DATANODES, RpcKind,
+};
 pub use xceiver::{XceiverClient, XceiverClientManager};

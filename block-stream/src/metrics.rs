@@ -79,13 +79,28 @@ pub struct ClientMetrics {
     by_datanode: Mutex<BTreeMap<String, Arc<DatanodeCounters>>>,
 }
 
+/// Most datanode addresses counted one by one; RPCs to further addresses
+/// are counted under [`OTHER_DATANODES`].
+pub const MAX_TRACKED_DATANODES: usize = 1024;
+
+/// The `by_datanode` key of RPCs to datanodes past [`MAX_TRACKED_DATANODES`].
+pub const OTHER_DATANODES: &str = "other";
+
 impl ClientMetrics {
     pub(crate) fn datanode(&self, address: &str) -> Arc<DatanodeCounters> {
         let mut map = self
             .by_datanode
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        Arc::clone(map.entry(address.to_string()).or_default())
+        if let Some(c) = map.get(address) {
+            return Arc::clone(c);
+        }
+        let key = if map.len() < MAX_TRACKED_DATANODES {
+            address
+        } else {
+            OTHER_DATANODES
+        };
+        Arc::clone(map.entry(key.to_string()).or_default())
     }
 
     pub(crate) fn record_rpc(&self, dn: &DatanodeCounters, kind: RpcKind) {
@@ -210,5 +225,21 @@ mod tests {
         assert_eq!(d.rpcs_to("b:2", RpcKind::ReadChunk), 1);
         assert_eq!(d.read_bytes, 10);
         assert_eq!(m.rpcs(RpcKind::GetBlock), 1);
+    }
+
+    #[test]
+    fn per_datanode_counters_are_bounded() {
+        let m = ClientMetrics::default();
+        for i in 0..MAX_TRACKED_DATANODES + 10 {
+            let c = m.datanode(&format!("10.0.0.1:{i}"));
+            m.record_rpc(&c, RpcKind::ReadChunk);
+        }
+        let s = m.snapshot();
+        assert_eq!(s.by_datanode.len(), MAX_TRACKED_DATANODES + 1);
+        assert_eq!(s.rpcs_to(OTHER_DATANODES, RpcKind::ReadChunk), 10);
+        assert_eq!(
+            s.rpcs(RpcKind::ReadChunk),
+            MAX_TRACKED_DATANODES as u64 + 10
+        );
     }
 }

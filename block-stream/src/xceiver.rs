@@ -22,12 +22,14 @@ use crate::{BlockStreamError, ClientMetrics, Result, RpcKind, XceiverConfig};
 /// Hands out one cached [`XceiverClient`] per datanode address.
 ///
 /// Channels connect lazily on first use and reconnect by themselves after a
-/// datanode restarts on the same address.
+/// datanode restarts on the same address. The cache holds at most
+/// `XceiverConfig::max_cached_channels` channels, least recently used out.
 #[derive(Debug)]
 pub struct XceiverClientManager {
     config: XceiverConfig,
     metrics: Arc<ClientMetrics>,
-    clients: Mutex<HashMap<String, XceiverClient>>,
+    /// Address -> (client, last-use tick). Bounded: see above.
+    clients: Mutex<(HashMap<String, (XceiverClient, u64)>, u64)>,
 }
 
 impl XceiverClientManager {
@@ -37,8 +39,18 @@ impl XceiverClientManager {
         Self {
             config,
             metrics,
-            clients: Mutex::new(HashMap::new()),
+            clients: Mutex::new((HashMap::new(), 0)),
         }
+    }
+
+    /// Channels cached now (at most `max_cached_channels`).
+    #[must_use]
+    pub fn cached_channels(&self) -> usize {
+        self.clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .0
+            .len()
     }
 
     /// The settings every client uses.
@@ -59,15 +71,30 @@ impl XceiverClientManager {
     /// # Errors
     /// [`BlockStreamError::InvalidArgument`] if `address` is not a valid `HOST:PORT`.
     pub fn client(&self, address: &str) -> Result<XceiverClient> {
-        let mut clients = self
+        let mut guard = self
             .clients
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(c) = clients.get(address) {
+        let (clients, tick) = &mut *guard;
+        *tick += 1;
+        if let Some((c, used)) = clients.get_mut(address) {
+            *used = *tick;
             return Ok(c.clone());
         }
         let c = XceiverClient::connect_lazy(address, &self.config, Arc::clone(&self.metrics))?;
-        clients.insert(address.to_string(), c.clone());
+        let max = self.config.max_cached_channels.max(1);
+        while clients.len() >= max {
+            // A linear scan, only when a new address arrives at a full cache.
+            let Some(victim) = clients
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(a, _)| a.clone())
+            else {
+                break;
+            };
+            clients.remove(&victim);
+        }
+        clients.insert(address.to_string(), (c.clone(), *tick));
         Ok(c)
     }
 }
@@ -367,5 +394,32 @@ impl XceiverClient {
         )
         .await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_channel_cache_is_bounded_least_recently_used_out() {
+        let config = XceiverConfig {
+            max_cached_channels: 2,
+            ..XceiverConfig::default()
+        };
+        let m = XceiverClientManager::new(config, Arc::new(ClientMetrics::default()));
+        m.client("127.0.0.1:1").expect("client");
+        m.client("127.0.0.1:2").expect("client");
+        m.client("127.0.0.1:1")
+            .expect("touch 1: 2 is now the oldest");
+        m.client("127.0.0.1:3").expect("client");
+        assert_eq!(m.cached_channels(), 2);
+        let cached: Vec<String> = {
+            let g = m.clients.lock().expect("lock");
+            let mut v: Vec<String> = g.0.keys().cloned().collect();
+            v.sort();
+            v
+        };
+        assert_eq!(cached, ["127.0.0.1:1", "127.0.0.1:3"]);
     }
 }

@@ -193,6 +193,8 @@ impl From<FaultRule> for pb::Fault {
 }
 
 /// The fault rules of one datanode and how many faults they injected.
+/// Rules come only from the operator's admin calls (served only with
+/// `--enable-fault-injection`), never from data-path requests.
 #[derive(Debug, Default)]
 pub struct FaultInjector {
     rules: RwLock<Vec<FaultRule>>,

@@ -41,4 +41,4 @@ pub use nodes::{DatanodeStatus, Liveness, NodeState, NodeStats, list_datanode_st
 pub use replication::{OmAdminClient, OmAdminGrpc, add_replica};
 pub use server::OmServer;
 pub use service::OmGrpcService;
-pub use sessions::ANONYMOUS_CLIENT;
+pub use sessions::{ANONYMOUS_CLIENT, MAX_OPEN_SESSIONS};

@@ -28,6 +28,9 @@ use crate::{OmError, OzoneManager};
 
 type Result<T, E = OmError> = std::result::Result<T, E>;
 
+/// Most sessions open at once over all clients.
+pub const MAX_OPEN_SESSIONS: usize = 100_000;
+
 /// The client id of callers that give none.
 pub const ANONYMOUS_CLIENT: &str = "";
 
@@ -74,6 +77,13 @@ impl OzoneManager {
         let replication = replication.unwrap_or(b.default_replication);
         let limit = self.config.max_sessions_per_client;
         let mut st = self.state();
+        // Client ids are the clients' own word: a global bound too.
+        if st.sessions.len() >= MAX_OPEN_SESSIONS {
+            return Err(OmError::TooManyOpenSessions {
+                client: "(all clients)".to_string(),
+                limit: MAX_OPEN_SESSIONS,
+            });
+        }
         let held = st.sessions.values().filter(|s| s.client == client).count();
         if held >= limit {
             return Err(OmError::TooManyOpenSessions {

@@ -26,6 +26,7 @@ pub fn to_s3(e: ClientError) -> S3Error {
             "ENTITY_TOO_SMALL" => S3ErrorCode::EntityTooSmall,
             "INVALID_ARGUMENT" => S3ErrorCode::InvalidArgument,
             "NOT_ENOUGH_DATANODES" => S3ErrorCode::ServiceUnavailable,
+            "TOO_MANY_OPEN_SESSIONS" => S3ErrorCode::SlowDown,
             _ => S3ErrorCode::InternalError,
         },
         ClientError::InsufficientLocations { .. }

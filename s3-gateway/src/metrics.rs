@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Counters of one gateway.
+/// Counters of one gateway. The maps are bounded by code, not by requests:
+/// operation names come from the fixed set of S3 operations the gateway
+/// serves and statuses from the HTTP statuses it sends.
 #[derive(Debug, Default)]
 pub struct GatewayMetrics {
     requests: Mutex<BTreeMap<(String, u16), u64>>,
