@@ -11,7 +11,6 @@ use anyhow::{Context, bail};
 use ec_client::{ClientConfig, ReplicationConfig};
 use ec_codec::EcReplicationConfig;
 use minicluster::pattern;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use super::{Latencies, Report, Settings, ensure_bucket, write_key};
 
@@ -24,36 +23,18 @@ async fn ranged_get(
     first: u64,
     last: u64,
 ) -> anyhow::Result<Vec<u8>> {
-    let stream = tokio::net::TcpStream::connect(addr).await?;
-    stream.set_nodelay(true)?;
-    let mut stream = BufReader::new(stream);
-    let req = format!(
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nRange: bytes={first}-{last}\r\nConnection: close\r\n\r\n"
-    );
-    stream.get_mut().write_all(req.as_bytes()).await?;
-    let mut line = String::new();
-    stream.read_line(&mut line).await?;
-    if !line.starts_with("HTTP/1.1 206") {
-        bail!("GET {path} bytes={first}-{last}: {}", line.trim());
+    let r = crate::http::request(
+        addr,
+        "GET",
+        path,
+        &[("Range", format!("bytes={first}-{last}"))],
+        &[],
+    )
+    .await?;
+    if r.status != 206 {
+        bail!("GET {path} bytes={first}-{last}: status {}", r.status);
     }
-    let mut length = None;
-    loop {
-        line.clear();
-        stream.read_line(&mut line).await?;
-        let l = line.trim();
-        if l.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = l.split_once(':')
-            && k.eq_ignore_ascii_case("content-length")
-        {
-            length = Some(v.trim().parse::<usize>()?);
-        }
-    }
-    let length = length.context("no Content-Length")?;
-    let mut body = vec![0u8; length];
-    stream.read_exact(&mut body).await?;
-    Ok(body)
+    Ok(r.body)
 }
 
 pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
