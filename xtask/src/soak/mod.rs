@@ -74,8 +74,11 @@ pub(crate) struct Sample {
     pub(crate) wrong_total: u64,
     /// Block files held open, summed over datanodes.
     pub(crate) open_files: u64,
-    /// Request payload bytes in flight, summed over datanodes.
+    /// Request payload bytes in flight at sampling time, summed over datanodes.
     pub(crate) inflight_bytes: u64,
+    /// The most payload bytes any running datanode has had in flight since
+    /// it started (bounded by its --max-inflight-bytes).
+    pub(crate) peak_inflight_bytes: u64,
     /// Bytes under the cluster's data dir.
     pub(crate) disk_bytes: u64,
     /// Resident set size of this process (client, cluster and gateway), bytes.
@@ -227,6 +230,7 @@ pub(crate) async fn run(args: SoakArgs) -> anyhow::Result<()> {
         "wrong",
         "open files",
         "in-flight MiB",
+        "peak in-flight MiB",
         "disk MiB",
         "RSS MiB",
         "pending deletions",
@@ -260,11 +264,12 @@ pub(crate) async fn run(args: SoakArgs) -> anyhow::Result<()> {
         next_sample = now + interval;
         let ops = counters.ops.load(Ordering::Relaxed);
         let errors = counters.errors.load(Ordering::Relaxed);
-        let (mut open_files, mut inflight) = (0, 0);
+        let (mut open_files, mut inflight, mut peak) = (0, 0, 0);
         for d in cluster.datanodes() {
             if let Some(node) = d.node() {
                 open_files += node.store().stats().open_files;
                 inflight += node.metrics().inflight_bytes();
+                peak = node.metrics().peak_inflight_bytes().max(peak);
             }
         }
         let s = Sample {
@@ -274,6 +279,7 @@ pub(crate) async fn run(args: SoakArgs) -> anyhow::Result<()> {
             wrong_total: counters.wrong.load(Ordering::Relaxed),
             open_files,
             inflight_bytes: inflight,
+            peak_inflight_bytes: peak,
             disk_bytes: du(cluster.base_dir()),
             rss_bytes: rss_bytes(),
             pending_deletions: cluster.om().pending_deletions().unwrap_or(0),
@@ -288,6 +294,7 @@ pub(crate) async fn run(args: SoakArgs) -> anyhow::Result<()> {
             s.wrong_total.to_string(),
             s.open_files.to_string(),
             format!("{:.1}", s.inflight_bytes as f64 / 1048576.0),
+            format!("{:.1}", s.peak_inflight_bytes as f64 / 1048576.0),
             format!("{:.1}", s.disk_bytes as f64 / 1048576.0),
             format!("{:.1}", s.rss_bytes as f64 / 1048576.0),
             s.pending_deletions.to_string(),

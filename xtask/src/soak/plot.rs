@@ -8,14 +8,14 @@ use plotters::prelude::*;
 
 use super::Sample;
 
-/// (title, unit, value of a sample) of each panel.
+/// (title with unit, value of a sample) of each panel.
 type Series = (&'static str, fn(&Sample) -> f64);
 
 const PANELS: [Series; 6] = [
     ("operations per second", |s| s.ops_per_s),
     ("open block files (all datanodes)", |s| s.open_files as f64),
-    ("in-flight payload, MiB (all datanodes)", |s| {
-        s.inflight_bytes as f64 / 1_048_576.0
+    ("peak in-flight payload of one datanode, MiB", |s| {
+        s.peak_inflight_bytes as f64 / 1_048_576.0
     }),
     ("disk used, MiB", |s| s.disk_bytes as f64 / 1_048_576.0),
     ("process RSS, MiB", |s| s.rss_bytes as f64 / 1_048_576.0),
@@ -35,7 +35,7 @@ pub(crate) fn draw(samples: &[Sample], path: &Path) -> anyhow::Result<()> {
         let mut chart = ChartBuilder::on(area)
             .caption(title, ("sans-serif", 16))
             .margin(8)
-            .x_label_area_size(24)
+            .x_label_area_size(36)
             .y_label_area_size(56)
             .build_cartesian_2d(0.0..t_max, 0.0..y_max)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
