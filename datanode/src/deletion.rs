@@ -1,10 +1,11 @@
 //! Block deletion on the datanode (the DeleteBlocks command the om's block
 //! deletion service sends, as SCM's DeletedBlockLog drives Ozone datanodes).
 //!
-//! Deleting a batch: each block's write lock is taken (so no WriteChunk or
-//! PutBlock of it runs concurrently) and marked deleted; one durable
-//! transaction removes the blocks' metadata and records a tombstone per
-//! block; then the files are removed. A crash between the commit and the
+//! Deleting a batch: each block's write state is marked deleted under its
+//! write lock (a write in progress finishes first; later ones are refused);
+//! one durable transaction, on the blocking pool, removes the blocks'
+//! metadata and records a tombstone per block; then the files are removed
+//! and their cached read handles dropped. A crash between the commit and the
 //! removals is finished at the next start ([`ContainerStore::open_with`]
 //! removes the files of tombstoned blocks). Deletion is idempotent: a block
 //! that is not here (never written, or deleted before) counts as deleted.
@@ -18,7 +19,7 @@ use proto_crate::BlockId;
 
 use crate::DatanodeError;
 use crate::storage::{
-    BLOCKS, BlockKey, CLOSED, ContainerStore, DELETED, TOMBSTONE_TTL_MS, blocking, key,
+    BLOCKS, BlockKey, CLOSED, ContainerStore, DELETED, OpenBlock, TOMBSTONE_TTL_MS, blocking, key,
 };
 
 type Result<T, E = DatanodeError> = std::result::Result<T, E>;
@@ -54,19 +55,27 @@ impl ContainerStore {
         let mut keys: Vec<BlockKey> = ids.iter().map(|b| key(*b)).collect();
         keys.sort_unstable();
         keys.dedup();
-        // Hold every block's write lock across the commit, in key order (no
-        // deadlock between concurrent batches).
-        let mut handles = Vec::with_capacity(keys.len());
-        for &(container_id, local_id) in &keys {
-            handles.push(self.open_block(BlockId {
-                container_id,
-                local_id,
-                replica_index: 0,
-            })?);
-        }
-        let mut guards = Vec::with_capacity(handles.len());
+        // Mark every block deleted under its write lock before anything
+        // else: a block without write state gets a placeholder that is
+        // already deleted (no stat or database read here), an existing one
+        // is locked (waiting out a write in progress) and marked. From then
+        // on every WriteChunk/PutBlock of these blocks is refused, even
+        // before the tombstones commit.
+        let handles: Vec<_> = {
+            let mut open = self
+                .open
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            keys.iter()
+                .map(|k| {
+                    std::sync::Arc::clone(open.entry(*k).or_insert_with(|| {
+                        std::sync::Arc::new(tokio::sync::Mutex::new(OpenBlock::deleted()))
+                    }))
+                })
+                .collect()
+        };
         for h in &handles {
-            guards.push(h.lock().await);
+            h.lock().await.deleted = true;
         }
         let now = now_ms();
         let prune = now.saturating_sub(self.last_prune_ms.load(Ordering::Relaxed)) > PRUNE_EVERY_MS;
@@ -108,10 +117,6 @@ impl ContainerStore {
                 }
             }
         }
-        for g in &mut guards {
-            g.deleted = true;
-        }
-        drop(guards);
         {
             // The write states go; a later write re-reads the tombstone.
             let mut open = self

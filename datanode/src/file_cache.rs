@@ -5,7 +5,8 @@
 //! per block it has ever read and eventually fails every `open` with `EMFILE`
 //! (the repro of issue 10: 60 keys read with a 100-descriptor limit). This
 //! cache holds at most `capacity` handles; a handle is dropped from the cache
-//! when its block is deleted or rewritten, when it is the least recently used
+//! when its block is deleted (a rewrite of an uncommitted tail keeps the same
+//! file, so its handle stays valid), when it is the least recently used
 //! at an insert past capacity, and all at once when the process runs out of
 //! descriptors ([`FileCache::retry_on_emfile`]). A read in flight keeps its
 //! own `Arc<File>`, so eviction never cuts a read short; the descriptor closes

@@ -4,7 +4,7 @@
 //!   metadata in redb; durable at PutBlock; survives restarts.
 //! - [`DatanodeGrpcService`]: the `DatanodeService` RPCs (GetBlock, ReadChunk,
 //!   WriteChunk, PutBlock, ListBlock, GetCommittedBlockLength,
-//!   CreateContainer) with DESIGN.md's rules: replica index checked, reads
+//!   CreateContainer, DeleteBlocks) with DESIGN.md's rules: replica index checked, reads
 //!   past the committed end rejected at once, a 32 MiB read cap checked
 //!   before allocating, typed result codes.
 //! - [`Datanode`]: bind, serve, register and heartbeat to the om, shut down.
@@ -20,7 +20,8 @@
 //!   reachable remotely through [`DatanodeAdminClient`] when enabled.
 //!
 //! Layering: depends on `proto-crate` only (it talks to the om through the
-//! generated client to register); never on `ec-client` or `block-stream`.
+//! generated client to register and heartbeat); never on `ec-client` or
+//! `block-stream`.
 
 mod admin;
 mod deletion;

@@ -204,6 +204,7 @@ impl Datanode {
             .enable_fault_injection
             .then(|| DatanodeAdminServiceServer::new(DatanodeAdminGrpc::new(Arc::clone(&faults))));
         let svc = DatanodeServiceServer::new(DatanodeGrpcService::new(
+            &details.uuid,
             Arc::clone(&store),
             Arc::clone(&metrics),
             Arc::clone(&faults),

@@ -17,6 +17,7 @@ use crate::storage::{ContainerStore, MAX_READ_LEN};
 /// The datanode's implementation of `DatanodeService`.
 #[derive(Debug, Clone)]
 pub struct DatanodeGrpcService {
+    uuid: Arc<str>,
     store: Arc<ContainerStore>,
     metrics: Arc<DatanodeMetrics>,
     faults: Arc<FaultInjector>,
@@ -24,17 +25,19 @@ pub struct DatanodeGrpcService {
 }
 
 impl DatanodeGrpcService {
-    /// A service over `store` counting into `metrics`, consulting `faults`
-    /// before each call's I/O and charging ReadChunk/WriteChunk payloads to
-    /// `budget` (see [`InflightBudget`]).
+    /// The service of datanode `uuid` over `store`, counting into `metrics`,
+    /// consulting `faults` before each call's I/O and charging
+    /// ReadChunk/WriteChunk payloads to `budget` (see [`InflightBudget`]).
     #[must_use]
     pub fn new(
+        uuid: &str,
         store: Arc<ContainerStore>,
         metrics: Arc<DatanodeMetrics>,
         faults: Arc<FaultInjector>,
         budget: Arc<InflightBudget>,
     ) -> Self {
         Self {
+            uuid: Arc::from(uuid),
             store,
             metrics,
             faults,
@@ -172,12 +175,17 @@ impl DatanodeService for DatanodeGrpcService {
         req: Request<pb::DeleteBlocksRequest>,
     ) -> Result<Response<pb::DeleteBlocksResponse>, Status> {
         self.metrics.record(ServedRpc::DeleteBlocks);
-        let ids: Vec<BlockId> = req
-            .into_inner()
-            .block_ids
-            .into_iter()
-            .map(BlockId::from)
-            .collect();
+        let req = req.into_inner();
+        if !req.datanode_uuid.is_empty() && *req.datanode_uuid != *self.uuid {
+            return Err(bad(ProtocolError::InvalidField {
+                field: "datanode_uuid",
+                reason: format!(
+                    "DeleteBlocks meant for datanode {} reached datanode {}",
+                    req.datanode_uuid, self.uuid
+                ),
+            }));
+        }
+        let ids: Vec<BlockId> = req.block_ids.into_iter().map(BlockId::from).collect();
         let deleted = self.store.delete_blocks(&ids).await?;
         Ok(Response::new(pb::DeleteBlocksResponse { deleted }))
     }

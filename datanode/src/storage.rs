@@ -48,13 +48,15 @@ const CONTAINERS: TableDefinition<u64, ()> = TableDefinition::new("containers");
 pub(crate) const CLOSED: TableDefinition<(u64, u64), ()> = TableDefinition::new("closed_blocks");
 /// Deleted blocks (tombstones): (container id, local id) -> deletion time,
 /// unix ms. A write to a deleted block is refused, so a writer whose session
-/// the om expired cannot bring the block back; tombstones older than
-/// [`TOMBSTONE_TTL_MS`] are pruned.
+/// the om expired (it is not told) cannot bring the block back; tombstones
+/// older than [`TOMBSTONE_TTL_MS`] are pruned.
 pub(crate) const DELETED: TableDefinition<(u64, u64), u64> = TableDefinition::new("deleted_blocks");
 
-/// How long a deleted block's tombstone is kept, ms (24 h: far past the om's
-/// open-key lease, after which no writer can still hold the block).
-pub(crate) const TOMBSTONE_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+/// How long a deleted block's tombstone is kept, ms (7 days). A writer that
+/// resumes writing a block after its tombstone was pruned would recreate a
+/// file no one references; that takes a writer stalled for a week (its
+/// session expired after the om's open-key lease, an hour by default).
+pub(crate) const TOMBSTONE_TTL_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 
 /// Largest ReadChunk answer, bytes (DESIGN.md: 32 MiB). Longer requests are
 /// rejected before any buffer is allocated.
@@ -67,7 +69,7 @@ pub(crate) fn key(b: BlockId) -> BlockKey {
 }
 
 /// A block whose file is being written (it may also have a committed prefix).
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct OpenBlock {
     replica_index: u32,
     file_len: u64,
@@ -508,6 +510,12 @@ impl ContainerStore {
                 .map_err(|e| DatanodeError::io(format!("opening {}", path.display()), e))?,
         );
         self.files.insert(key(b), Arc::clone(&f));
+        // A deletion may have run between the caller's metadata check and
+        // this open: never leave a deleted block's descriptor cached (it
+        // would pin the file's space until evicted).
+        if self.committed_block(b).is_none() {
+            self.files.remove(key(b));
+        }
         Ok(f)
     }
 
@@ -613,16 +621,26 @@ impl ContainerStore {
     }
 }
 
+impl OpenBlock {
+    /// Write state of a block being deleted: every write is refused.
+    pub(crate) fn deleted() -> Self {
+        Self {
+            deleted: true,
+            ..Self::default()
+        }
+    }
+}
+
 fn check_writable(ob: &OpenBlock, b: BlockId) -> Result<()> {
+    if ob.deleted {
+        return Err(DatanodeError::BlockDeleted { block: b });
+    }
     if ob.replica_index != b.replica_index {
         return Err(DatanodeError::ReplicaIndexMismatch {
             block: b,
             asked: b.replica_index,
             stored: ob.replica_index,
         });
-    }
-    if ob.deleted {
-        return Err(DatanodeError::BlockDeleted { block: b });
     }
     if ob.closed {
         return Err(DatanodeError::BlockClosed { block: b });

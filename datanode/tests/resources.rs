@@ -222,9 +222,21 @@ async fn delete_blocks_frees_space_refuses_rewrites_and_survives_restart() {
     assert_eq!(dn.store().stats().used_bytes, 16384);
     let file1 = dir.path().join("containers/1/1.block");
     assert!(file1.is_file());
+    // Meant for another datanode (another process now at this address):
+    // refused, nothing deleted.
+    let e = c
+        .delete_blocks(pb::DeleteBlocksRequest {
+            block_ids: vec![id(1).into()],
+            datanode_uuid: "someone-else".into(),
+        })
+        .await
+        .expect_err("another datanode's deletions");
+    assert_eq!(proto_crate::result_code(&e), ResultCode::InvalidArgument);
+    assert!(file1.is_file());
     let r = c
         .delete_blocks(pb::DeleteBlocksRequest {
             block_ids: vec![id(1).into(), id(99).into()],
+            datanode_uuid: dn.details().uuid.clone(),
         })
         .await
         .expect("DeleteBlocks")
@@ -264,6 +276,7 @@ async fn delete_blocks_frees_space_refuses_rewrites_and_survives_restart() {
     let again = c
         .delete_blocks(pb::DeleteBlocksRequest {
             block_ids: vec![id(1).into()],
+            datanode_uuid: String::new(),
         })
         .await
         .expect("deleting again is fine")

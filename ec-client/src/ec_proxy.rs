@@ -182,20 +182,19 @@ impl ECBlockInputStreamProxy {
                 None
             }
         };
+        let group = match fresh {
+            Some(g) => g,
+            None => self.lock().group.clone(),
+        };
+        // Build first: a failure leaves the proxy as it was.
+        let reader = ECBlockInputStream::new(&self.ctx, &group, self.ec, &HashSet::new())?;
         let mut st = self.lock();
         if st.generation != generation {
             return Ok(());
         }
-        if let Some(g) = fresh {
-            st.group = g;
-        }
+        st.group = group;
         st.excluded.clear();
-        st.reader = ActiveReader::Striped(Arc::new(ECBlockInputStream::new(
-            &self.ctx,
-            &st.group,
-            self.ec,
-            &st.excluded,
-        )?));
+        st.reader = ActiveReader::Striped(Arc::new(reader));
         st.generation += 1;
         st.degraded_since = None;
         let counter = match why {

@@ -96,6 +96,9 @@ pub struct MiniClusterConfig {
     pub service_interval: Duration,
     /// Each datanode's `--max-open-files` (default 256).
     pub max_open_files: usize,
+    /// The om's deletion grace (default 1 s, so tests see space come back
+    /// quickly; the om's own default is a minute).
+    pub deletion_grace: Duration,
 }
 
 impl Default for MiniClusterConfig {
@@ -112,6 +115,7 @@ impl Default for MiniClusterConfig {
             open_key_lease: om::DEFAULT_OPEN_KEY_LEASE,
             service_interval: Duration::from_secs(1),
             max_open_files: datanode::DEFAULT_MAX_OPEN_FILES,
+            deletion_grace: Duration::from_secs(1),
         }
     }
 }
@@ -165,6 +169,12 @@ impl MiniClusterConfig {
     #[must_use]
     pub fn with_service_interval(mut self, interval: Duration) -> Self {
         self.service_interval = interval;
+        self
+    }
+    /// Sets the om's deletion grace.
+    #[must_use]
+    pub fn with_deletion_grace(mut self, grace: Duration) -> Self {
+        self.deletion_grace = grace;
         self
     }
     /// Sets each datanode's most open block files.
@@ -393,7 +403,8 @@ impl MiniCluster {
             .with_default_replication(config.default_replication)
             .with_liveness(config.stale_after, config.dead_after)
             .with_open_key_lease(config.open_key_lease)
-            .with_service_interval(config.service_interval);
+            .with_service_interval(config.service_interval)
+            .with_deletion_grace(config.deletion_grace);
         let om = Arc::new(OzoneManager::open(om_config)?);
         let localhost: SocketAddr = ([127, 0, 0, 1], 0).into();
         let om_server = OmServer::start(localhost, om)

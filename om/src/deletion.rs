@@ -16,12 +16,16 @@
 //! logged at the next start.
 //!
 //! The service ([`run_block_deleting_service`]) wakes whenever the log grows
-//! and at least every interval, sends each datanode its entries in batches of
-//! [`DELETE_BATCH`] as `DeleteBlocks`, and removes the entries a datanode
-//! acknowledged. A datanode that is down keeps its entries until it answers;
-//! deletion is idempotent on the datanode, so a repeat after a lost
-//! acknowledgement is harmless. Entries of a uuid no longer registered (its
-//! address was taken over by a new uuid: its disk was wiped) are dropped.
+//! and at least every interval; entries older than the grace period
+//! (`OmConfig::deletion_grace`, so that readers that opened a key before it
+//! was overwritten can finish) go to each HEALTHY datanode in batches of
+//! [`DELETE_BATCH`] as `DeleteBlocks`, all datanodes at once, naming the
+//! datanode's uuid (a different process now at that address refuses), and
+//! the entries a datanode acknowledged are removed. A datanode that is down
+//! keeps its entries until it answers; deletion is idempotent on the
+//! datanode, so a repeat after a lost acknowledgement is harmless. Entries of
+//! a uuid no longer registered (another datanode took over its address) wait
+//! a week for it to return under its uuid, then are dropped.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,8 +44,9 @@ use crate::{OmError, OzoneManager};
 
 type Result<T, E = OmError> = std::result::Result<T, E>;
 
-/// Replicas to delete: (datanode uuid, container id, local id) -> replica index.
-pub(crate) const DELETION_LOG: TableDefinition<(&str, u64, u64), u32> =
+/// Replicas to delete: (datanode uuid, container id, local id) ->
+/// (replica index, when it was logged, unix ms).
+pub(crate) const DELETION_LOG: TableDefinition<(&str, u64, u64), (u32, u64)> =
     TableDefinition::new("deletion_log");
 /// Groups allocated to open sessions: (session id, container id, local id) ->
 /// encoded `BlockGroup`.
@@ -51,11 +56,29 @@ pub(crate) const OPEN_GROUPS: TableDefinition<(u64, u64, u64), &[u8]> =
 /// A block to delete on one datanode: (container id, local id, replica index).
 type Pending = (u64, u64, u32);
 
+/// One datanode's due deletions.
+#[derive(Debug)]
+struct Batch {
+    uuid: String,
+    /// Entries past the grace period, at most a batch.
+    blocks: Vec<Pending>,
+    /// When its oldest entry (due or not) was logged, unix ms.
+    oldest_ms: u64,
+}
+
 /// Most blocks sent to one datanode in one `DeleteBlocks` call.
 pub const DELETE_BATCH: usize = 1000;
 
 /// Deadline of one `DeleteBlocks` call.
 const DELETE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Deadline of connecting to a datanode.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Entries of a datanode uuid that is no longer registered are kept this
+/// long (it may come back under its uuid at another address), then dropped:
+/// 7 days, ms.
+const FORGET_UNREGISTERED_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 
 /// Logs every replica of `groups` for deletion.
 pub(crate) fn log_groups<'a>(
@@ -63,14 +86,27 @@ pub(crate) fn log_groups<'a>(
     groups: impl IntoIterator<Item = &'a BlockGroup>,
 ) -> Result<()> {
     let mut log = txn.open_table(DELETION_LOG)?;
+    let now = crate::manager::now_ms();
     for g in groups {
         for l in &g.pipeline.locations {
             log.insert(
                 (l.datanode.uuid.as_str(), g.container_id, g.local_id),
-                l.replica_index,
+                (l.replica_index, now),
             )?;
         }
     }
+    Ok(())
+}
+
+/// Removes the open-group row of `g` alone (the rest of the session's rows
+/// belong to whoever ends the session).
+pub(crate) fn forget_open_group(
+    txn: &WriteTransaction,
+    session_id: u64,
+    g: &BlockGroup,
+) -> Result<()> {
+    txn.open_table(OPEN_GROUPS)?
+        .remove((session_id, g.container_id, g.local_id))?;
     Ok(())
 }
 
@@ -183,29 +219,38 @@ impl OzoneManager {
         self.deletion_wakeup.notify_one();
     }
 
-    /// Datanode uuids with entries in the log, and up to `limit` entries of
-    /// each: (container id, local id, replica index).
-    fn deletion_batches(&self, limit: usize) -> Result<Vec<(String, Vec<Pending>)>> {
+    /// Datanode uuids with entries logged before `before_ms` (unix ms), and
+    /// up to `limit` such entries of each: (container id, local id, replica
+    /// index). Also returns, per uuid, the time its oldest entry was logged.
+    fn deletion_batches(&self, limit: usize, before_ms: u64) -> Result<Vec<Batch>> {
         let read = self.db.begin_read()?;
         let t = read.open_table(DELETION_LOG)?;
-        let mut out: Vec<(String, Vec<Pending>)> = Vec::new();
+        let mut out: Vec<Batch> = Vec::new();
         let mut iter = t.iter()?;
-        loop {
-            let Some(entry) = iter.next() else { break };
+        while let Some(entry) = iter.next() {
             let (k, v) = entry?;
             let (uuid, c, l) = k.value();
-            match out.last_mut() {
-                Some((u, batch)) if u == uuid => {
-                    if batch.len() < limit {
-                        batch.push((c, l, v.value()));
-                    } else {
-                        // Skip the rest of this datanode's entries.
-                        let next = format!("{uuid}\u{0}");
-                        drop(iter);
-                        iter = t.range((next.as_str(), 0, 0)..)?;
-                    }
-                }
-                _ => out.push((uuid.to_string(), vec![(c, l, v.value())])),
+            let (r, logged) = v.value();
+            let fresh = out.last().is_none_or(|b| b.uuid != uuid);
+            if fresh {
+                out.push(Batch {
+                    uuid: uuid.to_string(),
+                    blocks: Vec::new(),
+                    oldest_ms: logged,
+                });
+            }
+            let Some(b) = out.last_mut() else { break };
+            b.oldest_ms = b.oldest_ms.min(logged);
+            if logged > before_ms {
+                continue;
+            }
+            if b.blocks.len() < limit {
+                b.blocks.push((c, l, r));
+            } else {
+                // Skip the rest of this datanode's entries.
+                let next = format!("{uuid}\u{0}");
+                drop(iter);
+                iter = t.range((next.as_str(), 0, 0)..)?;
             }
         }
         Ok(out)
@@ -233,30 +278,55 @@ impl OzoneManager {
         Ok(())
     }
 
-    /// One pass of the service: every datanode with entries gets one batch.
-    /// Returns the replicas acknowledged.
+    /// One pass of the service: every HEALTHY datanode with entries past
+    /// the grace period gets one batch, all datanodes at once. Returns the
+    /// replicas acknowledged.
     ///
     /// # Errors
     /// Database errors (a datanode that cannot be reached is not an error:
     /// its entries wait for the next pass).
     pub async fn delete_blocks_once(self: &Arc<Self>) -> Result<u64> {
         let om = Arc::clone(self);
-        let batches = tokio::task::spawn_blocking(move || om.deletion_batches(DELETE_BATCH))
+        let grace = u64::try_from(self.config.deletion_grace.as_millis()).unwrap_or(u64::MAX);
+        let now = crate::manager::now_ms();
+        let due = now.saturating_sub(grace);
+        let batches = tokio::task::spawn_blocking(move || om.deletion_batches(DELETE_BATCH, due))
             .await
             .map_err(|e| OmError::Db(format!("deletion log task: {e}")))??;
-        let mut acked = 0u64;
-        for (uuid, blocks) in batches {
-            let Some(dn) = self.datanode(&uuid) else {
-                tracing::warn!(%uuid, "dropping deletions of a datanode no longer registered");
-                let om = Arc::clone(self);
-                spawn_db(move || om.forget_deletions(&uuid)).await?;
+        let healthy: std::collections::HashSet<String> = self
+            .datanode_statuses()
+            .into_iter()
+            .filter(|s| s.state == crate::NodeState::Healthy)
+            .map(|s| s.details.uuid)
+            .collect();
+        let mut sends = tokio::task::JoinSet::new();
+        for b in batches {
+            let Some(dn) = self.datanode(&b.uuid) else {
+                if now.saturating_sub(b.oldest_ms) > FORGET_UNREGISTERED_MS {
+                    tracing::warn!(uuid = %b.uuid, "dropping week-old deletions of a datanode no longer registered");
+                    let om = Arc::clone(self);
+                    spawn_db(move || om.forget_deletions(&b.uuid)).await?;
+                }
                 continue;
             };
-            match send_delete(&dn, &blocks).await {
+            if b.blocks.is_empty() || !healthy.contains(&dn.uuid) {
+                continue;
+            }
+            sends.spawn(async move {
+                let r = send_delete(&dn, &b.blocks).await;
+                (dn, b.blocks, r)
+            });
+        }
+        let mut acked = 0u64;
+        while let Some(joined) = sends.join_next().await {
+            let Ok((dn, blocks, r)) = joined else {
+                continue;
+            };
+            match r {
                 Ok(()) => {
                     acked += blocks.len() as u64;
                     let om = Arc::clone(self);
-                    spawn_db(move || om.ack_deletions(&uuid, &blocks)).await?;
+                    spawn_db(move || om.ack_deletions(&dn.uuid, &blocks)).await?;
                 }
                 Err(e) => {
                     tracing::debug!(datanode = %dn, error = %e, "DeleteBlocks failed; will retry");
@@ -281,8 +351,13 @@ async fn send_delete(
     blocks: &[Pending],
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let call = async {
-        let mut c = DatanodeServiceClient::connect(format!("http://{}", dn.address)).await?;
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", dn.address))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .connect()
+            .await?;
+        let mut c = DatanodeServiceClient::new(channel);
         c.delete_blocks(dn_pb::DeleteBlocksRequest {
+            datanode_uuid: dn.uuid.clone(),
             block_ids: blocks
                 .iter()
                 .map(|&(container_id, local_id, replica_index)| dn_pb::BlockId {

@@ -33,8 +33,8 @@ mod sessions;
 pub use deletion::{DELETE_BATCH, run_block_deleting_service};
 pub use error::{OM_ERROR_HEADER, OmError, om_error_name};
 pub use manager::{
-    DEFAULT_MAX_SESSIONS_PER_CLIENT, DEFAULT_OPEN_KEY_LEASE, DEFAULT_SERVICE_INTERVAL, OmConfig,
-    OpenKey, OzoneManager,
+    DEFAULT_DELETION_GRACE, DEFAULT_MAX_SESSIONS_PER_CLIENT, DEFAULT_OPEN_KEY_LEASE,
+    DEFAULT_SERVICE_INTERVAL, OmConfig, OpenKey, OzoneManager,
 };
 pub use multipart::MAX_PART_NUMBER;
 pub use nodes::{DatanodeStatus, Liveness, NodeState, NodeStats, list_datanode_statuses};

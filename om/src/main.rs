@@ -37,6 +37,10 @@ struct Args {
     /// block deletion retries).
     #[arg(long, default_value_t = om::DEFAULT_SERVICE_INTERVAL.as_secs_f64())]
     service_interval: f64,
+    /// Seconds a freed block waits before its deletion is sent (readers that
+    /// opened the key before it was overwritten or deleted can finish).
+    #[arg(long, default_value_t = om::DEFAULT_DELETION_GRACE.as_secs_f64())]
+    deletion_grace: f64,
 }
 
 fn seconds(v: f64, flag: &str) -> anyhow::Result<Duration> {
@@ -64,7 +68,11 @@ async fn main() -> anyhow::Result<()> {
         .with_liveness(stale, dead)
         .with_open_key_lease(seconds(args.open_key_lease, "--open-key-lease")?)
         .with_max_sessions_per_client(args.max_sessions_per_client)
-        .with_service_interval(seconds(args.service_interval, "--service-interval")?);
+        .with_service_interval(seconds(args.service_interval, "--service-interval")?)
+        .with_deletion_grace(
+            Duration::try_from_secs_f64(args.deletion_grace)
+                .context("--deletion-grace must be a number of seconds")?,
+        );
     let om = OzoneManager::open(config).context("opening the om database")?;
     let server = OmServer::start(args.listen, Arc::new(om))
         .await

@@ -42,6 +42,8 @@ pub const DEFAULT_MAX_SESSIONS_PER_CLIENT: usize = 1024;
 /// Default interval of the om's background services (lease expiry, retries
 /// of block deletion): 5 s.
 pub const DEFAULT_SERVICE_INTERVAL: Duration = Duration::from_secs(5);
+/// Default delay between freeing a block and deleting it (`--deletion-grace`): 60 s.
+pub const DEFAULT_DELETION_GRACE: Duration = Duration::from_secs(60);
 
 /// Settings of an om.
 #[derive(Debug, Clone)]
@@ -65,6 +67,10 @@ pub struct OmConfig {
     /// [`DEFAULT_SERVICE_INTERVAL`]); block deletion also runs as soon as
     /// the deletion log grows.
     pub service_interval: Duration,
+    /// How long a freed block is kept before the deleting service sends its
+    /// deletion (default [`DEFAULT_DELETION_GRACE`]): a reader that opened
+    /// the key before it was overwritten or deleted can finish.
+    pub deletion_grace: Duration,
 }
 
 impl OmConfig {
@@ -79,7 +85,15 @@ impl OmConfig {
             open_key_lease: DEFAULT_OPEN_KEY_LEASE,
             max_sessions_per_client: DEFAULT_MAX_SESSIONS_PER_CLIENT,
             service_interval: DEFAULT_SERVICE_INTERVAL,
+            deletion_grace: DEFAULT_DELETION_GRACE,
         }
+    }
+
+    /// Sets how long freed blocks wait before they are deleted.
+    #[must_use]
+    pub fn with_deletion_grace(mut self, grace: Duration) -> Self {
+        self.deletion_grace = grace;
+        self
     }
 
     /// Sets the stale and dead intervals of datanode liveness.
@@ -152,15 +166,32 @@ pub(crate) struct OpenKeySession {
 }
 
 /// The om's in-memory state. Bounds: one registry entry per datanode; at
-/// most `max_sessions_per_client` sessions per client, each expiring after
-/// the lease; one open container per pipeline (datanode set) used.
+/// most `max_sessions_per_client` sessions per client and
+/// [`MAX_OPEN_SESSIONS`](crate::MAX_OPEN_SESSIONS) in all, each expiring
+/// after the lease; one open container per pipeline (datanode set) used.
 #[derive(Debug, Default)]
 pub(crate) struct State {
     pub(crate) nodes: NodeRegistry,
     pub(crate) sessions: HashMap<u64, OpenKeySession>,
+    /// Open sessions per client id (entries with no sessions are removed).
+    pub(crate) sessions_by_client: HashMap<String, usize>,
     pub(crate) next_session: u64,
     pub(crate) allocations: u64,
     pub(crate) open_containers: HashMap<Vec<String>, (u64, u32)>,
+}
+
+impl State {
+    /// Removes session `id`, keeping the per-client counts right.
+    pub(crate) fn remove_session(&mut self, id: u64) -> Option<OpenKeySession> {
+        let s = self.sessions.remove(&id)?;
+        if let Some(n) = self.sessions_by_client.get_mut(&s.client) {
+            *n -= 1;
+            if *n == 0 {
+                self.sessions_by_client.remove(&s.client);
+            }
+        }
+        Some(s)
+    }
 }
 
 /// What an opened key session tells the writer.
@@ -329,11 +360,12 @@ impl OzoneManager {
     }
 
     fn heard_from(&self, d: &DatanodeDetails, stats: Option<NodeStats>) -> Result<()> {
-        // Persist first (outside the state lock), then update memory.
-        let known = self.state().nodes.knows(d);
-        if !known {
-            let replaced: Vec<String> = self
-                .state()
+        // Registry changes are persisted under the state lock, so memory and
+        // database agree whatever registrations run at once (they are rare:
+        // a heartbeat of a known datanode writes nothing).
+        let mut st = self.state();
+        if !st.nodes.knows(d) {
+            let replaced: Vec<String> = st
                 .nodes
                 .all()
                 .into_iter()
@@ -354,7 +386,7 @@ impl OzoneManager {
             }
             tracing::info!(datanode = %d, "datanode registered");
         }
-        self.state().nodes.upsert(d, stats, Instant::now());
+        st.nodes.upsert(d, stats, Instant::now());
         Ok(())
     }
 

@@ -180,17 +180,9 @@ impl OzoneManager {
             log_groups(&txn, replaced.iter().flat_map(|p| &p.block_groups))?;
             end_session(&txn, session_id, &leftovers)
         })();
-        match outcome {
-            Ok(()) => txn.commit()?,
-            Err(e) => {
-                drop(txn);
-                // The upload is gone (aborted meanwhile): nothing references
-                // the session's groups.
-                self.reclaim_session(session_id, &s.allocated)?;
-                return Err(e);
-            }
-        }
-        self.deletions_changed();
+        // The upload may be gone (aborted meanwhile): then nothing
+        // references the session's groups.
+        self.commit_or_reclaim(txn, outcome, session_id, &s.allocated)?;
         Ok(part)
     }
 

@@ -19,7 +19,9 @@ use proto_crate::{
 };
 use redb::ReadableTable;
 
-use crate::deletion::{end_session, log_key_groups, record_open_group};
+use crate::deletion::{
+    end_session, forget_open_group, log_groups, log_key_groups, record_open_group,
+};
 use crate::manager::{
     BLOCKS_PER_CONTAINER, BUCKETS, COUNTERS, KEYS, OpenKey, OpenKeySession, SessionTarget, now_ms,
     validate_name,
@@ -84,7 +86,7 @@ impl OzoneManager {
                 limit: MAX_OPEN_SESSIONS,
             });
         }
-        let held = st.sessions.values().filter(|s| s.client == client).count();
+        let held = st.sessions_by_client.get(client).copied().unwrap_or(0);
         if held >= limit {
             return Err(OmError::TooManyOpenSessions {
                 client: client.to_string(),
@@ -93,6 +95,7 @@ impl OzoneManager {
         }
         st.next_session += 1;
         let session_id = st.next_session;
+        *st.sessions_by_client.entry(client.to_string()).or_default() += 1;
         st.sessions.insert(
             session_id,
             OpenKeySession {
@@ -211,11 +214,13 @@ impl OzoneManager {
         match st.sessions.get_mut(&session_id) {
             Some(s) => s.allocated.push(group.clone()),
             None => {
-                // Aborted or expired while allocating: its groups are
-                // already logged except this one.
+                // Ended (aborted, expired, or committing) while this group
+                // was being allocated: nothing can reference it. Only its
+                // own open-group row goes — a commit in flight owns the rest.
                 drop(st);
                 let txn = self.db.begin_write()?;
-                end_session(&txn, session_id, std::slice::from_ref(&group))?;
+                forget_open_group(&txn, session_id, &group)?;
+                log_groups(&txn, std::slice::from_ref(&group))?;
                 txn.commit()?;
                 self.deletions_changed();
                 return Err(OmError::NoSuchSession(session_id));
@@ -270,17 +275,40 @@ impl OzoneManager {
             )?;
             end_session(&txn, session_id, &leftovers)
         })();
-        match outcome {
-            Ok(()) => txn.commit()?,
+        self.commit_or_reclaim(txn, outcome, session_id, &s.allocated)?;
+        Ok(info)
+    }
+
+    /// Ends a session's commit: commits `txn` when `outcome` is fine;
+    /// otherwise drops it and reclaims every group the session allocated
+    /// (the session is gone, so nothing references them) before returning
+    /// the error.
+    pub(crate) fn commit_or_reclaim(
+        &self,
+        txn: redb::WriteTransaction,
+        outcome: Result<()>,
+        session_id: u64,
+        allocated: &[BlockGroup],
+    ) -> Result<()> {
+        let failed = match outcome {
+            Ok(()) => match txn.commit() {
+                Ok(()) => {
+                    self.deletions_changed();
+                    return Ok(());
+                }
+                Err(e) => OmError::from(e),
+            },
             Err(e) => {
                 drop(txn);
-                // The session is gone: nothing references its groups now.
-                self.reclaim_session(session_id, &s.allocated)?;
-                return Err(e);
+                e
             }
+        };
+        // Reclaiming can fail too (the database is failing): the session's
+        // open-group rows then stay and are reclaimed at the next start.
+        if let Err(e) = self.reclaim_session(session_id, allocated) {
+            tracing::warn!(session = session_id, error = %e, "reclaiming a failed commit's groups failed; the next om start will");
         }
-        self.deletions_changed();
-        Ok(info)
+        Err(failed)
     }
 
     /// Logs all of `allocated` for deletion and forgets session `session_id`'s
@@ -318,8 +346,7 @@ impl OzoneManager {
                 }
                 Some(_) => {}
             }
-            st.sessions
-                .remove(&session_id)
+            st.remove_session(session_id)
                 .ok_or(OmError::NoSuchSession(session_id))?
         };
         match committed_groups(session_id, &s.allocated, groups, length) {
@@ -351,7 +378,7 @@ impl OzoneManager {
     pub fn abort_key(&self, session_id: u64) -> Result<()> {
         let s = {
             let mut st = self.state();
-            st.sessions.remove(&session_id)
+            st.remove_session(session_id)
         };
         match s {
             Some(s) => self.reclaim_session(session_id, &s.allocated),
@@ -377,7 +404,7 @@ impl OzoneManager {
                 .map(|(id, _)| *id)
                 .collect();
             ids.into_iter()
-                .filter_map(|id| st.sessions.remove(&id).map(|s| (id, s)))
+                .filter_map(|id| st.remove_session(id).map(|s| (id, s)))
                 .collect()
         };
         if expired.is_empty() {
