@@ -58,7 +58,7 @@ pub enum MiniClusterError {
     #[error("no datanode {0} (the cluster has {1})")]
     NoSuchDatanode(usize, usize),
     /// Another process owns the base directory.
-    #[error("{0}")]
+    #[error(transparent)]
     DirInUse(#[from] proto_crate::DirLockError),
 }
 
