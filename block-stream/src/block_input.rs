@@ -272,7 +272,11 @@ impl BlockInputStream {
             let dst_to = usize::try_from(piece_end - pos).unwrap_or(usize::MAX);
             buf[dst_from..dst_to].copy_from_slice(&bytes[from..to]);
             at = piece_end;
-            idx += 1;
+            // A chunk longer than one read piece takes several pieces: move
+            // to the next chunk only once this one is read to its end.
+            if piece_end >= chunk.end() {
+                idx += 1;
+            }
         }
         Ok(())
     }

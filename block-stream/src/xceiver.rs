@@ -28,8 +28,15 @@ use crate::{BlockStreamError, ClientMetrics, Result, RpcKind, XceiverConfig};
 pub struct XceiverClientManager {
     config: XceiverConfig,
     metrics: Arc<ClientMetrics>,
-    /// Address -> (client, last-use tick). Bounded: see above.
-    clients: Mutex<(HashMap<String, (XceiverClient, u64)>, u64)>,
+    /// Bounded: see above.
+    clients: Mutex<ChannelCache>,
+}
+
+/// Cached clients by address, with their last-use tick.
+#[derive(Debug, Default)]
+struct ChannelCache {
+    clients: HashMap<String, (XceiverClient, u64)>,
+    tick: u64,
 }
 
 impl XceiverClientManager {
@@ -39,7 +46,7 @@ impl XceiverClientManager {
         Self {
             config,
             metrics,
-            clients: Mutex::new((HashMap::new(), 0)),
+            clients: Mutex::new(ChannelCache::default()),
         }
     }
 
@@ -49,7 +56,7 @@ impl XceiverClientManager {
         self.clients
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .0
+            .clients
             .len()
     }
 
@@ -75,7 +82,7 @@ impl XceiverClientManager {
             .clients
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (clients, tick) = &mut *guard;
+        let ChannelCache { clients, tick } = &mut *guard;
         *tick += 1;
         if let Some((c, used)) = clients.get_mut(address) {
             *used = *tick;
@@ -416,7 +423,7 @@ mod tests {
         assert_eq!(m.cached_channels(), 2);
         let cached: Vec<String> = {
             let g = m.clients.lock().expect("lock");
-            let mut v: Vec<String> = g.0.keys().cloned().collect();
+            let mut v: Vec<String> = g.clients.keys().cloned().collect();
             v.sort();
             v
         };

@@ -365,10 +365,18 @@ impl ContainerStore {
     /// a retried WriteChunk is harmless). Creates the container on first use.
     ///
     /// # Errors
-    /// [`DatanodeError::InvalidArgument`] when `data` and `chunk.len` differ or
-    /// are empty; [`DatanodeError::ReplicaIndexMismatch`];
+    /// [`DatanodeError::InvalidArgument`] when `data` and `chunk.len` differ,
+    /// are empty, or exceed [`MAX_READ_LEN`]; [`DatanodeError::ReplicaIndexMismatch`];
     /// [`DatanodeError::ChunkOffsetMismatch`]; I/O errors.
     pub async fn write_chunk(&self, b: BlockId, chunk: &ChunkInfo, data: Bytes) -> Result<()> {
+        if chunk.len > MAX_READ_LEN {
+            // A chunk must be readable in one ReadChunk (checksum windows
+            // widen reads to whole windows inside the chunk).
+            return Err(DatanodeError::InvalidArgument(format!(
+                "chunk {} of block {b} is {} bytes; chunks hold at most {MAX_READ_LEN}",
+                chunk.name, chunk.len
+            )));
+        }
         if data.len() as u64 != chunk.len || data.is_empty() {
             return Err(DatanodeError::InvalidArgument(format!(
                 "chunk {} of block {b} says {} bytes but carries {}",

@@ -170,3 +170,15 @@ async fn write_chunk_must_continue_the_block() {
         Err(DatanodeError::BlockClosed { .. })
     ));
 }
+
+#[tokio::test]
+async fn a_chunk_longer_than_one_read_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let s = ContainerStore::open(dir.path()).expect("store operation on a temp dir");
+    let len = MAX_READ_LEN + 1;
+    let err = s
+        .write_chunk(id(1), &chunk(0, len), Bytes::from(vec![0u8; len as usize]))
+        .await
+        .expect_err("a chunk no ReadChunk could return");
+    assert!(matches!(err, DatanodeError::InvalidArgument(_)), "{err}");
+}

@@ -505,7 +505,9 @@ impl OzoneManager {
         Ok(out)
     }
 
-    /// Deletes an empty bucket.
+    /// Deletes an empty bucket: no keys and no multipart uploads in progress
+    /// (S3 refuses a bucket with incomplete uploads the same way), checked
+    /// in the deleting transaction.
     ///
     /// # Errors
     /// [`OmError::BucketNotFound`], [`OmError::BucketNotEmpty`], database errors.
@@ -520,6 +522,16 @@ impl OzoneManager {
                 .is_some_and(|(k, _)| k.value().0 == name)
             {
                 return Err(OmError::BucketNotEmpty(name.to_string()));
+            }
+            // Multipart uploads in progress count as content, as on S3: a
+            // bucket created again under this name must not inherit them.
+            for entry in txn.open_table(UPLOADS)?.iter()? {
+                let (_, v) = entry?;
+                let u: proto_crate::MultipartUpload =
+                    decode::<pb::MultipartUploadInfo, _>(v.value(), "multipart upload")?;
+                if u.bucket == name {
+                    return Err(OmError::BucketNotEmpty(name.to_string()));
+                }
             }
             let mut t = txn.open_table(BUCKETS)?;
             if t.remove(name)?.is_none() {

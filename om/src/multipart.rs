@@ -42,8 +42,17 @@ impl OzoneManager {
         decode::<pb::MultipartUploadInfo, _>(v.value(), "multipart upload")
     }
 
+    /// Stores a new upload, checking in the same transaction that its
+    /// bucket still exists (a concurrent DeleteBucket may have won).
     fn store_upload(&self, u: &MultipartUpload) -> Result<()> {
         let txn = self.db.begin_write()?;
+        if txn
+            .open_table(crate::manager::BUCKETS)?
+            .get(u.bucket.as_str())?
+            .is_none()
+        {
+            return Err(OmError::BucketNotFound(u.bucket.clone()));
+        }
         txn.open_table(UPLOADS)?.insert(
             u.upload_id.as_str(),
             pb::MultipartUploadInfo::from(u.clone())

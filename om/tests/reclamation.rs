@@ -317,3 +317,30 @@ fn a_new_id_at_a_known_address_replaces_the_old_entry_durably() {
     assert_eq!(om.datanodes().len(), 5, "the replacement was persisted");
     assert!(!om.datanodes().contains(&dn(2)));
 }
+
+#[test]
+fn a_bucket_with_an_upload_in_progress_is_not_empty() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let om = om(dir.path());
+    om.create_bucket("mpb", None, None).expect("bucket");
+    let up = om
+        .initiate_multipart_upload("mpb", "k", None, BTreeMap::new())
+        .expect("initiate");
+    assert!(matches!(
+        om.delete_bucket("mpb"),
+        Err(OmError::BucketNotEmpty(_))
+    ));
+    om.abort_multipart_upload(&up).expect("abort");
+    om.delete_bucket("mpb").expect("empty now");
+    om.create_bucket("mpb", None, None).expect("created again");
+    assert!(
+        om.list_multipart_uploads("mpb", "")
+            .expect("uploads")
+            .is_empty(),
+        "a bucket created again inherits nothing"
+    );
+    assert!(matches!(
+        om.initiate_multipart_upload("gone", "k", None, BTreeMap::new()),
+        Err(OmError::BucketNotFound(_))
+    ));
+}
