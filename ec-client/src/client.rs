@@ -12,6 +12,7 @@ use proto_crate::{BucketInfo, DatanodeDetails, KeyInfo, MultipartUpload, Replica
 use crate::ec_output::ECKeyOutputStream;
 use crate::key_input::KeyInputStream;
 use crate::key_output::KeyOutputStream;
+use crate::lease::LeaseKeeper;
 use crate::metrics::{EcReadMetrics, EcReadSnapshot};
 use crate::om_client::OmClient;
 use crate::read_context::ReadContext;
@@ -231,6 +232,7 @@ impl Client {
         key: &str,
         opened: crate::om_client::OpenedKey,
     ) -> Result<KeyOutputStream> {
+        let lease = LeaseKeeper::start(self.shared.om.clone(), opened.session_id, opened.lease);
         let result = match opened.replication {
             ReplicationConfig::Ec(ec) => ECKeyOutputStream::new(
                 Arc::clone(&self.shared),
@@ -239,6 +241,7 @@ impl Client {
                 opened.session_id,
                 ec,
                 opened.block_size,
+                lease,
             )
             .map(KeyOutputStream::Ec),
             ReplicationConfig::Replicated { .. } => ReplicatedKeyOutputStream::new(
@@ -247,6 +250,7 @@ impl Client {
                 key,
                 opened.session_id,
                 opened.block_size,
+                lease,
             )
             .map(KeyOutputStream::Replicated),
         };

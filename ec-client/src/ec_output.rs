@@ -35,6 +35,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::client::ClientShared;
+use crate::lease::LeaseKeeper;
 use crate::om_client::{Commit, Committed};
 use crate::stripe_writer::{EcWriteProgress, EncodedStripe, StripeWriter, WriteCounters};
 use crate::{ClientError, EcWriteMode, Result};
@@ -90,6 +91,8 @@ pub struct ECKeyOutputStream {
     /// Set once a flush failed; every later call reports it.
     failed: Option<String>,
     done: bool,
+    /// Keeps the om session alive while the writer lives.
+    _lease: LeaseKeeper,
 }
 
 impl ECKeyOutputStream {
@@ -100,6 +103,7 @@ impl ECKeyOutputStream {
         session_id: u64,
         ec: EcReplicationConfig,
         block_size: u64,
+        lease: LeaseKeeper,
     ) -> Result<Self> {
         if block_size == 0 || !block_size.is_multiple_of(ec.cell_size()) {
             return Err(ClientError::InvalidArgument(format!(
@@ -149,6 +153,7 @@ impl ECKeyOutputStream {
             counters,
             failed: None,
             done: false,
+            _lease: lease,
         })
     }
 

@@ -24,6 +24,7 @@ mod ec_reconstruct;
 mod error;
 mod key_input;
 mod key_output;
+mod lease;
 mod metrics;
 mod om_client;
 mod read_context;

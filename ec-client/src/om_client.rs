@@ -34,6 +34,8 @@ pub(crate) struct OpenedKey {
     pub(crate) session_id: u64,
     pub(crate) replication: ReplicationConfig,
     pub(crate) block_size: u64,
+    /// The session's lease (`None`: the om gives none).
+    pub(crate) lease: Option<Duration>,
 }
 
 /// How a writer's om session ends.
@@ -246,6 +248,7 @@ impl OmClient {
             session_id: r.session_id,
             replication: r.replication.parse()?,
             block_size: r.block_size,
+            lease: (r.lease_ms > 0).then(|| Duration::from_millis(r.lease_ms)),
         })
     }
 
@@ -359,6 +362,7 @@ impl OmClient {
             session_id: r.session_id,
             replication: r.replication.parse()?,
             block_size: r.block_size,
+            lease: (r.lease_ms > 0).then(|| Duration::from_millis(r.lease_ms)),
         })
     }
 
@@ -444,6 +448,13 @@ impl OmClient {
     pub(crate) async fn abort_key(&self, session_id: u64) -> Result<()> {
         let mut c = self.inner.clone();
         self.call("AbortKey", c.abort_key(pb::AbortKeyRequest { session_id }))
+            .await?;
+        Ok(())
+    }
+
+    pub(crate) async fn renew_key(&self, session_id: u64) -> Result<()> {
+        let mut c = self.inner.clone();
+        self.call("RenewKey", c.renew_key(pb::RenewKeyRequest { session_id }))
             .await?;
         Ok(())
     }

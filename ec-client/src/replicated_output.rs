@@ -16,6 +16,7 @@ use bytes::Bytes;
 use proto_crate::{BlockGroup, KeyInfo};
 
 use crate::client::ClientShared;
+use crate::lease::LeaseKeeper;
 use crate::om_client::{Commit, Committed};
 use crate::{ClientError, Result};
 
@@ -28,6 +29,8 @@ struct OpenBlock {
 /// Writer of one replicated key.
 #[derive(Debug)]
 pub struct ReplicatedKeyOutputStream {
+    /// Keeps the om session alive while the writer lives.
+    _lease: LeaseKeeper,
     shared: Arc<ClientShared>,
     bucket: String,
     key: String,
@@ -51,6 +54,7 @@ impl ReplicatedKeyOutputStream {
         key: &str,
         session_id: u64,
         block_size: u64,
+        lease: LeaseKeeper,
     ) -> Result<Self> {
         if block_size == 0 {
             return Err(ClientError::InvalidArgument(
@@ -78,6 +82,7 @@ impl ReplicatedKeyOutputStream {
             chunks_written: 0,
             failed: None,
             done: false,
+            _lease: lease,
         })
     }
 

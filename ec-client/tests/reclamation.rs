@@ -513,3 +513,34 @@ async fn a_second_minicluster_on_a_data_dir_is_refused_and_the_first_keeps_servi
     );
     third.shutdown().await;
 }
+
+/// A writer that allocates nothing for longer than the om's lease (it
+/// streams into one block group) keeps its session: it renews the lease in
+/// the background.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_writer_outlives_the_open_key_lease() {
+    let cluster = MiniCluster::start(
+        MiniClusterConfig::default()
+            .with_open_key_lease(Duration::from_millis(600))
+            .with_service_interval(Duration::from_millis(100)),
+    )
+    .await
+    .expect("minicluster");
+    let client = cluster.client_with(test_config()).await.expect("client");
+    replicated_bucket(&client, "rep", 64 << 20).await;
+    let mut w = client
+        .create_key("rep", "slow", None)
+        .await
+        .expect("create");
+    let first = data(1000, 1);
+    w.write(&first).await.expect("write");
+    // Three leases pass with no allocation (the block group has room).
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    let second = data(1000, 2);
+    w.write(&second).await.expect("write");
+    w.close().await.expect("the session is still open");
+    let mut all = first.clone();
+    all.extend_from_slice(&second);
+    assert!(common::read_all(&client, "rep", "slow").await == all);
+    cluster.shutdown().await;
+}

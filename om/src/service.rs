@@ -152,6 +152,8 @@ impl OzoneManagerService for OmGrpcService {
             session_id: k.session_id,
             replication: k.replication.to_string(),
             block_size: k.block_size,
+            lease_ms: u64::try_from(self.om.config().open_key_lease.as_millis())
+                .unwrap_or(u64::MAX),
         }))
     }
 
@@ -201,6 +203,16 @@ impl OzoneManagerService for OmGrpcService {
         let id = req.into_inner().session_id;
         self.run(move |om| om.abort_key(id)).await?;
         Ok(Response::new(pb::AbortKeyResponse {}))
+    }
+
+    async fn renew_key(
+        &self,
+        req: Request<pb::RenewKeyRequest>,
+    ) -> Result<Response<pb::RenewKeyResponse>, Status> {
+        self.om
+            .renew_key(req.into_inner().session_id)
+            .map_err(Status::from)?;
+        Ok(Response::new(pb::RenewKeyResponse {}))
     }
 
     async fn lookup_key(
@@ -279,6 +291,8 @@ impl OzoneManagerService for OmGrpcService {
             session_id: k.session_id,
             replication: k.replication.to_string(),
             block_size: k.block_size,
+            lease_ms: u64::try_from(self.om.config().open_key_lease.as_millis())
+                .unwrap_or(u64::MAX),
         }))
     }
 

@@ -370,6 +370,22 @@ impl OzoneManager {
         }
     }
 
+    /// Restarts the lease of open session `session_id` (a writer's
+    /// keep-alive: a writer streaming into one block group allocates
+    /// nothing for a long time).
+    ///
+    /// # Errors
+    /// [`OmError::NoSuchSession`] when it ended (committed, aborted, expired).
+    pub fn renew_key(&self, session_id: u64) -> Result<()> {
+        let mut st = self.state();
+        let s = st
+            .sessions
+            .get_mut(&session_id)
+            .ok_or(OmError::NoSuchSession(session_id))?;
+        s.last_active = Instant::now();
+        Ok(())
+    }
+
     /// Abandons an open key; nothing becomes visible and its groups are
     /// logged for deletion. Unknown sessions are fine (already ended).
     ///

@@ -199,6 +199,39 @@ fn sessions_expire_after_their_lease_and_are_bounded_per_client() {
 }
 
 #[test]
+fn a_renewed_session_outlives_its_lease() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let om = om_with(dir.path(), |c| {
+        c.with_open_key_lease(Duration::from_secs(60))
+    });
+    let s = om.open_key("b", "k", None).expect("open");
+    let g = om
+        .allocate_block_group(s.session_id, &[])
+        .expect("allocate");
+    // The writer renews at t + 50 s; the reaper runs at t + 100 s.
+    std::thread::sleep(Duration::from_millis(20));
+    om.renew_key(s.session_id).expect("renew");
+    let renewed_at = Instant::now();
+    assert_eq!(
+        om.expire_sessions(renewed_at + Duration::from_secs(59))
+            .expect("expire"),
+        0,
+        "within the renewed lease"
+    );
+    om.commit_key(
+        s.session_id,
+        &[BlockGroup { length: 9, ..g }],
+        9,
+        BTreeMap::new(),
+    )
+    .expect("the renewed session commits");
+    assert!(matches!(
+        om.renew_key(s.session_id),
+        Err(OmError::NoSuchSession(_))
+    ));
+}
+
+#[test]
 fn groups_of_sessions_lost_in_a_restart_are_reclaimed_and_ids_never_repeat() {
     let dir = tempfile::tempdir().expect("temp dir");
     let stale_session = {
