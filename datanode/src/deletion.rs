@@ -127,20 +127,27 @@ impl ContainerStore {
                 open.remove(k);
             }
         }
-        for &(container_id, local_id) in &keys {
-            self.files.remove((container_id, local_id));
-            self.remove_block_file(container_id, local_id)?;
+        for &k in &keys {
+            self.files.remove(k);
         }
+        // Unlinking is disk I/O: on the blocking pool.
+        let paths: Vec<std::path::PathBuf> =
+            keys.iter().map(|&(c, l)| self.path_of(c, l)).collect();
+        blocking(move || paths.iter().try_for_each(|p| remove_file(p))).await?;
         Ok(held)
     }
 
     /// Removes the file of a block, if there is one.
     pub(crate) fn remove_block_file(&self, container_id: u64, local_id: u64) -> Result<()> {
-        let path = self.path_of(container_id, local_id);
-        match std::fs::remove_file(&path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(DatanodeError::io(format!("removing {}", path.display()), e)),
-        }
+        remove_file(&self.path_of(container_id, local_id))
+    }
+}
+
+/// Removes `path`; a file that is not there is fine (deletion is idempotent).
+fn remove_file(path: &std::path::Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(DatanodeError::io(format!("removing {}", path.display()), e)),
     }
 }

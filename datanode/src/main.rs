@@ -24,7 +24,8 @@ struct Args {
     /// Serve the admin fault-injection RPCs (for tests and demos only).
     #[arg(long)]
     enable_fault_injection: bool,
-    /// Most block files kept open for reading (least recently used closed first).
+    /// Most block files kept open for reading (least recently used closed
+    /// first; 0 opens and closes the file for every read).
     #[arg(long, default_value_t = datanode::DEFAULT_MAX_OPEN_FILES)]
     max_open_files: usize,
     /// Budget of ReadChunk/WriteChunk payload bytes in flight; requests past it wait.
@@ -47,6 +48,11 @@ async fn main() -> anyhow::Result<()> {
         .ok()
         .filter(|d| !d.is_zero())
         .context("--heartbeat-interval must be a positive number of seconds")?;
+    anyhow::ensure!(
+        args.max_inflight_bytes >= datanode::MAX_READ_LEN,
+        "--max-inflight-bytes must be at least {} (one ReadChunk answer)",
+        datanode::MAX_READ_LEN
+    );
     let mut config = DatanodeConfig::new(args.listen, &args.data_dir)
         .with_fault_injection(args.enable_fault_injection)
         .with_max_open_files(args.max_open_files)

@@ -26,8 +26,9 @@ struct Args {
     /// Seconds without a heartbeat after which a datanode is DEAD.
     #[arg(long, default_value_t = 90.0)]
     dead_after: f64,
-    /// Seconds an open key may go without an allocation before it is aborted
-    /// and its blocks reclaimed.
+    /// Seconds an open key may go with neither an allocation nor a renewal
+    /// (writers renew every third of it while they live) before it is
+    /// aborted and its blocks reclaimed.
     #[arg(long, default_value_t = om::DEFAULT_OPEN_KEY_LEASE.as_secs_f64())]
     open_key_lease: f64,
     /// Most open key sessions one client may hold.
@@ -63,6 +64,10 @@ async fn main() -> anyhow::Result<()> {
     anyhow::ensure!(
         dead >= stale,
         "--dead-after must not be shorter than --stale-after"
+    );
+    anyhow::ensure!(
+        args.max_sessions_per_client > 0,
+        "--max-sessions-per-client must be positive"
     );
     let config = OmConfig::new(&args.data_dir)
         .with_liveness(stale, dead)

@@ -18,8 +18,10 @@ pub(crate) enum DnCommand {
     /// List every datanode the om knows with its state (HEALTHY, STALE,
     /// DEAD), seconds since its last heartbeat, used bytes and blocks.
     List {
-        /// Print a JSON list of objects (id, address, state,
-        /// last_heartbeat_s, used_bytes, blocks, capacity_bytes, open_files).
+        /// Print a JSON list of objects (n, id, address, state,
+        /// last_heartbeat_s, used_bytes, blocks, capacity_bytes, open_files;
+        /// n is the position for `dn stop|start N`, null when the om is not
+        /// the minicluster's).
         #[arg(long)]
         json: bool,
         /// The om (HOST:PORT); default: the one in cluster.json.
@@ -140,11 +142,23 @@ async fn admin(info: &ClusterInfo, n: usize) -> anyhow::Result<DatanodeAdminClie
 async fn list(om: Option<String>, as_json: bool) -> anyhow::Result<()> {
     let om = cluster_file::om_address(om)?;
     let statuses = om::list_datanode_statuses(&om).await?;
+    // The N of `dn stop|start N`, when this om is the minicluster's.
+    let positions: std::collections::HashMap<String, usize> =
+        match cluster_file::read(&cluster_file::default_path()) {
+            Ok(info) if info.om == om => info
+                .datanodes
+                .iter()
+                .enumerate()
+                .map(|(n, d)| (d.id.clone(), n))
+                .collect(),
+            _ => std::collections::HashMap::new(),
+        };
     if as_json {
         let list: Vec<serde_json::Value> = statuses
             .iter()
             .map(|s| {
                 serde_json::json!({
+                    "n": positions.get(&s.details.uuid),
                     "id": s.details.uuid,
                     "address": s.details.address,
                     "state": s.state.as_str(),
@@ -160,6 +174,7 @@ async fn list(om: Option<String>, as_json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     let mut t = crate::table::Table::new(&[
+        "n",
         "id",
         "address",
         "state",
@@ -170,6 +185,9 @@ async fn list(om: Option<String>, as_json: bool) -> anyhow::Result<()> {
     ]);
     for s in &statuses {
         t.row(vec![
+            positions
+                .get(&s.details.uuid)
+                .map_or_else(|| "-".to_string(), ToString::to_string),
             s.details.uuid.clone(),
             s.details.address.clone(),
             s.state.to_string(),

@@ -81,6 +81,7 @@ fn main() -> std::process::ExitCode {
             }),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     match run(cli) {

@@ -158,7 +158,8 @@ pub(crate) async fn run(args: SoakArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| out_dir.join("soak.json"));
     let svg_path = args.svg.clone().unwrap_or_else(|| out_dir.join("soak.svg"));
     println!(
-        "soak: {:.0} s, {} workers, {} datanodes (--max-open-files {}), a datanode stopped every {:.0} s, seed {seed}",
+        "soak: {:.0} s, {} workers, {} datanodes (--max-open-files {}), a datanode stopped every {:.0} s, seed {seed}\n\
+         columns: t (s), ops/s, errors, wrong, open files, in-flight MiB (sum), peak in-flight MiB (one datanode), disk MiB, RSS MiB, pending deletions, down",
         total.as_secs_f64(),
         args.workers,
         args.datanodes,
@@ -229,8 +230,8 @@ pub(crate) async fn run(args: SoakArgs) -> anyhow::Result<()> {
         "errors",
         "wrong",
         "open files",
-        "in-flight MiB",
-        "peak in-flight MiB",
+        "in-flight MiB (sum)",
+        "peak in-flight MiB (one datanode)",
         "disk MiB",
         "RSS MiB",
         "pending deletions",
