@@ -4,7 +4,7 @@
 //!   metadata in redb; durable at PutBlock; survives restarts.
 //! - [`DatanodeGrpcService`]: the `DatanodeService` RPCs (GetBlock, ReadChunk,
 //!   WriteChunk, PutBlock, ListBlock, GetCommittedBlockLength,
-//!   CreateContainer, DeleteBlocks) with DESIGN.md's rules: replica index checked, reads
+//!   CreateContainer, DeleteBlocks) with ARCHITECTURE.md's rules: replica index checked, reads
 //!   past the committed end rejected at once, a 32 MiB read cap checked
 //!   before allocating, typed result codes.
 //! - [`Datanode`]: bind, serve, register and heartbeat to the om, shut down.

@@ -58,7 +58,7 @@ pub(crate) const DELETED: TableDefinition<(u64, u64), u64> = TableDefinition::ne
 /// session expired after the om's open-key lease, an hour by default).
 pub(crate) const TOMBSTONE_TTL_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 
-/// Largest ReadChunk answer, bytes (DESIGN.md: 32 MiB). Longer requests are
+/// Largest ReadChunk answer, bytes (ARCHITECTURE.md: 32 MiB). Longer requests are
 /// rejected before any buffer is allocated.
 pub const MAX_READ_LEN: u64 = 32 * 1024 * 1024;
 

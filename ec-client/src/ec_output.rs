@@ -1,6 +1,6 @@
 //! [`ECKeyOutputStream`]: writes a key as erasure-coded block groups.
 //!
-//! Models Ozone's `ECKeyOutputStream`, pipelined (DESIGN.md lesson 4):
+//! Models Ozone's `ECKeyOutputStream`, pipelined (ARCHITECTURE.md, write path):
 //! - the producer (the caller's [`write`](ECKeyOutputStream::write)) fills the
 //!   d cells of a stripe; when the stripe is full it computes the p parity
 //!   cells on tokio's blocking pool (so the reactor never stalls on GF(2^8)

@@ -1,4 +1,4 @@
-//! EC reads through datanode failures (DESIGN.md lesson 1's fallback half):
+//! EC reads through datanode failures (ARCHITECTURE.md, read path):
 //! reader reuse counts, spare replicas, reconstruction of every pattern of up
 //! to p lost indexes for every kind of failed location, more than p lost, and
 //! recovery after a restart. All over real gRPC against the minicluster.

@@ -1,5 +1,5 @@
 //! Positioned reads: exact RPC counts once warm, and correctness under
-//! concurrency (DESIGN.md lessons 1 and 2).
+//! concurrency (ARCHITECTURE.md, read path).
 
 mod common;
 

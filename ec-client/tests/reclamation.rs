@@ -359,13 +359,33 @@ fn random_operations_leave_exactly_the_referenced_blocks() {
     rt.block_on(cluster.shutdown());
 }
 
+/// Waits (bounded), heartbeat by heartbeat, until the om's view of the
+/// datanodes satisfies `pred`.
+async fn wait_statuses(cluster: &MiniCluster, pred: impl Fn(&[om::DatanodeStatus]) -> bool) {
+    let mut beats = cluster.om().watch_heartbeats();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while !pred(&cluster.om().datanode_statuses()) {
+            beats.changed().await.expect("om alive");
+        }
+    })
+    .await
+    .expect("the om's view reaches the expected state within 60 s");
+}
+
+/// Liveness with the om's clock stepped by the test: silence for the stale
+/// and dead intervals is a step, not a wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_datanode_turns_dead_and_gets_no_new_groups_until_it_returns() {
-    let mut cluster = MiniCluster::start(MiniClusterConfig::default().with_liveness(
-        Duration::from_millis(100),
-        Duration::from_millis(600),
-        Duration::from_millis(1500),
-    ))
+    let clock = std::sync::Arc::new(om::ManualClock::default());
+    let mut cluster = MiniCluster::start(
+        MiniClusterConfig::default()
+            .with_liveness(
+                Duration::from_millis(100),
+                Duration::from_secs(5),
+                Duration::from_secs(10),
+            )
+            .with_om_clock(clock.clone()),
+    )
     .await
     .expect("minicluster");
     let client = cluster.client_with(test_config()).await.expect("client");
@@ -379,29 +399,36 @@ async fn a_stopped_datanode_turns_dead_and_gets_no_new_groups_until_it_returns()
             .find(|s| s.details.uuid == uuid)
             .map(|s| s.state)
     };
-    // Bounded wait for the om to notice (the dead interval is 1.5 s).
-    let mut seen = Vec::new();
-    for _ in 0..200 {
-        let statuses = om::list_datanode_statuses(&om_addr)
-            .await
-            .expect("ListDatanodes");
-        let s = state_of(&statuses, &victim).expect("listed");
-        if seen.last() != Some(&s) {
-            seen.push(s);
-        }
-        if s == NodeState::Dead {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(
-        seen,
-        vec![NodeState::Healthy, NodeState::Stale, NodeState::Dead],
-        "HEALTHY, then STALE, then DEAD"
-    );
+    let others_healthy = |statuses: &[om::DatanodeStatus], uuid: &str| {
+        statuses
+            .iter()
+            .filter(|s| s.details.uuid != uuid)
+            .all(|s| s.state == NodeState::Healthy)
+    };
     let statuses = om::list_datanode_statuses(&om_addr)
         .await
         .expect("ListDatanodes");
+    assert_eq!(state_of(&statuses, &victim), Some(NodeState::Healthy));
+    // Six seconds of om time: the silent datanode is STALE once the others
+    // have heartbeated again.
+    clock.advance(Duration::from_secs(6));
+    wait_statuses(&cluster, |s| {
+        state_of(s, &victim) == Some(NodeState::Stale) && others_healthy(s, &victim)
+    })
+    .await;
+    clock.advance(Duration::from_secs(5));
+    wait_statuses(&cluster, |s| {
+        state_of(s, &victim) == Some(NodeState::Dead) && others_healthy(s, &victim)
+    })
+    .await;
+    let statuses = om::list_datanode_statuses(&om_addr)
+        .await
+        .expect("ListDatanodes");
+    assert_eq!(
+        state_of(&statuses, &victim),
+        Some(NodeState::Dead),
+        "over RPC too"
+    );
     assert_eq!(
         statuses
             .iter()
@@ -432,21 +459,13 @@ async fn a_stopped_datanode_turns_dead_and_gets_no_new_groups_until_it_returns()
     let bytes = data(10_000, 2);
     client.put_key("ec", "k", None, &bytes).await.expect("put");
     assert!(common::read_all(&client, "ec", "k").await == bytes);
-    // Heartbeats carry the datanodes' figures: wait (bounded) for the next
-    // round of them to report the group's five blocks.
-    let mut reported = 0;
-    for _ in 0..200 {
-        let statuses = om::list_datanode_statuses(&om_addr)
-            .await
-            .expect("ListDatanodes");
-        assert!(statuses.iter().all(|s| s.stats.capacity_bytes > 0));
-        reported = statuses.iter().map(|s| s.stats.blocks).sum::<u64>();
-        if reported == 5 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(reported, 5, "one block per index of the one group");
+    // Heartbeats carry the datanodes' figures: the next round reports the
+    // group's five blocks.
+    wait_statuses(&cluster, |s| {
+        s.iter().map(|d| d.stats.blocks).sum::<u64>() == 5
+            && s.iter().all(|d| d.stats.capacity_bytes > 0)
+    })
+    .await;
     cluster.shutdown().await;
 }
 
@@ -516,13 +535,18 @@ async fn a_second_minicluster_on_a_data_dir_is_refused_and_the_first_keeps_servi
 
 /// A writer that allocates nothing for longer than the om's lease (it
 /// streams into one block group) keeps its session: it renews the lease in
-/// the background.
+/// the background. The om's clock is stepped by most of a lease at a time,
+/// each step followed by the writer's next renewal, while the lease reaper
+/// runs against the same clock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_writer_outlives_the_open_key_lease() {
+    let clock = std::sync::Arc::new(om::ManualClock::default());
+    let lease = Duration::from_millis(600);
     let cluster = MiniCluster::start(
         MiniClusterConfig::default()
-            .with_open_key_lease(Duration::from_millis(600))
-            .with_service_interval(Duration::from_millis(100)),
+            .with_open_key_lease(lease)
+            .with_service_interval(Duration::from_millis(100))
+            .with_om_clock(clock.clone()),
     )
     .await
     .expect("minicluster");
@@ -534,13 +558,66 @@ async fn a_slow_writer_outlives_the_open_key_lease() {
         .expect("create");
     let first = data(1000, 1);
     w.write(&first).await.expect("write");
-    // Three leases pass with no allocation (the block group has room).
-    tokio::time::sleep(Duration::from_millis(1800)).await;
+    // Four steps of 500 ms: three leases pass with no allocation (the data
+    // is still buffered).
+    let mut renewals = cluster.om().watch_renewals();
+    for _ in 0..4 {
+        clock.advance(lease * 5 / 6);
+        renewals.borrow_and_update();
+        tokio::time::timeout(Duration::from_secs(60), renewals.changed())
+            .await
+            .expect("the writer renews")
+            .expect("om alive");
+    }
     let second = data(1000, 2);
     w.write(&second).await.expect("write");
     w.close().await.expect("the session is still open");
     let mut all = first.clone();
     all.extend_from_slice(&second);
     assert!(common::read_all(&client, "rep", "slow").await == all);
+    cluster.shutdown().await;
+}
+
+/// A datanode that is down when its blocks are freed gets their deletion
+/// when it returns; the others are not held up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletions_for_a_stopped_datanode_wait_for_it() {
+    let mut cluster = MiniCluster::start(MiniClusterConfig::default())
+        .await
+        .expect("minicluster");
+    let client = cluster.client_with(test_config()).await.expect("client");
+    ec_bucket(&client, "ec", 1 << 20).await;
+    let info = client
+        .put_key("ec", "k", None, &data(20_000, 9))
+        .await
+        .expect("put");
+    let down = common::node_of(&cluster, &info, 0, 2);
+    cluster.datanode_mut(down).expect("dn").stop().await;
+    client.delete_key("ec", "k").await.expect("delete");
+    // The four running datanodes acknowledge; one replica waits.
+    let mut pending = cluster.om().watch_pending_deletions();
+    tokio::time::timeout(Duration::from_secs(60), pending.wait_for(|n| *n == 1))
+        .await
+        .expect("the running datanodes acknowledge within 60 s")
+        .expect("om alive");
+    let left = blocks_on_disk(&cluster);
+    let down_uuid = cluster.datanodes()[down].uuid().to_string();
+    assert_eq!(
+        left.len(),
+        1,
+        "only the stopped datanode's block is left: {left:?}"
+    );
+    assert!(left.iter().all(|(uuid, _, _)| *uuid == down_uuid));
+    cluster
+        .datanode_mut(down)
+        .expect("dn")
+        .restart()
+        .await
+        .expect("restart");
+    quiesce(&cluster).await;
+    assert!(
+        blocks_on_disk(&cluster).is_empty(),
+        "delivered after the restart"
+    );
     cluster.shutdown().await;
 }

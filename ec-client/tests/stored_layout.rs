@@ -1,5 +1,5 @@
 //! What lands on the datanodes: every internal block's committed length
-//! matches DESIGN.md's formulas, data indexes past the data still have an
+//! matches ARCHITECTURE.md's layout formulas, data indexes past the data still have an
 //! (empty) block record, and every record carries `blockGroupLength`.
 
 mod common;

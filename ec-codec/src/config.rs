@@ -19,7 +19,7 @@ pub const MAX_UNITS: usize = 32;
 /// Largest supported cell (EC chunk) size: 32 MiB, in bytes.
 ///
 /// Ozone's default is 1 MiB. A cell travels as one WriteChunk, and the datanode caps a ReadChunk
-/// answer at 32 MiB (DESIGN.md), so a cell never outgrows one RPC either way.
+/// answer at 32 MiB (ARCHITECTURE.md), so a cell never outgrows one RPC either way.
 pub const MAX_CELL_SIZE: u64 = 32 * 1024 * 1024;
 
 /// The erasure codec of a scheme, as in Ozone's `ECReplicationConfig.EcCodec`.

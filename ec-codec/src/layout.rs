@@ -1,5 +1,5 @@
 //! Striping math for one block group: where each data byte lives, how long each internal block
-//! is, and how a byte range splits into cells. This is DESIGN.md's "Terms and layout math"
+//! is, and how a byte range splits into cells. This is ARCHITECTURE.md's "Terms and layout math"
 //! section in code; every quantity is a `u64` byte count so that groups above 4 GiB work.
 
 use std::cmp::Ordering;

@@ -7,7 +7,7 @@
 //!   from and printed as Ozone's `rs-3-2-1024k` strings; [`EcCodec`].
 //! - **Layout math** — [`BlockGroupLayout`] maps group-relative bytes to cells and internal
 //!   blocks ([`CellLocation`], [`CellSpan`] via [`CellSpans`]), and computes internal block and
-//!   cell lengths of partial stripes, following DESIGN.md's normative "Terms and layout math".
+//!   cell lengths of partial stripes, following ARCHITECTURE.md's "Terms and layout math".
 //!   Replica indexes there are 1-based (`1..=d` data, then parity), as in Ozone.
 //! - **Codecs** — [`RsCodec`], systematic Cauchy Reed-Solomon over GF(2^8) (polynomial 0x11d)
 //!   byte-compatible with ISA-L's `gf_gen_cauchy1_matrix` and hence Hadoop/Ozone parity, and

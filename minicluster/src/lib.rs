@@ -99,6 +99,9 @@ pub struct MiniClusterConfig {
     /// The om's deletion grace (default 1 s, so tests see space come back
     /// quickly; the om's own default is a minute).
     pub deletion_grace: Duration,
+    /// The om's clock of leases and liveness (default the system clock;
+    /// tests pass an [`om::ManualClock`] to step time instead of waiting).
+    pub om_clock: Option<Arc<dyn om::Clock>>,
 }
 
 impl Default for MiniClusterConfig {
@@ -116,6 +119,7 @@ impl Default for MiniClusterConfig {
             service_interval: Duration::from_secs(1),
             max_open_files: datanode::DEFAULT_MAX_OPEN_FILES,
             deletion_grace: Duration::from_secs(1),
+            om_clock: None,
         }
     }
 }
@@ -169,6 +173,12 @@ impl MiniClusterConfig {
     #[must_use]
     pub fn with_service_interval(mut self, interval: Duration) -> Self {
         self.service_interval = interval;
+        self
+    }
+    /// Sets the om's clock of leases and liveness.
+    #[must_use]
+    pub fn with_om_clock(mut self, clock: Arc<dyn om::Clock>) -> Self {
+        self.om_clock = Some(clock);
         self
     }
     /// Sets the om's deletion grace.
@@ -405,6 +415,10 @@ impl MiniCluster {
             .with_open_key_lease(config.open_key_lease)
             .with_service_interval(config.service_interval)
             .with_deletion_grace(config.deletion_grace);
+        let om_config = match &config.om_clock {
+            Some(c) => om_config.with_clock(Arc::clone(c)),
+            None => om_config,
+        };
         let om = Arc::new(OzoneManager::open(om_config)?);
         let localhost: SocketAddr = ([127, 0, 0, 1], 0).into();
         let om_server = OmServer::start(localhost, om)

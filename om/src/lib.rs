@@ -19,6 +19,7 @@
 //!
 //! Layering: depends on `proto-crate` only.
 
+mod clock;
 mod deletion;
 mod error;
 mod keys;
@@ -30,6 +31,7 @@ mod server;
 mod service;
 mod sessions;
 
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use deletion::{DELETE_BATCH, run_block_deleting_service};
 pub use error::{OM_ERROR_HEADER, OmError, om_error_name};
 pub use manager::{

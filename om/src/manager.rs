@@ -19,6 +19,7 @@ use proto_crate::{BlockGroup, BucketInfo, DatanodeDetails, DirLock, ReplicationC
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::OmError;
+use crate::clock::{Clock, SystemClock};
 use crate::deletion::{DELETION_LOG, OPEN_GROUPS, reclaim_lost_sessions};
 use crate::nodes::{DatanodeStatus, Liveness, NodeRegistry, NodeStats};
 
@@ -71,6 +72,8 @@ pub struct OmConfig {
     /// deletion (default [`DEFAULT_DELETION_GRACE`]): a reader that opened
     /// the key before it was overwritten or deleted can finish.
     pub deletion_grace: Duration,
+    /// The clock of leases and liveness (default [`SystemClock`]).
+    pub clock: Arc<dyn Clock>,
 }
 
 impl OmConfig {
@@ -86,7 +89,15 @@ impl OmConfig {
             max_sessions_per_client: DEFAULT_MAX_SESSIONS_PER_CLIENT,
             service_interval: DEFAULT_SERVICE_INTERVAL,
             deletion_grace: DEFAULT_DELETION_GRACE,
+            clock: Arc::new(SystemClock),
         }
+    }
+
+    /// Sets the clock of leases and liveness (tests: a [`crate::ManualClock`]).
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Sets how long freed blocks wait before they are deleted.
@@ -215,6 +226,10 @@ pub struct OzoneManager {
     pub(crate) sessions_open: tokio::sync::watch::Sender<usize>,
     /// Entries in the deletion log, published on every change.
     pub(crate) deletions_pending: tokio::sync::watch::Sender<u64>,
+    /// Registrations and heartbeats received, published on each.
+    pub(crate) heartbeats: tokio::sync::watch::Sender<u64>,
+    /// Lease renewals received, published on each.
+    pub(crate) renewals: tokio::sync::watch::Sender<u64>,
     /// Wakes the block deleting service when the log grows.
     pub(crate) deletion_wakeup: Arc<tokio::sync::Notify>,
     /// Exclusive ownership of the data dir; released with the om.
@@ -282,7 +297,7 @@ impl OzoneManager {
             );
         }
         let mut state = State::default();
-        let now = Instant::now();
+        let now = config.clock.now();
         {
             let read = db.begin_read()?;
             for entry in read.open_table(DATANODES)?.iter()? {
@@ -315,6 +330,8 @@ impl OzoneManager {
             state: Mutex::new(state),
             sessions_open: tokio::sync::watch::Sender::new(0),
             deletions_pending: tokio::sync::watch::Sender::new(0),
+            heartbeats: tokio::sync::watch::Sender::new(0),
+            renewals: tokio::sync::watch::Sender::new(0),
             deletion_wakeup: Arc::new(tokio::sync::Notify::new()),
             _lock: lock,
         };
@@ -386,7 +403,9 @@ impl OzoneManager {
             }
             tracing::info!(datanode = %d, "datanode registered");
         }
-        st.nodes.upsert(d, stats, Instant::now());
+        st.nodes.upsert(d, stats, self.config.clock.now());
+        drop(st);
+        self.heartbeats.send_modify(|n| *n += 1);
         Ok(())
     }
 
@@ -395,7 +414,20 @@ impl OzoneManager {
     pub fn datanode_statuses(&self) -> Vec<DatanodeStatus> {
         self.state()
             .nodes
-            .statuses(Instant::now(), self.config.liveness)
+            .statuses(self.config.clock.now(), self.config.liveness)
+    }
+
+    /// A receiver of the number of registrations and heartbeats received
+    /// (to wait for the next round of reports without polling).
+    #[must_use]
+    pub fn watch_heartbeats(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.heartbeats.subscribe()
+    }
+
+    /// A receiver of the number of lease renewals (`RenewKey`) received.
+    #[must_use]
+    pub fn watch_renewals(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.renewals.subscribe()
     }
 
     /// The registered datanode `uuid`.

@@ -43,7 +43,7 @@ async fn run_lease_reaper(
             () = tokio::time::sleep(interval) => {}
         }
         let om2 = Arc::clone(&om);
-        match tokio::task::spawn_blocking(move || om2.expire_sessions(std::time::Instant::now()))
+        match tokio::task::spawn_blocking(move || om2.expire_sessions(om2.config().clock.now()))
             .await
         {
             Ok(Ok(0)) => {}

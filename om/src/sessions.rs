@@ -100,7 +100,7 @@ impl OzoneManager {
             session_id,
             OpenKeySession {
                 client: client.to_string(),
-                last_active: Instant::now(),
+                last_active: self.config.clock.now(),
                 bucket: bucket.to_string(),
                 key: key.to_string(),
                 replication,
@@ -131,14 +131,11 @@ impl OzoneManager {
     pub fn allocate_block_group(&self, session_id: u64, exclude: &[String]) -> Result<BlockGroup> {
         let (replication, candidates, rotation) = {
             let mut st = self.state();
-            let s = st
-                .sessions
-                .get_mut(&session_id)
-                .ok_or(OmError::NoSuchSession(session_id))?;
-            s.last_active = Instant::now();
-            let replication = s.replication;
+            let replication = self.touch(&mut st, session_id)?.replication;
             let excluded: HashSet<&str> = exclude.iter().map(String::as_str).collect();
-            let healthy = st.nodes.healthy(Instant::now(), self.config.liveness);
+            let healthy = st
+                .nodes
+                .healthy(self.config.clock.now(), self.config.liveness);
             let candidates: Vec<DatanodeDetails> = healthy
                 .iter()
                 .filter(|d| !excluded.contains(d.uuid.as_str()))
@@ -378,12 +375,24 @@ impl OzoneManager {
     /// [`OmError::NoSuchSession`] when it ended (committed, aborted, expired).
     pub fn renew_key(&self, session_id: u64) -> Result<()> {
         let mut st = self.state();
+        self.touch(&mut st, session_id)?;
+        drop(st);
+        self.renewals.send_modify(|n| *n += 1);
+        Ok(())
+    }
+
+    /// Open session `session_id`, its lease restarted now.
+    fn touch<'a>(
+        &self,
+        st: &'a mut crate::manager::State,
+        session_id: u64,
+    ) -> Result<&'a mut OpenKeySession> {
         let s = st
             .sessions
             .get_mut(&session_id)
             .ok_or(OmError::NoSuchSession(session_id))?;
-        s.last_active = Instant::now();
-        Ok(())
+        s.last_active = self.config.clock.now();
+        Ok(s)
     }
 
     /// Abandons an open key; nothing becomes visible and its groups are

@@ -190,7 +190,7 @@ pub async fn heal(cluster: &mut MiniCluster, n: usize) {
 }
 
 /// Asserts that every internal block of every group of `info` (EC) has the
-/// committed length DESIGN.md's formulas give, on each of its locations.
+/// committed length ARCHITECTURE.md's layout formulas give, on each of its locations.
 pub async fn check_stored_lengths(client: &Client, info: &ec_client::KeyInfo) {
     let ReplicationConfig::Ec(ec) = info.replication else {
         panic!("not an EC key");

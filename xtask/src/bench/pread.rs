@@ -1,5 +1,5 @@
-//! The `pread` suite: what reusing per-index block streams buys (DESIGN.md
-//! lesson 1), measured side by side in one run on one cluster:
+//! The `pread` suite: what reusing per-index block streams buys (ARCHITECTURE.md,
+//! read path), measured side by side in one run on one cluster:
 //! reuse vs reader-per-call vs the raw ReadChunk limit, degraded reuse with
 //! one data index down, a replicated key, and thread scaling.
 

@@ -1,6 +1,6 @@
 //! The `write` suite: pipelined vs serial EC writes of the same key size,
 //! a replicated write, and the codec's encode throughput as the ceiling the
-//! write rate can be read against (DESIGN.md lesson 4).
+//! write rate can be read against (ARCHITECTURE.md, write path).
 
 use std::time::Instant;
 
