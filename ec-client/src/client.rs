@@ -173,8 +173,8 @@ impl Client {
     /// # Errors
     /// [`ClientError::Om`] (`NO_SUCH_UPLOAD`, `INVALID_ARGUMENT`).
     pub async fn upload_part(&self, upload_id: &str, part_number: u32) -> Result<KeyOutputStream> {
-        let opened = self.shared.om.open_part(upload_id, part_number).await?;
         let upload = self.shared.om.list_parts(upload_id).await?;
+        let opened = self.shared.om.open_part(upload_id, part_number).await?;
         self.writer(&upload.bucket, &upload.key, opened).await
     }
 
@@ -230,7 +230,7 @@ impl Client {
         &self,
         bucket: &str,
         key: &str,
-        opened: crate::om_client::OpenedKey,
+        opened: crate::session::OpenedKey,
     ) -> Result<KeyOutputStream> {
         let lease = LeaseKeeper::start(self.shared.om.clone(), opened.session_id, opened.lease);
         let result = match opened.replication {
@@ -254,8 +254,11 @@ impl Client {
             )
             .map(KeyOutputStream::Replicated),
         };
-        if result.is_err() {
-            let _ = self.shared.om.abort_key(opened.session_id).await;
+        // From here the writer's drop (or close) ends the session.
+        if result.is_ok() {
+            opened.guard.disarm();
+        } else {
+            opened.guard.abort().await;
         }
         result
     }

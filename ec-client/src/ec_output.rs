@@ -90,6 +90,10 @@ pub struct ECKeyOutputStream {
     counters: Arc<WriteCounters>,
     /// Set once a flush failed; every later call reports it.
     failed: Option<String>,
+    /// Set while a `write` runs; still set at the next call means that
+    /// call's future was dropped mid-way (cancelled): a stripe it had taken
+    /// from the buffer may be neither queued nor written.
+    in_flight: bool,
     done: bool,
     /// Keeps the om session alive while the writer lives.
     _lease: LeaseKeeper,
@@ -152,6 +156,7 @@ impl ECKeyOutputStream {
             sink,
             counters,
             failed: None,
+            in_flight: false,
             done: false,
             _lease: lease,
         })
@@ -204,6 +209,11 @@ impl ECKeyOutputStream {
     }
 
     fn check_failed(&self) -> Result<()> {
+        if self.in_flight {
+            return Err(ClientError::WriteCancelled {
+                key: format!("{}/{}", self.bucket, self.key),
+            });
+        }
         match &self.failed {
             Some(why) => Err(ClientError::WriteAborted {
                 key: format!("{}/{}", self.bucket, self.key),
@@ -225,9 +235,17 @@ impl ECKeyOutputStream {
     /// # Errors
     /// A flush-stage failure (with its original cause), reported at the first
     /// call after it happened; after that every call fails and the key is
-    /// never committed.
-    pub async fn write(&mut self, mut buf: &[u8]) -> Result<()> {
+    /// never committed. [`ClientError::WriteCancelled`] after an earlier
+    /// call was cancelled (its future dropped before it finished).
+    pub async fn write(&mut self, buf: &[u8]) -> Result<()> {
         self.check_failed()?;
+        self.in_flight = true;
+        let result = self.buffer_and_emit(buf).await;
+        self.in_flight = false;
+        result
+    }
+
+    async fn buffer_and_emit(&mut self, mut buf: &[u8]) -> Result<()> {
         self.poll_flush_failure().await?;
         while !buf.is_empty() {
             let take = (self.stripe_size - self.stripe.len()).min(buf.len());

@@ -29,6 +29,7 @@ mod metrics;
 mod om_client;
 mod read_context;
 mod replicated_output;
+mod session;
 mod stripe_writer;
 pub mod vectored;
 

@@ -13,6 +13,7 @@ use proto_crate::{
 use tonic::Status;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::session::{OpenedKey, SessionGrant, open_guarded};
 use crate::{ClientError, Result};
 
 /// Header the om attaches to failed calls with its error's name (see the `om` crate).
@@ -26,16 +27,6 @@ pub(crate) struct OmClient {
     /// Random per connected client: the om bounds the sessions one client
     /// holds open by this id.
     client_id: String,
-}
-
-/// What opening a key returns.
-#[derive(Debug, Clone)]
-pub(crate) struct OpenedKey {
-    pub(crate) session_id: u64,
-    pub(crate) replication: ReplicationConfig,
-    pub(crate) block_size: u64,
-    /// The session's lease (`None`: the om gives none).
-    pub(crate) lease: Option<Duration>,
 }
 
 /// How a writer's om session ends.
@@ -220,36 +211,41 @@ impl OmClient {
         Ok(())
     }
 
+    /// Opens a session writing `bucket/key` (see [`open_guarded`]: a
+    /// caller cancelled mid-call aborts the session instead of leaking it).
     pub(crate) async fn open_key(
         &self,
         bucket: &str,
         key: &str,
         replication: Option<ReplicationConfig>,
     ) -> Result<OpenedKey> {
-        let mut c = self.inner.clone();
-        let r = self
-            .call(
-                "OpenKey",
-                c.open_key(pb::OpenKeyRequest {
-                    bucket: bucket.to_string(),
-                    key: key.to_string(),
-                    replication: replication.map(|r| r.to_string()).unwrap_or_default(),
-                    client_id: self.client_id.clone(),
-                }),
-            )
-            .await
-            .map_err(|e| match e {
-                ClientError::Om { name, .. } if name == "BUCKET_NOT_FOUND" => {
-                    ClientError::BucketNotFound(bucket.to_string())
-                }
-                e => e,
-            })?;
-        Ok(OpenedKey {
-            session_id: r.session_id,
-            replication: r.replication.parse()?,
-            block_size: r.block_size,
-            lease: (r.lease_ms > 0).then(|| Duration::from_millis(r.lease_ms)),
+        let this = self.clone();
+        let req = pb::OpenKeyRequest {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            replication: replication.map(|r| r.to_string()).unwrap_or_default(),
+            client_id: self.client_id.clone(),
+        };
+        let bucket = bucket.to_string();
+        open_guarded(self, async move {
+            let mut c = this.inner.clone();
+            let r = this
+                .call("OpenKey", c.open_key(req))
+                .await
+                .map_err(|e| match e {
+                    ClientError::Om { name, .. } if name == "BUCKET_NOT_FOUND" => {
+                        ClientError::BucketNotFound(bucket)
+                    }
+                    e => e,
+                })?;
+            Ok(SessionGrant {
+                session_id: r.session_id,
+                replication: r.replication.parse()?,
+                block_size: r.block_size,
+                lease: (r.lease_ms > 0).then(|| Duration::from_millis(r.lease_ms)),
+            })
         })
+        .await
     }
 
     pub(crate) async fn allocate_block_group(
@@ -346,24 +342,26 @@ impl OmClient {
         Ok(r.upload_id)
     }
 
+    /// Opens a session writing part `part_number` of `upload_id` (guarded
+    /// as [`open_key`](Self::open_key)).
     pub(crate) async fn open_part(&self, upload_id: &str, part_number: u32) -> Result<OpenedKey> {
-        let mut c = self.inner.clone();
-        let r = self
-            .call(
-                "OpenPart",
-                c.open_part(pb::OpenPartRequest {
-                    upload_id: upload_id.to_string(),
-                    part_number,
-                    client_id: self.client_id.clone(),
-                }),
-            )
-            .await?;
-        Ok(OpenedKey {
-            session_id: r.session_id,
-            replication: r.replication.parse()?,
-            block_size: r.block_size,
-            lease: (r.lease_ms > 0).then(|| Duration::from_millis(r.lease_ms)),
+        let this = self.clone();
+        let req = pb::OpenPartRequest {
+            upload_id: upload_id.to_string(),
+            part_number,
+            client_id: self.client_id.clone(),
+        };
+        open_guarded(self, async move {
+            let mut c = this.inner.clone();
+            let r = this.call("OpenPart", c.open_part(req)).await?;
+            Ok(SessionGrant {
+                session_id: r.session_id,
+                replication: r.replication.parse()?,
+                block_size: r.block_size,
+                lease: (r.lease_ms > 0).then(|| Duration::from_millis(r.lease_ms)),
+            })
         })
+        .await
     }
 
     pub(crate) async fn list_parts(&self, upload_id: &str) -> Result<MultipartUpload> {

@@ -44,6 +44,10 @@ pub struct ReplicatedKeyOutputStream {
     acked: u64,
     chunks_written: u64,
     failed: Option<String>,
+    /// Set while a `write`, `hsync` or `finish` runs; still set at the next
+    /// call means that call's future was dropped mid-way (cancelled), and
+    /// the chunk it had taken from the buffer may be lost.
+    in_flight: bool,
     done: bool,
 }
 
@@ -81,6 +85,7 @@ impl ReplicatedKeyOutputStream {
             acked: 0,
             chunks_written: 0,
             failed: None,
+            in_flight: false,
             done: false,
             _lease: lease,
         })
@@ -105,6 +110,11 @@ impl ReplicatedKeyOutputStream {
     }
 
     fn check_failed(&self) -> Result<()> {
+        if self.in_flight {
+            return Err(ClientError::WriteCancelled {
+                key: format!("{}/{}", self.bucket, self.key),
+            });
+        }
         match &self.failed {
             Some(cause) => Err(ClientError::WriteAborted {
                 key: format!("{}/{}", self.bucket, self.key),
@@ -119,8 +129,16 @@ impl ReplicatedKeyOutputStream {
     ///
     /// # Errors
     /// A chunk that could not be written after `ec_write_retries` rewrites.
-    pub async fn write(&mut self, mut buf: &[u8]) -> Result<()> {
+    /// [`ClientError::WriteCancelled`] after an earlier call was cancelled.
+    pub async fn write(&mut self, buf: &[u8]) -> Result<()> {
         self.check_failed()?;
+        self.in_flight = true;
+        let result = self.buffer_and_flush(buf).await;
+        self.in_flight = false;
+        result
+    }
+
+    async fn buffer_and_flush(&mut self, mut buf: &[u8]) -> Result<()> {
         while !buf.is_empty() {
             let room = self.chunk_size - self.buffer.len();
             // Room left in the current block for bytes not yet buffered.
@@ -146,7 +164,10 @@ impl ReplicatedKeyOutputStream {
     /// As [`write`](Self::write).
     pub async fn hsync(&mut self) -> Result<()> {
         self.check_failed()?;
-        self.flush_chunk().await
+        self.in_flight = true;
+        let result = self.flush_chunk().await;
+        self.in_flight = false;
+        result
     }
 
     async fn flush_chunk(&mut self) -> Result<()> {

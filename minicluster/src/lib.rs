@@ -11,6 +11,7 @@
 //! Layering: the top of the library DAG below `xtask`; uses `om`, `datanode`,
 //! `ec-client` and `proto-crate`.
 
+pub mod cancel;
 mod control;
 pub mod pattern;
 

@@ -104,6 +104,20 @@ pub struct Gateway {
 }
 
 impl Gateway {
+    /// The S3 operations over `client`, without a listener: what
+    /// [`S3Gateway::start`] serves, for embedding in another server or for
+    /// driving its `s3s::S3` methods directly (the cancellation tests drop
+    /// their futures at each await point). `max_request_buffer` bounds, in
+    /// bytes, what one request may hold in memory (at least 192 KiB).
+    #[must_use]
+    pub fn new(client: Client, max_request_buffer: u64) -> Self {
+        Self {
+            client,
+            metrics: Arc::new(GatewayMetrics::default()),
+            max_buffer: max_request_buffer.max(192 * 1024),
+        }
+    }
+
     pub(crate) fn client(&self) -> &Client {
         &self.client
     }
@@ -134,12 +148,8 @@ impl S3Gateway {
     /// # Errors
     /// Bind errors.
     pub async fn start(client: Client, config: GatewayConfig) -> std::io::Result<Self> {
-        let metrics = Arc::new(GatewayMetrics::default());
-        let gw = Gateway {
-            client,
-            metrics: Arc::clone(&metrics),
-            max_buffer: config.max_request_buffer.max(192 * 1024),
-        };
+        let gw = Gateway::new(client, config.max_request_buffer);
+        let metrics = Arc::clone(&gw.metrics);
         let mut builder = S3ServiceBuilder::new(gw.clone());
         if let Some((ak, sk)) = &config.credentials {
             builder.set_auth(Credentials {
