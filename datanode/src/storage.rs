@@ -130,6 +130,8 @@ pub struct ContainerStore {
     pub(crate) used_bytes: AtomicU64,
     /// When tombstones were last pruned, unix ms.
     pub(crate) last_prune_ms: AtomicU64,
+    /// What start-up recovery reclaimed.
+    recovery: crate::recovery::RecoveryReport,
     /// Exclusive ownership of the data dir, released with the store.
     _lock: proto_crate::DirLock,
 }
@@ -143,9 +145,11 @@ impl ContainerStore {
         Self::open_with(root, StoreOptions::default())
     }
 
-    /// Opens (or creates) the store under `root`, loading committed metadata
-    /// and finishing deletions a crash interrupted (files of tombstoned
-    /// blocks are removed).
+    /// Opens (or creates) the store under `root`, loading committed metadata,
+    /// reclaiming block bytes no PutBlock committed (files with no record
+    /// removed, longer files truncated: [`recovery`](Self::recovery)) and
+    /// finishing deletions a crash interrupted (files of tombstoned blocks
+    /// are removed).
     ///
     /// # Errors
     /// [`DatanodeError::DataDirInUse`] when another owner holds the data
@@ -196,6 +200,9 @@ impl ContainerStore {
                 tombstoned.push(k.value());
             }
         }
+        // Bytes a crash left past the last PutBlock: reclaimed before any
+        // request is served.
+        let recovery = crate::recovery::reclaim_uncommitted(root, &committed)?;
         let used = committed.values().map(|d: &Arc<BlockData>| d.size).sum();
         let store = Self {
             root: root.to_path_buf(),
@@ -206,6 +213,7 @@ impl ContainerStore {
             files: Arc::new(FileCache::new(options.max_open_files)),
             used_bytes: AtomicU64::new(used),
             last_prune_ms: AtomicU64::new(0),
+            recovery,
             _lock: lock,
         };
         // A deletion commits its tombstones before it removes files: finish
@@ -229,6 +237,14 @@ impl ContainerStore {
             blocks,
             open_files: self.files.len() as u64,
         }
+    }
+
+    /// What recovery did when this store was opened: block files with no
+    /// committed metadata removed, uncommitted tails truncated (see
+    /// `recovery.rs`).
+    #[must_use]
+    pub fn recovery(&self) -> crate::recovery::RecoveryReport {
+        self.recovery
     }
 
     /// The directory this store keeps its containers and database in.

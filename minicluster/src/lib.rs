@@ -13,7 +13,9 @@
 
 pub mod cancel;
 mod control;
+pub mod crash;
 pub mod pattern;
+pub mod process;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

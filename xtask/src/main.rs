@@ -3,6 +3,7 @@
 
 mod bench;
 mod cluster_file;
+mod crash;
 mod demo;
 mod dn;
 mod http;
@@ -55,6 +56,10 @@ enum Command {
     /// stopped and started; samples open files, in-flight bytes, disk and
     /// RSS, prints a table, writes target/soak/soak.{json,svg}.
     Soak(soak::SoakArgs),
+    /// Crash consistency: SIGKILL om and datanode processes at seeded
+    /// random moments during writes, restart them, verify every
+    /// acknowledged key; N runs with seeds S, S+1, ….
+    CrashTest(crash::CrashArgs),
     /// Stop, start and inject faults into datanodes of a running minicluster;
     /// list their liveness states.
     Dn {
@@ -109,6 +114,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Dn { command } => dn::run(command).await,
             Command::Bench(args) => bench::run(args, flavor).await,
             Command::Soak(args) => soak::run(args).await,
+            Command::CrashTest(args) => crash::run(args).await,
         }
     })
 }

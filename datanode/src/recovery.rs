@@ -1,0 +1,116 @@
+//! Start-up recovery of block files after a crash.
+//!
+//! WriteChunk writes a block file without syncing it; only PutBlock makes
+//! bytes part of a block (fsync, then the metadata commit). A datanode
+//! killed between the two leaves bytes on disk that no committed record
+//! covers:
+//! - a block file with no committed metadata at all (the writer never got a
+//!   PutBlock answer, so the om never recorded the block here): the file is
+//!   removed;
+//! - a committed block whose file is longer than its committed size (chunks
+//!   written after the last PutBlock): the file is truncated to the
+//!   committed size, so the uncommitted tail is neither served nor counted.
+//!
+//! Reads never went past the committed size anyway (see
+//! `ContainerStore::read`); recovery reclaims the space and makes the file
+//! match its record, as Ozone's container scanner does for FilePerBlock
+//! containers. A file shorter than its committed size cannot come from a
+//! crash when fsync is honoured; it is reported, not changed (reads of it
+//! fail and clients fail over to another replica).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use proto_crate::BlockData;
+
+use crate::DatanodeError;
+use crate::storage::BlockKey;
+
+/// Log message of a block file removed at start-up (process tests count it).
+pub const RECOVERY_ORPHAN_LOG: &str = "removed a block file with no committed metadata";
+/// Log message of a block file truncated at start-up.
+pub const RECOVERY_TAIL_LOG: &str = "truncated an uncommitted block tail";
+
+/// What start-up recovery found and did (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RecoveryReport {
+    /// Block files with no committed metadata, removed.
+    pub orphans_removed: u64,
+    /// Committed blocks whose file held an uncommitted tail, truncated.
+    pub tails_truncated: u64,
+    /// Bytes freed by both.
+    pub bytes_reclaimed: u64,
+    /// Committed blocks whose file is shorter than the committed size.
+    pub short_files: u64,
+}
+
+/// Scans `root/containers/*/*.block` against `committed` and reclaims what
+/// no committed record covers.
+///
+/// # Errors
+/// I/O errors listing, removing or truncating files.
+pub(crate) fn reclaim_uncommitted(
+    root: &Path,
+    committed: &HashMap<BlockKey, Arc<BlockData>>,
+) -> Result<RecoveryReport, DatanodeError> {
+    let io = |what: String| move |e| DatanodeError::io(what, e);
+    let mut report = RecoveryReport::default();
+    let containers = root.join("containers");
+    for dir in
+        std::fs::read_dir(&containers).map_err(io(format!("listing {}", containers.display())))?
+    {
+        let dir = dir.map_err(io(format!("listing {}", containers.display())))?;
+        let Some(container_id) = dir.file_name().to_str().and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let path = dir.path();
+        if !path.is_dir() {
+            continue;
+        }
+        for file in std::fs::read_dir(&path).map_err(io(format!("listing {}", path.display())))? {
+            let file = file.map_err(io(format!("listing {}", path.display())))?;
+            let name = file.file_name();
+            let Some(local_id) = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(".block"))
+                .and_then(|n| n.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            let fpath = file.path();
+            let len = file
+                .metadata()
+                .map_err(io(format!("stat {}", fpath.display())))?
+                .len();
+            match committed.get(&(container_id, local_id)) {
+                None => {
+                    std::fs::remove_file(&fpath)
+                        .map_err(io(format!("removing {}", fpath.display())))?;
+                    report.orphans_removed += 1;
+                    report.bytes_reclaimed += len;
+                    tracing::info!(file = %fpath.display(), bytes = len, "{RECOVERY_ORPHAN_LOG}");
+                }
+                Some(data) if len > data.size => {
+                    let f = std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(&fpath)
+                        .map_err(io(format!("opening {}", fpath.display())))?;
+                    f.set_len(data.size)
+                        .and_then(|()| f.sync_all())
+                        .map_err(io(format!("truncating {}", fpath.display())))?;
+                    report.tails_truncated += 1;
+                    report.bytes_reclaimed += len - data.size;
+                    tracing::info!(file = %fpath.display(), committed = data.size, bytes = len - data.size, "{RECOVERY_TAIL_LOG}");
+                }
+                Some(data) if len < data.size => {
+                    report.short_files += 1;
+                    tracing::error!(file = %fpath.display(), committed = data.size, len, "block file is shorter than its committed size");
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(report)
+}
