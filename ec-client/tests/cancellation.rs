@@ -177,9 +177,43 @@ async fn replicated_writer_cancelled_at_every_await_point() {
     let b = data(300 * 1024, 2);
     let midway = every_write_cancellation(&cluster, &client, "r", &a, &b).await;
     assert!(midway >= 4, "the write suspended only {midway} times");
-    let closes = every_close_cancellation(&cluster, &client, "r", &[a, b].concat()).await;
+    let closes = every_close_cancellation(&cluster, &client, "r", &[a.clone(), b].concat()).await;
     assert!(closes >= 2, "close suspended only {closes} times");
-    cluster.shutdown().await;
+    // hsync (the buffered tail written as one chunk) cancelled likewise.
+    for n in 1..=MAX_POLLS {
+        let key = format!("h{n}");
+        let mut w = client.create_key("r", &key, None).await.expect("create");
+        w.write(&a).await.expect("write");
+        let finished = CancelAtPoll::new(w.hsync(), n).await.finished();
+        let closed = w.close().await;
+        sessions_settled(&cluster).await;
+        let got = stored(&client, "r", &key).await;
+        match (finished, closed) {
+            (Some(r), Ok(_)) => {
+                r.expect("an uncancelled hsync succeeds");
+                assert!(got.as_deref() == Some(&a[..]), "{key}: exact after hsync");
+                assert!(n > 2, "hsync suspended only {} times", n - 1);
+                cluster.shutdown().await;
+                return;
+            }
+            (None, Ok(_)) => {
+                assert_eq!(
+                    n, 1,
+                    "{key}: only an hsync that never ran leaves the writer usable"
+                );
+                assert!(got.as_deref() == Some(&a[..]), "{key}: exact");
+            }
+            (None, Err(e)) => {
+                assert!(
+                    matches!(e, ClientError::WriteCancelled { .. }),
+                    "{key}: {e}"
+                );
+                assert!(got.is_none(), "{key}: a failed close commits nothing");
+            }
+            (Some(r), Err(e)) => panic!("{key}: hsync {r:?} finished, then close failed: {e}"),
+        }
+    }
+    panic!("hsync did not finish within {MAX_POLLS} polls");
 }
 
 async fn ec_writer_cancelled_at_every_await_point(mode: EcWriteMode) {

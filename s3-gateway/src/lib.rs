@@ -118,6 +118,24 @@ impl Gateway {
         }
     }
 
+    /// An anonymous PUT request carrying `input`, for calling this
+    /// gateway's `s3s::S3` methods directly (no HTTP, no signature: the
+    /// caller is trusted, as behind [`GatewayConfig::without_auth`]).
+    #[must_use]
+    pub fn request<T>(input: T) -> s3s::S3Request<T> {
+        s3s::S3Request {
+            input,
+            method: http::Method::PUT,
+            uri: http::Uri::from_static("/"),
+            headers: http::HeaderMap::new(),
+            extensions: http::Extensions::new(),
+            credentials: None,
+            region: None,
+            service: None,
+            trailing_headers: None,
+        }
+    }
+
     pub(crate) fn client(&self) -> &Client {
         &self.client
     }

@@ -35,20 +35,6 @@ fn streaming(content: &[u8]) -> StreamingBlob {
     StreamingBlob::wrap(stream)
 }
 
-fn request<T>(input: T) -> S3Request<T> {
-    S3Request {
-        input,
-        method: http::Method::PUT,
-        uri: http::Uri::from_static("/"),
-        headers: http::HeaderMap::new(),
-        extensions: http::Extensions::new(),
-        credentials: None,
-        region: None,
-        service: None,
-        trailing_headers: None,
-    }
-}
-
 fn put(bucket: &str, key: &str, content: &[u8]) -> S3Request<PutObjectInput> {
     let input = PutObjectInput::builder()
         .bucket(bucket.to_string())
@@ -56,7 +42,7 @@ fn put(bucket: &str, key: &str, content: &[u8]) -> S3Request<PutObjectInput> {
         .body(Some(streaming(content)))
         .build()
         .expect("put input");
-    request(input)
+    Gateway::request(input)
 }
 
 async fn sessions_settled(cluster: &MiniCluster) {
@@ -141,7 +127,7 @@ async fn upload_part_cancelled_at_every_await_point() {
             .body(Some(streaming(&part)))
             .build()
             .expect("part input");
-        let finished = match CancelAtPoll::new(gw.upload_part(request(input)), n).await {
+        let finished = match CancelAtPoll::new(gw.upload_part(Gateway::request(input)), n).await {
             Cancelled::Finished(r) => {
                 r.expect("an uncancelled part upload succeeds");
                 true

@@ -1,6 +1,6 @@
 //! The crash-consistency test (issue 11, part 4): writers keep writing EC
 //! and replicated keys, overwriting them and completing multipart uploads
-//! against a [`ProcessCluster`] while a killer SIGKILLs the om or a
+//! (through the client and through the S3 gateway's handlers) against a [`ProcessCluster`] while a killer SIGKILLs the om or a
 //! datanode at seeded random moments and starts it again. Afterwards:
 //! - every key whose `close()` (or multipart complete) returned Ok reads
 //!   back exactly that version, or a later one whose commit's outcome was
@@ -62,7 +62,7 @@ pub struct CrashReport {
     /// reached the om).
     pub ops_failed: u64,
     /// Failed operations by kind of error (`om NAME`, `om timeout`,
-    /// `write failed`, `datanode`, `other`).
+    /// `write failed`, `datanode`, `s3 CODE`, `other`).
     pub failures: BTreeMap<String, u64>,
     /// Keys checked at the end (each twice: before and after the offline
     /// recovery and cluster restart).
@@ -128,7 +128,11 @@ struct KeyModel {
 
 type Model = BTreeMap<(String, String), KeyModel>;
 
-const BUCKETS: [&str; 3] = ["ec", "rep", "mp"];
+mod s3;
+
+/// Buckets: EC keys, replicated keys, multipart uploads through the
+/// client, and S3 PUTs and one-part multipart uploads through the gateway.
+const BUCKETS: [&str; 4] = ["ec", "rep", "mp", "s3"];
 const KEYS_PER_WRITER: usize = 4;
 
 fn client_config() -> ClientConfig {
@@ -162,6 +166,7 @@ pub async fn run(config: &CrashConfig) -> Result<CrashReport, CrashTestError> {
             stop: Arc::clone(&stop),
             ok: Arc::clone(&ok),
             failed: Arc::clone(&failed),
+            gateway: s3_gateway::Gateway::new(client.clone(), 12 * 1024 * 1024),
             writer: w,
             rng: SmallRng::seed_from_u64(config.seed ^ (w as u64 + 1).wrapping_mul(0x9E37)),
         };
@@ -257,6 +262,7 @@ async fn create_buckets(client: &Client) -> Result<(), CrashTestError> {
         (ReplicationConfig::Ec(ec), 256 * 1024),
         (ReplicationConfig::Replicated { factor: 3 }, 1024 * 1024),
         (ReplicationConfig::Replicated { factor: 3 }, 512 * 1024),
+        (ReplicationConfig::Ec(ec), 256 * 1024),
     ];
     for (name, (replication, block_size)) in BUCKETS.iter().zip(options) {
         let opts = BucketOptions {
@@ -291,6 +297,8 @@ struct WriterCtx {
     stop: Arc<AtomicBool>,
     ok: Arc<AtomicU64>,
     failed: Arc<Mutex<BTreeMap<String, u64>>>,
+    /// The S3 handlers over the same client.
+    gateway: s3_gateway::Gateway,
     writer: usize,
     rng: SmallRng,
 }
@@ -325,13 +333,23 @@ impl WriterCtx {
                 self.rng.random_range(0..KEYS_PER_WRITER)
             );
             let seed = (self.writer as u64) << 48 | op << 8;
-            let (version, outcome) = if bucket == "mp" {
-                self.multipart(&key, seed).await
-            } else {
-                let len = size(&mut self.rng);
-                let v = vec![(seed, len)];
-                let r = self.client.put_key(bucket, &key, None, &content(&v)).await;
-                (Some(v), r.map(|_| ()))
+            let len = size(&mut self.rng);
+            let v = vec![(seed, len)];
+            let (version, outcome) = match bucket {
+                "mp" => self.multipart(&key, seed).await,
+                "s3" if self.rng.random_bool(0.5) => {
+                    let r = s3::put(&self.gateway, bucket, &key, &content(&v)).await;
+                    (Some(v), r)
+                }
+                "s3" => {
+                    let v = vec![(seed, len.min(700 * 1024))];
+                    let (sent, r) = s3::multipart(&self.gateway, bucket, &key, &content(&v)).await;
+                    (sent.then_some(v), r)
+                }
+                _ => {
+                    let r = self.client.put_key(bucket, &key, None, &content(&v)).await;
+                    (Some(v), r.map(|_| ()).map_err(|e| kind(&e)))
+                }
             };
             let mut failure = None;
             let mut model = self.model.lock().await;
@@ -352,7 +370,7 @@ impl WriterCtx {
             }
             drop(model);
             if let Some(e) = failure {
-                *self.failed.lock().await.entry(kind(&e)).or_default() += 1;
+                *self.failed.lock().await.entry(e).or_default() += 1;
                 // Back off as a real client would, instead of spinning on
                 // a process that is down.
                 tokio::time::sleep(Duration::from_millis(self.rng.random_range(20..100))).await;
@@ -363,18 +381,14 @@ impl WriterCtx {
     /// A multipart upload of 1–3 parts. Returns the version when the
     /// complete call was made (its outcome may be unknown), `None` when the
     /// upload failed before it.
-    async fn multipart(
-        &mut self,
-        key: &str,
-        seed: u64,
-    ) -> (Option<Version>, Result<(), ClientError>) {
+    async fn multipart(&mut self, key: &str, seed: u64) -> (Option<Version>, Result<(), String>) {
         let up = match self
             .client
             .initiate_multipart_upload("mp", key, None, BTreeMap::new())
             .await
         {
             Ok(up) => up,
-            Err(e) => return (None, Err(e)),
+            Err(e) => return (None, Err(kind(&e))),
         };
         let parts = self.rng.random_range(1..=3u32);
         let mut version = Vec::new();
@@ -395,7 +409,7 @@ impl WriterCtx {
                 }
                 Err(e) => {
                     let _ = self.client.abort_multipart_upload(&up).await;
-                    return (None, Err(e));
+                    return (None, Err(kind(&e)));
                 }
             }
         }
@@ -403,7 +417,8 @@ impl WriterCtx {
             .client
             .complete_multipart_upload(&up, &etags, 0, BTreeMap::new())
             .await
-            .map(|_| ());
+            .map(|_| ())
+            .map_err(|e| kind(&e));
         if r.is_err() {
             let _ = self.client.abort_multipart_upload(&up).await;
         }
@@ -411,7 +426,7 @@ impl WriterCtx {
     }
 }
 
-/// A failure's kind, for the report.
+/// A client failure's kind, for the report.
 fn kind(e: &ClientError) -> String {
     match e {
         ClientError::Om { name, .. } => format!("om {name}"),
