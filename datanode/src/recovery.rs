@@ -1,4 +1,5 @@
-//! Start-up recovery of block files after a crash.
+//! Start-up of a datanode's store: loading the committed records, and
+//! recovering block files after a crash.
 //!
 //! WriteChunk writes a block file without syncing it; only PutBlock makes
 //! bytes part of a block (fsync, then the metadata commit). A datanode
@@ -18,14 +19,58 @@
 //! crash when fsync is honoured; it is reported, not changed (reads of it
 //! fail and clients fail over to another replica).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
+use prost::Message;
 use proto_crate::BlockData;
+use proto_crate::wire::datanode as pb;
+use redb::{Database, ReadableDatabase, ReadableTable};
 
 use crate::DatanodeError;
-use crate::storage::BlockKey;
+use crate::storage::{BLOCKS, BlockKey, CONTAINERS, DELETED};
+
+/// What the store's database holds, loaded at start.
+pub(crate) struct Loaded {
+    /// Committed blocks by (container id, local id).
+    pub(crate) committed: HashMap<BlockKey, Arc<BlockData>>,
+    /// Containers present.
+    pub(crate) containers: HashSet<u64>,
+    /// Deleted blocks whose tombstone is still kept.
+    pub(crate) tombstoned: HashSet<BlockKey>,
+}
+
+/// Loads every committed block record, container and tombstone.
+///
+/// # Errors
+/// Database errors; a stored record that does not decode (reported, never
+/// silently skipped).
+pub(crate) fn load(db: &Database) -> Result<Loaded, DatanodeError> {
+    let mut loaded = Loaded {
+        committed: HashMap::new(),
+        containers: HashSet::new(),
+        tombstoned: HashSet::new(),
+    };
+    let read = db.begin_read()?;
+    for entry in read.open_table(BLOCKS)?.iter()? {
+        let (k, v) = entry?;
+        let wire = pb::BlockData::decode(v.value()).map_err(|e| {
+            DatanodeError::Db(format!("block record {:?} does not decode: {e}", k.value()))
+        })?;
+        let data = BlockData::try_from(wire).map_err(|e| {
+            DatanodeError::Db(format!("block record {:?} is invalid: {e}", k.value()))
+        })?;
+        loaded.committed.insert(k.value(), Arc::new(data));
+    }
+    for entry in read.open_table(CONTAINERS)?.iter()? {
+        loaded.containers.insert(entry?.0.value());
+    }
+    for entry in read.open_table(DELETED)?.iter()? {
+        loaded.tombstoned.insert(entry?.0.value());
+    }
+    Ok(loaded)
+}
 
 /// Log message of a block file removed at start-up (process tests count it).
 pub const RECOVERY_ORPHAN_LOG: &str = "removed a block file with no committed metadata";
@@ -46,13 +91,15 @@ pub struct RecoveryReport {
 }
 
 /// Scans `root/containers/*/*.block` against `committed` and reclaims what
-/// no committed record covers.
+/// no committed record covers. Files of `tombstoned` blocks are left to the
+/// deletion's own clean-up (they are not orphans).
 ///
 /// # Errors
 /// I/O errors listing, removing or truncating files.
 pub(crate) fn reclaim_uncommitted(
     root: &Path,
     committed: &HashMap<BlockKey, Arc<BlockData>>,
+    tombstoned: &HashSet<BlockKey>,
 ) -> Result<RecoveryReport, DatanodeError> {
     let io = |what: String| move |e| DatanodeError::io(what, e);
     let mut report = RecoveryReport::default();
@@ -85,6 +132,7 @@ pub(crate) fn reclaim_uncommitted(
                 .map_err(io(format!("stat {}", fpath.display())))?
                 .len();
             match committed.get(&(container_id, local_id)) {
+                None if tombstoned.contains(&(container_id, local_id)) => {}
                 None => {
                     std::fs::remove_file(&fpath)
                         .map_err(io(format!("removing {}", fpath.display())))?;

@@ -33,7 +33,7 @@ use bytes::Bytes;
 use prost::Message;
 use proto_crate::wire::datanode as pb;
 use proto_crate::{BlockData, BlockId, ChunkInfo};
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, TableDefinition};
 
 use crate::DatanodeError;
 use crate::file_cache::{DEFAULT_MAX_OPEN_FILES, FileCache};
@@ -43,7 +43,7 @@ type Result<T, E = DatanodeError> = std::result::Result<T, E>;
 /// Committed blocks: (container id, local id) -> encoded `BlockData`.
 pub(crate) const BLOCKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("blocks");
 /// Containers present on this datanode: container id -> ().
-const CONTAINERS: TableDefinition<u64, ()> = TableDefinition::new("containers");
+pub(crate) const CONTAINERS: TableDefinition<u64, ()> = TableDefinition::new("containers");
 /// Blocks closed by an eof PutBlock: (container id, local id) -> ().
 pub(crate) const CLOSED: TableDefinition<(u64, u64), ()> = TableDefinition::new("closed_blocks");
 /// Deleted blocks (tombstones): (container id, local id) -> deletion time,
@@ -175,34 +175,14 @@ impl ContainerStore {
         }
         txn.commit()?;
 
-        let mut committed = HashMap::new();
-        let mut containers = std::collections::HashSet::new();
-        let mut tombstoned = Vec::new();
-        {
-            let read = db.begin_read()?;
-            let blocks = read.open_table(BLOCKS)?;
-            for entry in blocks.iter()? {
-                let (k, v) = entry?;
-                let wire = pb::BlockData::decode(v.value()).map_err(|e| {
-                    DatanodeError::Db(format!("block record {:?} does not decode: {e}", k.value()))
-                })?;
-                let data = BlockData::try_from(wire).map_err(|e| {
-                    DatanodeError::Db(format!("block record {:?} is invalid: {e}", k.value()))
-                })?;
-                committed.insert(k.value(), Arc::new(data));
-            }
-            for entry in read.open_table(CONTAINERS)?.iter()? {
-                let (k, _) = entry?;
-                containers.insert(k.value());
-            }
-            for entry in read.open_table(DELETED)?.iter()? {
-                let (k, _) = entry?;
-                tombstoned.push(k.value());
-            }
-        }
+        let crate::recovery::Loaded {
+            committed,
+            containers,
+            tombstoned,
+        } = crate::recovery::load(&db)?;
         // Bytes a crash left past the last PutBlock: reclaimed before any
         // request is served.
-        let recovery = crate::recovery::reclaim_uncommitted(root, &committed)?;
+        let recovery = crate::recovery::reclaim_uncommitted(root, &committed, &tombstoned)?;
         let used = committed.values().map(|d: &Arc<BlockData>| d.size).sum();
         let store = Self {
             root: root.to_path_buf(),

@@ -258,7 +258,7 @@ impl Client {
         if result.is_ok() {
             opened.guard.disarm();
         } else {
-            opened.guard.abort().await;
+            opened.guard.undo().await;
         }
         result
     }

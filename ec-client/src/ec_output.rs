@@ -303,14 +303,17 @@ impl ECKeyOutputStream {
             ));
         };
         queue.take();
-        match task.take() {
-            Some(t) => t.await.map_err(|e| {
-                ClientError::InvalidArgument(format!("flush stage panicked or was cancelled: {e}"))
-            })?,
-            None => Err(ClientError::InvalidArgument(
+        // Await the handle in place: if this future is dropped (a cancelled
+        // close), the handle is still here and the writer's drop aborts the
+        // task, instead of a detached flush stage writing on.
+        let Some(t) = task.as_mut() else {
+            return Err(ClientError::InvalidArgument(
                 "flush stage already joined".into(),
-            )),
-        }
+            ));
+        };
+        let outcome = t.await;
+        *task = None;
+        outcome.map_err(|e| ClientError::TaskLost(format!("the EC flush stage: {e}")))?
     }
 
     /// Encodes the buffered stripe and hands it to the sink.
@@ -331,9 +334,7 @@ impl ECKeyOutputStream {
             Sink::Pipelined { .. } => {
                 tokio::task::spawn_blocking(move || encode(&coder, ec, seq, &data))
                     .await
-                    .map_err(|e| {
-                        ClientError::InvalidArgument(format!("encoding task failed: {e}"))
-                    })?
+                    .map_err(|e| ClientError::TaskLost(format!("the stripe encoding task: {e}")))?
             }
         };
         let stripe = match stripe {

@@ -89,16 +89,22 @@ pub enum ClientError {
         /// The original failure.
         cause: String,
     },
-    /// An earlier `write`, `hsync` or `close` of this writer was cancelled
-    /// (its future dropped) before it finished: what reached the datanodes
-    /// is unknown, so the writer refuses to go on and commits nothing (the
-    /// caller writes the key again). Dropping a future at an await point is
-    /// how `tokio::time::timeout` and `select!` cancel.
+    /// An earlier `write` or `hsync` of this writer was cancelled (its
+    /// future dropped) before it finished: what reached the datanodes is
+    /// unknown, so the writer refuses to go on and `close` commits nothing
+    /// (the caller writes the key again). Dropping a future at an await
+    /// point is how `tokio::time::timeout` and `select!` cancel.
     #[error("writer of {key} was cancelled in the middle of a write; it commits nothing")]
     WriteCancelled {
         /// `bucket/key`.
         key: String,
     },
+    /// A task the client runs in the background (an om call guarded against
+    /// cancellation, an EC writer's flush stage or stripe encoding) ended
+    /// without an answer:
+    /// it panicked, or the runtime is shutting down.
+    #[error("client task ended without an answer: {0}")]
+    TaskLost(String),
     /// The operation is not supported for this kind of key (e.g. hsync on EC).
     #[error("unsupported: {0}")]
     Unsupported(String),

@@ -13,7 +13,7 @@ use proto_crate::{
 use tonic::Status;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::session::{OpenedKey, SessionGrant, open_guarded};
+use crate::session::{OpenedKey, SessionGrant, Undo, guarded, open_guarded};
 use crate::{ClientError, Result};
 
 /// Header the om attaches to failed calls with its error's name (see the `om` crate).
@@ -232,17 +232,12 @@ impl OmClient {
             let r = this
                 .call("OpenKey", c.open_key(req))
                 .await
-                .map_err(|e| match e {
-                    ClientError::Om { name, .. } if name == "BUCKET_NOT_FOUND" => {
-                        ClientError::BucketNotFound(bucket)
-                    }
-                    e => e,
-                })?;
+                .map_err(|e| bucket_not_found(e, &bucket))?;
             Ok(SessionGrant {
                 session_id: r.session_id,
-                replication: r.replication.parse()?,
+                replication: r.replication,
                 block_size: r.block_size,
-                lease: (r.lease_ms > 0).then(|| Duration::from_millis(r.lease_ms)),
+                lease_ms: r.lease_ms,
             })
         })
         .await
@@ -319,6 +314,9 @@ impl OmClient {
         }
     }
 
+    /// Starts a multipart upload, guarded like [`open_key`](Self::open_key):
+    /// a caller cancelled mid-call aborts the upload instead of leaving one
+    /// whose id it never learnt (and that keeps its bucket from deletion).
     pub(crate) async fn initiate_multipart_upload(
         &self,
         bucket: &str,
@@ -326,20 +324,26 @@ impl OmClient {
         replication: Option<ReplicationConfig>,
         metadata: BTreeMap<String, String>,
     ) -> Result<String> {
-        let mut c = self.inner.clone();
-        let r = self
-            .call(
-                "InitiateMultipartUpload",
-                c.initiate_multipart_upload(pb::InitiateMultipartUploadRequest {
-                    bucket: bucket.to_string(),
-                    key: key.to_string(),
-                    replication: replication.map(|r| r.to_string()).unwrap_or_default(),
-                    metadata: metadata.into_iter().collect(),
-                }),
-            )
-            .await
-            .map_err(|e| bucket_not_found(e, bucket))?;
-        Ok(r.upload_id)
+        let this = self.clone();
+        let req = pb::InitiateMultipartUploadRequest {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            replication: replication.map(|r| r.to_string()).unwrap_or_default(),
+            metadata: metadata.into_iter().collect(),
+        };
+        let bucket = bucket.to_string();
+        let (id, guard) = guarded(self, async move {
+            let mut c = this.inner.clone();
+            let r = this
+                .call("InitiateMultipartUpload", c.initiate_multipart_upload(req))
+                .await
+                .map_err(|e| bucket_not_found(e, &bucket))?;
+            let undo = Undo::Upload(r.upload_id.clone());
+            Ok((r.upload_id, undo))
+        })
+        .await?;
+        guard.disarm();
+        Ok(id)
     }
 
     /// Opens a session writing part `part_number` of `upload_id` (guarded
@@ -356,9 +360,9 @@ impl OmClient {
             let r = this.call("OpenPart", c.open_part(req)).await?;
             Ok(SessionGrant {
                 session_id: r.session_id,
-                replication: r.replication.parse()?,
+                replication: r.replication,
                 block_size: r.block_size,
-                lease: (r.lease_ms > 0).then(|| Duration::from_millis(r.lease_ms)),
+                lease_ms: r.lease_ms,
             })
         })
         .await

@@ -44,7 +44,7 @@ pub struct ReplicatedKeyOutputStream {
     acked: u64,
     chunks_written: u64,
     failed: Option<String>,
-    /// Set while a `write`, `hsync` or `finish` runs; still set at the next
+    /// Set while a `write` or `hsync` runs; still set at the next
     /// call means that call's future was dropped mid-way (cancelled), and
     /// the chunk it had taken from the buffer may be lost.
     in_flight: bool,

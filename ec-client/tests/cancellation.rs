@@ -352,3 +352,48 @@ async fn opening_a_writer_cancelled_at_every_await_point_leaves_no_session() {
     }
     panic!("opening did not finish within {MAX_POLLS} polls");
 }
+
+/// Uploads in `bucket`, once the background aborts of cancelled initiates
+/// landed (they run on spawned tasks: polled, bounded by a minute).
+async fn uploads_after_aborts(client: &Client, bucket: &str, expect: usize) -> usize {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let n = client
+            .list_multipart_uploads(bucket, "")
+            .await
+            .expect("list uploads")
+            .len();
+        if n == expect || tokio::time::Instant::now() > deadline {
+            return n;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// InitiateMultipartUpload cancelled at each await point leaves no upload
+/// behind (before the fix, one cancelled after the om created it stayed,
+/// unknown to the caller, and kept its bucket from being deleted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initiate_cancelled_at_every_await_point_leaves_no_upload() {
+    let cluster = MiniCluster::start(minicluster::MiniClusterConfig::default())
+        .await
+        .expect("cluster");
+    let client = cluster.client_with(test_config()).await.expect("client");
+    replicated_bucket(&client, "u", 1 << 20).await;
+    for n in 1..=MAX_POLLS {
+        let init = client.initiate_multipart_upload("u", "k", None, BTreeMap::new());
+        match CancelAtPoll::new(init, n).await {
+            Cancelled::Dropped => {
+                assert_eq!(uploads_after_aborts(&client, "u", 0).await, 0, "poll {n}");
+            }
+            Cancelled::Finished(r) => {
+                r.expect("an uncancelled initiate succeeds");
+                assert_eq!(uploads_after_aborts(&client, "u", 1).await, 1);
+                assert!(n > 2, "initiate suspended only {} times", n - 1);
+                cluster.shutdown().await;
+                return;
+            }
+        }
+    }
+    panic!("initiate did not finish within {MAX_POLLS} polls");
+}

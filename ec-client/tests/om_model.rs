@@ -2,7 +2,8 @@
 //! (issue 11, part 2): proptest generates steps of 1–3 operations (create
 //! and delete bucket, put key, open and abort a key, delete key, multipart
 //! initiate, upload part, complete, abort), each step's operations run at
-//! once from separate tasks against a real om over gRPC, and then
+//! once from separate tasks against a real om over gRPC (reads of a key's
+//! length and an upload's parts among them), and then
 //! - some serial order of the step's operations, applied to a `BTreeMap`
 //!   model, gives every result the om gave (the value, or the error's name),
 //! - and the om's state afterwards (buckets, keys with their bytes, uploads
@@ -71,6 +72,15 @@ enum Op {
     Abort {
         slot: usize,
     },
+    /// Reads a key's length (isolation: never a half-done commit).
+    Lookup {
+        bucket: usize,
+        key: usize,
+    },
+    /// Reads an upload's parts.
+    ListParts {
+        slot: usize,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -97,13 +107,13 @@ fn op() -> impl Strategy<Value = Op> {
             part,
             tag
         }),
-        (0..2usize, prop::collection::btree_map(1..=2u32, tag, 1..=2)).prop_map(|(slot, parts)| {
-            Op::Complete {
-                slot,
-                parts: parts.into_iter().collect(),
-            }
-        }),
+        // Mostly well-formed part lists; sometimes empty, repeated or
+        // out of order ones.
+        (0..2usize, prop::collection::vec((1..=2u32, tag), 0..=3))
+            .prop_map(|(slot, parts)| Op::Complete { slot, parts }),
         (0..2usize).prop_map(|slot| Op::Abort { slot }),
+        (0..BUCKETS.len(), 0..KEYS.len()).prop_map(|(bucket, key)| Op::Lookup { bucket, key }),
+        (0..2usize).prop_map(|slot| Op::ListParts { slot }),
     ]
 }
 
@@ -116,6 +126,8 @@ enum Outcome {
     Len(u64),
     /// An upload was initiated with this id.
     Upload(String),
+    /// An upload's (part number, ETag) pairs.
+    Parts(Vec<(u32, String)>),
     Err(String),
 }
 
@@ -231,6 +243,12 @@ impl State {
                     return err("NO_SUCH_UPLOAD");
                 };
                 let u = &self.uploads[id];
+                if parts.is_empty() {
+                    return err("INVALID_PART");
+                }
+                if parts.windows(2).any(|w| w[1].0 <= w[0].0) {
+                    return err("INVALID_PART_ORDER");
+                }
                 let mut data = Vec::new();
                 for (n, tag) in parts {
                     match u.parts.get(n) {
@@ -250,6 +268,27 @@ impl State {
             Op::Abort { slot } => {
                 match slots[*slot].as_ref().and_then(|id| self.uploads.remove(id)) {
                     Some(_) => Outcome::Ok,
+                    None => err("NO_SUCH_UPLOAD"),
+                }
+            }
+            Op::Lookup { bucket, key } => {
+                let b = BUCKETS[*bucket];
+                if !self.buckets.contains(b) {
+                    return err("BUCKET_NOT_FOUND");
+                }
+                match self.keys.get(&(b.to_string(), KEYS[*key].to_string())) {
+                    Some(data) => Outcome::Len(data.len() as u64),
+                    None => err("KEY_NOT_FOUND"),
+                }
+            }
+            Op::ListParts { slot } => {
+                match slots[*slot].as_ref().and_then(|id| self.uploads.get(id)) {
+                    Some(u) => Outcome::Parts(
+                        u.parts
+                            .iter()
+                            .map(|(n, (etag, _))| (*n, etag.clone()))
+                            .collect(),
+                    ),
                     None => err("NO_SUCH_UPLOAD"),
                 }
             }
@@ -338,6 +377,19 @@ async fn run_op(client: &Client, op: &Op, slots: &[Option<String>; 2]) -> Outcom
         Op::Abort { slot } => outcome_of(client.abort_multipart_upload(&id(*slot)).await, |()| {
             Outcome::Ok
         }),
+        Op::Lookup { bucket, key } => {
+            outcome_of(client.key_info(BUCKETS[*bucket], KEYS[*key]).await, |k| {
+                Outcome::Len(k.length)
+            })
+        }
+        Op::ListParts { slot } => outcome_of(client.list_parts(&id(*slot)).await, |u| {
+            Outcome::Parts(
+                u.parts
+                    .into_iter()
+                    .map(|p| (p.part_number, p.etag))
+                    .collect(),
+            )
+        }),
     }
 }
 
@@ -408,10 +460,22 @@ async fn check(steps: Vec<Vec<Op>>) -> Result<(), String> {
     let cluster = MiniCluster::start(MiniClusterConfig::default())
         .await
         .map_err(|e| e.to_string())?;
+    // 512-byte chunks: every key and part, abandoned ones included,
+    // allocates a block and writes to it.
+    let config = common::test_config().with_replicated_chunk_size(512);
     let clients = [
-        cluster.client().await.map_err(|e| e.to_string())?,
-        cluster.client().await.map_err(|e| e.to_string())?,
-        cluster.client().await.map_err(|e| e.to_string())?,
+        cluster
+            .client_with(config.clone())
+            .await
+            .map_err(|e| e.to_string())?,
+        cluster
+            .client_with(config.clone())
+            .await
+            .map_err(|e| e.to_string())?,
+        cluster
+            .client_with(config)
+            .await
+            .map_err(|e| e.to_string())?,
     ];
     let mut model = State::default();
     let mut slots: [Option<String>; 2] = [None, None];

@@ -128,6 +128,11 @@ impl Default for ProcessTimings {
     }
 }
 
+/// Longest wait for a process's `serving on` line.
+pub const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// Tries of a start before it counts as failed.
+pub const START_ATTEMPTS: u32 = 3;
+
 /// One managed process: its command line, and the child while it runs.
 #[derive(Debug)]
 struct Managed {
@@ -144,8 +149,32 @@ struct Managed {
 
 impl Managed {
     /// Starts the process (on its previous port, if it had one) and waits
-    /// for its `serving on` line.
+    /// for its `serving on` line, at most [`START_TIMEOUT`]. A restart that
+    /// fails (the old port taken for a moment by another socket) is tried
+    /// again, [`START_ATTEMPTS`] times in all.
     async fn start(&mut self) -> Result<(), ProcessError> {
+        let mut attempt = 1;
+        loop {
+            let result = match tokio::time::timeout(START_TIMEOUT, self.start_once()).await {
+                Ok(r) => r,
+                Err(_) => Err(ProcessError::DidNotStart {
+                    name: self.name.clone(),
+                    why: format!("no `serving on` line within {START_TIMEOUT:?}"),
+                    log: self.log.clone(),
+                }),
+            };
+            match result {
+                Err(ProcessError::DidNotStart { .. }) if attempt < START_ATTEMPTS => {
+                    self.kill().await?;
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    async fn start_once(&mut self) -> Result<(), ProcessError> {
         let listen = self
             .address
             .map_or_else(|| "127.0.0.1:0".to_string(), |a| a.to_string());
@@ -164,7 +193,7 @@ impl Managed {
             .map_err(io("duplicating the log handle"))?
             .into_std()
             .await;
-        let mut child = Command::new(&self.program)
+        let child = Command::new(&self.program)
             .arg("--listen")
             .arg(&listen)
             .arg("--data-dir")
@@ -177,6 +206,8 @@ impl Managed {
             .kill_on_drop(true)
             .spawn()
             .map_err(io(format!("spawning {}", self.program.display())))?;
+        // Held here until it serves: a timeout drops (and kills) it.
+        let child = self.child.insert(child);
         let stdout = child
             .stdout
             .take()
@@ -193,6 +224,7 @@ impl Managed {
                 .map_err(io(format!("reading {}'s output", self.name)))?;
             let Some(line) = line else {
                 let status = child.wait().await.map_err(io("waiting for the child"))?;
+                self.child = None;
                 return Err(ProcessError::DidNotStart {
                     name: self.name.clone(),
                     why: format!("exited with {status} before serving"),
@@ -220,7 +252,6 @@ impl Managed {
             }
         });
         self.address = Some(address);
-        self.child = Some(child);
         self.starts += 1;
         Ok(())
     }
@@ -375,19 +406,23 @@ impl ProcessCluster {
         }
     }
 
-    /// How many lines of the datanodes' logs contain each of `needles`
-    /// (e.g. the recovery messages a restart prints). Unreadable logs count 0.
-    #[must_use]
-    pub fn datanode_log_counts(&self, needles: &[&str; 2]) -> (u64, u64) {
-        let mut counts = (0, 0);
+    /// What the datanodes' start-up recovery reclaimed over all their
+    /// starts, counted from the messages it logs
+    /// ([`datanode::RECOVERY_ORPHAN_LOG`], [`datanode::RECOVERY_TAIL_LOG`]).
+    ///
+    /// # Errors
+    /// I/O errors reading the logs.
+    pub fn datanode_recoveries(&self) -> Result<LoggedRecoveries, ProcessError> {
+        let mut r = LoggedRecoveries::default();
         for d in &self.datanodes {
-            let text = std::fs::read_to_string(&d.log).unwrap_or_default();
+            let text = std::fs::read_to_string(&d.log)
+                .map_err(io(format!("reading {}", d.log.display())))?;
             for line in text.lines() {
-                counts.0 += u64::from(line.contains(needles[0]));
-                counts.1 += u64::from(line.contains(needles[1]));
+                r.orphans_removed += u64::from(line.contains(datanode::RECOVERY_ORPHAN_LOG));
+                r.tails_truncated += u64::from(line.contains(datanode::RECOVERY_TAIL_LOG));
             }
         }
-        counts
+        Ok(r)
     }
 
     /// SIGKILLs every process.
@@ -400,6 +435,16 @@ impl ProcessCluster {
         }
         self.om.kill().await
     }
+}
+
+/// Block files the datanodes reclaimed at their starts (see
+/// [`ProcessCluster::datanode_recoveries`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoggedRecoveries {
+    /// Files with no committed metadata, removed.
+    pub orphans_removed: u64,
+    /// Files truncated to their committed length.
+    pub tails_truncated: u64,
 }
 
 /// A process of a [`ProcessCluster`].

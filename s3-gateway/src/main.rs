@@ -32,6 +32,10 @@ async fn main() -> anyhow::Result<()> {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
+        // Logs on stderr; stdout carries only the `serving on` line that
+        // scripts and test harnesses read the address from.
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
     let client = Client::connect(&args.om, ClientConfig::default())
