@@ -101,9 +101,19 @@ pub enum DatanodeError {
         /// The holder is this process (an earlier incarnation still closing).
         this_process: bool,
     },
-    /// The metadata database failed.
+    /// The metadata database failed (redb's error, typed).
     #[error("metadata database: {0}")]
-    Db(String),
+    Db(#[from] redb::Error),
+    /// A stored block record does not decode (the database is corrupt or
+    /// was written by an incompatible version).
+    #[error("block record {key:?} is corrupt: {source}")]
+    CorruptRecord {
+        /// (container id, local id) of the record.
+        key: (u64, u64),
+        /// The decoding failure.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 impl DatanodeError {
@@ -121,7 +131,9 @@ impl DatanodeError {
             Self::BlockDeleted { .. } => ResultCode::NoSuchBlock,
             Self::InvalidArgument(_) => ResultCode::InvalidArgument,
             Self::Io { .. } => ResultCode::IoException,
-            Self::DataDirInUse { .. } | Self::Db(_) => ResultCode::Internal,
+            Self::DataDirInUse { .. } | Self::Db(_) | Self::CorruptRecord { .. } => {
+                ResultCode::Internal
+            }
         }
     }
 
@@ -139,20 +151,4 @@ impl From<DatanodeError> for tonic::Status {
     }
 }
 
-macro_rules! db_error {
-    ($($t:ty),*) => {$(
-        impl From<$t> for DatanodeError {
-            fn from(e: $t) -> Self {
-                Self::Db(e.to_string())
-            }
-        }
-    )*};
-}
-db_error!(
-    redb::Error,
-    redb::DatabaseError,
-    redb::TransactionError,
-    redb::TableError,
-    redb::StorageError,
-    redb::CommitError
-);
+proto_crate::redb_error_conversions!(DatanodeError, Db);

@@ -21,22 +21,13 @@ use crate::storage::ContainerStore;
 /// zeros if it cannot be read.
 #[must_use]
 pub fn filesystem_space(path: &Path) -> (u64, u64) {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-        return (0, 0);
-    };
-    // SAFETY: `c` is a valid NUL-terminated path and `st` a properly sized,
-    // zero-initialised out-parameter that statvfs fills in.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::statvfs(c.as_ptr(), &raw mut st) };
-    if rc != 0 {
-        return (0, 0);
+    match rustix::fs::statvfs(path) {
+        Ok(st) => (
+            st.f_blocks.saturating_mul(st.f_frsize),
+            st.f_bavail.saturating_mul(st.f_frsize),
+        ),
+        Err(_) => (0, 0),
     }
-    let frsize = st.f_frsize as u64;
-    (
-        (st.f_blocks as u64).saturating_mul(frsize),
-        (st.f_bavail as u64).saturating_mul(frsize),
-    )
 }
 
 fn request(

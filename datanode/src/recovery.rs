@@ -55,12 +55,13 @@ pub(crate) fn load(db: &Database) -> Result<Loaded, DatanodeError> {
     let read = db.begin_read()?;
     for entry in read.open_table(BLOCKS)?.iter()? {
         let (k, v) = entry?;
-        let wire = pb::BlockData::decode(v.value()).map_err(|e| {
-            DatanodeError::Db(format!("block record {:?} does not decode: {e}", k.value()))
-        })?;
-        let data = BlockData::try_from(wire).map_err(|e| {
-            DatanodeError::Db(format!("block record {:?} is invalid: {e}", k.value()))
-        })?;
+        let corrupt =
+            |source: Box<dyn std::error::Error + Send + Sync>| DatanodeError::CorruptRecord {
+                key: k.value(),
+                source,
+            };
+        let wire = pb::BlockData::decode(v.value()).map_err(|e| corrupt(Box::new(e)))?;
+        let data = BlockData::try_from(wire).map_err(|e| corrupt(Box::new(e)))?;
         loaded.committed.insert(k.value(), Arc::new(data));
     }
     for entry in read.open_table(CONTAINERS)?.iter()? {

@@ -158,8 +158,8 @@ async fn open_store(dir: &Path, options: StoreOptions) -> Result<ContainerStore,
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 waited += Duration::from_millis(20);
             }
-            Err(DatanodeError::Db(msg))
-                if msg.contains("already open") && waited < Duration::from_secs(10) =>
+            Err(DatanodeError::Db(redb::Error::DatabaseAlreadyOpen))
+                if waited < Duration::from_secs(10) =>
             {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 waited += Duration::from_millis(20);

@@ -89,7 +89,7 @@ pub struct ECKeyOutputStream {
     sink: Sink,
     counters: Arc<WriteCounters>,
     /// Set once a flush failed; every later call reports it.
-    failed: Option<String>,
+    failed: Option<Arc<ClientError>>,
     /// Set while a `write` runs; still set at the next call means that
     /// call's future was dropped mid-way (cancelled): a stripe it had taken
     /// from the buffer may be neither queued nor written.
@@ -215,9 +215,9 @@ impl ECKeyOutputStream {
             });
         }
         match &self.failed {
-            Some(why) => Err(ClientError::WriteAborted {
+            Some(cause) => Err(ClientError::WriteAborted {
                 key: format!("{}/{}", self.bucket, self.key),
-                cause: why.clone(),
+                cause: Arc::clone(cause),
             }),
             None => Ok(()),
         }
@@ -225,8 +225,12 @@ impl ECKeyOutputStream {
 
     /// Records `e` as the writer's failure and returns it.
     fn fail(&mut self, e: ClientError) -> ClientError {
-        self.failed = Some(e.to_string());
-        e
+        let cause = Arc::new(e);
+        self.failed = Some(Arc::clone(&cause));
+        ClientError::WriteAborted {
+            key: format!("{}/{}", self.bucket, self.key),
+            cause,
+        }
     }
 
     /// Appends `buf` to the key. Returns once the bytes are buffered or

@@ -2,7 +2,7 @@
 
 use block_stream::BlockStreamError;
 use ec_codec::EcError;
-use proto_crate::{BlockId, ProtocolError};
+use proto_crate::{BlockId, OmErrorCode, ProtocolError};
 
 /// Result alias of this crate.
 pub type Result<T, E = ClientError> = std::result::Result<T, E>;
@@ -12,14 +12,15 @@ pub type Result<T, E = ClientError> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum ClientError {
     /// The om refused or failed an operation.
-    #[error("om {op} failed ({name}): {message}")]
+    #[error("om {op} failed ({code}): {message}")]
     Om {
         /// The om operation.
         op: &'static str,
-        /// The om's error name (`KEY_NOT_FOUND`, `NOT_ENOUGH_DATANODES`, ...)
-        /// or the gRPC code when the om attached none.
-        name: String,
-        /// The om's message.
+        /// The om's error code (`KeyNotFound`, `NotEnoughDatanodes`, ...);
+        /// `Unavailable` when the call did not reach the om,
+        /// `Unspecified` when it came back without a code.
+        code: OmErrorCode,
+        /// The om's message (with the gRPC code when the om attached none).
         message: String,
     },
     /// The key does not exist.
@@ -69,7 +70,8 @@ pub enum ClientError {
     /// rewriting it on new block groups.
     #[error(
         "write of stripe/chunk {stripe} failed after {attempts} attempts \
-         (excluded datanodes: {excluded:?}): {cause}"
+         (excluded datanodes: {excluded:?}){}",
+        previous.as_ref().map(|p| format!(", after: {p}")).unwrap_or_default()
     )]
     WriteFailed {
         /// Position of the stripe or chunk in the key, from 0.
@@ -78,16 +80,23 @@ pub enum ClientError {
         attempts: u32,
         /// Datanode uuids excluded along the way.
         excluded: Vec<String>,
+        /// The datanode failure that led to the last exclusion, when the
+        /// last failure (`cause`) was the om's refusal of a new group.
+        previous: Option<String>,
         /// The last failure.
-        cause: String,
+        #[source]
+        cause: Box<ClientError>,
     },
-    /// The writer failed earlier; this call cannot proceed.
-    #[error("writer of {key} failed earlier: {cause}")]
+    /// The writer failed (now or earlier); no call can proceed and `close`
+    /// commits nothing. Every call after a failure returns this, with the
+    /// original failure as its source.
+    #[error("writer of {key} failed")]
     WriteAborted {
         /// `bucket/key`.
         key: String,
         /// The original failure.
-        cause: String,
+        #[source]
+        cause: std::sync::Arc<ClientError>,
     },
     /// An earlier `write` or `hsync` of this writer was cancelled (its
     /// future dropped) before it finished: what reached the datanodes is
@@ -127,6 +136,35 @@ pub enum ClientError {
         /// Why.
         message: String,
     },
+}
+
+impl ClientError {
+    /// Whether trying again later (the same call, or for a writer that
+    /// failed, writing the key again) may succeed: the om, datanodes or the
+    /// network were unavailable, timed out or out of room, or a write was
+    /// cancelled. Missing keys, bad arguments and corrupt metadata are not
+    /// retryable. An S3 gateway answers retryable errors with 503.
+    #[must_use]
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Om { code, .. } => code.is_retryable(),
+            Self::OmTimeout { .. }
+            | Self::Connect { .. }
+            | Self::InsufficientLocations { .. }
+            | Self::WriteCancelled { .. } => true,
+            Self::BlockStream(e) => e.is_location_failure(),
+            Self::WriteFailed { cause, .. } => cause.is_retryable(),
+            Self::WriteAborted { cause, .. } => cause.is_retryable(),
+            Self::KeyNotFound { .. }
+            | Self::BucketNotFound(_)
+            | Self::Ec(_)
+            | Self::Protocol(_)
+            | Self::UnexpectedEof { .. }
+            | Self::Unsupported(_)
+            | Self::InvalidArgument(_)
+            | Self::TaskLost(_) => false,
+        }
+    }
 }
 
 impl From<ClientError> for std::io::Error {

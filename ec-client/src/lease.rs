@@ -29,7 +29,10 @@ impl LeaseKeeper {
                 tokio::time::sleep(period).await;
                 match om.renew_key(session_id).await {
                     Ok(()) => {}
-                    Err(ClientError::Om { name, .. }) if name == "NO_SUCH_SESSION" => return,
+                    Err(ClientError::Om {
+                        code: proto_crate::OmErrorCode::NoSuchSession,
+                        ..
+                    }) => return,
                     Err(e) => {
                         tracing::debug!(session = session_id, error = %e, "renewing the lease failed; retrying");
                     }

@@ -46,9 +46,9 @@ pub use key_input::KeyInputStream;
 pub use key_output::KeyOutputStream;
 pub use metrics::{EcReadMetrics, EcReadSnapshot};
 pub use om_client::Committed;
-pub use proto_crate::MULTIPART_PART_SIZES_KEY;
 pub use proto_crate::{
     BucketInfo, DatanodeDetails, KeyInfo, MultipartUpload, PartInfo, ReplicationConfig,
 };
+pub use proto_crate::{MULTIPART_PART_SIZES_KEY, OmErrorCode};
 pub use replicated_output::ReplicatedKeyOutputStream;
 pub use stripe_writer::EcWriteProgress;

@@ -7,17 +7,14 @@ use std::time::Duration;
 use proto_crate::wire::om as pb;
 use proto_crate::wire::om::ozone_manager_service_client::OzoneManagerServiceClient;
 use proto_crate::{
-    BlockGroup, BucketInfo, DatanodeDetails, KeyInfo, MultipartUpload, PartInfo, ProtocolError,
-    ReplicationConfig,
+    BlockGroup, BucketInfo, DatanodeDetails, KeyInfo, MultipartUpload, OmErrorCode, PartInfo,
+    ProtocolError, ReplicationConfig,
 };
 use tonic::Status;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::session::{OpenedKey, SessionGrant, Undo, guarded, open_guarded};
 use crate::{ClientError, Result};
-
-/// Header the om attaches to failed calls with its error's name (see the `om` crate).
-const OM_ERROR_HEADER: &str = "x-om-error";
 
 /// A connected om client (Ozone's `OzoneManagerProtocolClientSideTranslatorPB`, reduced).
 #[derive(Debug, Clone)]
@@ -74,24 +71,36 @@ impl Committed {
 
 fn bucket_not_found(e: ClientError, bucket: &str) -> ClientError {
     match e {
-        ClientError::Om { name, .. } if name == "BUCKET_NOT_FOUND" => {
-            ClientError::BucketNotFound(bucket.to_string())
-        }
+        ClientError::Om {
+            code: OmErrorCode::BucketNotFound,
+            ..
+        } => ClientError::BucketNotFound(bucket.to_string()),
+        e => e,
+    }
+}
+
+fn key_not_found(e: ClientError, bucket: &str, key: &str) -> ClientError {
+    match e {
+        ClientError::Om {
+            code: OmErrorCode::KeyNotFound,
+            ..
+        } => ClientError::KeyNotFound {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+        },
         e => e,
     }
 }
 
 fn om_error(op: &'static str, s: &Status) -> ClientError {
-    let name = s
-        .metadata()
-        .get(OM_ERROR_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map_or_else(|| format!("{:?}", s.code()), str::to_string);
-    ClientError::Om {
-        op,
-        name,
-        message: s.message().to_string(),
-    }
+    let code = OmErrorCode::of(s);
+    let message = if code == OmErrorCode::Unspecified || code == OmErrorCode::Unavailable {
+        // No om code, or a transport failure: keep the gRPC code in view.
+        format!("{:?}: {}", s.code(), s.message())
+    } else {
+        s.message().to_string()
+    };
+    ClientError::Om { op, code, message }
 }
 
 impl OmClient {
@@ -177,12 +186,7 @@ impl OmClient {
                 }),
             )
             .await
-            .map_err(|e| match e {
-                ClientError::Om { name: n, .. } if n == "BUCKET_NOT_FOUND" => {
-                    ClientError::BucketNotFound(name.to_string())
-                }
-                e => e,
-            })?;
+            .map_err(|e| bucket_not_found(e, name))?;
         Ok(r.bucket
             .ok_or(ProtocolError::MissingField("bucket"))?
             .try_into()?)
@@ -472,15 +476,7 @@ impl OmClient {
                 }),
             )
             .await
-            .map_err(|e| match e {
-                ClientError::Om { name, .. } if name == "KEY_NOT_FOUND" => {
-                    ClientError::KeyNotFound {
-                        bucket: bucket.to_string(),
-                        key: key.to_string(),
-                    }
-                }
-                e => e,
-            })?;
+            .map_err(|e| key_not_found(e, bucket, key))?;
         Ok(r.key
             .ok_or(ProtocolError::MissingField("key"))?
             .try_into()?)
@@ -521,13 +517,7 @@ impl OmClient {
             }),
         )
         .await
-        .map_err(|e| match e {
-            ClientError::Om { name, .. } if name == "KEY_NOT_FOUND" => ClientError::KeyNotFound {
-                bucket: bucket.to_string(),
-                key: key.to_string(),
-            },
-            e => e,
-        })?;
+        .map_err(|e| key_not_found(e, bucket, key))?;
         Ok(())
     }
 }

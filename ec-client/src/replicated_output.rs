@@ -43,7 +43,7 @@ pub struct ReplicatedKeyOutputStream {
     excluded: BTreeSet<String>,
     acked: u64,
     chunks_written: u64,
-    failed: Option<String>,
+    failed: Option<Arc<ClientError>>,
     /// Set while a `write` or `hsync` runs; still set at the next
     /// call means that call's future was dropped mid-way (cancelled), and
     /// the chunk it had taken from the buffer may be lost.
@@ -118,7 +118,7 @@ impl ReplicatedKeyOutputStream {
         match &self.failed {
             Some(cause) => Err(ClientError::WriteAborted {
                 key: format!("{}/{}", self.bucket, self.key),
-                cause: cause.clone(),
+                cause: Arc::clone(cause),
             }),
             None => Ok(()),
         }
@@ -178,11 +178,11 @@ impl ReplicatedKeyOutputStream {
             &mut self.buffer,
             Vec::with_capacity(self.chunk_size),
         ));
-        let result = self.write_chunk(data).await;
-        if let Err(e) = &result {
-            self.failed = Some(e.to_string());
+        if let Err(e) = self.write_chunk(data).await {
+            self.failed = Some(Arc::new(e));
+            return self.check_failed();
         }
-        result
+        Ok(())
     }
 
     async fn write_chunk(&mut self, data: Bytes) -> Result<()> {
@@ -198,10 +198,8 @@ impl ReplicatedKeyOutputStream {
                         stripe: self.chunks_written,
                         attempts,
                         excluded: self.excluded.iter().cloned().collect(),
-                        cause: format!(
-                            "{}; then no new block: {e}",
-                            last_cause.unwrap_or_default()
-                        ),
+                        previous: last_cause,
+                        cause: Box::new(e),
                     });
                 }
                 Err(e) => return Err(e),
@@ -243,7 +241,8 @@ impl ReplicatedKeyOutputStream {
                             stripe: self.chunks_written,
                             attempts,
                             excluded: self.excluded.iter().cloned().collect(),
-                            cause: e.to_string(),
+                            previous: None,
+                            cause: Box::new(e.into()),
                         });
                     }
                     last_cause = Some(e.to_string());

@@ -211,10 +211,8 @@ impl StripeWriter {
                         stripe: stripe.seq,
                         attempts,
                         excluded: self.excluded.iter().cloned().collect(),
-                        cause: format!(
-                            "{}; then no new block group: {e}",
-                            last_cause.unwrap_or_default()
-                        ),
+                        previous: last_cause,
+                        cause: Box::new(e),
                     });
                 }
                 Err(e) => return Err(e),
@@ -228,16 +226,24 @@ impl StripeWriter {
                     tracing::debug!(stripe = stripe.seq, ?failed_uuids, error = ?first, "stripe write failed; rewriting on a new group");
                     self.excluded.extend(failed_uuids);
                     self.close_group_at_acked();
-                    let cause = first.map_or_else(|| "unknown".to_string(), |e| e.to_string());
+                    let cause = first.map_or_else(
+                        || {
+                            ClientError::InvalidArgument(
+                                "a stripe write failed without an error".into(),
+                            )
+                        },
+                        ClientError::from,
+                    );
                     if attempts > self.max_retries {
                         return Err(ClientError::WriteFailed {
                             stripe: stripe.seq,
                             attempts,
                             excluded: self.excluded.iter().cloned().collect(),
-                            cause,
+                            previous: None,
+                            cause: Box::new(cause),
                         });
                     }
-                    last_cause = Some(cause);
+                    last_cause = Some(cause.to_string());
                     self.counters.rewritten.fetch_add(1, Ordering::Relaxed);
                 }
             }

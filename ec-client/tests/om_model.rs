@@ -299,7 +299,7 @@ impl State {
 fn outcome_of<T>(r: Result<T, ClientError>, ok: impl FnOnce(T) -> Outcome) -> Outcome {
     match r {
         Ok(v) => ok(v),
-        Err(ClientError::Om { name, .. }) => Outcome::Err(name),
+        Err(ClientError::Om { code, .. }) => Outcome::Err(code.name().to_string()),
         Err(ClientError::BucketNotFound(_)) => err("BUCKET_NOT_FOUND"),
         Err(ClientError::KeyNotFound { .. }) => err("KEY_NOT_FOUND"),
         Err(e) => Outcome::Err(format!("unexpected: {e}")),

@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 use common::{cluster, data, replicated_bucket};
 use ec_client::ClientError;
 
-fn om_error(e: &ClientError) -> &str {
+fn om_error(e: &ClientError) -> &'static str {
     match e {
-        ClientError::Om { name, .. } => name,
+        ClientError::Om { code, .. } => code.name(),
         _ => "",
     }
 }

@@ -77,7 +77,7 @@ async fn check_round_trip(client: &ec_client::Client, bucket: &str, len: u64) {
     let err = stream
         .read_exact_at(len.saturating_sub(8), &mut buf)
         .await
-        .unwrap_err();
+        .expect_err("a read past the end fails");
     assert!(
         matches!(err, ec_client::ClientError::UnexpectedEof { .. }),
         "{err}"

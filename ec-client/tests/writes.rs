@@ -226,8 +226,17 @@ async fn every_datanode_failing_commits_nothing() {
         .write(b"x")
         .await
         .expect_err("flush error surfaces at the next write");
-    let text = err.to_string();
-    assert!(matches!(err, ClientError::WriteFailed { .. }), "{text}");
+    // The writer's failure, with the flush stage's as its source.
+    let text = format!("{err}: {:?}", std::error::Error::source(&err));
+    assert!(
+        matches!(&err, ClientError::WriteAborted { cause, .. }
+            if matches!(**cause, ClientError::WriteFailed { .. })),
+        "{text}"
+    );
+    assert!(
+        err.is_retryable(),
+        "datanodes down: worth writing again later"
+    );
     assert!(w.write(b"y").await.is_err(), "writer stays failed");
     assert!(w.close().await.is_err());
     assert!(matches!(

@@ -290,9 +290,8 @@ impl OzoneManager {
         let grace = u64::try_from(self.config.deletion_grace.as_millis()).unwrap_or(u64::MAX);
         let now = crate::manager::now_ms();
         let due = now.saturating_sub(grace);
-        let batches = tokio::task::spawn_blocking(move || om.deletion_batches(DELETE_BATCH, due))
-            .await
-            .map_err(|e| OmError::Db(format!("deletion log task: {e}")))??;
+        let batches =
+            tokio::task::spawn_blocking(move || om.deletion_batches(DELETE_BATCH, due)).await??;
         let healthy: std::collections::HashSet<String> = self
             .datanode_statuses()
             .into_iter()
@@ -341,9 +340,7 @@ impl OzoneManager {
 }
 
 async fn spawn_db(f: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| OmError::Db(format!("deletion log task: {e}")))?
+    tokio::task::spawn_blocking(f).await?
 }
 
 async fn send_delete(

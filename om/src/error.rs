@@ -1,9 +1,7 @@
 //! The om's error, and its mapping to gRPC statuses (and back, for clients).
 
-use tonic::{Code, Status};
-
-/// Metadata header carrying an [`OmError`]'s stable name on a failed call.
-pub const OM_ERROR_HEADER: &str = "x-om-error";
+use proto_crate::OmErrorCode;
+use tonic::Status;
 
 /// Why an om operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -81,88 +79,59 @@ pub enum OmError {
     /// Another process owns the om's data dir (the message names it).
     #[error("{0}")]
     DataDirInUse(String),
-    /// The metadata database failed.
+    /// Locking the data dir failed for another reason (I/O).
+    #[error("locking the data dir: {0}")]
+    DataDirLock(#[source] proto_crate::DirLockError),
+    /// The metadata database failed (redb's error, typed).
     #[error("metadata database: {0}")]
-    Db(String),
+    Db(#[from] redb::Error),
+    /// A stored record does not decode (the database is corrupt or was
+    /// written by an incompatible version).
+    #[error("{what} record is corrupt: {source}")]
+    CorruptRecord {
+        /// What the record holds (bucket, key, upload, ...).
+        what: String,
+        /// The decoding failure.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A database task on the blocking pool panicked or was cancelled.
+    #[error("database task: {0}")]
+    Task(#[from] tokio::task::JoinError),
 }
 
 impl OmError {
-    /// Stable name, sent in the [`OM_ERROR_HEADER`] header.
+    /// The code clients see (sent in `proto_crate::OM_ERROR_HEADER`).
     #[must_use]
-    pub fn name(&self) -> &'static str {
+    pub fn code(&self) -> OmErrorCode {
         match self {
-            Self::BucketNotFound(_) => "BUCKET_NOT_FOUND",
-            Self::BucketAlreadyExists(_) => "BUCKET_ALREADY_EXISTS",
-            Self::BucketNotEmpty(_) => "BUCKET_NOT_EMPTY",
-            Self::KeyNotFound { .. } => "KEY_NOT_FOUND",
-            Self::NoSuchSession(_) => "NO_SUCH_SESSION",
-            Self::NotEnoughDatanodes { .. } => "NOT_ENOUGH_DATANODES",
-            Self::TooManyOpenSessions { .. } => "TOO_MANY_OPEN_SESSIONS",
-            Self::InvalidArgument(_) => "INVALID_ARGUMENT",
-            Self::ReplicationFailed(_) => "REPLICATION_FAILED",
-            Self::NoSuchUpload(_) => "NO_SUCH_UPLOAD",
-            Self::InvalidPart(_) => "INVALID_PART",
-            Self::InvalidPartOrder(_) => "INVALID_PART_ORDER",
-            Self::EntityTooSmall(_) => "ENTITY_TOO_SMALL",
-            Self::Unreachable(_) => "UNAVAILABLE",
-            Self::DataDirInUse(_) | Self::Db(_) => "INTERNAL",
-        }
-    }
-
-    fn code(&self) -> Code {
-        match self {
-            Self::BucketNotFound(_) | Self::KeyNotFound { .. } | Self::NoSuchSession(_) => {
-                Code::NotFound
-            }
-            Self::BucketAlreadyExists(_) => Code::AlreadyExists,
-            Self::BucketNotEmpty(_) => Code::FailedPrecondition,
-            Self::NotEnoughDatanodes { .. } | Self::TooManyOpenSessions { .. } => {
-                Code::ResourceExhausted
-            }
-            Self::InvalidArgument(_) => Code::InvalidArgument,
-            Self::ReplicationFailed(_) | Self::Unreachable(_) => Code::Unavailable,
-            Self::NoSuchUpload(_) => Code::NotFound,
-            Self::InvalidPart(_) | Self::InvalidPartOrder(_) | Self::EntityTooSmall(_) => {
-                Code::InvalidArgument
-            }
-            Self::DataDirInUse(_) | Self::Db(_) => Code::Internal,
+            Self::BucketNotFound(_) => OmErrorCode::BucketNotFound,
+            Self::BucketAlreadyExists(_) => OmErrorCode::BucketAlreadyExists,
+            Self::BucketNotEmpty(_) => OmErrorCode::BucketNotEmpty,
+            Self::KeyNotFound { .. } => OmErrorCode::KeyNotFound,
+            Self::NoSuchSession(_) => OmErrorCode::NoSuchSession,
+            Self::NotEnoughDatanodes { .. } => OmErrorCode::NotEnoughDatanodes,
+            Self::TooManyOpenSessions { .. } => OmErrorCode::TooManyOpenSessions,
+            Self::InvalidArgument(_) => OmErrorCode::InvalidArgument,
+            Self::ReplicationFailed(_) => OmErrorCode::ReplicationFailed,
+            Self::NoSuchUpload(_) => OmErrorCode::NoSuchUpload,
+            Self::InvalidPart(_) => OmErrorCode::InvalidPart,
+            Self::InvalidPartOrder(_) => OmErrorCode::InvalidPartOrder,
+            Self::EntityTooSmall(_) => OmErrorCode::EntityTooSmall,
+            Self::Unreachable(_) => OmErrorCode::Unavailable,
+            Self::DataDirInUse(_)
+            | Self::DataDirLock(_)
+            | Self::Db(_)
+            | Self::CorruptRecord { .. }
+            | Self::Task(_) => OmErrorCode::Internal,
         }
     }
 }
 
 impl From<OmError> for Status {
     fn from(e: OmError) -> Self {
-        let mut s = Status::new(e.code(), e.to_string());
-        if let Ok(v) = e.name().parse() {
-            s.metadata_mut().insert(OM_ERROR_HEADER, v);
-        }
-        s
+        e.code().status(e.to_string())
     }
 }
 
-/// The [`OmError::name`] a failed om call carried, if any.
-#[must_use]
-pub fn om_error_name(status: &Status) -> Option<&str> {
-    status
-        .metadata()
-        .get(OM_ERROR_HEADER)
-        .and_then(|v| v.to_str().ok())
-}
-
-macro_rules! db_error {
-    ($($t:ty),*) => {$(
-        impl From<$t> for OmError {
-            fn from(e: $t) -> Self {
-                Self::Db(e.to_string())
-            }
-        }
-    )*};
-}
-db_error!(
-    redb::Error,
-    redb::DatabaseError,
-    redb::TransactionError,
-    redb::TableError,
-    redb::StorageError,
-    redb::CommitError
-);
+proto_crate::redb_error_conversions!(OmError, Db);

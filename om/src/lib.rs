@@ -15,7 +15,7 @@
 //! - [`add_replica`] / [`OmAdminGrpc`]: copy an EC replica to another
 //!   datanode and record it as a spare location (Ozone's EC replication).
 //! - [`OmError`]: typed errors; a failed gRPC call carries the error's name in
-//!   the [`OM_ERROR_HEADER`] header, read back with [`om_error_name`].
+//!   the `x-om-error` header as a `proto_crate::OmErrorCode`.
 //!
 //! Layering: depends on `proto-crate` only.
 
@@ -33,7 +33,7 @@ mod sessions;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use deletion::{DELETE_BATCH, run_block_deleting_service};
-pub use error::{OM_ERROR_HEADER, OmError, om_error_name};
+pub use error::OmError;
 pub use manager::{
     DEFAULT_DELETION_GRACE, DEFAULT_MAX_SESSIONS_PER_CLIENT, DEFAULT_OPEN_KEY_LEASE,
     DEFAULT_SERVICE_INTERVAL, OmConfig, OpenKey, OzoneManager,

@@ -246,9 +246,12 @@ pub(crate) fn decode<M: Message + Default, T: TryFrom<M, Error = proto_crate::Pr
     bytes: &[u8],
     what: &str,
 ) -> Result<T> {
-    let m =
-        M::decode(bytes).map_err(|e| OmError::Db(format!("{what} record does not decode: {e}")))?;
-    T::try_from(m).map_err(|e| OmError::Db(format!("{what} record is invalid: {e}")))
+    let corrupt = |source: Box<dyn std::error::Error + Send + Sync>| OmError::CorruptRecord {
+        what: what.to_string(),
+        source,
+    };
+    let m = M::decode(bytes).map_err(|e| corrupt(Box::new(e)))?;
+    T::try_from(m).map_err(|e| corrupt(Box::new(e)))
 }
 
 pub(crate) fn validate_name(kind: &str, name: &str) -> Result<()> {
@@ -275,7 +278,7 @@ impl OzoneManager {
     pub fn open(config: OmConfig) -> Result<Self> {
         let lock = DirLock::acquire(&config.data_dir, "om").map_err(|e| match e {
             proto_crate::DirLockError::InUse { .. } => OmError::DataDirInUse(e.to_string()),
-            other => OmError::Db(other.to_string()),
+            other => OmError::DataDirLock(other),
         })?;
         let db = Database::create(config.data_dir.join("om.redb"))?;
         let txn = db.begin_write()?;

@@ -14,10 +14,12 @@
 //! Layering: depends only on `ec-codec` (for [`EcReplicationConfig`]); no
 //! other workspace crate may be used from here.
 
+mod db_error;
 mod dir_lock;
 mod domain;
 mod error;
 mod metadata;
+mod om_code;
 mod result;
 
 /// Generated protobuf and gRPC code. Only servers and clients in the
@@ -49,4 +51,5 @@ pub use domain::{
 pub use ec_codec::EcReplicationConfig;
 pub use error::ProtocolError;
 pub use metadata::{BucketInfo, KeyInfo, MULTIPART_PART_SIZES_KEY, MultipartUpload, PartInfo};
+pub use om_code::{OM_ERROR_HEADER, OmErrorCode};
 pub use result::{ResultCode, result_code, status};

@@ -443,7 +443,11 @@ impl WriterCtx {
 /// A client failure's kind, for the report.
 fn kind(e: &ClientError) -> String {
     match e {
-        ClientError::Om { name, .. } => format!("om {name}"),
+        ClientError::Om { code, message, .. } if *code == ec_client::OmErrorCode::Unspecified => {
+            // The gRPC code is the message's first word.
+            format!("om {}", message.split(':').next().unwrap_or_default())
+        }
+        ClientError::Om { code, .. } => format!("om {code}"),
         ClientError::OmTimeout { .. } => "om timeout".into(),
         ClientError::WriteFailed { .. } => "write failed".into(),
         ClientError::BlockStream(_) => "datanode".into(),

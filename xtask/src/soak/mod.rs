@@ -201,7 +201,10 @@ pub(crate) async fn run(args: SoakArgs) -> anyhow::Result<()> {
             .await
         {
             Ok(_) => {}
-            Err(ClientError::Om { name, .. }) if name == "BUCKET_ALREADY_EXISTS" => {}
+            Err(ClientError::Om {
+                code: ec_client::OmErrorCode::BucketAlreadyExists,
+                ..
+            }) => {}
             Err(e) => return Err(e.into()),
         }
     }
