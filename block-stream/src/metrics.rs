@@ -4,65 +4,10 @@
 //! follow the `<what>_total` / `_bytes` convention for a later Prometheus export.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Kind of a datanode RPC, as counted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum RpcKind {
-    /// GetBlock.
-    GetBlock,
-    /// ReadChunk.
-    ReadChunk,
-    /// WriteChunk.
-    WriteChunk,
-    /// PutBlock.
-    PutBlock,
-    /// ListBlock.
-    ListBlock,
-    /// GetCommittedBlockLength.
-    GetCommittedBlockLength,
-    /// CreateContainer.
-    CreateContainer,
-}
-
-impl RpcKind {
-    /// Every kind, in a fixed order (the index used by the counters).
-    pub const ALL: [RpcKind; 7] = [
-        Self::GetBlock,
-        Self::ReadChunk,
-        Self::WriteChunk,
-        Self::PutBlock,
-        Self::ListBlock,
-        Self::GetCommittedBlockLength,
-        Self::CreateContainer,
-    ];
-
-    fn index(self) -> usize {
-        self as usize
-    }
-
-    /// The RPC's name as in the protocol (`GetBlock`, `ReadChunk`, ...).
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::GetBlock => "GetBlock",
-            Self::ReadChunk => "ReadChunk",
-            Self::WriteChunk => "WriteChunk",
-            Self::PutBlock => "PutBlock",
-            Self::ListBlock => "ListBlock",
-            Self::GetCommittedBlockLength => "GetCommittedBlockLength",
-            Self::CreateContainer => "CreateContainer",
-        }
-    }
-}
-
-impl fmt::Display for RpcKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+pub use proto_crate::RpcKind;
 
 /// Counters of one datanode, shared by its cached client.
 #[derive(Debug, Default)]

@@ -14,7 +14,7 @@ use proto_crate::wire::admin as pb;
 use proto_crate::{BlockId, ResultCode};
 use tonic::Status;
 
-use crate::ServedRpc;
+use crate::RpcKind;
 
 /// What an injected fault does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +44,7 @@ impl FaultKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FaultRule {
     /// The RPC it applies to (GetBlock, ReadChunk, WriteChunk or PutBlock).
-    pub rpc: ServedRpc,
+    pub rpc: RpcKind,
     /// What happens.
     pub kind: FaultKind,
     /// Only calls for this (container id, local id); `None` = every block.
@@ -64,17 +64,14 @@ impl FaultRule {
     /// # Errors
     /// [`InvalidFault`] when a data fault (corrupt, zero, short) targets
     /// another RPC than ReadChunk, or the RPC kind cannot take faults.
-    pub fn new(rpc: ServedRpc, kind: FaultKind) -> Result<Self, InvalidFault> {
+    pub fn new(rpc: RpcKind, kind: FaultKind) -> Result<Self, InvalidFault> {
         if !matches!(
             rpc,
-            ServedRpc::GetBlock
-                | ServedRpc::ReadChunk
-                | ServedRpc::WriteChunk
-                | ServedRpc::PutBlock
+            RpcKind::GetBlock | RpcKind::ReadChunk | RpcKind::WriteChunk | RpcKind::PutBlock
         ) {
             return Err(InvalidFault(format!("{rpc:?} does not take faults")));
         }
-        if kind.is_data_fault() && rpc != ServedRpc::ReadChunk {
+        if kind.is_data_fault() && rpc != RpcKind::ReadChunk {
             return Err(InvalidFault(format!(
                 "{kind:?} applies to ReadChunk answers only, not {rpc:?}"
             )));
@@ -101,7 +98,7 @@ impl FaultRule {
         self
     }
 
-    fn matches(&self, rpc: ServedRpc, block: Option<BlockId>) -> bool {
+    fn matches(&self, rpc: RpcKind, block: Option<BlockId>) -> bool {
         if self.rpc != rpc {
             return false;
         }
@@ -116,12 +113,12 @@ impl FaultRule {
     }
 }
 
-fn rpc_from_wire(r: i32) -> Result<ServedRpc, InvalidFault> {
+fn rpc_from_wire(r: i32) -> Result<RpcKind, InvalidFault> {
     match pb::FaultRpc::try_from(r) {
-        Ok(pb::FaultRpc::GetBlock) => Ok(ServedRpc::GetBlock),
-        Ok(pb::FaultRpc::ReadChunk) => Ok(ServedRpc::ReadChunk),
-        Ok(pb::FaultRpc::WriteChunk) => Ok(ServedRpc::WriteChunk),
-        Ok(pb::FaultRpc::PutBlock) => Ok(ServedRpc::PutBlock),
+        Ok(pb::FaultRpc::GetBlock) => Ok(RpcKind::GetBlock),
+        Ok(pb::FaultRpc::ReadChunk) => Ok(RpcKind::ReadChunk),
+        Ok(pb::FaultRpc::WriteChunk) => Ok(RpcKind::WriteChunk),
+        Ok(pb::FaultRpc::PutBlock) => Ok(RpcKind::PutBlock),
         _ => Err(InvalidFault(format!("unknown fault rpc {r}"))),
     }
 }
@@ -163,10 +160,10 @@ impl From<FaultRule> for pb::Fault {
     fn from(r: FaultRule) -> Self {
         use pb::fault::Kind;
         let rpc = match r.rpc {
-            ServedRpc::GetBlock => pb::FaultRpc::GetBlock,
-            ServedRpc::ReadChunk => pb::FaultRpc::ReadChunk,
-            ServedRpc::WriteChunk => pb::FaultRpc::WriteChunk,
-            ServedRpc::PutBlock => pb::FaultRpc::PutBlock,
+            RpcKind::GetBlock => pb::FaultRpc::GetBlock,
+            RpcKind::ReadChunk => pb::FaultRpc::ReadChunk,
+            RpcKind::WriteChunk => pb::FaultRpc::WriteChunk,
+            RpcKind::PutBlock => pb::FaultRpc::PutBlock,
             _ => pb::FaultRpc::Unspecified,
         };
         let kind = match r.kind {
@@ -233,7 +230,7 @@ impl FaultInjector {
         self.injected_total.load(Ordering::Relaxed)
     }
 
-    fn matching(&self, rpc: ServedRpc, block: Option<BlockId>) -> Vec<FaultKind> {
+    fn matching(&self, rpc: RpcKind, block: Option<BlockId>) -> Vec<FaultKind> {
         let rules = self
             .rules
             .read()
@@ -253,11 +250,7 @@ impl FaultInjector {
     ///
     /// # Errors
     /// The injected status.
-    pub(crate) async fn before(
-        &self,
-        rpc: ServedRpc,
-        block: Option<BlockId>,
-    ) -> Result<(), Status> {
+    pub(crate) async fn before(&self, rpc: RpcKind, block: Option<BlockId>) -> Result<(), Status> {
         for kind in self.matching(rpc, block) {
             match kind {
                 FaultKind::Delay(d) => {
@@ -284,7 +277,7 @@ impl FaultInjector {
     /// Applies matching data faults to a ReadChunk answer.
     pub(crate) fn mangle(&self, block: BlockId, data: Bytes) -> Bytes {
         let mut data = data;
-        for kind in self.matching(ServedRpc::ReadChunk, Some(block)) {
+        for kind in self.matching(RpcKind::ReadChunk, Some(block)) {
             match kind {
                 FaultKind::Corrupt => {
                     self.injected_total.fetch_add(1, Ordering::Relaxed);
@@ -324,22 +317,21 @@ mod tests {
     #[test]
     fn rules_round_trip_through_the_wire() {
         let rules = [
-            FaultRule::new(ServedRpc::ReadChunk, FaultKind::Corrupt)
+            FaultRule::new(RpcKind::ReadChunk, FaultKind::Corrupt)
                 .expect("valid fault rule")
                 .for_replica_index(3),
             FaultRule::new(
-                ServedRpc::GetBlock,
+                RpcKind::GetBlock,
                 FaultKind::Code(ResultCode::ReplicaIndexMismatch),
             )
             .expect("valid fault rule"),
             FaultRule::new(
-                ServedRpc::PutBlock,
+                RpcKind::PutBlock,
                 FaultKind::Delay(Duration::from_millis(5)),
             )
             .expect("valid fault rule")
             .for_block(1, 2),
-            FaultRule::new(ServedRpc::WriteChunk, FaultKind::Unavailable)
-                .expect("valid fault rule"),
+            FaultRule::new(RpcKind::WriteChunk, FaultKind::Unavailable).expect("valid fault rule"),
         ];
         for r in rules {
             assert_eq!(
@@ -347,7 +339,7 @@ mod tests {
                 r
             );
         }
-        assert!(FaultRule::new(ServedRpc::PutBlock, FaultKind::Zero).is_err());
+        assert!(FaultRule::new(RpcKind::PutBlock, FaultKind::Zero).is_err());
         assert!(FaultRule::try_from(pb::Fault::default()).is_err());
     }
 
@@ -355,22 +347,22 @@ mod tests {
     async fn matching_and_counting() {
         let f = FaultInjector::default();
         f.add(
-            FaultRule::new(ServedRpc::ReadChunk, FaultKind::Short)
+            FaultRule::new(RpcKind::ReadChunk, FaultKind::Short)
                 .expect("valid fault rule")
                 .for_replica_index(2),
         );
         f.add(
-            FaultRule::new(ServedRpc::GetBlock, FaultKind::Unavailable)
+            FaultRule::new(RpcKind::GetBlock, FaultKind::Unavailable)
                 .expect("valid fault rule")
                 .for_block(1, 2),
         );
         let data = Bytes::from_static(b"0123456789");
         assert_eq!(f.mangle(block(1), data.clone()), data);
         assert_eq!(&f.mangle(block(2), data)[..], b"01234");
-        assert!(f.before(ServedRpc::GetBlock, Some(block(5))).await.is_err());
-        assert!(f.before(ServedRpc::ReadChunk, Some(block(5))).await.is_ok());
+        assert!(f.before(RpcKind::GetBlock, Some(block(5))).await.is_err());
+        assert!(f.before(RpcKind::ReadChunk, Some(block(5))).await.is_ok());
         assert_eq!(f.injected(), 2);
         f.clear();
-        assert!(f.before(ServedRpc::GetBlock, Some(block(5))).await.is_ok());
+        assert!(f.before(RpcKind::GetBlock, Some(block(5))).await.is_ok());
     }
 }

@@ -43,7 +43,7 @@ pub use fault::{FaultInjector, FaultKind, FaultRule, InvalidFault};
 pub use file_cache::{DEFAULT_MAX_OPEN_FILES, FileCache};
 pub use heartbeat::filesystem_space;
 pub use inflight::{DEFAULT_MAX_INFLIGHT_BYTES, InflightBudget, InflightPermit};
-pub use metrics::{DatanodeMetrics, ServedRpc};
+pub use metrics::{DatanodeMetrics, RpcKind};
 pub use recovery::{RECOVERY_ORPHAN_LOG, RECOVERY_TAIL_LOG, RecoveryReport};
 pub use server::{DEFAULT_HEARTBEAT_INTERVAL, Datanode, DatanodeConfig, MAX_MESSAGE_SIZE};
 pub use service::DatanodeGrpcService;

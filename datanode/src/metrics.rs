@@ -3,46 +3,13 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Kinds of datanode RPCs, as counted by the server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ServedRpc {
-    /// GetBlock.
-    GetBlock,
-    /// ReadChunk.
-    ReadChunk,
-    /// WriteChunk.
-    WriteChunk,
-    /// PutBlock.
-    PutBlock,
-    /// ListBlock.
-    ListBlock,
-    /// GetCommittedBlockLength.
-    GetCommittedBlockLength,
-    /// CreateContainer.
-    CreateContainer,
-    /// DeleteBlocks.
-    DeleteBlocks,
-}
-
-impl ServedRpc {
-    /// Every kind, in counter order.
-    pub const ALL: [ServedRpc; 8] = [
-        Self::GetBlock,
-        Self::ReadChunk,
-        Self::WriteChunk,
-        Self::PutBlock,
-        Self::ListBlock,
-        Self::GetCommittedBlockLength,
-        Self::CreateContainer,
-        Self::DeleteBlocks,
-    ];
-}
+pub use proto_crate::RpcKind;
 
 /// Counters of one datanode (`datanode_rpcs_total{kind}`, `datanode_read_bytes`,
 /// `datanode_written_bytes`). Shared between the service and its handle.
 #[derive(Debug, Default)]
 pub struct DatanodeMetrics {
-    rpcs_total: [AtomicU64; ServedRpc::ALL.len()],
+    rpcs_total: [AtomicU64; RpcKind::ALL.len()],
     read_bytes: AtomicU64,
     written_bytes: AtomicU64,
     inflight_bytes: AtomicU64,
@@ -50,7 +17,7 @@ pub struct DatanodeMetrics {
 }
 
 impl DatanodeMetrics {
-    pub(crate) fn record(&self, kind: ServedRpc) {
+    pub(crate) fn record(&self, kind: RpcKind) {
         self.rpcs_total[kind as usize].fetch_add(1, Ordering::Relaxed);
     }
     pub(crate) fn record_read(&self, n: u64) {
@@ -79,7 +46,7 @@ impl DatanodeMetrics {
     }
     /// RPCs of `kind` received so far (failed ones included).
     #[must_use]
-    pub fn rpcs(&self, kind: ServedRpc) -> u64 {
+    pub fn rpcs(&self, kind: RpcKind) -> u64 {
         self.rpcs_total[kind as usize].load(Ordering::Relaxed)
     }
     /// Payload bytes returned by ReadChunk.

@@ -11,7 +11,7 @@ use proto_crate::wire::admin::datanode_admin_service_server::DatanodeAdminServic
 use proto_crate::wire::datanode::datanode_service_server::DatanodeServiceServer;
 use proto_crate::wire::om as om_pb;
 use proto_crate::wire::om::ozone_manager_service_client::OzoneManagerServiceClient;
-use tokio::sync::oneshot;
+use proto_crate::{ServingTask, Stopped};
 use tokio::task::JoinHandle;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
@@ -117,8 +117,7 @@ pub struct Datanode {
     metrics: Arc<DatanodeMetrics>,
     faults: Arc<FaultInjector>,
     store: Arc<ContainerStore>,
-    shutdown: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+    serving: ServingTask<Result<(), tonic::transport::Error>>,
     heartbeats: Option<JoinHandle<()>>,
 }
 
@@ -215,25 +214,21 @@ impl Datanode {
         // Serving from our own listener: set TCP_NODELAY explicitly, or Nagle
         // adds ~40 ms to small answers.
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-        let (tx, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(
+        let serving = ServingTask::spawn(|stop| {
             Server::builder()
                 .max_frame_size(1024 * 1024 - 1)
                 .initial_stream_window_size(8 * 1024 * 1024)
                 .initial_connection_window_size(32 * 1024 * 1024)
                 .add_service(svc)
                 .add_optional_service(admin)
-                .serve_with_incoming_shutdown(incoming, async {
-                    let _ = rx.await;
-                }),
-        );
+                .serve_with_incoming_shutdown(incoming, stop.wait())
+        });
         let mut dn = Self {
             details,
             metrics,
             faults,
             store,
-            shutdown: Some(tx),
-            task: Some(task),
+            serving,
             heartbeats: None,
         };
         if let Some(om) = &config.om {
@@ -290,22 +285,16 @@ impl Datanode {
         if let Some(h) = self.heartbeats.take() {
             h.abort();
         }
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(mut task) = self.task.take() {
-            match tokio::time::timeout(Duration::from_secs(5), &mut task).await {
-                Ok(Ok(Ok(()))) => {}
-                Ok(Ok(Err(e))) => {
-                    tracing::warn!(datanode = %self.details, error = %e, "server ended with an error")
-                }
-                Ok(Err(e)) => {
-                    tracing::warn!(datanode = %self.details, error = %e, "server task failed")
-                }
-                Err(_) => {
-                    tracing::warn!(datanode = %self.details, "graceful shutdown timed out; aborting");
-                    task.abort();
-                }
+        match self.serving.stop(Duration::from_secs(5)).await {
+            Stopped::Finished(Ok(())) | Stopped::AlreadyStopped => {}
+            Stopped::Finished(Err(e)) => {
+                tracing::warn!(datanode = %self.details, error = %e, "server ended with an error");
+            }
+            Stopped::Failed(e) => {
+                tracing::warn!(datanode = %self.details, error = %e, "server task failed");
+            }
+            Stopped::Aborted => {
+                tracing::warn!(datanode = %self.details, "graceful shutdown timed out; aborted");
             }
         }
     }
@@ -313,11 +302,9 @@ impl Datanode {
 
 impl Drop for Datanode {
     fn drop(&mut self) {
+        // The serving task's signal fires as `serving` drops.
         if let Some(h) = self.heartbeats.take() {
             h.abort();
-        }
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
         }
     }
 }

@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status};
 
 use crate::fault::FaultInjector;
 use crate::inflight::{InflightBudget, hold};
-use crate::metrics::{DatanodeMetrics, ServedRpc};
+use crate::metrics::{DatanodeMetrics, RpcKind};
 use crate::storage::{ContainerStore, MAX_READ_LEN};
 
 /// The datanode's implementation of `DatanodeService`.
@@ -67,9 +67,9 @@ impl DatanodeService for DatanodeGrpcService {
         &self,
         req: Request<pb::GetBlockRequest>,
     ) -> Result<Response<pb::GetBlockResponse>, Status> {
-        self.metrics.record(ServedRpc::GetBlock);
+        self.metrics.record(RpcKind::GetBlock);
         let id = block_id(req.into_inner().block_id)?;
-        self.faults.before(ServedRpc::GetBlock, Some(id)).await?;
+        self.faults.before(RpcKind::GetBlock, Some(id)).await?;
         let data = self.store.get_block(id)?;
         Ok(Response::new(pb::GetBlockResponse {
             block_data: Some(BlockData::clone(&data).into()),
@@ -80,11 +80,11 @@ impl DatanodeService for DatanodeGrpcService {
         &self,
         req: Request<pb::ReadChunkRequest>,
     ) -> Result<Response<pb::ReadChunkResponse>, Status> {
-        self.metrics.record(ServedRpc::ReadChunk);
+        self.metrics.record(RpcKind::ReadChunk);
         let req = req.into_inner();
         let id = block_id(req.block_id)?;
         let chunk = chunk(req.chunk)?;
-        self.faults.before(ServedRpc::ReadChunk, Some(id)).await?;
+        self.faults.before(RpcKind::ReadChunk, Some(id)).await?;
         // Oversized reads are charged nothing: the store refuses them
         // before allocating.
         let charge = if req.len <= MAX_READ_LEN { req.len } else { 0 };
@@ -99,12 +99,12 @@ impl DatanodeService for DatanodeGrpcService {
         &self,
         req: Request<pb::WriteChunkRequest>,
     ) -> Result<Response<pb::WriteChunkResponse>, Status> {
-        self.metrics.record(ServedRpc::WriteChunk);
+        self.metrics.record(RpcKind::WriteChunk);
         let req = req.into_inner();
         let id = block_id(req.block_id)?;
         let chunk = chunk(req.chunk)?;
         let n = req.data.len() as u64;
-        self.faults.before(ServedRpc::WriteChunk, Some(id)).await?;
+        self.faults.before(RpcKind::WriteChunk, Some(id)).await?;
         let _permit = self.budget.acquire(n).await;
         self.store.write_chunk(id, &chunk, req.data).await?;
         self.metrics.record_written(n);
@@ -115,7 +115,7 @@ impl DatanodeService for DatanodeGrpcService {
         &self,
         req: Request<pb::PutBlockRequest>,
     ) -> Result<Response<pb::PutBlockResponse>, Status> {
-        self.metrics.record(ServedRpc::PutBlock);
+        self.metrics.record(RpcKind::PutBlock);
         let req = req.into_inner();
         let eof = req.eof;
         let data = req
@@ -124,7 +124,7 @@ impl DatanodeService for DatanodeGrpcService {
             .and_then(BlockData::try_from)
             .map_err(bad)?;
         self.faults
-            .before(ServedRpc::PutBlock, Some(data.block_id))
+            .before(RpcKind::PutBlock, Some(data.block_id))
             .await?;
         let len = self.store.put_block(data, eof).await?;
         Ok(Response::new(pb::PutBlockResponse {
@@ -136,7 +136,7 @@ impl DatanodeService for DatanodeGrpcService {
         &self,
         req: Request<pb::ListBlockRequest>,
     ) -> Result<Response<pb::ListBlockResponse>, Status> {
-        self.metrics.record(ServedRpc::ListBlock);
+        self.metrics.record(RpcKind::ListBlock);
         let req = req.into_inner();
         let blocks = self
             .store
@@ -150,7 +150,7 @@ impl DatanodeService for DatanodeGrpcService {
         &self,
         req: Request<pb::GetCommittedBlockLengthRequest>,
     ) -> Result<Response<pb::GetCommittedBlockLengthResponse>, Status> {
-        self.metrics.record(ServedRpc::GetCommittedBlockLength);
+        self.metrics.record(RpcKind::GetCommittedBlockLength);
         let id = block_id(req.into_inner().block_id)?;
         let data = self.store.get_block(id)?;
         Ok(Response::new(pb::GetCommittedBlockLengthResponse {
@@ -163,7 +163,7 @@ impl DatanodeService for DatanodeGrpcService {
         &self,
         req: Request<pb::CreateContainerRequest>,
     ) -> Result<Response<pb::CreateContainerResponse>, Status> {
-        self.metrics.record(ServedRpc::CreateContainer);
+        self.metrics.record(RpcKind::CreateContainer);
         self.store
             .create_container(req.into_inner().container_id)
             .await?;
@@ -174,7 +174,7 @@ impl DatanodeService for DatanodeGrpcService {
         &self,
         req: Request<pb::DeleteBlocksRequest>,
     ) -> Result<Response<pb::DeleteBlocksResponse>, Status> {
-        self.metrics.record(ServedRpc::DeleteBlocks);
+        self.metrics.record(RpcKind::DeleteBlocks);
         let req = req.into_inner();
         if !req.datanode_uuid.is_empty() && *req.datanode_uuid != *self.uuid {
             return Err(bad(ProtocolError::InvalidField {

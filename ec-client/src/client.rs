@@ -17,6 +17,7 @@ use crate::metrics::{EcReadMetrics, EcReadSnapshot};
 use crate::om_client::OmClient;
 use crate::read_context::ReadContext;
 use crate::replicated_output::ReplicatedKeyOutputStream;
+use crate::write_state::WriteState;
 use crate::{ClientConfig, Result};
 
 /// What every stream of a client shares.
@@ -233,12 +234,13 @@ impl Client {
         opened: crate::session::OpenedKey,
     ) -> Result<KeyOutputStream> {
         let lease = LeaseKeeper::start(self.shared.om.clone(), opened.session_id, opened.lease);
-        let result = match opened.replication {
+        // From here the writer's state owns the session: dropping the
+        // writer, or a failed close, aborts it.
+        let state = WriteState::new(bucket, key, opened.session_id, opened.guard);
+        match opened.replication {
             ReplicationConfig::Ec(ec) => ECKeyOutputStream::new(
                 Arc::clone(&self.shared),
-                bucket,
-                key,
-                opened.session_id,
+                state,
                 ec,
                 opened.block_size,
                 lease,
@@ -246,21 +248,12 @@ impl Client {
             .map(KeyOutputStream::Ec),
             ReplicationConfig::Replicated { .. } => ReplicatedKeyOutputStream::new(
                 Arc::clone(&self.shared),
-                bucket,
-                key,
-                opened.session_id,
+                state,
                 opened.block_size,
                 lease,
             )
             .map(KeyOutputStream::Replicated),
-        };
-        // From here the writer's drop (or close) ends the session.
-        if result.is_ok() {
-            opened.guard.disarm();
-        } else {
-            opened.guard.undo().await;
         }
-        result
     }
 
     /// Writes `data` as `bucket/key` in one call and commits it.

@@ -38,6 +38,7 @@ use crate::client::ClientShared;
 use crate::lease::LeaseKeeper;
 use crate::om_client::{Commit, Committed};
 use crate::stripe_writer::{EcWriteProgress, EncodedStripe, StripeWriter, WriteCounters};
+use crate::write_state::WriteState;
 use crate::{ClientError, EcWriteMode, Result};
 
 /// What the flush task hands back when the queue closes.
@@ -77,9 +78,8 @@ pub struct EcWriteStats {
 #[derive(Debug)]
 pub struct ECKeyOutputStream {
     shared: Arc<ClientShared>,
-    bucket: String,
-    key: String,
-    session_id: u64,
+    /// Failure, cancellation and the om session.
+    state: WriteState,
     ec: EcReplicationConfig,
     coder: ErasureCoder,
     stripe: Vec<u8>,
@@ -88,13 +88,6 @@ pub struct ECKeyOutputStream {
     written: u64,
     sink: Sink,
     counters: Arc<WriteCounters>,
-    /// Set once a flush failed; every later call reports it.
-    failed: Option<Arc<ClientError>>,
-    /// Set while a `write` runs; still set at the next call means that
-    /// call's future was dropped mid-way (cancelled): a stripe it had taken
-    /// from the buffer may be neither queued nor written.
-    in_flight: bool,
-    done: bool,
     /// Keeps the om session alive while the writer lives.
     _lease: LeaseKeeper,
 }
@@ -102,9 +95,7 @@ pub struct ECKeyOutputStream {
 impl ECKeyOutputStream {
     pub(crate) fn new(
         shared: Arc<ClientShared>,
-        bucket: &str,
-        key: &str,
-        session_id: u64,
+        state: WriteState,
         ec: EcReplicationConfig,
         block_size: u64,
         lease: LeaseKeeper,
@@ -126,7 +117,7 @@ impl ECKeyOutputStream {
         let queue_size = config.ec_stripe_queue_size.max(1);
         let writer = StripeWriter::new(
             Arc::clone(&shared),
-            session_id,
+            state.session_id(),
             ec,
             group_capacity,
             mode == EcWriteMode::Pipelined,
@@ -144,9 +135,7 @@ impl ECKeyOutputStream {
         };
         Ok(Self {
             shared,
-            bucket: bucket.to_string(),
-            key: key.to_string(),
-            session_id,
+            state,
             coder: ec.coder(),
             ec,
             stripe: Vec::with_capacity(stripe_size),
@@ -155,9 +144,6 @@ impl ECKeyOutputStream {
             written: 0,
             sink,
             counters,
-            failed: None,
-            in_flight: false,
-            done: false,
             _lease: lease,
         })
     }
@@ -208,31 +194,6 @@ impl ECKeyOutputStream {
             .clone()
     }
 
-    fn check_failed(&self) -> Result<()> {
-        if self.in_flight {
-            return Err(ClientError::WriteCancelled {
-                key: format!("{}/{}", self.bucket, self.key),
-            });
-        }
-        match &self.failed {
-            Some(cause) => Err(ClientError::WriteAborted {
-                key: format!("{}/{}", self.bucket, self.key),
-                cause: Arc::clone(cause),
-            }),
-            None => Ok(()),
-        }
-    }
-
-    /// Records `e` as the writer's failure and returns it.
-    fn fail(&mut self, e: ClientError) -> ClientError {
-        let cause = Arc::new(e);
-        self.failed = Some(Arc::clone(&cause));
-        ClientError::WriteAborted {
-            key: format!("{}/{}", self.bucket, self.key),
-            cause,
-        }
-    }
-
     /// Appends `buf` to the key. Returns once the bytes are buffered or
     /// queued; full stripes are encoded here and flushed by the flush stage.
     ///
@@ -242,11 +203,9 @@ impl ECKeyOutputStream {
     /// never committed. [`ClientError::WriteCancelled`] after an earlier
     /// call was cancelled (its future dropped before it finished).
     pub async fn write(&mut self, buf: &[u8]) -> Result<()> {
-        self.check_failed()?;
-        self.in_flight = true;
+        self.state.begin()?;
         let result = self.buffer_and_emit(buf).await;
-        self.in_flight = false;
-        result
+        self.state.end(result)
     }
 
     async fn buffer_and_emit(&mut self, mut buf: &[u8]) -> Result<()> {
@@ -268,7 +227,7 @@ impl ECKeyOutputStream {
     /// # Errors
     /// Only a failure recorded earlier.
     pub fn flush(&mut self) -> Result<()> {
-        self.check_failed()
+        self.state.check()
     }
 
     /// hflush/hsync durability for a partial stripe is not supported on EC
@@ -295,7 +254,7 @@ impl ECKeyOutputStream {
                 Err(e) => e,
                 Ok(_) => ClientError::InvalidArgument("flush stage ended before close".into()),
             };
-            return Err(self.fail(e));
+            return Err(self.state.fail(e));
         }
         Ok(())
     }
@@ -343,13 +302,13 @@ impl ECKeyOutputStream {
         };
         let stripe = match stripe {
             Ok(s) => s,
-            Err(e) => return Err(self.fail(e)),
+            Err(e) => return Err(self.state.fail(e)),
         };
         self.counters.note_encoded();
         match &mut self.sink {
             Sink::Serial(writer) => {
                 if let Err(e) = writer.write_stripe(&stripe).await {
-                    return Err(self.fail(e));
+                    return Err(self.state.fail(e));
                 }
             }
             Sink::Pipelined { queue, .. } => {
@@ -363,7 +322,7 @@ impl ECKeyOutputStream {
                         Err(e) => e,
                         Ok(_) => ClientError::InvalidArgument("flush stage ended early".into()),
                     };
-                    return Err(self.fail(e));
+                    return Err(self.state.fail(e));
                 }
             }
         }
@@ -384,29 +343,30 @@ impl ECKeyOutputStream {
     /// key with metadata, or a multipart upload's part with its ETag).
     pub(crate) async fn finish(mut self, commit: Commit) -> Result<Committed> {
         let result = self.try_close(commit).await;
-        if result.is_err() {
-            let _ = self.shared.om.abort_key(self.session_id).await;
+        match &result {
+            Ok(_) => self.state.committed(),
+            Err(_) => self.state.abort().await,
         }
-        self.done = true;
         result
     }
 
     async fn try_close(&mut self, commit: Commit) -> Result<Committed> {
-        self.check_failed()?;
+        self.state.check()?;
         self.emit_stripe().await?;
-        let (groups, acked) = match std::mem::replace(
+        let flushed = match std::mem::replace(
             &mut self.sink,
             Sink::Pipelined {
                 queue: None,
                 task: None,
             },
         ) {
-            Sink::Serial(writer) => writer.finish().await,
+            Sink::Serial(writer) => Ok(writer.finish().await),
             sink @ Sink::Pipelined { .. } => {
                 self.sink = sink;
-                self.join_flush_task().await?
+                self.join_flush_task().await
             }
         };
+        let (groups, acked) = flushed.map_err(|e| self.state.fail(e))?;
         if acked != self.written {
             return Err(ClientError::InvalidArgument(format!(
                 "{} bytes written but {acked} acknowledged",
@@ -415,7 +375,7 @@ impl ECKeyOutputStream {
         }
         self.shared
             .om
-            .commit(self.session_id, groups, acked, commit)
+            .commit(self.state.session_id(), groups, acked, commit)
             .await
     }
 }
@@ -490,21 +450,10 @@ fn encode(
 
 impl Drop for ECKeyOutputStream {
     /// A writer dropped without `close` commits nothing: the flush task is
-    /// aborted and the om session abandoned (in the background, when a
-    /// runtime is available).
+    /// aborted, and the session is aborted as `state` drops.
     fn drop(&mut self) {
         if let Sink::Pipelined { task: Some(t), .. } = &self.sink {
             t.abort();
-        }
-        if self.done {
-            return;
-        }
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let om = self.shared.om.clone();
-            let session = self.session_id;
-            handle.spawn(async move {
-                let _ = om.abort_key(session).await;
-            });
         }
     }
 }

@@ -32,6 +32,7 @@ mod replicated_output;
 mod session;
 mod stripe_writer;
 pub mod vectored;
+mod write_state;
 
 pub use block_stream::{MetricsSnapshot, RpcKind};
 pub use client::{BucketOptions, Client};

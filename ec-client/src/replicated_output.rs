@@ -18,6 +18,7 @@ use proto_crate::{BlockGroup, KeyInfo};
 use crate::client::ClientShared;
 use crate::lease::LeaseKeeper;
 use crate::om_client::{Commit, Committed};
+use crate::write_state::WriteState;
 use crate::{ClientError, Result};
 
 #[derive(Debug)]
@@ -32,9 +33,8 @@ pub struct ReplicatedKeyOutputStream {
     /// Keeps the om session alive while the writer lives.
     _lease: LeaseKeeper,
     shared: Arc<ClientShared>,
-    bucket: String,
-    key: String,
-    session_id: u64,
+    /// Failure, cancellation and the om session.
+    state: WriteState,
     block_size: u64,
     chunk_size: usize,
     buffer: Vec<u8>,
@@ -43,20 +43,12 @@ pub struct ReplicatedKeyOutputStream {
     excluded: BTreeSet<String>,
     acked: u64,
     chunks_written: u64,
-    failed: Option<Arc<ClientError>>,
-    /// Set while a `write` or `hsync` runs; still set at the next
-    /// call means that call's future was dropped mid-way (cancelled), and
-    /// the chunk it had taken from the buffer may be lost.
-    in_flight: bool,
-    done: bool,
 }
 
 impl ReplicatedKeyOutputStream {
     pub(crate) fn new(
         shared: Arc<ClientShared>,
-        bucket: &str,
-        key: &str,
-        session_id: u64,
+        state: WriteState,
         block_size: u64,
         lease: LeaseKeeper,
     ) -> Result<Self> {
@@ -73,9 +65,7 @@ impl ReplicatedKeyOutputStream {
             .min(usize::try_from(block_size).unwrap_or(usize::MAX));
         Ok(Self {
             shared,
-            bucket: bucket.to_string(),
-            key: key.to_string(),
-            session_id,
+            state,
             block_size,
             chunk_size,
             buffer: Vec::with_capacity(chunk_size),
@@ -84,9 +74,6 @@ impl ReplicatedKeyOutputStream {
             excluded: BTreeSet::new(),
             acked: 0,
             chunks_written: 0,
-            failed: None,
-            in_flight: false,
-            done: false,
             _lease: lease,
         })
     }
@@ -109,21 +96,6 @@ impl ReplicatedKeyOutputStream {
         self.block.as_ref().map(|b| b.group.clone())
     }
 
-    fn check_failed(&self) -> Result<()> {
-        if self.in_flight {
-            return Err(ClientError::WriteCancelled {
-                key: format!("{}/{}", self.bucket, self.key),
-            });
-        }
-        match &self.failed {
-            Some(cause) => Err(ClientError::WriteAborted {
-                key: format!("{}/{}", self.bucket, self.key),
-                cause: Arc::clone(cause),
-            }),
-            None => Ok(()),
-        }
-    }
-
     /// Appends `buf`; every full chunk is written to all replicas and
     /// committed before this returns.
     ///
@@ -131,11 +103,9 @@ impl ReplicatedKeyOutputStream {
     /// A chunk that could not be written after `ec_write_retries` rewrites.
     /// [`ClientError::WriteCancelled`] after an earlier call was cancelled.
     pub async fn write(&mut self, buf: &[u8]) -> Result<()> {
-        self.check_failed()?;
-        self.in_flight = true;
+        self.state.begin()?;
         let result = self.buffer_and_flush(buf).await;
-        self.in_flight = false;
-        result
+        self.state.end(result)
     }
 
     async fn buffer_and_flush(&mut self, mut buf: &[u8]) -> Result<()> {
@@ -163,11 +133,9 @@ impl ReplicatedKeyOutputStream {
     /// # Errors
     /// As [`write`](Self::write).
     pub async fn hsync(&mut self) -> Result<()> {
-        self.check_failed()?;
-        self.in_flight = true;
+        self.state.begin()?;
         let result = self.flush_chunk().await;
-        self.in_flight = false;
-        result
+        self.state.end(result)
     }
 
     async fn flush_chunk(&mut self) -> Result<()> {
@@ -178,11 +146,7 @@ impl ReplicatedKeyOutputStream {
             &mut self.buffer,
             Vec::with_capacity(self.chunk_size),
         ));
-        if let Err(e) = self.write_chunk(data).await {
-            self.failed = Some(Arc::new(e));
-            return self.check_failed();
-        }
-        Ok(())
+        self.write_chunk(data).await
     }
 
     async fn write_chunk(&mut self, data: Bytes) -> Result<()> {
@@ -256,7 +220,10 @@ impl ReplicatedKeyOutputStream {
             let group = self
                 .shared
                 .om
-                .allocate_block_group(self.session_id, self.excluded.iter().cloned().collect())
+                .allocate_block_group(
+                    self.state.session_id(),
+                    self.excluded.iter().cloned().collect(),
+                )
                 .await?;
             let cfg = self.shared.read.xceivers.config();
             let clients = group
@@ -313,35 +280,21 @@ impl ReplicatedKeyOutputStream {
     /// Like [`close`](Self::close), ending the session as `commit` says.
     pub(crate) async fn finish(mut self, commit: Commit) -> Result<Committed> {
         let result = async {
-            self.check_failed()?;
-            self.flush_chunk().await?;
+            self.state.check()?;
+            let flushed = self.flush_chunk().await;
+            self.state.end(flushed)?;
             self.close_block(true).await;
             let groups = std::mem::take(&mut self.finished);
             self.shared
                 .om
-                .commit(self.session_id, groups, self.acked, commit)
+                .commit(self.state.session_id(), groups, self.acked, commit)
                 .await
         }
         .await;
-        if result.is_err() {
-            let _ = self.shared.om.abort_key(self.session_id).await;
+        match &result {
+            Ok(_) => self.state.committed(),
+            Err(_) => self.state.abort().await,
         }
-        self.done = true;
         result
-    }
-}
-
-impl Drop for ReplicatedKeyOutputStream {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let om = self.shared.om.clone();
-            let session = self.session_id;
-            handle.spawn(async move {
-                let _ = om.abort_key(session).await;
-            });
-        }
     }
 }

@@ -440,7 +440,13 @@ async fn a_stopped_datanode_turns_dead_and_gets_no_new_groups_until_it_returns()
         .put_key("ec", "k", None, &data(10_000, 1))
         .await
         .expect_err("rs-3-2 needs five healthy datanodes");
-    let msg = err.to_string();
+    // The om's refusal is the source of the writer's failure.
+    let mut msg = err.to_string();
+    let mut source = std::error::Error::source(&err);
+    while let Some(s) = source {
+        msg = format!("{msg}: {s}");
+        source = s.source();
+    }
     assert!(
         msg.contains("4 of 5 registered datanodes are healthy"),
         "{msg}"

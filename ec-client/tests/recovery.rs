@@ -13,7 +13,7 @@ use common::{
     Failure, STRIPE, data, ec_bucket, fail, failure_cluster, failure_config, heal, node_of,
     outside_datanode,
 };
-use datanode::ServedRpc;
+use datanode::RpcKind;
 use ec_client::ClientError;
 use minicluster::{MiniCluster, MiniClusterConfig};
 
@@ -124,9 +124,7 @@ async fn a_slow_index_once_then_the_fast_path_after_the_probe_interval() {
     assert_eq!(m.degraded_probes, 0);
     assert!(m.stripes_reconstructed > 0, "still reconstructing");
     // Past the interval: one probe, then the fast path.
-    let served_before = cluster.datanodes()[slow]
-        .metrics()
-        .rpcs(ServedRpc::ReadChunk);
+    let served_before = cluster.datanodes()[slow].metrics().rpcs(RpcKind::ReadChunk);
     let before = eager.ec_metrics();
     assert!(read_whole(&probing).await.expect("recovered read") == src);
     assert!(read_whole(&probing).await.expect("and again") == src);
@@ -138,10 +136,7 @@ async fn a_slow_index_once_then_the_fast_path_after_the_probe_interval() {
         "no reconstruction after recovery"
     );
     assert!(
-        cluster.datanodes()[slow]
-            .metrics()
-            .rpcs(ServedRpc::ReadChunk)
-            > served_before,
+        cluster.datanodes()[slow].metrics().rpcs(RpcKind::ReadChunk) > served_before,
         "index 1 serves again"
     );
     cluster.shutdown().await;
@@ -168,7 +163,7 @@ async fn a_spare_added_after_the_open_is_used() {
     }
     let served_before = cluster.datanodes()[spare_node]
         .metrics()
-        .rpcs(ServedRpc::ReadChunk);
+        .rpcs(RpcKind::ReadChunk);
     let before = client.ec_metrics();
     assert!(
         read_whole(&stream)
@@ -186,7 +181,7 @@ async fn a_spare_added_after_the_open_is_used() {
     assert!(
         cluster.datanodes()[spare_node]
             .metrics()
-            .rpcs(ServedRpc::ReadChunk)
+            .rpcs(RpcKind::ReadChunk)
             > served_before,
         "the spare served"
     );

@@ -10,7 +10,7 @@ use common::{
     CELL, STRIPE, check_stored_lengths, data, ec_bucket, failure_config, read_all,
     replicated_bucket,
 };
-use datanode::{FaultKind, FaultRule, ServedRpc};
+use datanode::{FaultKind, FaultRule, RpcKind};
 use ec_client::{Client, ClientError, EcWriteMode, KeyOutputStream, ReplicationConfig};
 use minicluster::{MiniCluster, MiniClusterConfig};
 
@@ -204,7 +204,7 @@ async fn every_datanode_failing_commits_nothing() {
     let (cluster, client) = cluster(5, EcWriteMode::Pipelined).await;
     ec_bucket(&client, "b", 1 << 20).await;
     for dn in cluster.datanodes() {
-        dn.inject(FaultRule::new(ServedRpc::WriteChunk, FaultKind::Unavailable).expect("rule"));
+        dn.inject(FaultRule::new(RpcKind::WriteChunk, FaultKind::Unavailable).expect("rule"));
     }
     let mut w = client
         .create_key("b", "doomed", None)
@@ -293,7 +293,7 @@ async fn encoding_overlaps_flushing_and_the_queue_is_bounded() {
     for dn in cluster.datanodes() {
         dn.inject(
             FaultRule::new(
-                ServedRpc::WriteChunk,
+                RpcKind::WriteChunk,
                 FaultKind::Delay(Duration::from_millis(100)),
             )
             .expect("rule"),
@@ -414,7 +414,7 @@ async fn replicated_put_block_failure_rewrites_the_chunk() {
     cluster
         .datanode_by_uuid(&victim)
         .expect("dn")
-        .inject(FaultRule::new(ServedRpc::PutBlock, FaultKind::Unavailable).expect("rule"));
+        .inject(FaultRule::new(RpcKind::PutBlock, FaultKind::Unavailable).expect("rule"));
     w.write(&src[2 * 4096..]).await.expect("rest");
     let info = w.close().await.expect("close");
     assert_eq!(info.length, src.len() as u64);

@@ -9,12 +9,13 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use proto_crate::ServingTask;
 use proto_crate::wire::admin as pb;
 use proto_crate::wire::admin::mini_cluster_control_client::MiniClusterControlClient;
 use proto_crate::wire::admin::mini_cluster_control_server::{
     MiniClusterControl, MiniClusterControlServer,
 };
-use tokio::sync::{Mutex, oneshot};
+use tokio::sync::Mutex;
 use tonic::transport::Channel;
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
@@ -64,8 +65,7 @@ impl MiniClusterControl for ControlService {
 #[derive(Debug)]
 pub struct ControlServer {
     address: SocketAddr,
-    shutdown: Option<oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<Result<(), tonic::transport::Error>>>,
+    serving: ServingTask<Result<(), tonic::transport::Error>>,
 }
 
 impl ControlServer {
@@ -79,23 +79,16 @@ impl ControlServer {
     ) -> std::io::Result<Self> {
         let listener = tokio::net::TcpListener::bind(listen).await?;
         let address = listener.local_addr()?;
-        let (tx, rx) = oneshot::channel::<()>();
         let svc = MiniClusterControlServer::new(ControlService { cluster });
-        let task = tokio::spawn(
+        let serving = ServingTask::spawn(|stop| {
             tonic::transport::Server::builder()
                 .add_service(svc)
                 .serve_with_incoming_shutdown(
                     TcpIncoming::from(listener).with_nodelay(Some(true)),
-                    async {
-                        let _ = rx.await;
-                    },
-                ),
-        );
-        Ok(Self {
-            address,
-            shutdown: Some(tx),
-            task: Some(task),
-        })
+                    stop.wait(),
+                )
+        });
+        Ok(Self { address, serving })
     }
 
     /// `HOST:PORT` served on.
@@ -106,24 +99,7 @@ impl ControlServer {
 
     /// Stops serving and waits for the task (5 s grace, then abort).
     pub async fn shutdown(mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(mut task) = self.task.take()
-            && tokio::time::timeout(std::time::Duration::from_secs(5), &mut task)
-                .await
-                .is_err()
-        {
-            task.abort();
-        }
-    }
-}
-
-impl Drop for ControlServer {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
+        self.serving.stop(std::time::Duration::from_secs(5)).await;
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use proto_crate::wire::admin::om_admin_service_server::OmAdminServiceServer;
 use proto_crate::wire::om::ozone_manager_service_server::OzoneManagerServiceServer;
-use tokio::sync::oneshot;
+use proto_crate::{ServingTask, Stopped};
 use tokio::task::JoinHandle;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
@@ -25,8 +25,7 @@ use crate::{OmGrpcService, OzoneManager, run_block_deleting_service};
 pub struct OmServer {
     address: SocketAddr,
     om: Arc<OzoneManager>,
-    shutdown: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+    serving: ServingTask<Result<(), tonic::transport::Error>>,
     services: tokio::sync::watch::Sender<bool>,
     service_tasks: Vec<JoinHandle<()>>,
 }
@@ -66,19 +65,16 @@ impl OmServer {
             address.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
         }
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-        let (tx, rx) = oneshot::channel::<()>();
         let svc = OzoneManagerServiceServer::new(OmGrpcService::new(Arc::clone(&om)))
             .max_decoding_message_size(64 * 1024 * 1024)
             .max_encoding_message_size(64 * 1024 * 1024);
         let admin = OmAdminServiceServer::new(OmAdminGrpc::new(Arc::clone(&om)));
-        let task = tokio::spawn(
+        let serving = ServingTask::spawn(|stop| {
             Server::builder()
                 .add_service(svc)
                 .add_service(admin)
-                .serve_with_incoming_shutdown(incoming, async {
-                    let _ = rx.await;
-                }),
-        );
+                .serve_with_incoming_shutdown(incoming, stop.wait())
+        });
         let (services, stop) = tokio::sync::watch::channel(false);
         let interval = om.config().service_interval;
         let reaper_interval = interval
@@ -99,8 +95,7 @@ impl OmServer {
         Ok(Self {
             address,
             om,
-            shutdown: Some(tx),
-            task: Some(task),
+            serving,
             services,
             service_tasks,
         })
@@ -131,24 +126,15 @@ impl OmServer {
                 t.abort();
             }
         }
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(mut task) = self.task.take()
-            && tokio::time::timeout(Duration::from_secs(5), &mut task)
-                .await
-                .is_err()
-        {
-            task.abort();
+        if let Stopped::Finished(Err(e)) = self.serving.stop(Duration::from_secs(5)).await {
+            tracing::warn!(error = %e, "om server ended with an error");
         }
     }
 }
 
 impl Drop for OmServer {
     fn drop(&mut self) {
+        // The serving task's signal fires as `serving` drops.
         self.services.send_replace(true);
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
     }
 }

@@ -18,9 +18,12 @@ mod db_error;
 mod dir_lock;
 mod domain;
 mod error;
+mod logging;
 mod metadata;
 mod om_code;
 mod result;
+mod rpc_kind;
+mod serving;
 
 /// Generated protobuf and gRPC code. Only servers and clients in the
 /// `datanode`, `om` and `block-stream` crates touch these types directly.
@@ -50,6 +53,9 @@ pub use domain::{
 };
 pub use ec_codec::EcReplicationConfig;
 pub use error::ProtocolError;
+pub use logging::init_logging;
 pub use metadata::{BucketInfo, KeyInfo, MULTIPART_PART_SIZES_KEY, MultipartUpload, PartInfo};
 pub use om_code::{OM_ERROR_HEADER, OmErrorCode};
 pub use result::{ResultCode, result_code, status};
+pub use rpc_kind::RpcKind;
+pub use serving::{ServingTask, ShutdownSignal, Stopped};

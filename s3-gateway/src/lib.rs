@@ -36,10 +36,9 @@ use ec_client::Client;
 pub use error::to_s3;
 pub use metrics::{GatewayMetrics, GatewaySnapshot};
 pub use multipart::MIN_PART_SIZE;
+use proto_crate::ServingTask;
 use s3s::auth::{S3Auth, SecretKey};
 use s3s::service::S3ServiceBuilder;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 /// How to run a gateway.
 #[derive(Debug, Clone)]
@@ -156,8 +155,7 @@ impl Gateway {
 pub struct S3Gateway {
     address: SocketAddr,
     metrics: Arc<GatewayMetrics>,
-    shutdown: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<()>>,
+    serving: ServingTask<()>,
 }
 
 impl S3Gateway {
@@ -185,12 +183,13 @@ impl S3Gateway {
         if address.ip().is_unspecified() {
             address.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
         }
-        let (tx, mut rx) = oneshot::channel::<()>();
         let metrics_for_loop = Arc::clone(&metrics);
-        let task = tokio::spawn(async move {
+        let serving = ServingTask::spawn(|stop| async move {
+            let stop = stop.wait();
+            tokio::pin!(stop);
             loop {
                 tokio::select! {
-                    _ = &mut rx => break,
+                    () = &mut stop => break,
                     accepted = listener.accept() => {
                         let Ok((stream, _)) = accepted else {
                             // Transient accept errors (fd limits): back off a little.
@@ -227,8 +226,7 @@ impl S3Gateway {
         Ok(Self {
             address,
             metrics,
-            shutdown: Some(tx),
-            task: Some(task),
+            serving,
         })
     }
 
@@ -246,19 +244,6 @@ impl S3Gateway {
 
     /// Stops accepting connections and waits for the accept loop.
     pub async fn shutdown(mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(t) = self.task.take() {
-            let _ = t.await;
-        }
-    }
-}
-
-impl Drop for S3Gateway {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
+        self.serving.stop(Duration::from_secs(5)).await;
     }
 }

@@ -28,15 +28,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        // Logs on stderr; stdout carries only the `serving on` line that
-        // scripts and test harnesses read the address from.
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    proto_crate::init_logging("info");
     let args = Args::parse();
     let client = Client::connect(&args.om, ClientConfig::default())
         .await

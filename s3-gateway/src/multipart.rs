@@ -11,20 +11,10 @@ use s3s::{S3Response, S3Result, s3_error};
 
 use crate::Gateway;
 use crate::error::to_s3;
-use crate::objects::{ETAG, check_content_md5, drain_body, hex, object_metadata, timestamp};
+use crate::objects::{ETAG, check_content_md5, drain_body, object_metadata, timestamp};
 
 /// Smallest part S3 accepts for all but the last part: 5 MiB.
 pub const MIN_PART_SIZE: u64 = 5 * 1024 * 1024;
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
-}
 
 /// Checks the upload belongs to `bucket/key` (S3 answers NoSuchUpload otherwise).
 async fn upload_of(
@@ -104,12 +94,13 @@ pub(crate) async fn complete(
             Some(ETag::Strong(s) | ETag::Weak(s)) => s.trim_matches('"').to_string(),
             None => return Err(s3_error!(InvalidPart, "part {number} has no ETag")),
         };
-        let bin = unhex(&etag)
+        let bin = hex::decode(&etag)
+            .ok()
             .ok_or_else(|| s3_error!(InvalidPart, "part {number} has a malformed ETag"))?;
         digests.extend_from_slice(&bin);
         parts.push((number, etag));
     }
-    let etag = format!("{}-{}", hex(&Md5::digest(&digests)), parts.len());
+    let etag = format!("{}-{}", hex::encode(Md5::digest(&digests)), parts.len());
     let mut meta = BTreeMap::new();
     meta.insert(ETAG.to_string(), etag.clone());
     // The om records the part sizes itself, from the parts it stitches.

@@ -28,16 +28,6 @@ pub(crate) fn timestamp(unix_ms: u64) -> Timestamp {
     Timestamp::from(UNIX_EPOCH + Duration::from_millis(unix_ms))
 }
 
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
-}
-
 /// The object's ETag: the one stored at PUT or Complete, or — for keys
 /// written through the native client, which stores none — an MD5 of the
 /// key's identity (its block groups, length and commit time), so that it
@@ -54,7 +44,7 @@ pub(crate) fn etag_of(info: &KeyInfo) -> String {
         h.update(g.local_id.to_le_bytes());
         h.update(g.length.to_le_bytes());
     }
-    hex(&h.finalize())
+    hex::encode(h.finalize())
 }
 
 /// Object metadata to store from a request's content type and user metadata.
@@ -90,7 +80,7 @@ pub(crate) async fn drain_body(
             gw.metrics().bytes_in(chunk.len() as u64);
         }
     }
-    Ok((n, hex(&md5.finalize())))
+    Ok((n, hex::encode(md5.finalize())))
 }
 
 /// Checks a `Content-MD5` header (base64 of the binary digest) against `etag`.
@@ -101,7 +91,7 @@ pub(crate) fn check_content_md5(content_md5: Option<&str>, etag: &str) -> S3Resu
     let given = base64::engine::general_purpose::STANDARD
         .decode(b64.trim())
         .map_err(|_| s3_error!(InvalidDigest, "Content-MD5 is not base64"))?;
-    if hex(&given) != etag {
+    if hex::encode(given) != etag {
         return Err(s3_error!(
             BadDigest,
             "the Content-MD5 you specified did not match what was received"
@@ -652,7 +642,7 @@ impl S3 for Gateway {
             }
             // A copy keeps the source's ETag form only for single-part objects;
             // the copy is one object, so its ETag is the MD5 of its bytes.
-            let etag = hex(&md5.finalize());
+            let etag = hex::encode(md5.finalize());
             meta.insert(ETAG.to_string(), etag.clone());
             meta.remove(PART_SIZES);
             let info = w.close_with(meta).await.map_err(to_s3)?;

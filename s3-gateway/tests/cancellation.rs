@@ -19,9 +19,7 @@ const MAX_POLLS: u32 = 400;
 const PIECE: usize = 64 * 1024;
 
 fn body(seed: u8, pieces: usize) -> Vec<u8> {
-    (0..pieces * PIECE)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
+    minicluster::pattern::bytes(u64::from(seed), 0, pieces * PIECE)
 }
 
 /// A request body that arrives in 64 KiB pieces, suspending between them

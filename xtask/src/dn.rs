@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Subcommand, ValueEnum};
-use datanode::{DatanodeAdminClient, FaultKind, FaultRule, ServedRpc};
+use datanode::{DatanodeAdminClient, FaultKind, FaultRule, RpcKind};
 use minicluster::{ClusterInfo, ControlClient};
 use proto_crate::ResultCode;
 
@@ -74,13 +74,13 @@ pub(crate) enum RpcArg {
     PutBlock,
 }
 
-impl From<RpcArg> for ServedRpc {
+impl From<RpcArg> for RpcKind {
     fn from(r: RpcArg) -> Self {
         match r {
-            RpcArg::GetBlock => ServedRpc::GetBlock,
-            RpcArg::ReadChunk => ServedRpc::ReadChunk,
-            RpcArg::WriteChunk => ServedRpc::WriteChunk,
-            RpcArg::PutBlock => ServedRpc::PutBlock,
+            RpcArg::GetBlock => RpcKind::GetBlock,
+            RpcArg::ReadChunk => RpcKind::ReadChunk,
+            RpcArg::WriteChunk => RpcKind::WriteChunk,
+            RpcArg::PutBlock => RpcKind::PutBlock,
         }
     }
 }

@@ -77,17 +77,9 @@ pub(crate) fn workspace_root() -> PathBuf {
 }
 
 fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                // s3s logs every error answer (a 404 included) at ERROR;
-                // the gateway counts them in its metrics instead.
-                "warn,s3s::ops=off".into()
-            }),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    // s3s logs every error answer (a 404 included) at ERROR; the gateway
+    // counts them in its metrics instead.
+    proto_crate::init_logging("warn,s3s::ops=off");
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,

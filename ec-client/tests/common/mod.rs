@@ -21,23 +21,10 @@ pub fn rs32() -> EcReplicationConfig {
 /// Stripe size of [`rs32`].
 pub const STRIPE: u64 = 3 * CELL;
 
-/// Deterministic, non-repeating-looking bytes (splitmix64 of the offset).
+/// Deterministic bytes of `seed` (the minicluster's pattern, so that every
+/// test and tool generates data one way).
 pub fn data(len: u64, seed: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(len as usize);
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xDEAD_BEEF;
-    while (out.len() as u64) < len {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        for b in z.to_le_bytes() {
-            if (out.len() as u64) < len {
-                out.push(b);
-            }
-        }
-    }
-    out
+    minicluster::pattern::bytes(seed, 0, usize::try_from(len).expect("test sizes fit usize"))
 }
 
 /// Client config for tests: 1 KiB bytesPerChecksum so windows are smaller than cells.
@@ -151,22 +138,22 @@ pub fn node_of(cluster: &MiniCluster, info: &ec_client::KeyInfo, g: usize, r: u3
 
 /// Makes datanode `n` fail in the way `f` says.
 pub async fn fail(cluster: &mut MiniCluster, n: usize, f: Failure) {
-    use datanode::{FaultKind, FaultRule, ServedRpc};
+    use datanode::{FaultKind, FaultRule, RpcKind};
     let dn = cluster.datanode_mut(n).expect("datanode");
     let rules: Vec<FaultRule> = match f {
         Failure::Down => {
             dn.stop().await;
             return;
         }
-        Failure::Slow => [ServedRpc::GetBlock, ServedRpc::ReadChunk]
+        Failure::Slow => [RpcKind::GetBlock, RpcKind::ReadChunk]
             .into_iter()
             .map(|r| FaultRule::new(r, FaultKind::Delay(FAILURE_RPC_TIMEOUT * 3)).expect("rule"))
             .collect(),
         Failure::Corrupt => {
-            vec![FaultRule::new(ServedRpc::ReadChunk, FaultKind::Corrupt).expect("rule")]
+            vec![FaultRule::new(RpcKind::ReadChunk, FaultKind::Corrupt).expect("rule")]
         }
-        Failure::Zero => vec![FaultRule::new(ServedRpc::ReadChunk, FaultKind::Zero).expect("rule")],
-        Failure::WrongIndex => [ServedRpc::GetBlock, ServedRpc::ReadChunk]
+        Failure::Zero => vec![FaultRule::new(RpcKind::ReadChunk, FaultKind::Zero).expect("rule")],
+        Failure::WrongIndex => [RpcKind::GetBlock, RpcKind::ReadChunk]
             .into_iter()
             .map(|r| {
                 FaultRule::new(

@@ -79,18 +79,13 @@ pub fn dechunk(body: &[u8], headers: &[(String, String)]) -> Vec<u8> {
     out
 }
 
+/// Deterministic test bytes (the minicluster's pattern, seed 0).
 pub fn data(len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
-        .collect()
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    minicluster::pattern::bytes(0, 0, len)
 }
 
 fn sha256_hex(b: &[u8]) -> String {
-    hex(&Sha256::digest(b))
+    hex::encode(Sha256::digest(b))
 }
 
 fn hmac(key: &[u8], msg: &str) -> Vec<u8> {
@@ -220,7 +215,7 @@ impl Signer {
             sha256_hex(canonical.as_bytes())
         );
         let key = self.signing_key(&date);
-        let signature = hex(&hmac(&key, &to_sign));
+        let signature = hex::encode(hmac(&key, &to_sign));
         let auth = format!(
             "AWS4-HMAC-SHA256 Credential={}/{scope}, SignedHeaders={signed}, Signature={signature}",
             self.access_key
@@ -238,7 +233,7 @@ impl Signer {
                     "AWS4-HMAC-SHA256-PAYLOAD\n{amz_date}\n{scope}\n{prev}\n{empty}\n{}",
                     sha256_hex(piece)
                 );
-                let sig = hex(&hmac(&key, &s));
+                let sig = hex::encode(hmac(&key, &s));
                 out.extend_from_slice(
                     format!("{:x};chunk-signature={sig}\r\n", piece.len()).as_bytes(),
                 );

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use datanode::{DatanodeAdminClient, FaultKind, FaultRule, ServedRpc};
-use ec_client::{Client, ClientConfig, KeyInputStream, ReadMode, ReplicationConfig, RpcKind};
+use datanode::{DatanodeAdminClient, FaultKind, FaultRule, RpcKind};
+use ec_client::{Client, ClientConfig, KeyInputStream, ReadMode, ReplicationConfig};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
@@ -329,7 +329,7 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
     let mut admin = DatanodeAdminClient::connect(&victim)
         .await
         .with_context(|| format!("connecting to the admin service of {victim}"))?;
-    for rpc in [ServedRpc::GetBlock, ServedRpc::ReadChunk] {
+    for rpc in [RpcKind::GetBlock, RpcKind::ReadChunk] {
         admin
             .inject(FaultRule::new(rpc, FaultKind::Unavailable)?)
             .await?;
