@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use proto_crate::{BucketInfo, DatanodeDetails, KeyInfo, MultipartUpload, ReplicationConfig};
 
-use crate::ec_output::ECKeyOutputStream;
+use crate::ec_output::EcKeyOutputStream;
 use crate::key_input::KeyInputStream;
 use crate::key_output::KeyOutputStream;
 use crate::lease::LeaseKeeper;
@@ -238,7 +238,7 @@ impl Client {
         // writer, or a failed close, aborts it.
         let state = WriteState::new(bucket, key, opened.session_id, opened.guard);
         match opened.replication {
-            ReplicationConfig::Ec(ec) => ECKeyOutputStream::new(
+            ReplicationConfig::Ec(ec) => EcKeyOutputStream::new(
                 Arc::clone(&self.shared),
                 state,
                 ec,

@@ -1,4 +1,4 @@
-//! [`ECBlockInputStream`]: reads one EC block group from its data indexes.
+//! [`EcBlockInputStream`]: reads one EC block group from its data indexes.
 //!
 //! Models Ozone's `ECBlockInputStream`: one [`BlockInputStream`] per data
 //! replica index, created lazily on first use and cached for the reader's
@@ -252,12 +252,12 @@ pub(crate) fn split_pieces(
 
 /// Reads an EC block group through its data indexes' cached block streams.
 #[derive(Debug)]
-pub struct ECBlockInputStream {
+pub struct EcBlockInputStream {
     streams: IndexStreams,
     parallel: bool,
 }
 
-impl ECBlockInputStream {
+impl EcBlockInputStream {
     /// A reader of `group` (of length `group.length`) under `ec`, avoiding the
     /// `excluded` (replica index, datanode uuid) locations. No RPC is made;
     /// counts one EC reader created.

@@ -1,7 +1,7 @@
-//! [`ECKeyOutputStream`]: writes a key as erasure-coded block groups.
+//! [`EcKeyOutputStream`]: writes a key as erasure-coded block groups.
 //!
 //! Models Ozone's `ECKeyOutputStream`, pipelined (ARCHITECTURE.md, write path):
-//! - the producer (the caller's [`write`](ECKeyOutputStream::write)) fills the
+//! - the producer (the caller's [`write`](EcKeyOutputStream::write)) fills the
 //!   d cells of a stripe; when the stripe is full it computes the p parity
 //!   cells on tokio's blocking pool (so the reactor never stalls on GF(2^8)
 //!   work) and queues the stripe;
@@ -56,7 +56,7 @@ enum Sink {
     },
 }
 
-/// Progress of an EC writer (see [`ECKeyOutputStream::stats`]).
+/// Progress of an EC writer (see [`EcKeyOutputStream::stats`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EcWriteStats {
     /// Stripes encoded so far.
@@ -76,7 +76,7 @@ pub struct EcWriteStats {
 
 /// Writer of one EC key. Driven by one task (`&mut self`).
 #[derive(Debug)]
-pub struct ECKeyOutputStream {
+pub struct EcKeyOutputStream {
     shared: Arc<ClientShared>,
     /// Failure, cancellation and the om session.
     state: WriteState,
@@ -92,7 +92,7 @@ pub struct ECKeyOutputStream {
     _lease: LeaseKeeper,
 }
 
-impl ECKeyOutputStream {
+impl EcKeyOutputStream {
     pub(crate) fn new(
         shared: Arc<ClientShared>,
         state: WriteState,
@@ -448,7 +448,7 @@ fn encode(
     })
 }
 
-impl Drop for ECKeyOutputStream {
+impl Drop for EcKeyOutputStream {
     /// A writer dropped without `close` commits nothing: the flush task is
     /// aborted, and the session is aborted as `state` drops.
     fn drop(&mut self) {

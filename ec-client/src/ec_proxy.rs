@@ -1,14 +1,14 @@
-//! [`ECBlockInputStreamProxy`]: the entry point for reading one EC block group.
+//! [`EcBlockInputStreamProxy`]: the entry point for reading one EC block group.
 //!
 //! Models Ozone's `ECBlockInputStreamProxy`:
-//! - while the group is healthy, reads go to an [`ECBlockInputStream`] built
+//! - while the group is healthy, reads go to an [`EcBlockInputStream`] built
 //!   once (no RPC) and kept for the proxy's life, so positioned reads reuse
 //!   its cached per-index streams ([`ReadMode::Reuse`], the default);
 //! - on a failed location the proxy drops the attempt's output, marks the
 //!   (replica index, datanode) failed, and retries the whole read with a
 //!   reader that starts with every failed location excluded: a striped
 //!   reader on a spare replica of the index if one exists, otherwise an
-//!   [`ECBlockReconstructedStripeInputStream`];
+//!   [`EcBlockReconstructedStripeInputStream`];
 //! - that degraded reader is kept and reused by later reads (positioned and
 //!   sequential) — nothing is rebuilt per call;
 //! - exclusions are not forever: when a read finds too few locations
@@ -32,8 +32,8 @@ use std::time::Instant;
 use ec_codec::EcReplicationConfig;
 use proto_crate::BlockGroup;
 
-use crate::ec_input::{ECBlockInputStream, EcReadError, IndexFailure, choose_locations};
-use crate::ec_reconstruct::ECBlockReconstructedStripeInputStream;
+use crate::ec_input::{EcBlockInputStream, EcReadError, IndexFailure, choose_locations};
+use crate::ec_reconstruct::EcBlockReconstructedStripeInputStream;
 use crate::metrics::EcReadMetrics;
 use crate::read_context::ReadContext;
 use crate::{ClientError, ReadMode, Result};
@@ -41,8 +41,8 @@ use crate::{ClientError, ReadMode, Result};
 /// The reader the proxy currently sends reads to.
 #[derive(Debug, Clone)]
 enum ActiveReader {
-    Striped(Arc<ECBlockInputStream>),
-    Reconstructed(Arc<ECBlockReconstructedStripeInputStream>),
+    Striped(Arc<EcBlockInputStream>),
+    Reconstructed(Arc<EcBlockReconstructedStripeInputStream>),
 }
 
 impl ActiveReader {
@@ -71,7 +71,7 @@ struct ProxyState {
 
 /// Reads one EC block group, choosing, caching and replacing its reader.
 #[derive(Debug)]
-pub struct ECBlockInputStreamProxy {
+pub struct EcBlockInputStreamProxy {
     ctx: Arc<ReadContext>,
     /// (bucket, key) the group belongs to, to look its locations up again.
     key: (String, String),
@@ -91,7 +91,7 @@ enum Refresh {
     Probe,
 }
 
-impl ECBlockInputStreamProxy {
+impl EcBlockInputStreamProxy {
     /// A proxy over `group` of key `bucket/key`; builds its standing striped
     /// reader (no RPC).
     pub(crate) fn new(
@@ -100,7 +100,7 @@ impl ECBlockInputStreamProxy {
         group: BlockGroup,
         ec: EcReplicationConfig,
     ) -> Result<Self> {
-        let reader = ECBlockInputStream::new(&ctx, &group, ec, &HashSet::new())?;
+        let reader = EcBlockInputStream::new(&ctx, &group, ec, &HashSet::new())?;
         Ok(Self {
             ctx,
             key,
@@ -159,7 +159,7 @@ impl ECBlockInputStreamProxy {
         };
         match (self.ctx.config.read_mode, &reader) {
             (ReadMode::ReaderPerCall, ActiveReader::Striped(_)) => {
-                let fresh = ECBlockInputStream::new(&self.ctx, &group, self.ec, &excluded)?;
+                let fresh = EcBlockInputStream::new(&self.ctx, &group, self.ec, &excluded)?;
                 Ok((ActiveReader::Striped(Arc::new(fresh)), generation, probe))
             }
             _ => Ok((reader, generation, probe)),
@@ -187,7 +187,7 @@ impl ECBlockInputStreamProxy {
             None => self.lock().group.clone(),
         };
         // Build first: a failure leaves the proxy as it was.
-        let reader = ECBlockInputStream::new(&self.ctx, &group, self.ec, &HashSet::new())?;
+        let reader = EcBlockInputStream::new(&self.ctx, &group, self.ec, &HashSet::new())?;
         let mut st = self.lock();
         if st.generation != generation {
             return Ok(());
@@ -228,14 +228,14 @@ impl ECBlockInputStreamProxy {
             if has_spare {
                 EcReadMetrics::inc(&self.ctx.ec_metrics.spare_switches);
             }
-            ActiveReader::Striped(Arc::new(ECBlockInputStream::new(
+            ActiveReader::Striped(Arc::new(EcBlockInputStream::new(
                 &self.ctx,
                 &group,
                 self.ec,
                 &st.excluded,
             )?))
         } else {
-            ActiveReader::Reconstructed(Arc::new(ECBlockReconstructedStripeInputStream::new(
+            ActiveReader::Reconstructed(Arc::new(EcBlockReconstructedStripeInputStream::new(
                 &self.ctx,
                 &group,
                 self.ec,

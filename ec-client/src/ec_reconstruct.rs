@@ -1,4 +1,4 @@
-//! [`ECBlockReconstructedStripeInputStream`]: reads an EC block group when
+//! [`EcBlockReconstructedStripeInputStream`]: reads an EC block group when
 //! some of its indexes are lost, decoding the missing cells from parity.
 //!
 //! Models Ozone's `ECBlockReconstructedStripeInputStream`. For each stripe a
@@ -27,7 +27,7 @@ use crate::{ClientError, Result};
 
 /// Reads an EC block group through reconstruction of its lost indexes.
 #[derive(Debug)]
-pub struct ECBlockReconstructedStripeInputStream {
+pub struct EcBlockReconstructedStripeInputStream {
     streams: IndexStreams,
     ec: EcReplicationConfig,
     coder: ErasureCoder,
@@ -37,7 +37,7 @@ pub struct ECBlockReconstructedStripeInputStream {
     metrics: Arc<EcReadMetrics>,
 }
 
-impl ECBlockReconstructedStripeInputStream {
+impl EcBlockReconstructedStripeInputStream {
     /// A reader of `group` that avoids the `excluded` (replica index, datanode
     /// uuid) locations; indexes left without a location start out lost. No
     /// RPC is made; counts one reconstruction reader created.

@@ -1,7 +1,7 @@
 //! [`KeyInputStream`]: reads a whole key across its block groups.
 //!
 //! Models Ozone's `KeyInputStream`. Opening costs one key lookup and no
-//! datanode RPC: each group gets an [`ECBlockInputStreamProxy`] (EC) or a
+//! datanode RPC: each group gets an [`EcBlockInputStreamProxy`] (EC) or a
 //! [`BlockInputStream`] (replicated) whose I/O starts lazily.
 //!
 //! Two ways to read:
@@ -23,14 +23,14 @@ use futures::{StreamExt, TryStreamExt};
 use proto_crate::{KeyInfo, ReplicationConfig};
 use tokio::io::{AsyncRead, AsyncSeek, ReadBuf};
 
-use crate::ec_proxy::ECBlockInputStreamProxy;
+use crate::ec_proxy::EcBlockInputStreamProxy;
 use crate::read_context::ReadContext;
 use crate::{ClientError, Result};
 
 /// The reader of one block group.
 #[derive(Debug)]
 enum GroupReader {
-    Ec(ECBlockInputStreamProxy),
+    Ec(EcBlockInputStreamProxy),
     Replicated(BlockInputStream),
 }
 
@@ -57,7 +57,7 @@ impl KeyReader {
         let mut offset = 0u64;
         for g in &info.block_groups {
             let reader = match info.replication {
-                ReplicationConfig::Ec(ec) => GroupReader::Ec(ECBlockInputStreamProxy::new(
+                ReplicationConfig::Ec(ec) => GroupReader::Ec(EcBlockInputStreamProxy::new(
                     Arc::clone(ctx),
                     (info.bucket.clone(), info.name.clone()),
                     g.clone(),

@@ -6,13 +6,13 @@ use std::collections::BTreeMap;
 use proto_crate::{KeyInfo, PartInfo};
 
 use crate::om_client::{Commit, Committed};
-use crate::{ECKeyOutputStream, ReplicatedKeyOutputStream, Result};
+use crate::{EcKeyOutputStream, ReplicatedKeyOutputStream, Result};
 
 /// A key being written. Nothing is visible until [`close`](Self::close).
 #[derive(Debug)]
 pub enum KeyOutputStream {
     /// Erasure coded.
-    Ec(ECKeyOutputStream),
+    Ec(EcKeyOutputStream),
     /// Replicated.
     Replicated(ReplicatedKeyOutputStream),
 }
@@ -21,7 +21,7 @@ impl KeyOutputStream {
     /// Appends `buf` to the key.
     ///
     /// # Errors
-    /// The underlying writer's failure (see [`ECKeyOutputStream::write`] and
+    /// The underlying writer's failure (see [`EcKeyOutputStream::write`] and
     /// [`ReplicatedKeyOutputStream::write`]).
     pub async fn write(&mut self, buf: &[u8]) -> Result<()> {
         match self {

@@ -2,10 +2,10 @@
 //! back sequentially, by position, and through failures.
 //!
 //! Start from [`Client::connect`]. Main types, named after Ozone's:
-//! - [`ECKeyOutputStream`]: cells -> parity -> WriteChunk/PutBlock per stripe;
+//! - [`EcKeyOutputStream`]: cells -> parity -> WriteChunk/PutBlock per stripe;
 //! - [`KeyInputStream`]: spans a key's block groups; `AsyncRead + AsyncSeek`
 //!   plus positioned `read_at(&self, ..)` that never moves the cursor;
-//! - [`ECBlockInputStreamProxy`] / [`ECBlockInputStream`]: one EC block group,
+//! - [`EcBlockInputStreamProxy`] / [`EcBlockInputStream`]: one EC block group,
 //!   with per-index block streams created lazily and cached;
 //! - [`ClientConfig`] and [`ReadMode`]; counters in [`EcReadSnapshot`] and
 //!   `block_stream::MetricsSnapshot`.
@@ -38,10 +38,10 @@ pub use block_stream::{MetricsSnapshot, RpcKind};
 pub use client::{BucketOptions, Client};
 pub use config::{ClientConfig, EcWriteMode, ReadMode};
 pub use ec_codec::EcReplicationConfig;
-pub use ec_input::ECBlockInputStream;
-pub use ec_output::{ECKeyOutputStream, EcWriteStats};
-pub use ec_proxy::ECBlockInputStreamProxy;
-pub use ec_reconstruct::ECBlockReconstructedStripeInputStream;
+pub use ec_input::EcBlockInputStream;
+pub use ec_output::{EcKeyOutputStream, EcWriteStats};
+pub use ec_proxy::EcBlockInputStreamProxy;
+pub use ec_reconstruct::EcBlockReconstructedStripeInputStream;
 pub use error::{ClientError, Result};
 pub use key_input::KeyInputStream;
 pub use key_output::KeyOutputStream;

@@ -18,9 +18,9 @@ pub struct EcReadMetrics {
 /// A copy of [`EcReadMetrics`] at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EcReadSnapshot {
-    /// `ECBlockInputStream`s built (`ec_readers_created_total`).
+    /// `EcBlockInputStream`s built (`ec_readers_created_total`).
     pub ec_readers_created: u64,
-    /// `ECBlockReconstructedStripeInputStream`s built.
+    /// `EcBlockReconstructedStripeInputStream`s built.
     pub reconstruction_readers_created: u64,
     /// Times a proxy gave up on a location and retried with it excluded.
     pub failovers: u64,

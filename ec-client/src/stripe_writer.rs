@@ -12,7 +12,7 @@
 //! acknowledged length (what the last successful PutBlock recorded; a group
 //! with nothing acknowledged is dropped), allocates a new group and rewrites
 //! the whole stripe there — up to `ec_write_retries` times (Ozone's
-//! `ECKeyOutputStream` stripe-retry behaviour).
+//! `EcKeyOutputStream` stripe-retry behaviour).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -61,7 +61,7 @@ pub(crate) struct WriteCounters {
 }
 
 /// Progress of an EC writer's flush stage, observable through
-/// [`ECKeyOutputStream::progress`](crate::ECKeyOutputStream::progress).
+/// [`EcKeyOutputStream::progress`](crate::EcKeyOutputStream::progress).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EcWriteProgress {
     /// Stripes acknowledged by every datanode (after PutBlock).

@@ -25,7 +25,7 @@ async fn cluster(n: usize, mode: EcWriteMode) -> (MiniCluster, Client) {
     (cluster, client)
 }
 
-fn ec(w: &KeyOutputStream) -> &ec_client::ECKeyOutputStream {
+fn ec(w: &KeyOutputStream) -> &ec_client::EcKeyOutputStream {
     match w {
         KeyOutputStream::Ec(w) => w,
         KeyOutputStream::Replicated(_) => panic!("expected an EC writer"),

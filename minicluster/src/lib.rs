@@ -13,9 +13,12 @@
 
 pub mod cancel;
 mod control;
+#[cfg(feature = "s3")]
 pub mod crash;
 pub mod pattern;
 pub mod process;
+#[cfg(feature = "s3")]
+mod s3;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -65,7 +68,7 @@ pub enum MiniClusterError {
     DirInUse(#[from] proto_crate::DirLockError),
 }
 
-fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> MiniClusterError {
+pub(crate) fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> MiniClusterError {
     let context = context.into();
     move |source| MiniClusterError::Io { context, source }
 }
@@ -376,6 +379,7 @@ pub struct DatanodeInfo {
 #[derive(Debug)]
 pub struct MiniCluster {
     om: OmServer,
+    #[cfg(feature = "s3")]
     s3: Option<s3_gateway::S3Gateway>,
     datanodes: Vec<DatanodeHandle>,
     base_dir: PathBuf,
@@ -452,6 +456,7 @@ impl MiniCluster {
         }
         Ok(Self {
             om: om_server,
+            #[cfg(feature = "s3")]
             s3: None,
             datanodes,
             base_dir,
@@ -531,46 +536,8 @@ impl MiniCluster {
                 })
                 .collect(),
             control: None,
-            s3: self.s3.as_ref().map(|g| S3Info {
-                endpoint: format!("http://{}", g.address()),
-                access_key: S3_ACCESS_KEY.to_string(),
-                secret_key: S3_SECRET_KEY.to_string(),
-            }),
+            s3: self.s3_info(),
         }
-    }
-
-    /// Starts an S3 gateway over this cluster on 127.0.0.1:`port` (0 picks a
-    /// free port), signed with [`S3_ACCESS_KEY`] / [`S3_SECRET_KEY`] unless
-    /// `auth` is false. Returns its address.
-    ///
-    /// # Errors
-    /// Client connection or bind errors.
-    pub async fn start_s3_gateway(
-        &mut self,
-        port: u16,
-        auth: bool,
-    ) -> Result<SocketAddr, MiniClusterError> {
-        let client = self.client().await?;
-        let mut config = s3_gateway::GatewayConfig::new(
-            ([127, 0, 0, 1], port).into(),
-            S3_ACCESS_KEY,
-            S3_SECRET_KEY,
-        );
-        if !auth {
-            config = config.without_auth();
-        }
-        let gw = s3_gateway::S3Gateway::start(client, config)
-            .await
-            .map_err(io("binding the s3 gateway"))?;
-        let address = gw.address();
-        self.s3 = Some(gw);
-        Ok(address)
-    }
-
-    /// The S3 gateway's counters, when one runs.
-    #[must_use]
-    pub fn s3_metrics(&self) -> Option<s3_gateway::GatewaySnapshot> {
-        self.s3.as_ref().map(|g| g.metrics().snapshot())
     }
 
     /// Writes `info` (see [`info`](Self::info)) as pretty JSON to `path`,
@@ -588,8 +555,16 @@ impl MiniCluster {
         std::fs::write(path, json).map_err(io(format!("writing {}", path.display())))
     }
 
+    /// Without the `s3` feature there is no gateway to describe.
+    #[cfg(not(feature = "s3"))]
+    #[allow(clippy::unused_self)]
+    pub(crate) fn s3_info(&self) -> Option<S3Info> {
+        None
+    }
+
     /// Stops every datanode, then the om, waiting for each (bounded).
     pub async fn shutdown(mut self) {
+        #[cfg(feature = "s3")]
         if let Some(gw) = self.s3.take() {
             gw.shutdown().await;
         }

@@ -1,0 +1,50 @@
+//! The minicluster's S3 gateway (feature `s3`, on by default): crates that
+//! test only the client and the servers build the minicluster without it.
+
+use std::net::SocketAddr;
+
+use crate::{MiniCluster, MiniClusterError, S3_ACCESS_KEY, S3_SECRET_KEY, S3Info, io};
+
+impl MiniCluster {
+    /// Starts an S3 gateway over this cluster on 127.0.0.1:`port` (0 picks a
+    /// free port), signed with [`S3_ACCESS_KEY`] / [`S3_SECRET_KEY`] unless
+    /// `auth` is false. Returns its address.
+    ///
+    /// # Errors
+    /// Client connection or bind errors.
+    pub async fn start_s3_gateway(
+        &mut self,
+        port: u16,
+        auth: bool,
+    ) -> Result<SocketAddr, MiniClusterError> {
+        let client = self.client().await?;
+        let mut config = s3_gateway::GatewayConfig::new(
+            ([127, 0, 0, 1], port).into(),
+            S3_ACCESS_KEY,
+            S3_SECRET_KEY,
+        );
+        if !auth {
+            config = config.without_auth();
+        }
+        let gw = s3_gateway::S3Gateway::start(client, config)
+            .await
+            .map_err(io("binding the s3 gateway"))?;
+        let address = gw.address();
+        self.s3 = Some(gw);
+        Ok(address)
+    }
+
+    /// The S3 gateway's counters, when one runs.
+    #[must_use]
+    pub fn s3_metrics(&self) -> Option<s3_gateway::GatewaySnapshot> {
+        self.s3.as_ref().map(|g| g.metrics().snapshot())
+    }
+
+    pub(crate) fn s3_info(&self) -> Option<S3Info> {
+        self.s3.as_ref().map(|g| S3Info {
+            endpoint: format!("http://{}", g.address()),
+            access_key: S3_ACCESS_KEY.to_string(),
+            secret_key: S3_SECRET_KEY.to_string(),
+        })
+    }
+}
