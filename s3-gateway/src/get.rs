@@ -24,9 +24,10 @@ use s3s::{Body, S3Request, S3Response, S3Result, s3_error};
 use tokio::sync::mpsc;
 
 use crate::Gateway;
+use crate::conditional::{Conditions, Precondition, if_range_holds};
 use crate::error::to_s3;
 use crate::metrics::GatewayMetrics;
-use crate::objects::{CONTENT_TYPE, PART_SIZES, USER_META, etag_of, timestamp};
+use crate::object_meta::{CONTENT_TYPE, PART_SIZES, USER_META, etag_of, timestamp};
 use crate::range::{self, Resolved};
 
 /// The custom route serving GetObject and HeadObject.
@@ -130,42 +131,6 @@ fn http_date(ts: &Timestamp) -> String {
     String::from_utf8(buf).unwrap_or_default()
 }
 
-/// Whole seconds since the epoch of an HTTP date, if it parses.
-fn parse_http_secs(s: &str) -> Option<i64> {
-    let ts = Timestamp::parse(TimestampFormat::HttpDate, s.trim()).ok()?;
-    let t: time::OffsetDateTime = ts.into();
-    Some(t.unix_timestamp())
-}
-
-/// Whether an `If-Match`/`If-None-Match` list matches `etag` (`*` matches any).
-/// Whether an `If-Match`/`If-None-Match` list matches `etag` (`*` matches
-/// any). `If-Match` uses the strong comparison (a weak tag never matches),
-/// `If-None-Match` the weak one (RFC 9110 §13.1.1, §13.1.2).
-fn etag_matches(list: &str, etag: &str, strong: bool) -> bool {
-    list.split(',').map(str::trim).any(|t| {
-        if t == "*" {
-            return true;
-        }
-        let weak = t.starts_with("W/");
-        if strong && weak {
-            return false;
-        }
-        t.trim_start_matches("W/").trim_matches('"') == etag
-    })
-}
-
-/// Whether `If-Range` lets Range apply: an entity tag must match strongly,
-/// a date must equal Last-Modified (RFC 9110 §13.1.5); otherwise the whole
-/// object is sent.
-fn if_range_holds(value: &str, etag: &str, modified_secs: i64) -> bool {
-    let v = value.trim();
-    if v.starts_with('"') || v.starts_with("W/") {
-        !v.starts_with("W/") && v.trim_matches('"') == etag
-    } else {
-        parse_http_secs(v) == Some(modified_secs)
-    }
-}
-
 /// Response header overrides a GET may ask for in its query (S3's
 /// `response-*` parameters), with the header each sets.
 const RESPONSE_OVERRIDES: [(&str, &str); 6] = [
@@ -267,33 +232,26 @@ impl ObjectReadRoute {
         }
 
         // Conditionals (RFC 9110 §13.2.2 order) win over Range.
-        if let Some(list) = header(&req.headers, "if-match") {
-            if !etag_matches(list, &etag, true) {
+        let conditions = Conditions {
+            if_match: header(&req.headers, "if-match"),
+            if_none_match: header(&req.headers, "if-none-match"),
+            if_modified_since: header(&req.headers, "if-modified-since"),
+            if_unmodified_since: header(&req.headers, "if-unmodified-since"),
+        };
+        match conditions.evaluate(&etag, modified_secs) {
+            Precondition::Failed => {
                 return Err(s3_error!(
                     PreconditionFailed,
                     "At least one of the pre-conditions you specified did not hold"
                 ));
             }
-        } else if let Some(d) =
-            header(&req.headers, "if-unmodified-since").and_then(parse_http_secs)
-            && modified_secs > d
-        {
-            return Err(s3_error!(
-                PreconditionFailed,
-                "At least one of the pre-conditions you specified did not hold"
-            ));
-        }
-        let not_modified = match header(&req.headers, "if-none-match") {
-            Some(list) => etag_matches(list, &etag, false),
-            None => header(&req.headers, "if-modified-since")
-                .and_then(parse_http_secs)
-                .is_some_and(|d| modified_secs <= d),
-        };
-        if not_modified {
-            let mut resp = S3Response::new(Body::empty());
-            resp.status = Some(StatusCode::NOT_MODIFIED);
-            resp.headers = headers;
-            return Ok(resp);
+            Precondition::NotModified => {
+                let mut resp = S3Response::new(Body::empty());
+                resp.status = Some(StatusCode::NOT_MODIFIED);
+                resp.headers = headers;
+                return Ok(resp);
+            }
+            Precondition::Proceed => {}
         }
 
         let resolved = match part_number {
@@ -464,32 +422,6 @@ impl Stream for ChunkStream {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn entity_tag_comparisons() {
-        // If-Match: strong comparison; a weak tag never matches.
-        assert!(etag_matches("\"abc\"", "abc", true));
-        assert!(etag_matches("\"x\", \"abc\"", "abc", true));
-        assert!(etag_matches("*", "abc", true));
-        assert!(!etag_matches("W/\"abc\"", "abc", true));
-        assert!(!etag_matches("\"abd\"", "abc", true));
-        // If-None-Match: weak comparison.
-        assert!(etag_matches("W/\"abc\"", "abc", false));
-        assert!(!etag_matches("\"x\"", "abc", false));
-    }
-
-    #[test]
-    fn if_range_needs_a_strong_match_or_the_exact_date() {
-        assert!(if_range_holds("\"abc\"", "abc", 0));
-        assert!(!if_range_holds("W/\"abc\"", "abc", 0));
-        assert!(!if_range_holds("\"old\"", "abc", 0));
-        let date = "Sun, 06 Nov 1994 08:49:37 GMT";
-        let secs = parse_http_secs(date).expect("http date");
-        assert_eq!(secs, 784_111_777);
-        assert!(if_range_holds(date, "abc", secs));
-        assert!(!if_range_holds(date, "abc", secs + 1));
-        assert!(!if_range_holds("not a date", "abc", secs));
-    }
 
     #[test]
     fn plain_get_queries() {

@@ -21,10 +21,13 @@
 //!
 //! Layering: uses `ec-client` only (never datanodes or the om directly).
 
+mod conditional;
 mod error;
 mod get;
+mod listing;
 mod metrics;
 mod multipart;
+mod object_meta;
 pub mod objects;
 pub mod range;
 

@@ -11,7 +11,7 @@ use s3s::{S3Response, S3Result, s3_error};
 
 use crate::Gateway;
 use crate::error::to_s3;
-use crate::objects::{ETAG, check_content_md5, drain_body, object_metadata, timestamp};
+use crate::object_meta::{ETAG, check_content_md5, drain_body, object_metadata, timestamp};
 
 /// Smallest part S3 accepts for all but the last part: 5 MiB.
 pub const MIN_PART_SIZE: u64 = 5 * 1024 * 1024;

@@ -2,135 +2,17 @@
 //! listings (v1, v2, versions), PUT, DELETE (one or many) and COPY.
 //! GET and HEAD object live in [`crate::get`]; multipart in [`crate::multipart`].
 
-use std::collections::BTreeMap;
-use std::time::{Duration, UNIX_EPOCH};
-
-use base64::Engine;
 use ec_client::{BucketOptions, ClientError, KeyInfo};
-use futures::StreamExt;
 use md5::{Digest, Md5};
-use s3s::dto::{self, ETag, StreamingBlob, Timestamp};
+use s3s::dto::{self, ETag, Timestamp};
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
 use crate::Gateway;
 use crate::error::to_s3;
-
-/// Metadata key of an object's ETag (hex MD5, or the multipart form `hex-N`).
-pub(crate) const ETAG: &str = "etag";
-/// Metadata key of an object's content type.
-pub(crate) const CONTENT_TYPE: &str = "content-type";
-/// Metadata key prefix of user metadata (`x-amz-meta-*`).
-pub(crate) const USER_META: &str = "x-amz-meta-";
-/// Metadata key of a multipart object's part sizes (comma-separated bytes).
-pub(crate) const PART_SIZES: &str = ec_client::MULTIPART_PART_SIZES_KEY;
-
-pub(crate) fn timestamp(unix_ms: u64) -> Timestamp {
-    Timestamp::from(UNIX_EPOCH + Duration::from_millis(unix_ms))
-}
-
-/// The object's ETag: the one stored at PUT or Complete, or — for keys
-/// written through the native client, which stores none — an MD5 of the
-/// key's identity (its block groups, length and commit time), so that it
-/// still changes whenever the key is rewritten.
-pub(crate) fn etag_of(info: &KeyInfo) -> String {
-    if let Some(e) = info.metadata.get(ETAG) {
-        return e.clone();
-    }
-    let mut h = Md5::new();
-    h.update(info.length.to_le_bytes());
-    h.update(info.created_unix_ms.to_le_bytes());
-    for g in &info.block_groups {
-        h.update(g.container_id.to_le_bytes());
-        h.update(g.local_id.to_le_bytes());
-        h.update(g.length.to_le_bytes());
-    }
-    hex::encode(h.finalize())
-}
-
-/// Object metadata to store from a request's content type and user metadata.
-pub(crate) fn object_metadata(
-    content_type: Option<&str>,
-    user: Option<&dto::Metadata>,
-) -> BTreeMap<String, String> {
-    let mut meta = BTreeMap::new();
-    if let Some(ct) = content_type {
-        meta.insert(CONTENT_TYPE.to_string(), ct.to_string());
-    }
-    for (k, v) in user.into_iter().flatten() {
-        meta.insert(format!("{USER_META}{}", k.to_ascii_lowercase()), v.clone());
-    }
-    meta
-}
-
-/// Streams `body` into `writer`, hashing it; returns (bytes, hex MD5).
-pub(crate) async fn drain_body(
-    gw: &Gateway,
-    body: Option<StreamingBlob>,
-    writer: &mut ec_client::KeyOutputStream,
-) -> S3Result<(u64, String)> {
-    let mut md5 = Md5::new();
-    let mut n = 0u64;
-    if let Some(mut body) = body {
-        while let Some(chunk) = body.next().await {
-            let chunk =
-                chunk.map_err(|e| s3_error!(IncompleteBody, "reading the request body: {e}"))?;
-            md5.update(&chunk);
-            writer.write(&chunk).await.map_err(to_s3)?;
-            n += chunk.len() as u64;
-            gw.metrics().bytes_in(chunk.len() as u64);
-        }
-    }
-    Ok((n, hex::encode(md5.finalize())))
-}
-
-/// Checks a `Content-MD5` header (base64 of the binary digest) against `etag`.
-pub(crate) fn check_content_md5(content_md5: Option<&str>, etag: &str) -> S3Result<()> {
-    let Some(b64) = content_md5 else {
-        return Ok(());
-    };
-    let given = base64::engine::general_purpose::STANDARD
-        .decode(b64.trim())
-        .map_err(|_| s3_error!(InvalidDigest, "Content-MD5 is not base64"))?;
-    if hex::encode(given) != etag {
-        return Err(s3_error!(
-            BadDigest,
-            "the Content-MD5 you specified did not match what was received"
-        ));
-    }
-    Ok(())
-}
-
-/// `EncodingType=url` of a listing: keys and prefixes are percent-encoded in
-/// the answer (clients decode them), so that any key survives XML and the
-/// client's decoding (a `+` or `%` in a key, say).
-#[derive(Debug, Clone, Copy)]
-struct Encoding(bool);
-
-/// What stays literal under `EncodingType=url`: unreserved characters and `/`.
-const URL_KEEP: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~')
-    .remove(b'/');
-
-impl Encoding {
-    fn of(e: Option<&dto::EncodingType>) -> Self {
-        Self(e.is_some_and(|e| e.as_str() == dto::EncodingType::URL))
-    }
-
-    fn s(self, v: String) -> String {
-        if self.0 {
-            percent_encoding::utf8_percent_encode(&v, URL_KEEP).to_string()
-        } else {
-            v
-        }
-    }
-
-    fn o(self, v: Option<String>) -> Option<String> {
-        v.map(|v| self.s(v))
-    }
-}
+use crate::listing::{self, Encoding, Page};
+use crate::object_meta::{
+    ETAG, PART_SIZES, check_content_md5, drain_body, etag_of, object_metadata, timestamp,
+};
 
 fn s3_object(k: &KeyInfo, enc: Encoding) -> dto::Object {
     dto::Object {
@@ -145,30 +27,8 @@ fn s3_object(k: &KeyInfo, enc: Encoding) -> dto::Object {
     }
 }
 
-/// One page of a listing: objects and common prefixes in key order, and the
-/// last key or prefix emitted (the continuation point) if truncated.
-struct Page {
-    objects: Vec<KeyInfo>,
-    prefixes: Vec<String>,
-    next: Option<String>,
-}
-
-/// Sorts after every key that starts with the string it is appended to.
-const PAST_PREFIX: char = '\u{10FFFF}';
-
-/// The common prefix of `name` under `prefix` at `delimiter`, if any.
-fn common_prefix(name: &str, prefix: &str, delimiter: Option<&str>) -> Option<String> {
-    let d = delimiter?;
-    let rest = name.get(prefix.len()..)?;
-    rest.find(d)
-        .map(|i| name[..prefix.len() + i + d.len()].to_string())
-}
-
-/// Lists `bucket` as S3 does: keys under `prefix` after `after`, rolled up
-/// into common prefixes at `delimiter`, at most `max` entries. Keys come
-/// from the om in bounded batches, and a common prefix is skipped in one
-/// step (the next batch starts past all its keys), so a page costs
-/// O(max + prefixes), not O(keys in the bucket).
+/// A page of `bucket` (see [`listing::list_page`]), fetching keys from the
+/// om in batches of `(max + 1)` clamped to 100..=1000.
 async fn list_page(
     gw: &Gateway,
     bucket: &str,
@@ -176,66 +36,23 @@ async fn list_page(
     delimiter: Option<&str>,
     after: &str,
     max: usize,
-) -> S3Result<Page> {
-    let delimiter = delimiter.filter(|d| !d.is_empty());
-    let mut page = Page {
-        objects: Vec::new(),
-        prefixes: Vec::new(),
-        next: None,
-    };
-    // A continuation point inside a common prefix means that prefix was
-    // already returned: resume past all its keys.
-    let mut cursor = match common_prefix(after, prefix, delimiter) {
-        Some(cp) => format!("{cp}{PAST_PREFIX}"),
-        None => after.to_string(),
-    };
+) -> S3Result<Page<KeyInfo>> {
     let batch = u32::try_from((max + 1).clamp(100, 1000)).unwrap_or(1000);
-    let mut last_emitted: Option<String> = None;
-    let mut count = 0usize;
-    'pages: loop {
-        let keys = gw
-            .client()
-            .list_keys(bucket, prefix, &cursor, batch)
-            .await
-            .map_err(to_s3)?;
-        let exhausted = keys.len() < batch as usize;
-        let Some(last_name) = keys.last().map(|k| k.name.clone()) else {
-            break;
-        };
-        for k in keys {
-            let common = common_prefix(&k.name, prefix, delimiter);
-            if let Some(cp) = &common
-                && page.prefixes.last() == Some(cp)
-            {
-                continue;
-            }
-            if count == max {
-                page.next = last_emitted;
-                break 'pages;
-            }
-            count += 1;
-            match common {
-                Some(cp) => {
-                    last_emitted = Some(cp.clone());
-                    page.prefixes.push(cp);
-                }
-                None => {
-                    last_emitted = Some(k.name.clone());
-                    page.objects.push(k);
-                }
-            }
-        }
-        if exhausted {
-            break;
-        }
-        cursor = match page.prefixes.last() {
-            Some(cp) if last_emitted.as_deref() == Some(cp.as_str()) => {
-                format!("{cp}{PAST_PREFIX}").max(last_name)
-            }
-            _ => last_name,
-        };
-    }
-    Ok(page)
+    let client = gw.client();
+    listing::list_page(
+        |cursor: String, n: u32| async move {
+            client
+                .list_keys(bucket, prefix, &cursor, n)
+                .await
+                .map_err(to_s3)
+        },
+        prefix,
+        delimiter,
+        after,
+        max,
+        batch,
+    )
+    .await
 }
 
 /// `x-amz-copy-source-if-*`: a failing condition on the source is 412
