@@ -26,6 +26,7 @@ mod keys;
 mod manager;
 mod multipart;
 mod nodes;
+mod placement;
 mod replication;
 mod server;
 mod service;

@@ -9,14 +9,12 @@
 //! (Ozone's OpenKeyCleanupService). Each client holds at most
 //! `max_sessions_per_client` open sessions.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use prost::Message;
 use proto_crate::wire::om as pb;
-use proto_crate::{
-    BlockGroup, BlockLocation, DatanodeDetails, KeyInfo, Pipeline, ReplicationConfig,
-};
+use proto_crate::{BlockGroup, KeyInfo, Pipeline, ReplicationConfig};
 use redb::ReadableTable;
 
 use crate::deletion::{
@@ -129,45 +127,22 @@ impl OzoneManager {
     /// [`OmError::NoSuchSession`], [`OmError::NotEnoughDatanodes`] (naming
     /// how many datanodes are healthy), database errors.
     pub fn allocate_block_group(&self, session_id: u64, exclude: &[String]) -> Result<BlockGroup> {
-        let (replication, candidates, rotation) = {
+        let locations = {
             let mut st = self.state();
             let replication = self.touch(&mut st, session_id)?.replication;
-            let excluded: HashSet<&str> = exclude.iter().map(String::as_str).collect();
             let healthy = st
                 .nodes
                 .healthy(self.config.clock.now(), self.config.liveness);
-            let candidates: Vec<DatanodeDetails> = healthy
-                .iter()
-                .filter(|d| !excluded.contains(d.uuid.as_str()))
-                .cloned()
-                .collect();
-            let needed = replication.required_nodes();
-            if candidates.len() < needed {
-                return Err(OmError::NotEnoughDatanodes {
-                    needed,
-                    available: candidates.len(),
-                    healthy: healthy.len(),
-                    registered: st.nodes.len(),
-                    excluded: healthy.len() - candidates.len(),
-                });
-            }
+            let locations = crate::placement::place(
+                &replication,
+                &healthy,
+                exclude,
+                st.allocations + 1,
+                st.nodes.len(),
+            )?;
             st.allocations += 1;
-            (replication, candidates, st.allocations)
+            locations
         };
-        let needed = replication.required_nodes();
-        let n = candidates.len();
-        let start = usize::try_from(rotation % n as u64).unwrap_or(0);
-        let locations: Vec<BlockLocation> = (0..needed)
-            .map(|i| candidates[(start + i) % n].clone())
-            .enumerate()
-            .map(|(i, datanode)| BlockLocation {
-                datanode,
-                replica_index: match replication {
-                    ReplicationConfig::Ec(_) => u32::try_from(i + 1).unwrap_or(u32::MAX),
-                    ReplicationConfig::Replicated { .. } => 0,
-                },
-            })
-            .collect();
         let pipeline_key: Vec<String> = locations.iter().map(|l| l.datanode.uuid.clone()).collect();
         let open_container = {
             let mut st = self.state();
