@@ -40,6 +40,17 @@ struct ChannelCache {
 }
 
 impl XceiverClientManager {
+    /// A client of the datanode at `address` (`HOST:PORT`) with the default
+    /// [`XceiverConfig`] and counters of its own: for tools and tests that
+    /// talk to one datanode directly, outside any `ec_client::Client`.
+    ///
+    /// # Errors
+    /// [`BlockStreamError::InvalidArgument`](crate::BlockStreamError) for a
+    /// malformed address.
+    pub fn direct(address: &str) -> Result<XceiverClient> {
+        Self::new(XceiverConfig::default(), Arc::default()).client(address)
+    }
+
     /// A manager with no channels yet; every client it creates counts into `metrics`.
     #[must_use]
     pub fn new(config: XceiverConfig, metrics: Arc<ClientMetrics>) -> Self {

@@ -72,12 +72,6 @@ impl Client {
         &self.shared.read.config
     }
 
-    /// The datanode channel cache (for tools that talk to datanodes directly).
-    #[must_use]
-    pub fn xceivers(&self) -> &Arc<XceiverClientManager> {
-        &self.shared.read.xceivers
-    }
-
     /// Datanode RPC counters (by kind, by datanode, bytes).
     #[must_use]
     pub fn metrics(&self) -> MetricsSnapshot {

@@ -195,11 +195,6 @@ impl IndexStreams {
         Ok(slot.get_or_init(|| Arc::new(s)))
     }
 
-    /// Number of streams created so far.
-    pub(crate) fn created(&self) -> usize {
-        self.streams.iter().filter(|s| s.get().is_some()).count()
-    }
-
     /// Reads exactly `piece.len()` bytes of index `r` at block offset `offset`.
     pub(crate) async fn read(
         &self,
@@ -286,18 +281,6 @@ impl EcBlockInputStream {
     #[must_use]
     pub fn len(&self) -> u64 {
         self.streams.layout().group_len()
-    }
-
-    /// Whether the group holds no data.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Number of per-index block streams created so far.
-    #[must_use]
-    pub fn streams_created(&self) -> usize {
-        self.streams.created()
     }
 
     /// Positioned read of group-relative `pos` into `buf`; returns the bytes

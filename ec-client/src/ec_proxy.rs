@@ -117,24 +117,6 @@ impl EcBlockInputStreamProxy {
         })
     }
 
-    /// Group length, data bytes.
-    #[must_use]
-    pub fn len(&self) -> u64 {
-        self.length
-    }
-
-    /// Whether the group holds no data.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.length == 0
-    }
-
-    /// Whether reads currently go through reconstruction.
-    #[must_use]
-    pub fn is_degraded(&self) -> bool {
-        matches!(self.lock().reader, ActiveReader::Reconstructed(_))
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, ProxyState> {
         self.state
             .lock()

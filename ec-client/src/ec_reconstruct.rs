@@ -91,12 +91,6 @@ impl EcBlockReconstructedStripeInputStream {
         self.streams.layout().group_len()
     }
 
-    /// Whether the group holds no data.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     fn lost(&self) -> BTreeMap<u32, String> {
         self.lost
             .lock()

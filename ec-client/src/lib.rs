@@ -38,15 +38,11 @@ pub use block_stream::{MetricsSnapshot, RpcKind};
 pub use client::{BucketOptions, Client};
 pub use config::{ClientConfig, EcWriteMode, ReadMode};
 pub use ec_codec::EcReplicationConfig;
-pub use ec_input::EcBlockInputStream;
 pub use ec_output::{EcKeyOutputStream, EcWriteStats};
-pub use ec_proxy::EcBlockInputStreamProxy;
-pub use ec_reconstruct::EcBlockReconstructedStripeInputStream;
 pub use error::{ClientError, Result};
 pub use key_input::KeyInputStream;
 pub use key_output::KeyOutputStream;
-pub use metrics::{EcReadMetrics, EcReadSnapshot};
-pub use om_client::Committed;
+pub use metrics::EcReadSnapshot;
 pub use proto_crate::{
     BucketInfo, DatanodeDetails, KeyInfo, MultipartUpload, PartInfo, ReplicationConfig,
 };

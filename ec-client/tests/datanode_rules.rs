@@ -28,7 +28,7 @@ async fn datanode_rejects_bad_reads() {
         .expect("put");
     let g = &info.block_groups[0];
     let node = g.pipeline.nodes_for(1).next().expect("index 1");
-    let dn = client.xceivers().client(&node.address).expect("client");
+    let dn = block_stream::XceiverClientManager::direct(&node.address).expect("client");
 
     let err = dn.get_block(g.block_id(2)).await.unwrap_err();
     assert_eq!(

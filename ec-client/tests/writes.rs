@@ -97,7 +97,7 @@ async fn round_trips_of_every_stripe_shape() {
                 read_all(&client, "b", &name).await == src,
                 "{name} ({mode:?}) reads back differently"
             );
-            check_stored_lengths(&client, &info).await;
+            check_stored_lengths(&info).await;
             if name == "3-groups" {
                 assert_eq!(info.block_groups.len(), 3);
             }
@@ -150,7 +150,7 @@ async fn datanode_failing_after_one_stripe_for_each_index() {
             .await
             .expect("restart");
         assert!(read_all(&client, "b", &key).await == src, "index {r}");
-        check_stored_lengths(&client, &info).await;
+        check_stored_lengths(&info).await;
     }
     cluster.shutdown().await;
 }
@@ -192,7 +192,7 @@ async fn two_failures_with_a_partial_stripe_and_parity_failures() {
                 .expect("restart");
         }
         assert!(read_all(&client, "b", key).await == src, "{key}");
-        check_stored_lengths(&client, &info).await;
+        check_stored_lengths(&info).await;
     }
     cluster.shutdown().await;
 }

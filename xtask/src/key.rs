@@ -262,7 +262,7 @@ async fn info(client: &Client, target: &str) -> anyhow::Result<()> {
     for g in &info.block_groups {
         let mut replicas = Vec::new();
         for loc in &g.pipeline.locations {
-            let length = match client.xceivers().client(&loc.datanode.address) {
+            let length = match block_stream::XceiverClientManager::direct(&loc.datanode.address) {
                 Ok(dn) => match dn
                     .get_committed_block_length(g.block_id(loc.replica_index))
                     .await

@@ -178,7 +178,7 @@ pub async fn heal(cluster: &mut MiniCluster, n: usize) {
 
 /// Asserts that every internal block of every group of `info` (EC) has the
 /// committed length ARCHITECTURE.md's layout formulas give, on each of its locations.
-pub async fn check_stored_lengths(client: &Client, info: &ec_client::KeyInfo) {
+pub async fn check_stored_lengths(info: &ec_client::KeyInfo) {
     let ReplicationConfig::Ec(ec) = info.replication else {
         panic!("not an EC key");
     };
@@ -186,10 +186,8 @@ pub async fn check_stored_lengths(client: &Client, info: &ec_client::KeyInfo) {
         let layout = ec_codec::BlockGroupLayout::new(ec, g.length);
         for loc in &g.pipeline.locations {
             let r = loc.replica_index;
-            let dn = client
-                .xceivers()
-                .client(&loc.datanode.address)
-                .expect("client");
+            let dn =
+                block_stream::XceiverClientManager::direct(&loc.datanode.address).expect("client");
             let len = dn
                 .get_committed_block_length(g.block_id(r))
                 .await

@@ -153,7 +153,7 @@ async fn measure_raw(
         .first()
         .context("key has no block group")?;
     let node = g.pipeline.nodes_for(1).next().context("no index 1")?;
-    let dn = client.xceivers().client(&node.address)?;
+    let dn = block_stream::XceiverClientManager::direct(&node.address)?;
     let block = dn.get_block(g.block_id(1)).await?;
     for (i, (name, size, pattern)) in WORKLOADS.iter().enumerate() {
         let offs = offsets(*pattern, s.ops, *size, block.size, 200 + i as u64);
