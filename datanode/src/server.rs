@@ -121,24 +121,26 @@ pub struct Datanode {
     heartbeats: Option<JoinHandle<()>>,
 }
 
+/// The datanode's identity, kept in `DIR/datanode.id`: read back, or a new
+/// random (v4) UUID on first start. A file that does not hold a UUID is
+/// refused, never silently replaced (the om knows the datanode by it).
 fn load_or_create_uuid(dir: &Path) -> Result<String, DatanodeError> {
     let path = dir.join("datanode.id");
     match std::fs::read_to_string(&path) {
-        Ok(s) if !s.trim().is_empty() => return Ok(s.trim().to_string()),
+        Ok(s) if !s.trim().is_empty() => {
+            let id = uuid::Uuid::parse_str(s.trim()).map_err(|e| {
+                DatanodeError::InvalidArgument(format!(
+                    "{} does not hold a datanode UUID: {e}",
+                    path.display()
+                ))
+            })?;
+            return Ok(id.hyphenated().to_string());
+        }
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(DatanodeError::io(format!("reading {}", path.display()), e)),
     }
-    let r: u128 = rand::random();
-    let s = format!("{r:032x}");
-    let uuid = format!(
-        "{}-{}-{}-{}-{}",
-        &s[0..8],
-        &s[8..12],
-        &s[12..16],
-        &s[16..20],
-        &s[20..32]
-    );
+    let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
     std::fs::write(&path, &uuid)
         .map_err(|e| DatanodeError::io(format!("writing {}", path.display()), e))?;
     Ok(uuid)
