@@ -477,6 +477,17 @@ impl MiniCluster {
         self.om.om()
     }
 
+    /// Waits until the om holds no open key session — every writer
+    /// committed or aborted, including the background aborts of dropped
+    /// writers — or `limit` passes. Returns whether it got there.
+    pub async fn wait_for_no_open_sessions(&self, limit: Duration) -> bool {
+        let mut rx = self.om().watch_open_sessions();
+        matches!(
+            tokio::time::timeout(limit, rx.wait_for(|n| *n == 0)).await,
+            Ok(Ok(_))
+        )
+    }
+
     /// Directory holding the cluster's data.
     #[must_use]
     pub fn base_dir(&self) -> &Path {

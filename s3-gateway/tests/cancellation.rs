@@ -43,12 +43,15 @@ fn put(bucket: &str, key: &str, content: &[u8]) -> S3Request<PutObjectInput> {
     Gateway::request(input)
 }
 
+/// Waits until every cancelled writer's background abort (or its commit,
+/// when the commit RPC had left) landed.
 async fn sessions_settled(cluster: &MiniCluster) {
-    let mut rx = cluster.om().watch_open_sessions();
-    tokio::time::timeout(Duration::from_secs(60), rx.wait_for(|n| *n == 0))
-        .await
-        .expect("open sessions drain within a minute")
-        .expect("om alive");
+    assert!(
+        cluster
+            .wait_for_no_open_sessions(Duration::from_secs(60))
+            .await,
+        "open sessions drain within a minute"
+    );
 }
 
 async fn read(client: &Client, bucket: &str, key: &str) -> Vec<u8> {
