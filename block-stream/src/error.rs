@@ -164,6 +164,21 @@ impl BlockStreamError {
         }
     }
 
+    /// Whether the same call may succeed later without anything being
+    /// repaired: the datanode was unavailable or slow (a restart, a
+    /// network blip). Narrower than
+    /// [`is_location_failure`](Self::is_location_failure): a checksum
+    /// mismatch or a short block fails a location for good.
+    #[must_use]
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Unavailable { .. } | Self::Timeout { .. } => true,
+            Self::Datanode { code, .. } => matches!(code, ResultCode::Unavailable),
+            Self::NoLocations { last, .. } => last.is_transient(),
+            _ => false,
+        }
+    }
+
     /// The datanode (`HOST:PORT`) this error is about, if any.
     #[must_use]
     pub fn datanode(&self) -> Option<&str> {

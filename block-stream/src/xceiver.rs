@@ -41,8 +41,11 @@ struct ChannelCache {
 
 impl XceiverClientManager {
     /// A client of the datanode at `address` (`HOST:PORT`) with the default
-    /// [`XceiverConfig`] and counters of its own: for tools and tests that
-    /// talk to one datanode directly, outside any `ec_client::Client`.
+    /// [`XceiverConfig`] (30 s RPC deadline, 5 s connect) and counters of
+    /// its own, on a new channel each call: for tools and tests that talk to
+    /// one datanode once, outside any `ec_client::Client`. Tools that count
+    /// RPCs or reuse the channel build a manager with
+    /// [`new`](Self::new) instead.
     ///
     /// # Errors
     /// [`BlockStreamError::InvalidArgument`](crate::BlockStreamError) for a

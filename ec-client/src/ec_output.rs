@@ -343,10 +343,7 @@ impl EcKeyOutputStream {
     /// key with metadata, or a multipart upload's part with its ETag).
     pub(crate) async fn finish(mut self, commit: Commit) -> Result<Committed> {
         let result = self.try_close(commit).await;
-        match &result {
-            Ok(_) => self.state.committed(),
-            Err(_) => self.state.abort().await,
-        }
+        self.state.settle(&result).await;
         result
     }
 

@@ -70,7 +70,7 @@ pub enum ClientError {
     /// rewriting it on new block groups.
     #[error(
         "write of stripe/chunk {stripe} failed after {attempts} attempts \
-         (excluded datanodes: {excluded:?}){}",
+         (excluded datanodes: {excluded:?}){}: {cause}",
         previous.as_ref().map(|p| format!(", after: {p}")).unwrap_or_default()
     )]
     WriteFailed {
@@ -90,7 +90,7 @@ pub enum ClientError {
     /// The writer failed (now or earlier); no call can proceed and `close`
     /// commits nothing. Every call after a failure returns this, with the
     /// original failure as its source.
-    #[error("writer of {key} failed")]
+    #[error("writer of {key} failed: {cause}")]
     WriteAborted {
         /// `bucket/key`.
         key: String,
@@ -139,6 +139,19 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// The failure behind a writer's report: the innermost cause of
+    /// [`WriteAborted`](Self::WriteAborted) and [`WriteFailed`](Self::WriteFailed),
+    /// or `self` for every other error. Callers that map errors (an S3
+    /// gateway choosing a status) map this one.
+    #[must_use]
+    pub fn root(&self) -> &ClientError {
+        match self {
+            Self::WriteAborted { cause, .. } => cause.root(),
+            Self::WriteFailed { cause, .. } => cause.root(),
+            e => e,
+        }
+    }
+
     /// Whether trying again later (the same call, or for a writer that
     /// failed, writing the key again) may succeed: the om, datanodes or the
     /// network were unavailable, timed out or out of room, or a write was
@@ -152,7 +165,7 @@ impl ClientError {
             | Self::Connect { .. }
             | Self::InsufficientLocations { .. }
             | Self::WriteCancelled { .. } => true,
-            Self::BlockStream(e) => e.is_location_failure(),
+            Self::BlockStream(e) => e.is_transient(),
             Self::WriteFailed { cause, .. } => cause.is_retryable(),
             Self::WriteAborted { cause, .. } => cause.is_retryable(),
             Self::KeyNotFound { .. }

@@ -5,8 +5,9 @@
 //! - [`EcKeyOutputStream`]: cells -> parity -> WriteChunk/PutBlock per stripe;
 //! - [`KeyInputStream`]: spans a key's block groups; `AsyncRead + AsyncSeek`
 //!   plus positioned `read_at(&self, ..)` that never moves the cursor;
-//! - [`EcBlockInputStreamProxy`] / [`EcBlockInputStream`]: one EC block group,
-//!   with per-index block streams created lazily and cached;
+//! - inside it, per EC block group, `EcBlockInputStreamProxy` over an
+//!   `EcBlockInputStream` (per-index block streams created lazily and
+//!   cached) or, after failures, the reconstruction reader;
 //! - [`ClientConfig`] and [`ReadMode`]; counters in [`EcReadSnapshot`] and
 //!   `block_stream::MetricsSnapshot`.
 //!

@@ -291,10 +291,7 @@ impl ReplicatedKeyOutputStream {
                 .await
         }
         .await;
-        match &result {
-            Ok(_) => self.state.committed(),
-            Err(_) => self.state.abort().await,
-        }
+        self.state.settle(&result).await;
         result
     }
 }

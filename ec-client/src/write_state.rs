@@ -97,17 +97,15 @@ impl WriteState {
         }
     }
 
-    /// The commit went through: the session is the om's to end.
-    pub(crate) fn committed(&mut self) {
+    /// Ends the session as a close's `result` says: a commit that went
+    /// through leaves it to the om; a failed close aborts it now, waiting
+    /// for the om.
+    pub(crate) async fn settle<T>(&mut self, result: &Result<T>) {
         if let Some(g) = self.session.take() {
-            g.disarm();
-        }
-    }
-
-    /// Aborts the session now (a failed close), waiting for the om.
-    pub(crate) async fn abort(&mut self) {
-        if let Some(g) = self.session.take() {
-            g.undo().await;
+            match result {
+                Ok(_) => g.disarm(),
+                Err(_) => g.undo().await,
+            }
         }
     }
 }

@@ -104,6 +104,7 @@ mod tests {
                     prop_assert_eq!(uuids.len(), locs.len(), "distinct datanodes");
                     for (i, l) in locs.iter().enumerate() {
                         prop_assert!(!exclude.contains(&l.datanode.uuid));
+                        prop_assert!(healthy.contains(&l.datanode), "only healthy datanodes");
                         let want = if ec { u32::try_from(i + 1).unwrap_or(0) } else { 0 };
                         prop_assert_eq!(l.replica_index, want);
                     }

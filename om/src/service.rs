@@ -30,7 +30,7 @@ impl OmGrpcService {
         let om = Arc::clone(&self.om);
         tokio::task::spawn_blocking(move || f(&om))
             .await
-            .map_err(|e| Status::internal(format!("om task failed: {e}")))?
+            .map_err(|e| Status::from(OmError::Task(e)))?
             .map_err(Status::from)
     }
 }

@@ -129,10 +129,12 @@ impl OmErrorCode {
         s
     }
 
-    /// The code a failed call carried. Without one (the call never reached
-    /// the om's handler), an unavailable or timed-out transport counts as
-    /// [`Unavailable`](Self::Unavailable), anything else as
-    /// [`Unspecified`](Self::Unspecified).
+    /// The code a failed call carried. Every answer of the om's handlers
+    /// carries one, so a status without one never got an answer: a refused
+    /// or lost connection, a deadline, a reset stream (`Unavailable`,
+    /// `DeadlineExceeded`, `Unknown`, `Cancelled`, `Aborted`) counts as
+    /// [`Unavailable`](Self::Unavailable); anything else (say, a message
+    /// too large for the transport) as [`Unspecified`](Self::Unspecified).
     #[must_use]
     pub fn of(status: &Status) -> Self {
         match status
@@ -143,7 +145,11 @@ impl OmErrorCode {
         {
             Some(c) => c,
             None => match status.code() {
-                Code::Unavailable | Code::DeadlineExceeded => Self::Unavailable,
+                Code::Unavailable
+                | Code::DeadlineExceeded
+                | Code::Unknown
+                | Code::Cancelled
+                | Code::Aborted => Self::Unavailable,
                 _ => Self::Unspecified,
             },
         }
@@ -191,6 +197,11 @@ mod tests {
         );
         assert_eq!(
             OmErrorCode::of(&Status::unknown("h2 reset")),
+            OmErrorCode::Unavailable,
+            "a stream reset by a killed om"
+        );
+        assert_eq!(
+            OmErrorCode::of(&Status::out_of_range("message too large")),
             OmErrorCode::Unspecified
         );
     }

@@ -49,7 +49,9 @@ impl<T: Send + 'static> ServingTask<T> {
     }
 
     /// Fires the shutdown signal and waits up to `grace` for the loop to
-    /// end (in-flight requests finish), then aborts it.
+    /// end, then aborts it. A tonic server finishes its in-flight calls
+    /// first; an accept loop that hands connections to tasks of their own
+    /// (the S3 gateway) ends at once, and those connections run on.
     pub async fn stop(&mut self, grace: Duration) -> Stopped<T> {
         if let Some(tx) = self.signal.take() {
             let _ = tx.send(());

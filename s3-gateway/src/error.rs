@@ -13,7 +13,8 @@ use s3s::{S3Error, S3ErrorCode};
 /// (503, which S3 clients retry); anything else is `InternalError` (500).
 #[must_use]
 pub fn to_s3(e: ClientError) -> S3Error {
-    let code = match &e {
+    // A writer's report wraps the failure that decides the answer.
+    let code = match e.root() {
         ClientError::KeyNotFound { .. } => S3ErrorCode::NoSuchKey,
         ClientError::BucketNotFound(_) => S3ErrorCode::NoSuchBucket,
         ClientError::Om { code, .. } => match code {
@@ -36,4 +37,60 @@ pub fn to_s3(e: ClientError) -> S3Error {
         _ => S3ErrorCode::InternalError,
     };
     S3Error::with_message(code, e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn om(code: OmErrorCode) -> ClientError {
+        ClientError::Om {
+            op: "Test",
+            code,
+            message: "m".into(),
+        }
+    }
+
+    fn aborted(cause: ClientError) -> ClientError {
+        ClientError::WriteAborted {
+            key: "b/k".into(),
+            cause: Arc::new(cause),
+        }
+    }
+
+    #[test]
+    fn a_writers_failure_is_answered_by_what_caused_it() {
+        let code = |e: ClientError| to_s3(e).code().clone();
+        assert_eq!(code(om(OmErrorCode::KeyNotFound)), S3ErrorCode::NoSuchKey);
+        assert_eq!(
+            code(aborted(om(OmErrorCode::NotEnoughDatanodes))),
+            S3ErrorCode::ServiceUnavailable,
+            "too few datanodes now: worth a retry"
+        );
+        assert_eq!(
+            code(aborted(om(OmErrorCode::Unavailable))),
+            S3ErrorCode::ServiceUnavailable
+        );
+        assert_eq!(
+            code(aborted(ClientError::InvalidArgument("x".into()))),
+            S3ErrorCode::InvalidArgument
+        );
+        assert_eq!(
+            code(aborted(om(OmErrorCode::Internal))),
+            S3ErrorCode::InternalError
+        );
+        assert_eq!(
+            code(ClientError::WriteCancelled { key: "b/k".into() }),
+            S3ErrorCode::ServiceUnavailable
+        );
+    }
+
+    #[test]
+    fn the_message_keeps_the_cause() {
+        let e = to_s3(aborted(om(OmErrorCode::NotEnoughDatanodes)));
+        let msg = e.message().unwrap_or_default().to_string();
+        assert!(msg.contains("NOT_ENOUGH_DATANODES"), "{msg}");
+    }
 }

@@ -67,7 +67,7 @@ pub struct CrashReport {
     /// reached the om).
     pub ops_failed: u64,
     /// Failed operations by kind of error (`om NAME`, `om timeout`,
-    /// `write failed`, `datanode`, `s3 CODE`, `other`).
+    /// `datanode`, `too few locations`, `s3 CODE`, `other`).
     pub failures: BTreeMap<String, u64>,
     /// Keys checked at the end (each twice: before and after the offline
     /// recovery and cluster restart).
@@ -440,17 +440,19 @@ impl WriterCtx {
     }
 }
 
-/// A client failure's kind, for the report.
+/// A client failure's kind, for the report: the failure behind a
+/// writer's report ([`ClientError::root`]).
 fn kind(e: &ClientError) -> String {
-    match e {
+    match e.root() {
         ClientError::Om { code, message, .. } if *code == ec_client::OmErrorCode::Unspecified => {
             // The gRPC code is the message's first word.
             format!("om {}", message.split(':').next().unwrap_or_default())
         }
         ClientError::Om { code, .. } => format!("om {code}"),
         ClientError::OmTimeout { .. } => "om timeout".into(),
-        ClientError::WriteFailed { .. } => "write failed".into(),
         ClientError::BlockStream(_) => "datanode".into(),
+        ClientError::InsufficientLocations { .. } => "too few locations".into(),
+        ClientError::WriteCancelled { .. } => "cancelled".into(),
         _ => "other".into(),
     }
 }

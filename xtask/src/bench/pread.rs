@@ -153,12 +153,18 @@ async fn measure_raw(
         .first()
         .context("key has no block group")?;
     let node = g.pipeline.nodes_for(1).next().context("no index 1")?;
-    let dn = block_stream::XceiverClientManager::direct(&node.address)?;
+    // A channel of its own, with the benchmark client's transport settings
+    // and counters of its own (the RPCs of this mode are counted there).
+    let raw = block_stream::XceiverClientManager::new(
+        client.config().xceiver.clone(),
+        std::sync::Arc::default(),
+    );
+    let dn = raw.client(&node.address)?;
     let block = dn.get_block(g.block_id(1)).await?;
     for (i, (name, size, pattern)) in WORKLOADS.iter().enumerate() {
         let offs = offsets(*pattern, s.ops, *size, block.size, 200 + i as u64);
         let mut lat = Latencies::default();
-        let before = client.metrics();
+        let before = raw.metrics().snapshot();
         let start = Instant::now();
         for &o in &offs {
             let idx = block.chunks.partition_point(|c| c.end() <= o);
@@ -174,7 +180,7 @@ async fn measure_raw(
             lat.push(t.elapsed());
         }
         let elapsed = start.elapsed();
-        let rpcs = client.metrics().since(&before);
+        let rpcs = raw.metrics().snapshot().since(&before);
         rows.push(super::report::row(
             name,
             "raw-readchunk",
