@@ -11,7 +11,7 @@ use proto_crate::wire::admin::datanode_admin_service_server::DatanodeAdminServic
 use proto_crate::wire::datanode::datanode_service_server::DatanodeServiceServer;
 use proto_crate::wire::om as om_pb;
 use proto_crate::wire::om::ozone_manager_service_client::OzoneManagerServiceClient;
-use proto_crate::{ServingTask, Stopped};
+use proto_crate::{DatanodeId, ServingTask, Stopped};
 use tokio::task::JoinHandle;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
@@ -124,24 +124,23 @@ pub struct Datanode {
 /// The datanode's identity, kept in `DIR/datanode.id`: read back, or a new
 /// random (v4) UUID on first start. A file that does not hold a UUID is
 /// refused, never silently replaced (the om knows the datanode by it).
-fn load_or_create_uuid(dir: &Path) -> Result<String, DatanodeError> {
+fn load_or_create_uuid(dir: &Path) -> Result<DatanodeId, DatanodeError> {
     let path = dir.join("datanode.id");
     match std::fs::read_to_string(&path) {
         Ok(s) if !s.trim().is_empty() => {
-            let id = uuid::Uuid::parse_str(s.trim()).map_err(|e| {
+            return s.parse::<DatanodeId>().map_err(|e| {
                 DatanodeError::InvalidArgument(format!(
                     "{} does not hold a datanode UUID: {e}",
                     path.display()
                 ))
-            })?;
-            return Ok(id.hyphenated().to_string());
+            });
         }
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(DatanodeError::io(format!("reading {}", path.display()), e)),
     }
-    let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
-    std::fs::write(&path, &uuid)
+    let uuid = DatanodeId::random();
+    std::fs::write(&path, uuid.as_str())
         .map_err(|e| DatanodeError::io(format!("writing {}", path.display()), e))?;
     Ok(uuid)
 }

@@ -236,7 +236,7 @@ async fn delete_blocks_frees_space_refuses_rewrites_and_survives_restart() {
     let r = c
         .delete_blocks(pb::DeleteBlocksRequest {
             block_ids: vec![id(1).into(), id(99).into()],
-            datanode_uuid: dn.details().uuid.clone(),
+            datanode_uuid: dn.details().uuid.to_string(),
         })
         .await
         .expect("DeleteBlocks")

@@ -70,9 +70,9 @@ pub(crate) fn choose_locations(
             .map_err(|_| ClientError::InvalidArgument("replica index overflow".into()))?;
         let mut usable = Vec::new();
         for d in group.pipeline.nodes_for(r) {
-            if !excluded.contains(&(r, d.uuid.clone())) {
+            if !excluded.contains(&(r, d.uuid.to_string())) {
                 usable.push(IndexLocation {
-                    uuid: d.uuid.clone(),
+                    uuid: d.uuid.to_string(),
                     client: ctx.xceivers.client(&d.address)?,
                 });
             }

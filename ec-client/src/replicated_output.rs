@@ -196,7 +196,7 @@ impl ReplicatedKeyOutputStream {
                 Err(e) => {
                     attempts += 1;
                     if let Some(uuid) = failed_uuid {
-                        self.excluded.insert(uuid);
+                        self.excluded.insert(uuid.to_string());
                     }
                     tracing::debug!(error = %e, "replicated chunk write failed; rewriting on a new block");
                     self.close_block(false).await;

@@ -322,7 +322,7 @@ impl StripeWriter {
                     .pipeline
                     .nodes_for(ri)
                     .next()
-                    .map(|d| d.uuid.clone())
+                    .map(|d| d.uuid.to_string())
             })
             .collect()
     }

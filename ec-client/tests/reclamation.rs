@@ -77,7 +77,7 @@ async fn referenced(client: &Client, buckets: &[&str]) -> BTreeSet<(String, u64,
     let mut out = BTreeSet::new();
     let mut add = |g: &proto_crate::BlockGroup| {
         for l in &g.pipeline.locations {
-            out.insert((l.datanode.uuid.clone(), g.container_id, g.local_id));
+            out.insert((l.datanode.uuid.to_string(), g.container_id, g.local_id));
         }
     };
     for b in buckets {

@@ -447,7 +447,7 @@ impl MiniCluster {
                 index,
                 data_dir,
                 address,
-                uuid: node.details().uuid.clone(),
+                uuid: node.details().uuid.to_string(),
                 config: dn_config,
                 metrics: Arc::clone(node.metrics()),
                 faults: Arc::clone(node.faults()),

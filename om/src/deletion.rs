@@ -296,7 +296,7 @@ impl OzoneManager {
             .datanode_statuses()
             .into_iter()
             .filter(|s| s.state == crate::NodeState::Healthy)
-            .map(|s| s.details.uuid)
+            .map(|s| s.details.uuid.to_string())
             .collect();
         let mut sends = tokio::task::JoinSet::new();
         for b in batches {
@@ -308,7 +308,7 @@ impl OzoneManager {
                 }
                 continue;
             };
-            if b.blocks.is_empty() || !healthy.contains(&dn.uuid) {
+            if b.blocks.is_empty() || !healthy.contains(dn.uuid.as_str()) {
                 continue;
             }
             sends.spawn(async move {
@@ -354,7 +354,7 @@ async fn send_delete(
             .await?;
         let mut c = DatanodeServiceClient::new(channel);
         c.delete_blocks(dn_pb::DeleteBlocksRequest {
-            datanode_uuid: dn.uuid.clone(),
+            datanode_uuid: dn.uuid.to_string(),
             block_ids: blocks
                 .iter()
                 .map(|&(container_id, local_id, replica_index)| dn_pb::BlockId {

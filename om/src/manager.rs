@@ -306,7 +306,10 @@ impl OzoneManager {
             for entry in read.open_table(DATANODES)?.iter()? {
                 let (k, v) = entry?;
                 let d = DatanodeDetails {
-                    uuid: k.value().to_string(),
+                    uuid: k.value().parse().map_err(|e| OmError::CorruptRecord {
+                        what: "datanode".into(),
+                        source: Box::new(e),
+                    })?,
                     address: v.value().to_string(),
                 };
                 state.nodes.load(d, now);
@@ -390,7 +393,7 @@ impl OzoneManager {
                 .all()
                 .into_iter()
                 .filter(|o| o.address == d.address && o.uuid != d.uuid)
-                .map(|o| o.uuid)
+                .map(|o| o.uuid.to_string())
                 .collect();
             let txn = self.db.begin_write()?;
             {

@@ -375,7 +375,7 @@ mod tests {
         let om = OzoneManager::open(OmConfig::new(dir)).expect("open");
         for i in 0..5 {
             om.register_datanode(DatanodeDetails {
-                uuid: format!("dn{i}"),
+                uuid: proto_crate::DatanodeId::from_u128(i),
                 address: format!("127.0.0.1:{}", 10_000 + i),
             })
             .expect("register");

@@ -240,7 +240,7 @@ impl NodeRegistry {
     /// (the om's start), so it turns STALE unless it heartbeats.
     pub(crate) fn load(&mut self, details: DatanodeDetails, now: Instant) {
         self.nodes.insert(
-            details.uuid.clone(),
+            details.uuid.to_string(),
             Entry {
                 details,
                 last_heartbeat: now,
@@ -262,12 +262,12 @@ impl NodeRegistry {
             .nodes
             .values()
             .filter(|e| e.details.address == details.address && e.details.uuid != details.uuid)
-            .map(|e| e.details.uuid.clone())
+            .map(|e| e.details.uuid.to_string())
             .collect();
         for uuid in &replaced {
             self.nodes.remove(uuid);
         }
-        let write = match self.nodes.get_mut(&details.uuid) {
+        let write = match self.nodes.get_mut(details.uuid.as_str()) {
             Some(e) => {
                 let moved = e.details.address != details.address;
                 e.details = details.clone();
@@ -279,7 +279,7 @@ impl NodeRegistry {
             }
             None => {
                 self.nodes.insert(
-                    details.uuid.clone(),
+                    details.uuid.to_string(),
                     Entry {
                         details: details.clone(),
                         last_heartbeat: now,
@@ -298,7 +298,7 @@ impl NodeRegistry {
     /// Whether `uuid` is registered at exactly `address`.
     pub(crate) fn knows(&self, details: &DatanodeDetails) -> bool {
         self.nodes
-            .get(&details.uuid)
+            .get(details.uuid.as_str())
             .is_some_and(|e| e.details.address == details.address)
     }
 
@@ -355,9 +355,13 @@ impl NodeRegistry {
 mod tests {
     use super::*;
 
-    fn dn(uuid: &str, address: &str) -> DatanodeDetails {
+    /// A datanode named `label` in the test (its id is the label's bytes).
+    fn dn(label: &str, address: &str) -> DatanodeDetails {
+        let n = label.bytes().fold(0u128, |acc, b| {
+            acc.wrapping_mul(257).wrapping_add(u128::from(b))
+        });
         DatanodeDetails {
-            uuid: uuid.into(),
+            uuid: proto_crate::DatanodeId::from_u128(n),
             address: address.into(),
         }
     }
@@ -390,7 +394,7 @@ mod tests {
         assert!(r.upsert(&dn("a", "h:1"), None, t0).write);
         assert_eq!(r.upsert(&dn("a", "h:1"), None, t0), Upsert::default());
         let u = r.upsert(&dn("z", "h:1"), None, t0);
-        assert_eq!(u.replaced, vec!["a".to_string()]);
+        assert_eq!(u.replaced, vec![dn("a", "h:1").uuid.to_string()]);
         assert!(u.write);
         assert_eq!(r.all(), vec![dn("z", "h:1")]);
         assert!(

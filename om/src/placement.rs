@@ -68,7 +68,7 @@ mod tests {
     fn nodes(n: usize) -> Vec<DatanodeDetails> {
         (0..n)
             .map(|i| DatanodeDetails {
-                uuid: format!("dn-{i}"),
+                uuid: proto_crate::DatanodeId::from_u128(i as u128),
                 address: format!("127.0.0.1:{}", 9000 + i),
             })
             .collect()
@@ -94,16 +94,19 @@ mod tests {
             rotation in any::<u64>(),
         ) {
             let healthy = nodes(n);
-            let exclude: Vec<String> = excluded.iter().map(|i| format!("dn-{i}")).collect();
+            let exclude: Vec<String> = excluded
+                .iter()
+                .map(|&i| proto_crate::DatanodeId::from_u128(i as u128).to_string())
+                .collect();
             let r = replication(ec);
-            let allowed = healthy.iter().filter(|d| !exclude.contains(&d.uuid)).count();
+            let allowed = healthy.iter().filter(|d| !exclude.iter().any(|e| d.uuid == *e)).count();
             match place(&r, &healthy, &exclude, rotation, n) {
                 Ok(locs) => {
                     prop_assert_eq!(locs.len(), r.required_nodes());
                     let uuids: HashSet<&str> = locs.iter().map(|l| l.datanode.uuid.as_str()).collect();
                     prop_assert_eq!(uuids.len(), locs.len(), "distinct datanodes");
                     for (i, l) in locs.iter().enumerate() {
-                        prop_assert!(!exclude.contains(&l.datanode.uuid));
+                        prop_assert!(!exclude.iter().any(|e| l.datanode.uuid == *e));
                         prop_assert!(healthy.contains(&l.datanode), "only healthy datanodes");
                         let want = if ec { u32::try_from(i + 1).unwrap_or(0) } else { 0 };
                         prop_assert_eq!(l.replica_index, want);
@@ -123,7 +126,7 @@ mod tests {
     fn successive_groups_spread_every_index_over_every_datanode() {
         let healthy = nodes(7);
         let r = replication(true);
-        let mut held: BTreeMap<(String, u32), u32> = BTreeMap::new();
+        let mut held: BTreeMap<(proto_crate::DatanodeId, u32), u32> = BTreeMap::new();
         for rotation in 0..7 {
             for l in place(&r, &healthy, &[], rotation, 7).expect("placed") {
                 *held.entry((l.datanode.uuid, l.replica_index)).or_default() += 1;

@@ -143,7 +143,10 @@ impl OzoneManager {
             st.allocations += 1;
             locations
         };
-        let pipeline_key: Vec<String> = locations.iter().map(|l| l.datanode.uuid.clone()).collect();
+        let pipeline_key: Vec<String> = locations
+            .iter()
+            .map(|l| l.datanode.uuid.to_string())
+            .collect();
         let open_container = {
             let mut st = self.state();
             match st.open_containers.get_mut(&pipeline_key) {

@@ -15,7 +15,7 @@ const REPLICAS: u64 = 5;
 
 fn dn(i: usize) -> DatanodeDetails {
     DatanodeDetails {
-        uuid: format!("00000000-0000-0000-0000-00000000000{i}"),
+        uuid: proto_crate::DatanodeId::from_u128(i as u128),
         address: format!("127.0.0.1:{}", 40_000 + i),
     }
 }
@@ -338,7 +338,9 @@ fn a_new_id_at_a_known_address_replaces_the_old_entry_durably() {
     {
         let om = om(dir.path());
         let wiped = DatanodeDetails {
-            uuid: "ffffffff-0000-0000-0000-000000000000".into(),
+            uuid: "ffffffff-0000-0000-0000-000000000000"
+                .parse()
+                .expect("a UUID"),
             address: dn(2).address,
         };
         om.register_datanode(wiped.clone()).expect("register");

@@ -9,8 +9,8 @@ use std::str::FromStr;
 
 use ec_codec::EcReplicationConfig;
 
-use crate::ProtocolError;
 use crate::wire::{datanode as dn, om};
+use crate::{DatanodeId, ProtocolError};
 
 /// Metadata key under which every internal block of an EC block group records
 /// the group's data length (Ozone's `blockGroupLength`).
@@ -298,7 +298,7 @@ impl From<BlockData> for dn::BlockData {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DatanodeDetails {
     /// Stable identity, kept across restarts in the datanode's data dir.
-    pub uuid: String,
+    pub uuid: DatanodeId,
     /// `HOST:PORT` of the gRPC service.
     pub address: String,
 }
@@ -319,7 +319,7 @@ impl TryFrom<om::DatanodeDetails> for DatanodeDetails {
             return Err(ProtocolError::MissingField("datanode.address"));
         }
         Ok(Self {
-            uuid: d.uuid,
+            uuid: d.uuid.parse()?,
             address: d.address,
         })
     }
@@ -328,7 +328,7 @@ impl TryFrom<om::DatanodeDetails> for DatanodeDetails {
 impl From<DatanodeDetails> for om::DatanodeDetails {
     fn from(d: DatanodeDetails) -> Self {
         Self {
-            uuid: d.uuid,
+            uuid: d.uuid.into(),
             address: d.address,
         }
     }

@@ -14,6 +14,7 @@
 //! Layering: depends only on `ec-codec` (for [`EcReplicationConfig`]); no
 //! other workspace crate may be used from here.
 
+mod datanode_id;
 mod db_error;
 mod dir_lock;
 mod domain;
@@ -46,6 +47,7 @@ pub mod wire {
     }
 }
 
+pub use datanode_id::DatanodeId;
 pub use dir_lock::{DirLock, DirLockError, LOCK_FILE};
 pub use domain::{
     BLOCK_GROUP_LENGTH_KEY, BlockData, BlockGroup, BlockId, BlockLocation, ChecksumData,

@@ -158,8 +158,8 @@ async fn list(om: Option<String>, as_json: bool) -> anyhow::Result<()> {
             .iter()
             .map(|s| {
                 serde_json::json!({
-                    "n": positions.get(&s.details.uuid),
-                    "id": s.details.uuid,
+                    "n": positions.get(s.details.uuid.as_str()),
+                    "id": s.details.uuid.as_str(),
                     "address": s.details.address,
                     "state": s.state.as_str(),
                     "last_heartbeat_s": s.since_heartbeat.as_secs_f64(),
@@ -186,9 +186,9 @@ async fn list(om: Option<String>, as_json: bool) -> anyhow::Result<()> {
     for s in &statuses {
         t.row(vec![
             positions
-                .get(&s.details.uuid)
+                .get(s.details.uuid.as_str())
                 .map_or_else(|| "-".to_string(), ToString::to_string),
-            s.details.uuid.clone(),
+            s.details.uuid.to_string(),
             s.details.address.clone(),
             s.state.to_string(),
             format!("{:.1}", s.since_heartbeat.as_secs_f64()),

@@ -274,7 +274,7 @@ async fn info(client: &Client, target: &str) -> anyhow::Result<()> {
             };
             replicas.push(json!({
                 "index": loc.replica_index,
-                "datanode": loc.datanode.uuid,
+                "datanode": loc.datanode.uuid.as_str(),
                 "address": loc.datanode.address,
                 "length": length,
             }));
