@@ -163,8 +163,9 @@ async fn every_close_cancellation(
     panic!("close did not finish within {MAX_POLLS} polls");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replicated_writer_cancelled_at_every_await_point() {
+/// A cluster and a client writing 64 KiB replicated chunks into `bucket`
+/// (256 KiB blocks), so that small writes cross chunks and blocks.
+async fn replicated_cluster(bucket: &str) -> (MiniCluster, Client) {
     let cluster = MiniCluster::start(minicluster::MiniClusterConfig::default())
         .await
         .expect("cluster");
@@ -172,7 +173,13 @@ async fn replicated_writer_cancelled_at_every_await_point() {
         .client_with(test_config().with_replicated_chunk_size(64 * 1024))
         .await
         .expect("client");
-    replicated_bucket(&client, "r", 256 * 1024).await;
+    replicated_bucket(&client, bucket, 256 * 1024).await;
+    (cluster, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicated_writer_cancelled_at_every_await_point() {
+    let (cluster, client) = replicated_cluster("r").await;
     // a: one full chunk and a buffered tail; b: crosses into a second block.
     let a = data(100 * 1024, 1);
     let b = data(300 * 1024, 2);
@@ -251,14 +258,7 @@ async fn ec_serial_writer_cancelled_at_every_await_point() {
 /// completing the upload with the part then yields exactly those bytes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multipart_part_writer_cancelled_at_every_await_point() {
-    let cluster = MiniCluster::start(minicluster::MiniClusterConfig::default())
-        .await
-        .expect("cluster");
-    let client = cluster
-        .client_with(test_config().with_replicated_chunk_size(64 * 1024))
-        .await
-        .expect("client");
-    replicated_bucket(&client, "m", 256 * 1024).await;
+    let (cluster, client) = replicated_cluster("m").await;
     let a = data(70 * 1024, 5);
     let b = data(200 * 1024, 6);
     let mut midway = 0;
