@@ -149,7 +149,7 @@ mod tests {
         let id = BlockId {
             container_id: 1,
             local_id: 1,
-            replica_index: 1,
+            replica_index: proto_crate::ReplicaIndex::new(1),
         };
         verify(id, "dn", &chunk, 1000, &data).expect("untouched window verifies");
         match verify(id, "dn", &chunk, 1000, &bad) {
@@ -173,7 +173,7 @@ mod tests {
             prop_assert!(w_off + w_len >= base + hi as u64);
             prop_assert!(w_off + w_len <= chunk.end());
             let rel = (w_off - base) as usize;
-            let id = BlockId { container_id: 0, local_id: 0, replica_index: 0 };
+            let id = BlockId { container_id: 0, local_id: 0, replica_index: None };
             prop_assert!(verify(id, "dn", &chunk, w_off, &data[rel..rel + w_len as usize]).is_ok());
         }
     }

@@ -1,6 +1,6 @@
 //! The datanode's error, and its mapping to wire result codes.
 
-use proto_crate::{BlockId, ResultCode};
+use proto_crate::{BlockId, ReplicaIndex, ResultCode};
 
 /// Why a container command failed on this datanode.
 #[derive(Debug, thiserror::Error)]
@@ -20,15 +20,17 @@ pub enum DatanodeError {
     },
     /// The block exists with another replica index.
     #[error(
-        "block {block}: replica index {asked} asked for, but this datanode holds index {stored}"
+        "block {block}: replica index {} asked for, but this datanode holds index {} (0: replicated)",
+        ReplicaIndex::to_wire(*.asked),
+        ReplicaIndex::to_wire(*.stored)
     )]
     ReplicaIndexMismatch {
         /// Block asked for.
         block: BlockId,
-        /// Index in the request.
-        asked: u32,
-        /// Index stored here.
-        stored: u32,
+        /// Index in the request (`None`: a replicated block).
+        asked: Option<ReplicaIndex>,
+        /// Index stored here (`None`: a replicated block).
+        stored: Option<ReplicaIndex>,
     },
     /// A read outside the committed block or outside the chunk named.
     #[error("block {block}: range {offset}+{len} is outside {what} ({start}..{end})")]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use proto_crate::wire::admin as pb;
-use proto_crate::{BlockId, ResultCode};
+use proto_crate::{BlockId, ReplicaIndex, ResultCode};
 use tonic::Status;
 
 use crate::RpcKind;
@@ -49,8 +49,8 @@ pub struct FaultRule {
     pub kind: FaultKind,
     /// Only calls for this (container id, local id); `None` = every block.
     pub block: Option<(u64, u64)>,
-    /// Only calls for this replica index; `None` = every index.
-    pub replica_index: Option<u32>,
+    /// Only calls for this EC replica index; `None` = every block, whatever its index.
+    pub replica_index: Option<ReplicaIndex>,
 }
 
 /// Why a fault rule was refused.
@@ -93,7 +93,7 @@ impl FaultRule {
 
     /// Restricts the rule to one replica index.
     #[must_use]
-    pub fn for_replica_index(mut self, r: u32) -> Self {
+    pub fn for_replica_index(mut self, r: ReplicaIndex) -> Self {
         self.replica_index = Some(r);
         self
     }
@@ -106,7 +106,9 @@ impl FaultRule {
             Some(b) => {
                 self.block
                     .is_none_or(|(c, l)| c == b.container_id && l == b.local_id)
-                    && self.replica_index.is_none_or(|r| r == b.replica_index)
+                    && self
+                        .replica_index
+                        .is_none_or(|r| Some(r) == b.replica_index)
             }
             None => self.block.is_none() && self.replica_index.is_none(),
         }
@@ -150,7 +152,9 @@ impl TryFrom<pb::Fault> for FaultRule {
             rule = rule.for_block(f.container_id, f.local_id);
         }
         if f.has_replica_index {
-            rule = rule.for_replica_index(f.replica_index);
+            let r = ReplicaIndex::new(f.replica_index)
+                .ok_or_else(|| InvalidFault("replica index 0 names no EC internal block".into()))?;
+            rule = rule.for_replica_index(r);
         }
         Ok(rule)
     }
@@ -184,7 +188,7 @@ impl From<FaultRule> for pb::Fault {
             container_id,
             local_id,
             has_replica_index: r.replica_index.is_some(),
-            replica_index: r.replica_index.unwrap_or(0),
+            replica_index: ReplicaIndex::to_wire(r.replica_index),
         }
     }
 }
@@ -310,7 +314,7 @@ mod tests {
         BlockId {
             container_id: 1,
             local_id: 2,
-            replica_index: ri,
+            replica_index: ReplicaIndex::new(ri),
         }
     }
 
@@ -319,7 +323,7 @@ mod tests {
         let rules = [
             FaultRule::new(RpcKind::ReadChunk, FaultKind::Corrupt)
                 .expect("valid fault rule")
-                .for_replica_index(3),
+                .for_replica_index(ReplicaIndex::new(3).expect("an index")),
             FaultRule::new(
                 RpcKind::GetBlock,
                 FaultKind::Code(ResultCode::ReplicaIndexMismatch),
@@ -349,7 +353,7 @@ mod tests {
         f.add(
             FaultRule::new(RpcKind::ReadChunk, FaultKind::Short)
                 .expect("valid fault rule")
-                .for_replica_index(2),
+                .for_replica_index(ReplicaIndex::new(2).expect("an index")),
         );
         f.add(
             FaultRule::new(RpcKind::GetBlock, FaultKind::Unavailable)

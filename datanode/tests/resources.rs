@@ -19,7 +19,7 @@ fn id(local_id: u64) -> BlockId {
     BlockId {
         container_id: 1,
         local_id,
-        replica_index: 0,
+        replica_index: None,
     }
 }
 

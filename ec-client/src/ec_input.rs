@@ -14,7 +14,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
 use block_stream::{BlockInputStream, BlockStreamError, RetryPolicy, XceiverClient};
-use ec_codec::{BlockGroupLayout, EcReplicationConfig};
+use ec_codec::{BlockGroupLayout, EcReplicationConfig, ReplicaIndex};
 use futures::future::try_join_all;
 use proto_crate::BlockGroup;
 
@@ -25,8 +25,8 @@ use crate::{ClientError, Result};
 /// A read failure pinned on one replica index of a group.
 #[derive(Debug)]
 pub(crate) struct IndexFailure {
-    /// 1-based replica index.
-    pub(crate) replica_index: u32,
+    /// The index that failed.
+    pub(crate) replica_index: ReplicaIndex,
     /// Uuid of the datanode that failed (empty if the index had no location).
     pub(crate) datanode_uuid: String,
     /// What happened.
@@ -62,12 +62,10 @@ pub(crate) fn choose_locations(
     ctx: &ReadContext,
     group: &BlockGroup,
     ec: &EcReplicationConfig,
-    excluded: &HashSet<(u32, String)>,
+    excluded: &HashSet<(ReplicaIndex, String)>,
 ) -> Result<Vec<Vec<IndexLocation>>> {
     let mut out = Vec::with_capacity(ec.total());
-    for r in 1..=ec.total() {
-        let r = u32::try_from(r)
-            .map_err(|_| ClientError::InvalidArgument("replica index overflow".into()))?;
+    for r in ec.replica_indexes() {
         let mut usable = Vec::new();
         for d in group.pipeline.nodes_for(r) {
             if !excluded.contains(&(r, d.uuid.to_string())) {
@@ -107,7 +105,7 @@ pub(crate) struct IndexStreams {
 
 impl IndexStreams {
     /// Streams for replica indexes 1..=`count` of `group`, at `locations`
-    /// (index r at `locations[r - 1]`), using them as `usage` says.
+    /// (index r at `locations[r.unit()]`), using them as `usage` says.
     pub(crate) fn new(
         ctx: &ReadContext,
         group: &BlockGroup,
@@ -134,14 +132,12 @@ impl IndexStreams {
         &self.group
     }
 
-    fn index_locations(&self, r: usize) -> &[IndexLocation] {
-        self.locations
-            .get(r.wrapping_sub(1))
-            .map_or(&[], Vec::as_slice)
+    fn index_locations(&self, r: ReplicaIndex) -> &[IndexLocation] {
+        self.locations.get(r.unit()).map_or(&[], Vec::as_slice)
     }
 
     /// `HOST:PORT` of index `r`'s first location, or "" when it has none.
-    pub(crate) fn address(&self, r: usize) -> String {
+    pub(crate) fn address(&self, r: ReplicaIndex) -> String {
         self.index_locations(r)
             .first()
             .map(|l| l.client.address().to_string())
@@ -150,7 +146,7 @@ impl IndexStreams {
 
     /// Uuid of the location of index `r` that `error` came from (the first
     /// location when the error names none).
-    fn uuid_of(&self, r: usize, error: &BlockStreamError) -> String {
+    fn uuid_of(&self, r: ReplicaIndex, error: &BlockStreamError) -> String {
         let locs = self.index_locations(r);
         error
             .datanode()
@@ -160,9 +156,9 @@ impl IndexStreams {
             .unwrap_or_default()
     }
 
-    /// The cached stream of replica index `r` (1-based), created on first use.
-    fn stream(&self, r: usize) -> std::result::Result<&Arc<BlockInputStream>, EcReadError> {
-        let slot = self.streams.get(r.wrapping_sub(1)).ok_or_else(|| {
+    /// The cached stream of replica index `r`, created on first use.
+    fn stream(&self, r: ReplicaIndex) -> std::result::Result<&Arc<BlockInputStream>, EcReadError> {
+        let slot = self.streams.get(r.unit()).ok_or_else(|| {
             EcReadError::Fatal(ClientError::InvalidArgument(format!(
                 "replica index {r} out of range"
             )))
@@ -170,15 +166,14 @@ impl IndexStreams {
         if let Some(s) = slot.get() {
             return Ok(s);
         }
-        let ri = u32::try_from(r).unwrap_or(u32::MAX);
         let locs = self.index_locations(r);
         if locs.is_empty() {
             return Err(EcReadError::Location(IndexFailure {
-                replica_index: ri,
+                replica_index: r,
                 datanode_uuid: String::new(),
                 error: BlockStreamError::InvalidArgument(format!(
                     "block group {} has no usable location for replica index {r}",
-                    self.group.block_id(0)
+                    self.group.id()
                 )),
             }));
         }
@@ -190,7 +185,7 @@ impl IndexStreams {
             .layout
             .internal_block_len(r)
             .map_err(ClientError::from)?;
-        let s = BlockInputStream::new(self.group.block_id(ri), len, clients, self.retry)
+        let s = BlockInputStream::new(self.group.block_id(r), len, clients, self.retry)
             .map_err(ClientError::from)?;
         Ok(slot.get_or_init(|| Arc::new(s)))
     }
@@ -198,12 +193,12 @@ impl IndexStreams {
     /// Reads exactly `piece.len()` bytes of index `r` at block offset `offset`.
     pub(crate) async fn read(
         &self,
-        r: usize,
+        r: ReplicaIndex,
         offset: u64,
         piece: &mut [u8],
     ) -> std::result::Result<(), EcReadError> {
         let stream = self.stream(r)?;
-        let replica_index = u32::try_from(r).unwrap_or(u32::MAX);
+        let replica_index = r;
         match stream.read_at(offset, piece).await {
             Ok(got) if got == piece.len() => Ok(()),
             Ok(got) => {
@@ -260,7 +255,7 @@ impl EcBlockInputStream {
         ctx: &ReadContext,
         group: &BlockGroup,
         ec: EcReplicationConfig,
-        excluded: &HashSet<(u32, String)>,
+        excluded: &HashSet<(ReplicaIndex, String)>,
     ) -> Result<Self> {
         let locations = choose_locations(ctx, group, &ec, excluded)?;
         EcReadMetrics::inc(&ctx.ec_metrics.ec_readers_created);

@@ -29,7 +29,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use ec_codec::EcReplicationConfig;
+use ec_codec::{EcReplicationConfig, ReplicaIndex};
 use proto_crate::BlockGroup;
 
 use crate::ec_input::{EcBlockInputStream, EcReadError, IndexFailure, choose_locations};
@@ -60,7 +60,7 @@ struct ProxyState {
     group: BlockGroup,
     /// Failed (replica index, datanode uuid) locations. Bounded by the
     /// group's locations; emptied by a refresh.
-    excluded: HashSet<(u32, String)>,
+    excluded: HashSet<(ReplicaIndex, String)>,
     reader: ActiveReader,
     /// Bumped each time `reader` is replaced.
     generation: u64,
@@ -201,11 +201,11 @@ impl EcBlockInputStreamProxy {
         let group = st.group.clone();
         let locations = choose_locations(&self.ctx, &group, &self.ec, &st.excluded)?;
         let layout = ec_codec::BlockGroupLayout::new(self.ec, self.length);
-        let striped_ok = (1..=layout.expected_data_locations())
-            .all(|r| locations.get(r - 1).is_some_and(|l| !l.is_empty()));
+        let striped_ok = (0..layout.expected_data_locations())
+            .all(|unit| locations.get(unit).is_some_and(|l| !l.is_empty()));
         st.reader = if striped_ok {
             let has_spare = locations
-                .get((failure.replica_index as usize).wrapping_sub(1))
+                .get(failure.replica_index.unit())
                 .is_some_and(|l| !l.is_empty());
             if has_spare {
                 EcReadMetrics::inc(&self.ctx.ec_metrics.spare_switches);

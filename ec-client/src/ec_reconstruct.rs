@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 
-use ec_codec::{BlockGroupLayout, CellSpan, EcReplicationConfig, ErasureCoder};
+use ec_codec::{BlockGroupLayout, CellSpan, EcReplicationConfig, ErasureCoder, ReplicaIndex};
 use futures::future::join_all;
 use proto_crate::BlockGroup;
 
@@ -33,7 +33,7 @@ pub struct EcBlockReconstructedStripeInputStream {
     coder: ErasureCoder,
     /// Lost replica indexes -> `HOST:PORT` (or "" if it never had a location).
     /// Grows as reads fail; locked only to copy or insert, never across I/O.
-    lost: Mutex<BTreeMap<u32, String>>,
+    lost: Mutex<BTreeMap<ReplicaIndex, String>>,
     metrics: Arc<EcReadMetrics>,
 }
 
@@ -45,13 +45,12 @@ impl EcBlockReconstructedStripeInputStream {
         ctx: &ReadContext,
         group: &BlockGroup,
         ec: EcReplicationConfig,
-        excluded: &HashSet<(u32, String)>,
+        excluded: &HashSet<(ReplicaIndex, String)>,
     ) -> Result<Self> {
         let locations = choose_locations(ctx, group, &ec, excluded)?;
         let mut lost = BTreeMap::new();
-        for (i, locs) in locations.iter().enumerate() {
+        for (r, locs) in ec.replica_indexes().zip(&locations) {
             if locs.is_empty() {
-                let r = u32::try_from(i + 1).unwrap_or(u32::MAX);
                 let address = excluded
                     .iter()
                     .filter(|(idx, _)| *idx == r)
@@ -91,14 +90,14 @@ impl EcBlockReconstructedStripeInputStream {
         self.streams.layout().group_len()
     }
 
-    fn lost(&self) -> BTreeMap<u32, String> {
+    fn lost(&self) -> BTreeMap<ReplicaIndex, String> {
         self.lost
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
 
-    fn mark_lost(&self, r: u32, address: String) {
+    fn mark_lost(&self, r: ReplicaIndex, address: String) {
         self.lost
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -110,9 +109,9 @@ impl EcBlockReconstructedStripeInputStream {
         self.streams.group()
     }
 
-    fn insufficient(&self, lost: &BTreeMap<u32, String>) -> ClientError {
+    fn insufficient(&self, lost: &BTreeMap<ReplicaIndex, String>) -> ClientError {
         ClientError::InsufficientLocations {
-            block: self.group().block_id(0),
+            block: self.group().id(),
             needed: self.ec.data(),
             failed: lost.iter().map(|(r, a)| (*r, a.clone())).collect(),
         }
@@ -150,11 +149,13 @@ impl EcBlockReconstructedStripeInputStream {
         let layout = *self.streams.layout();
         loop {
             let lost = self.lost();
-            let is_lost = |r: usize| lost.contains_key(&u32::try_from(r).unwrap_or(u32::MAX));
+            let is_lost = |r: ReplicaIndex| lost.contains_key(&r);
             // A lost index whose cell in this stripe is empty (padding) is
             // still known: zeros. Only lost cells that held data count, and
             // only when the range needs a lost cell at all.
-            let usable = (1..=self.ec.total())
+            let usable = self
+                .ec
+                .replica_indexes()
                 .filter(|&r| !is_lost(r) || layout.cell_len(stripe, r).is_ok_and(|l| l == 0))
                 .count();
             if usable < self.ec.data() && spans.iter().any(|s| is_lost(s.replica_index)) {
@@ -164,7 +165,7 @@ impl EcBlockReconstructedStripeInputStream {
                 Ok(()) => return Ok(()),
                 Err(EcReadError::Fatal(e)) => return Err(e),
                 Err(EcReadError::Location(f)) => {
-                    tracing::debug!(block = %self.group().block_id(0), index = f.replica_index, error = %f.error, "index lost during reconstruction; re-planning");
+                    tracing::debug!(block = %self.group().id(), index = %f.replica_index, error = %f.error, "index lost during reconstruction; re-planning");
                     let address = f.error.datanode().unwrap_or_default().to_string();
                     self.mark_lost(f.replica_index, address);
                 }
@@ -177,13 +178,14 @@ impl EcBlockReconstructedStripeInputStream {
         stripe: u64,
         spans: &[CellSpan],
         out: &mut [u8],
-        lost: &BTreeMap<u32, String>,
+        lost: &BTreeMap<ReplicaIndex, String>,
     ) -> std::result::Result<(), EcReadError> {
         let layout = *self.streams.layout();
         let cell = self.ec.cell_size();
-        let is_lost = |r: usize| lost.contains_key(&u32::try_from(r).unwrap_or(u32::MAX));
+        let is_lost = |r: ReplicaIndex| lost.contains_key(&r);
         // Usable as a decoding unit: not lost, or its cell here is padding.
-        let usable = |r: usize| !is_lost(r) || layout.cell_len(stripe, r).is_ok_and(|l| l == 0);
+        let usable =
+            |r: ReplicaIndex| !is_lost(r) || layout.cell_len(stripe, r).is_ok_and(|l| l == 0);
         let mut pieces = split_pieces(out, spans.iter().map(|s| s.len));
 
         // Column window of the missing cells.
@@ -199,9 +201,11 @@ impl EcBlockReconstructedStripeInputStream {
         });
 
         // Plan the units to decode from: surviving data indexes, then parity.
-        let mut units: Vec<usize> = Vec::new();
+        let mut units: Vec<ReplicaIndex> = Vec::new();
         if window.is_some() {
-            units = (1..=self.ec.total())
+            units = self
+                .ec
+                .replica_indexes()
                 .filter(|&r| usable(r))
                 .take(self.ec.data())
                 .collect();
@@ -241,13 +245,15 @@ impl EcBlockReconstructedStripeInputStream {
         // Decode the missing data cells over the window.
         let wanted: Vec<usize> = missing
             .iter()
-            .map(|&i| spans[i].replica_index - 1)
+            .map(|&i| spans[i].replica_index.unit())
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
         let mut present: Vec<Option<&[u8]>> = vec![None; self.ec.total()];
         for (&r, buf) in units.iter().zip(&unit_bufs) {
-            present[r - 1] = Some(buf.as_slice());
+            if let Some(slot) = present.get_mut(r.unit()) {
+                *slot = Some(buf.as_slice());
+            }
         }
         let mut decoded: Vec<Vec<u8>> = wanted.iter().map(|_| vec![0u8; width]).collect();
         {
@@ -260,7 +266,7 @@ impl EcBlockReconstructedStripeInputStream {
             let s = &spans[i];
             let w = wanted
                 .iter()
-                .position(|&u| u == s.replica_index - 1)
+                .position(|&u| u == s.replica_index.unit())
                 .unwrap_or(0);
             let from = usize::try_from(s.offset_in_cell - lo).unwrap_or(usize::MAX);
             let n = usize::try_from(s.len).unwrap_or(usize::MAX);

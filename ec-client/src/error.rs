@@ -1,7 +1,7 @@
 //! The client's error.
 
 use block_stream::BlockStreamError;
-use ec_codec::EcError;
+use ec_codec::{EcError, ReplicaIndex};
 use proto_crate::{BlockId, OmErrorCode, ProtocolError};
 
 /// Result alias of this crate.
@@ -59,12 +59,12 @@ pub enum ClientError {
          failed: {failed:?}"
     )]
     InsufficientLocations {
-        /// The group (replica index 0).
+        /// The group (no replica index).
         block: BlockId,
         /// Indexes a read needs.
         needed: usize,
         /// Failed (replica index, datanode `HOST:PORT`) pairs.
-        failed: Vec<(u32, String)>,
+        failed: Vec<(ReplicaIndex, String)>,
     },
     /// A stripe (EC) or chunk (replicated) could not be written even after
     /// rewriting it on new block groups.

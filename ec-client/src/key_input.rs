@@ -71,7 +71,7 @@ impl KeyReader {
                         .map(|d| ctx.xceivers.client(&d.address))
                         .collect::<std::result::Result<Vec<_>, _>>()?;
                     GroupReader::Replicated(BlockInputStream::new(
-                        g.block_id(0),
+                        g.id(),
                         g.length,
                         locations,
                         ctx.config.xceiver.retry,

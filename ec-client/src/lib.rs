@@ -38,7 +38,7 @@ mod write_state;
 pub use block_stream::{MetricsSnapshot, RpcKind};
 pub use client::{BucketOptions, Client};
 pub use config::{ClientConfig, EcWriteMode, ReadMode};
-pub use ec_codec::EcReplicationConfig;
+pub use ec_codec::{EcReplicationConfig, ReplicaIndex};
 pub use ec_output::{EcKeyOutputStream, EcWriteStats};
 pub use error::{ClientError, Result};
 pub use key_input::KeyInputStream;

@@ -233,7 +233,7 @@ impl ReplicatedKeyOutputStream {
                 .map(|d| self.shared.read.xceivers.client(&d.address))
                 .collect::<std::result::Result<Vec<_>, _>>()?;
             let stream = BlockOutputStream::new(
-                group.block_id(0),
+                group.id(),
                 clients,
                 cfg.checksum_type,
                 cfg.bytes_per_checksum,
@@ -257,7 +257,7 @@ impl ReplicatedKeyOutputStream {
                 && len == b.stream.written()
                 && let Err(e) = b.stream.put_block(&BTreeMap::new(), true).await
             {
-                tracing::warn!(block = %b.group.block_id(0), error = %e, "closing PutBlock failed");
+                tracing::warn!(block = %b.group.id(), error = %e, "closing PutBlock failed");
             }
             if len > 0 {
                 self.finished.push(BlockGroup {

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use block_stream::{BlockOutputStream, BlockStreamError};
 use bytes::Bytes;
-use ec_codec::EcReplicationConfig;
+use ec_codec::{EcReplicationConfig, ReplicaIndex};
 use futures::future::join_all;
 use proto_crate::{BLOCK_GROUP_LENGTH_KEY, BlockGroup};
 
@@ -163,12 +163,11 @@ impl StripeWriter {
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(group.clone());
             let cfg = self.shared.read.xceivers.config();
             let mut streams = Vec::with_capacity(self.ec.total());
-            for r in 1..=self.ec.total() {
-                let ri = u32::try_from(r).unwrap_or(u32::MAX);
+            for ri in self.ec.replica_indexes() {
                 let node = group.pipeline.nodes_for(ri).next().ok_or_else(|| {
                     ClientError::InvalidArgument(format!(
-                        "om allocated group {} without replica index {r}",
-                        group.block_id(0)
+                        "om allocated group {} without replica index {ri}",
+                        group.id()
                     ))
                 })?;
                 streams.push(BlockOutputStream::new(
@@ -317,7 +316,7 @@ impl StripeWriter {
         failures
             .iter()
             .filter_map(|(i, _)| {
-                let ri = u32::try_from(i + 1).ok()?;
+                let ri = ReplicaIndex::from_unit(*i)?;
                 g.group
                     .pipeline
                     .nodes_for(ri)
@@ -357,7 +356,7 @@ impl StripeWriter {
             // that misses the closing one keeps its block open, losing nothing.
             for r in join_all(g.streams.iter_mut().map(|s| s.put_block(&meta, true))).await {
                 if let Err(e) = r {
-                    tracing::warn!(block = %g.group.block_id(0), error = %e, "closing PutBlock failed");
+                    tracing::warn!(block = %g.group.id(), error = %e, "closing PutBlock failed");
                 }
             }
             g.closed = true;

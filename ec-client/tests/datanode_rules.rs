@@ -4,7 +4,7 @@
 mod common;
 
 use block_stream::BlockStreamError;
-use common::{CELL, cluster, data, ec_bucket};
+use common::{CELL, cluster, data, ec_bucket, ri};
 use proto_crate::ResultCode;
 use tokio::io::AsyncReadExt;
 
@@ -27,10 +27,10 @@ async fn datanode_rejects_bad_reads() {
         .await
         .expect("put");
     let g = &info.block_groups[0];
-    let node = g.pipeline.nodes_for(1).next().expect("index 1");
+    let node = g.pipeline.nodes_for(ri(1)).next().expect("index 1");
     let dn = block_stream::XceiverClientManager::direct(&node.address).expect("client");
 
-    let err = dn.get_block(g.block_id(2)).await.unwrap_err();
+    let err = dn.get_block(g.block_id(ri(2))).await.unwrap_err();
     assert_eq!(
         code_of(&err),
         Some(ResultCode::ReplicaIndexMismatch),
@@ -38,16 +38,16 @@ async fn datanode_rejects_bad_reads() {
     );
     assert!(err.is_location_failure());
 
-    let block = dn.get_block(g.block_id(1)).await.expect("block");
+    let block = dn.get_block(g.block_id(ri(1))).await.expect("block");
     let chunk = block.chunks[0].clone();
     let err = dn
-        .read_chunk(g.block_id(1), &chunk, CELL - 10, 20)
+        .read_chunk(g.block_id(ri(1)), &chunk, CELL - 10, 20)
         .await
         .unwrap_err();
     assert_eq!(code_of(&err), Some(ResultCode::OutOfRange), "{err}");
 
     let err = dn
-        .read_chunk(g.block_id(1), &chunk, 0, datanode::MAX_READ_LEN + 1)
+        .read_chunk(g.block_id(ri(1)), &chunk, 0, datanode::MAX_READ_LEN + 1)
         .await
         .unwrap_err();
     assert_eq!(code_of(&err), Some(ResultCode::LengthTooLarge), "{err}");
@@ -58,7 +58,7 @@ async fn datanode_rejects_bad_reads() {
 
     let missing = proto_crate::BlockId {
         local_id: g.local_id + 1000,
-        ..g.block_id(1)
+        ..g.block_id(ri(1))
     };
     let err = dn.get_block(missing).await.unwrap_err();
     assert_eq!(code_of(&err), Some(ResultCode::NoSuchBlock), "{err}");

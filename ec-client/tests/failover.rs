@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{
     CELL, Failure, STRIPE, data, ec_bucket, fail, failure_cluster, failure_config, heal, node_of,
-    outside_datanode,
+    outside_datanode, ri,
 };
 use ec_client::{ClientError, ReadMode, RpcKind};
 use rand::rngs::SmallRng;
@@ -290,13 +290,13 @@ async fn spare_replica_serves_a_failed_index() {
     let src = data(LEN, 6);
     let info = client.put_key("b", "k", None, &src).await.expect("put");
     let spare = outside_datanode(&cluster, &info);
-    let copied = om::add_replica(cluster.om(), "b", "k", 0, 1, &spare)
+    let copied = om::add_replica(cluster.om(), "b", "k", 0, Some(ri(1)), &spare)
         .await
         .expect("add replica");
     let layout = ec_codec::BlockGroupLayout::new(common::rs32(), LEN);
-    assert_eq!(copied, layout.internal_block_len(1).expect("index 1"));
+    assert_eq!(copied, layout.internal_block_len(ri(1)).expect("index 1"));
     let info = client.key_info("b", "k").await.expect("info");
-    assert_eq!(info.block_groups[0].pipeline.nodes_for(1).count(), 2);
+    assert_eq!(info.block_groups[0].pipeline.nodes_for(ri(1)).count(), 2);
     let primary = node_of(&cluster, &info, 0, 1);
     fail(&mut cluster, primary, Failure::Down).await;
     let before = client.ec_metrics();
@@ -417,7 +417,7 @@ async fn three_lost_indexes_are_insufficient() {
     match result {
         Err(ClientError::InsufficientLocations { failed, needed, .. }) => {
             assert_eq!(needed, 3);
-            let mut idx: Vec<u32> = failed.iter().map(|(r, _)| *r).collect();
+            let mut idx: Vec<u32> = failed.iter().map(|(r, _)| r.get()).collect();
             idx.sort_unstable();
             assert_eq!(idx, vec![1, 3, 5], "{failed:?}");
         }
@@ -472,7 +472,7 @@ async fn reconstruction_reads_from_spare_replicas() {
     let src = data(LEN, 12);
     let info = client.put_key("b", "k", None, &src).await.expect("put");
     let spare = outside_datanode(&cluster, &info);
-    om::add_replica(cluster.om(), "b", "k", 0, 2, &spare)
+    om::add_replica(cluster.om(), "b", "k", 0, Some(ri(2)), &spare)
         .await
         .expect("spare of index 2");
     let info = client.key_info("b", "k").await.expect("info");

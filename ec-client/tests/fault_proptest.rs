@@ -9,7 +9,7 @@ mod common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use common::{Failure, STRIPE, data, ec_bucket, fail, failure_cluster, heal, node_of, rs32};
+use common::{Failure, STRIPE, data, ec_bucket, fail, failure_cluster, heal, node_of, ri, rs32};
 use ec_client::ClientError;
 use ec_codec::BlockGroupLayout;
 use proptest::prelude::*;
@@ -54,10 +54,10 @@ fn must_fail(len: u64, a: u64, n: u64, failed: &[u32]) -> bool {
         .cells_for_range(a..a + n)
         .expect("valid range")
         .any(|s| {
-            failed.contains(&(s.replica_index as u32))
+            failed.contains(&s.replica_index.get())
                 && failed
                     .iter()
-                    .filter(|&&r| layout.cell_len(s.stripe, r as usize).expect("index") > 0)
+                    .filter(|&&r| layout.cell_len(s.stripe, ri(r)).expect("index") > 0)
                     .count()
                     > 2
         })

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::{
     Failure, STRIPE, data, ec_bucket, fail, failure_cluster, failure_config, heal, node_of,
-    outside_datanode,
+    outside_datanode, ri,
 };
 use datanode::RpcKind;
 use ec_client::ClientError;
@@ -150,7 +150,7 @@ async fn a_spare_added_after_the_open_is_used() {
     let info = client.put_key("b", "k", None, &src).await.expect("put");
     let stream = client.open_key("b", "k").await.expect("open");
     let spare = outside_datanode(&cluster, &info);
-    om::add_replica(cluster.om(), "b", "k", 0, 1, &spare)
+    om::add_replica(cluster.om(), "b", "k", 0, Some(ri(1)), &spare)
         .await
         .expect("spare of index 1");
     let spare_node = cluster

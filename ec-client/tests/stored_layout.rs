@@ -31,14 +31,14 @@ async fn stored_internal_block_lengths_match_layout() {
             .expect("put");
         for g in &info.block_groups {
             let layout = BlockGroupLayout::new(rs32(), g.length);
-            for r in 1..=5u32 {
+            for r in rs32().replica_indexes() {
                 let node = g.pipeline.nodes_for(r).next().expect("location per index");
                 let dn = block_stream::XceiverClientManager::direct(&node.address).expect("client");
                 let block = dn
                     .get_block(g.block_id(r))
                     .await
                     .unwrap_or_else(|e| panic!("key of {len}: index {r} has no block record: {e}"));
-                let expected = layout.internal_block_len(r as usize).expect("valid index");
+                let expected = layout.internal_block_len(r).expect("valid index");
                 assert_eq!(
                     block.size, expected,
                     "key of {len}, group {}, index {r}",
@@ -55,7 +55,7 @@ async fn stored_internal_block_lengths_match_layout() {
                     Some(g.length),
                     "blockGroupLength of index {r}"
                 );
-                if r as usize > layout.expected_data_locations() && r <= 3 {
+                if r.unit() >= layout.expected_data_locations() && rs32().is_data(r) {
                     assert!(
                         block.chunks.is_empty(),
                         "padding index {r} must hold no chunks"
@@ -79,7 +79,7 @@ async fn key_smaller_than_a_cell_has_short_parity_and_empty_records() {
         .expect("put");
     let g = &info.block_groups[0];
     let mut sizes = Vec::new();
-    for r in 1..=5u32 {
+    for r in rs32().replica_indexes() {
         let node = g.pipeline.nodes_for(r).next().expect("location");
         let dn = block_stream::XceiverClientManager::direct(&node.address).expect("client");
         sizes.push(dn.get_block(g.block_id(r)).await.expect("record").size);

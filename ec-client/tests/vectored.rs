@@ -11,7 +11,9 @@ mod common;
 use std::ops::Range;
 use std::sync::Arc;
 
-use common::{CELL, STRIPE, data, ec_bucket, failure_cluster, failure_config, replicated_bucket};
+use common::{
+    CELL, STRIPE, data, ec_bucket, failure_cluster, failure_config, replicated_bucket, ri,
+};
 use ec_client::{ClientError, RpcKind};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -262,7 +264,7 @@ async fn vectored_reads_survive_a_lost_datanode() {
     let ec_info = client.key_info("b", "k").await.expect("info");
     let uuid = ec_info.block_groups[0]
         .pipeline
-        .nodes_for(1)
+        .nodes_for(ri(1))
         .next()
         .expect("index 1")
         .uuid

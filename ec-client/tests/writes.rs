@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{
     CELL, STRIPE, check_stored_lengths, data, ec_bucket, failure_config, read_all,
-    replicated_bucket,
+    replicated_bucket, ri,
 };
 use datanode::{FaultKind, FaultRule, RpcKind};
 use ec_client::{Client, ClientError, EcWriteMode, KeyOutputStream, ReplicationConfig};
@@ -123,7 +123,7 @@ async fn datanode_failing_after_one_stripe_for_each_index() {
         let group = ec(&w).current_block_group().expect("group");
         let uuid = group
             .pipeline
-            .nodes_for(r)
+            .nodes_for(ri(r))
             .next()
             .expect("node")
             .uuid
@@ -170,7 +170,7 @@ async fn two_failures_with_a_partial_stripe_and_parity_failures() {
         let group = ec(&w).current_block_group().expect("group");
         let mut stopped = Vec::new();
         for r in failing {
-            let uuid = &group.pipeline.nodes_for(r).next().expect("node").uuid;
+            let uuid = &group.pipeline.nodes_for(ri(r)).next().expect("node").uuid;
             let n = cluster.datanode_by_uuid(uuid).expect("dn").index();
             cluster.datanode_mut(n).expect("dn").stop().await;
             stopped.push(n);

@@ -6,6 +6,7 @@ use std::str::FromStr;
 
 use crate::coder::ErasureCoder;
 use crate::error::EcError;
+use crate::replica_index::ReplicaIndex;
 use crate::rs::RsCodec;
 use crate::xor::XorCodec;
 
@@ -145,6 +146,29 @@ impl EcReplicationConfig {
     #[must_use]
     pub fn total(&self) -> usize {
         self.data + self.parity
+    }
+
+    /// Every replica index of the scheme, `1..=d+p`, data first.
+    pub fn replica_indexes(&self) -> impl DoubleEndedIterator<Item = ReplicaIndex> {
+        ReplicaIndex::all(self.total())
+    }
+
+    /// The data indexes `1..=d`.
+    pub fn data_indexes(&self) -> impl DoubleEndedIterator<Item = ReplicaIndex> {
+        ReplicaIndex::all(self.data)
+    }
+
+    /// Whether `index` names a data unit (`<= d`); parity indexes and indexes past `d + p`
+    /// are not data.
+    #[must_use]
+    pub fn is_data(&self, index: ReplicaIndex) -> bool {
+        index.unit() < self.data
+    }
+
+    /// Whether `index` names a parity unit (`d+1..=d+p`).
+    #[must_use]
+    pub fn is_parity(&self, index: ReplicaIndex) -> bool {
+        (self.data..self.total()).contains(&index.unit())
     }
 
     /// Stripe size `S = d * c` in bytes: data bytes in one full stripe (parity excluded).

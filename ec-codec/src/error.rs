@@ -1,6 +1,7 @@
 //! The crate's single error type.
 
 use crate::config::EcCodec;
+use crate::replica_index::ReplicaIndex;
 
 /// Everything that can go wrong in `ec-codec`.
 ///
@@ -51,7 +52,7 @@ pub enum EcError {
     #[error("replica index {replica_index} is out of range 1..={total}")]
     InvalidReplicaIndex {
         /// The index given.
-        replica_index: usize,
+        replica_index: ReplicaIndex,
         /// Data + parity units of the scheme.
         total: usize,
     },
@@ -60,7 +61,7 @@ pub enum EcError {
     #[error("replica index {replica_index} is not a data index (data indexes are 1..={data})")]
     NotADataIndex {
         /// The index given.
-        replica_index: usize,
+        replica_index: ReplicaIndex,
         /// Number of data units of the scheme.
         data: usize,
     },
@@ -80,7 +81,7 @@ pub enum EcError {
     )]
     BlockOffsetPastEnd {
         /// The 1-based replica index of the internal block.
-        replica_index: usize,
+        replica_index: ReplicaIndex,
         /// Offset inside the internal block, in bytes.
         offset: u64,
         /// Length of that internal block, in bytes.

@@ -8,6 +8,7 @@ use std::ops::Range;
 
 use crate::config::EcReplicationConfig;
 use crate::error::EcError;
+use crate::replica_index::ReplicaIndex;
 
 /// Layout of one EC block group of `group_len` data bytes under a scheme.
 ///
@@ -30,8 +31,8 @@ pub struct BlockGroupLayout {
 pub struct CellLocation {
     /// 0-based stripe number.
     pub stripe: u64,
-    /// 1-based replica index of the data internal block holding the byte (`1..=d`).
-    pub replica_index: usize,
+    /// Replica index of the data internal block holding the byte (`1..=d`).
+    pub replica_index: ReplicaIndex,
     /// Byte offset inside that internal block.
     pub offset_in_block: u64,
     /// Byte offset inside the cell (`< cell size`).
@@ -46,8 +47,8 @@ pub struct CellLocation {
 pub struct CellSpan {
     /// 0-based stripe number.
     pub stripe: u64,
-    /// 1-based replica index of the data internal block (`1..=d`).
-    pub replica_index: usize,
+    /// Replica index of the data internal block (`1..=d`).
+    pub replica_index: ReplicaIndex,
     /// Byte offset of the piece inside that internal block.
     pub offset_in_block: u64,
     /// Byte offset of the piece inside its cell.
@@ -86,8 +87,8 @@ impl BlockGroupLayout {
         self.cfg.data() as u64
     }
 
-    fn check_replica(&self, replica_index: usize) -> Result<(), EcError> {
-        if replica_index == 0 || replica_index > self.cfg.total() {
+    fn check_replica(&self, replica_index: ReplicaIndex) -> Result<(), EcError> {
+        if replica_index.unit() >= self.cfg.total() {
             return Err(EcError::InvalidReplicaIndex {
                 replica_index,
                 total: self.cfg.total(),
@@ -97,8 +98,18 @@ impl BlockGroupLayout {
     }
 
     /// Data bytes preceding data unit `replica_index` within one stripe: `(r - 1) * c`.
-    fn unit_start(&self, replica_index: usize) -> u64 {
-        (replica_index as u64 - 1) * self.c()
+    fn unit_start(&self, replica_index: ReplicaIndex) -> u64 {
+        u64::from(replica_index.get() - 1) * self.c()
+    }
+
+    /// The unit whose cell length a cell of `replica_index` has: itself for data, index 1 for
+    /// parity (a stripe's parity cells are as long as its first data cell).
+    fn length_unit(&self, replica_index: ReplicaIndex) -> ReplicaIndex {
+        if self.cfg.is_data(replica_index) {
+            replica_index
+        } else {
+            ReplicaIndex::FIRST
+        }
     }
 
     /// Length in bytes of internal block `replica_index` (1-based).
@@ -111,16 +122,12 @@ impl BlockGroupLayout {
     ///
     /// # Errors
     /// [`EcError::InvalidReplicaIndex`] unless `1 <= replica_index <= d + p`.
-    pub fn internal_block_len(&self, replica_index: usize) -> Result<u64, EcError> {
+    pub fn internal_block_len(&self, replica_index: ReplicaIndex) -> Result<u64, EcError> {
         self.check_replica(replica_index)?;
         let s = self.cfg.stripe_size();
         let full = self.group_len / s;
         let rem = self.group_len % s;
-        let unit = if replica_index > self.cfg.data() {
-            1
-        } else {
-            replica_index
-        };
+        let unit = self.length_unit(replica_index);
         let partial = rem.saturating_sub(self.unit_start(unit)).min(self.c());
         Ok(full * self.c() + partial)
     }
@@ -170,13 +177,9 @@ impl BlockGroupLayout {
     ///
     /// # Errors
     /// [`EcError::InvalidReplicaIndex`] unless `1 <= replica_index <= d + p`.
-    pub fn cell_len(&self, stripe: u64, replica_index: usize) -> Result<u64, EcError> {
+    pub fn cell_len(&self, stripe: u64, replica_index: ReplicaIndex) -> Result<u64, EcError> {
         self.check_replica(replica_index)?;
-        let unit = if replica_index > self.cfg.data() {
-            1
-        } else {
-            replica_index
-        };
+        let unit = self.length_unit(replica_index);
         Ok(self
             .stripe_data_len(stripe)
             .saturating_sub(self.unit_start(unit))
@@ -202,9 +205,10 @@ impl BlockGroupLayout {
         let c = self.c();
         let cell = pos / c;
         let stripe = cell / self.d();
-        // cell % d < d <= 32, so the cast is lossless.
+        // cell % d < d <= 32, so the cast is lossless and the index exists.
         #[allow(clippy::cast_possible_truncation)]
-        let replica_index = (cell % self.d()) as usize + 1;
+        let replica_index =
+            ReplicaIndex::from_unit((cell % self.d()) as usize).unwrap_or(ReplicaIndex::FIRST);
         let offset_in_cell = pos % c;
         let cell_len = self
             .stripe_data_len(stripe)
@@ -226,9 +230,13 @@ impl BlockGroupLayout {
     /// [`EcError::InvalidReplicaIndex`] for an index outside `1..=d+p`,
     /// [`EcError::NotADataIndex`] for a parity index, and [`EcError::BlockOffsetPastEnd`] if
     /// the offset is not below [`internal_block_len`](Self::internal_block_len).
-    pub fn group_offset(&self, replica_index: usize, offset_in_block: u64) -> Result<u64, EcError> {
+    pub fn group_offset(
+        &self,
+        replica_index: ReplicaIndex,
+        offset_in_block: u64,
+    ) -> Result<u64, EcError> {
         let block_len = self.internal_block_len(replica_index)?;
-        if replica_index > self.cfg.data() {
+        if !self.cfg.is_data(replica_index) {
             return Err(EcError::NotADataIndex {
                 replica_index,
                 data: self.cfg.data(),
@@ -340,6 +348,11 @@ mod tests {
     use crate::config::EcCodec;
     use proptest::prelude::*;
 
+    /// Replica index `i` (tests only name valid, non-zero indexes).
+    fn ri(i: usize) -> ReplicaIndex {
+        ReplicaIndex::from_unit(i - 1).expect("a 1-based index")
+    }
+
     fn layout(d: usize, p: usize, c: u64, len: u64) -> BlockGroupLayout {
         BlockGroupLayout::new(
             EcReplicationConfig::new(EcCodec::Rs, d, p, c).expect("valid layout query"),
@@ -349,7 +362,7 @@ mod tests {
 
     fn lens(l: &BlockGroupLayout) -> Vec<u64> {
         (1..=l.config().total())
-            .map(|r| l.internal_block_len(r).expect("valid layout query"))
+            .map(|r| l.internal_block_len(ri(r)).expect("valid layout query"))
             .collect()
     }
 
@@ -378,47 +391,47 @@ mod tests {
         assert_eq!(l.stripe_data_len(3), 0);
         assert_eq!(l.stripe_range(2), 60..65);
         assert_eq!(l.stripe_range(9), 65..65);
-        assert_eq!(l.cell_len(2, 1), Ok(5));
-        assert_eq!(l.cell_len(2, 2), Ok(0));
-        assert_eq!(l.cell_len(2, 4), Ok(5));
-        assert_eq!(l.cell_len(1, 5), Ok(10));
+        assert_eq!(l.cell_len(2, ri(1)), Ok(5));
+        assert_eq!(l.cell_len(2, ri(2)), Ok(0));
+        assert_eq!(l.cell_len(2, ri(4)), Ok(5));
+        assert_eq!(l.cell_len(1, ri(5)), Ok(10));
         let loc = l.locate(47).expect("valid layout query");
         assert_eq!(
             loc,
             CellLocation {
                 stripe: 1,
-                replica_index: 2,
+                replica_index: ri(2),
                 offset_in_block: 17,
                 offset_in_cell: 7,
                 cell_len: 10
             }
         );
-        assert_eq!(l.group_offset(2, 17), Ok(47));
+        assert_eq!(l.group_offset(ri(2), 17), Ok(47));
     }
 
     /// Bad indexes, positions and ranges give typed errors.
     #[test]
     fn errors() {
         let l = layout(3, 2, 10, 65);
-        assert!(matches!(
-            l.internal_block_len(0),
+        assert_eq!(
+            l.internal_block_len(ri(6)),
             Err(EcError::InvalidReplicaIndex {
-                replica_index: 0,
+                replica_index: ri(6),
                 total: 5
             })
-        ));
-        assert!(l.internal_block_len(6).is_err());
-        assert!(l.cell_len(0, 6).is_err());
+        );
+        assert!(l.internal_block_len(ri(7)).is_err());
+        assert!(l.cell_len(0, ri(6)).is_err());
         assert_eq!(
             l.locate(65),
             Err(EcError::OffsetPastEnd { pos: 65, len: 65 })
         );
         assert!(matches!(
-            l.group_offset(4, 0),
+            l.group_offset(ri(4), 0),
             Err(EcError::NotADataIndex { .. })
         ));
         assert!(matches!(
-            l.group_offset(2, 20),
+            l.group_offset(ri(2), 20),
             Err(EcError::BlockOffsetPastEnd { block_len: 20, .. })
         ));
         #[allow(clippy::reversed_empty_ranges)]
@@ -445,10 +458,10 @@ mod tests {
     fn u64_max_group() {
         let l = layout(10, 4, 32 << 20, u64::MAX);
         let sum: u64 = (1..=10)
-            .map(|r| l.internal_block_len(r).expect("valid layout query"))
+            .map(|r| l.internal_block_len(ri(r)).expect("valid layout query"))
             .sum();
         assert_eq!(sum, u64::MAX);
-        assert_eq!(l.internal_block_len(11), l.internal_block_len(1));
+        assert_eq!(l.internal_block_len(ri(11)), l.internal_block_len(ri(1)));
         let last = l.stripe_count() - 1;
         assert_eq!(l.stripe_range(last).end, u64::MAX);
         assert_eq!(l.stripe_range(u64::MAX), u64::MAX..u64::MAX);
@@ -464,8 +477,8 @@ mod tests {
             .collect();
         assert_eq!(spans.iter().map(|s| s.len).sum::<u64>(), 100);
         let l1 = layout(1, 1, 1, u64::MAX);
-        assert_eq!(l1.internal_block_len(1), Ok(u64::MAX));
-        assert_eq!(l1.internal_block_len(2), Ok(u64::MAX));
+        assert_eq!(l1.internal_block_len(ri(1)), Ok(u64::MAX));
+        assert_eq!(l1.internal_block_len(ri(2)), Ok(u64::MAX));
         assert_eq!(l1.stripe_count(), u64::MAX);
     }
 
@@ -496,26 +509,26 @@ mod tests {
             let cfg = l.config();
             let blocks = deal(cfg.data(), cfg.cell_size(), l.group_len());
             for r in 1..=cfg.data() {
-                prop_assert_eq!(l.internal_block_len(r)?, blocks[r - 1].len() as u64);
+                prop_assert_eq!(l.internal_block_len(ri(r))?, blocks[r - 1].len() as u64);
                 for (off, &pos) in blocks[r - 1].iter().enumerate() {
                     let loc = l.locate(pos)?;
-                    prop_assert_eq!((loc.replica_index, loc.offset_in_block), (r, off as u64));
+                    prop_assert_eq!((loc.replica_index, loc.offset_in_block), (ri(r), off as u64));
                     prop_assert!(loc.offset_in_cell < loc.cell_len);
-                    prop_assert_eq!(loc.cell_len, l.cell_len(loc.stripe, r)?);
-                    prop_assert_eq!(l.group_offset(r, off as u64)?, pos);
+                    prop_assert_eq!(loc.cell_len, l.cell_len(loc.stripe, ri(r))?);
+                    prop_assert_eq!(l.group_offset(ri(r), off as u64)?, pos);
                 }
             }
             for r in cfg.data() + 1..=cfg.total() {
-                prop_assert_eq!(l.internal_block_len(r)?, l.internal_block_len(1)?);
+                prop_assert_eq!(l.internal_block_len(ri(r))?, l.internal_block_len(ri(1))?);
             }
-            let total: u64 = (1..=cfg.data()).map(|r| l.internal_block_len(r).expect("valid layout query")).sum();
+            let total: u64 = (1..=cfg.data()).map(|r| l.internal_block_len(ri(r)).expect("valid layout query")).sum();
             prop_assert_eq!(total, l.group_len());
             let with_data = blocks.iter().filter(|b| !b.is_empty()).count();
             prop_assert_eq!(l.expected_data_locations(), with_data);
             // Cell lengths per stripe add up to the block lengths.
             for r in 1..=cfg.total() {
-                let sum: u64 = (0..l.stripe_count()).map(|s| l.cell_len(s, r).expect("valid layout query")).sum();
-                prop_assert_eq!(sum, l.internal_block_len(r)?);
+                let sum: u64 = (0..l.stripe_count()).map(|s| l.cell_len(s, ri(r)).expect("valid layout query")).sum();
+                prop_assert_eq!(sum, l.internal_block_len(ri(r))?);
             }
         }
 
@@ -561,16 +574,16 @@ mod tests {
             let c = 1u64 << 20;
             let len = (1u64 << 32) + extra;
             let l = layout(d, p, c, len);
-            let total: u64 = (1..=d).map(|r| l.internal_block_len(r).expect("valid layout query")).sum();
+            let total: u64 = (1..=d).map(|r| l.internal_block_len(ri(r)).expect("valid layout query")).sum();
             prop_assert_eq!(total, len);
             for r in d + 1..=d + p {
-                prop_assert_eq!(l.internal_block_len(r)?, l.internal_block_len(1)?);
+                prop_assert_eq!(l.internal_block_len(ri(r))?, l.internal_block_len(ri(1))?);
             }
             let s = d as u64 * c;
             for pos in positions.into_iter().map(|x| x % len).chain([0, len - 1, 1 << 32]) {
                 let loc = l.locate(pos)?;
                 prop_assert_eq!(loc.stripe, pos / s);
-                prop_assert_eq!(loc.replica_index as u64, (pos / c) % d as u64 + 1);
+                prop_assert_eq!(u64::from(loc.replica_index.get()), (pos / c) % d as u64 + 1);
                 prop_assert_eq!(loc.offset_in_block, (pos / s) * c + pos % c);
                 prop_assert!(loc.offset_in_block < l.internal_block_len(loc.replica_index)?);
                 prop_assert_eq!(l.group_offset(loc.replica_index, loc.offset_in_block)?, pos);

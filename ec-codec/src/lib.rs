@@ -8,7 +8,8 @@
 //! - **Layout math** — [`BlockGroupLayout`] maps group-relative bytes to cells and internal
 //!   blocks ([`CellLocation`], [`CellSpan`] via [`CellSpans`]), and computes internal block and
 //!   cell lengths of partial stripes, following ARCHITECTURE.md's "Terms and layout math".
-//!   Replica indexes there are 1-based (`1..=d` data, then parity), as in Ozone.
+//!   Replica indexes there are [`ReplicaIndex`]es: 1-based (`1..=d` data, then parity), as in
+//!   Ozone and on the wire.
 //! - **Codecs** — [`RsCodec`], systematic Cauchy Reed-Solomon over GF(2^8) (polynomial 0x11d)
 //!   byte-compatible with ISA-L's `gf_gen_cauchy1_matrix` and hence Hadoop/Ozone parity, and
 //!   [`XorCodec`]; [`ErasureCoder`] wraps either, built by [`EcReplicationConfig::coder`].
@@ -28,6 +29,7 @@ mod error;
 mod kernel;
 mod layout;
 mod matrix;
+mod replica_index;
 mod rs;
 mod xor;
 
@@ -35,5 +37,6 @@ pub use coder::ErasureCoder;
 pub use config::{EcCodec, EcReplicationConfig, MAX_CELL_SIZE, MAX_UNITS};
 pub use error::EcError;
 pub use layout::{BlockGroupLayout, CellLocation, CellSpan, CellSpans};
+pub use replica_index::ReplicaIndex;
 pub use rs::RsCodec;
 pub use xor::XorCodec;

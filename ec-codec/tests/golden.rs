@@ -2,7 +2,7 @@
 //! produce the same parity bytes, so that Ozone/HDFS clients and datanodes can decode what we
 //! write and we can decode what they write.
 
-use ec_codec::{BlockGroupLayout, EcCodec, EcError, EcReplicationConfig, RsCodec};
+use ec_codec::{BlockGroupLayout, EcCodec, EcError, EcReplicationConfig, ReplicaIndex, RsCodec};
 
 const SCHEMES: [(usize, usize); 3] = [(3, 2), (6, 3), (10, 4)];
 const LENGTHS: [usize; 3] = [1, 1001, 4096];
@@ -181,13 +181,13 @@ fn partial_stripe_group_round_trip() {
     let mut blocks: Vec<Vec<u8>> = vec![Vec::new(); total];
     for stripe in 0..layout.stripe_count() {
         let parity_len = layout
-            .cell_len(stripe, d + 1)
+            .cell_len(stripe, ri(d))
             .expect("golden vectors are present and well-formed") as usize;
         let start = layout.stripe_range(stripe).start as usize;
         let mut cells = vec![vec![0u8; parity_len]; total];
         for r in 1..=d {
             let n = layout
-                .cell_len(stripe, r)
+                .cell_len(stripe, ri(r - 1))
                 .expect("golden vectors are present and well-formed") as usize;
             if n == 0 {
                 continue;
@@ -210,7 +210,7 @@ fn partial_stripe_group_round_trip() {
         assert_eq!(
             block.len() as u64,
             layout
-                .internal_block_len(i + 1)
+                .internal_block_len(ri(i))
                 .expect("golden vectors are present and well-formed")
         );
     }
@@ -219,12 +219,12 @@ fn partial_stripe_group_round_trip() {
     let mut rebuilt = vec![0u8; len as usize];
     for stripe in 0..layout.stripe_count() {
         let parity_len = layout
-            .cell_len(stripe, d + 1)
+            .cell_len(stripe, ri(d))
             .expect("golden vectors are present and well-formed") as usize;
         let cells: Vec<Vec<u8>> = (0..total)
             .map(|u| {
                 let n = layout
-                    .cell_len(stripe, u + 1)
+                    .cell_len(stripe, ri(u))
                     .expect("golden vectors are present and well-formed")
                     as usize;
                 let off = (stripe * cfg.cell_size()) as usize;
@@ -249,12 +249,17 @@ fn partial_stripe_group_round_trip() {
             .cells_for_range(layout.stripe_range(stripe))
             .expect("golden vectors are present and well-formed")
         {
-            let src =
-                &data[span.replica_index - 1][span.offset_in_cell as usize..][..span.len as usize];
+            let src = &data[span.replica_index.unit()][span.offset_in_cell as usize..]
+                [..span.len as usize];
             let at = span.group_offset as usize;
             rebuilt[at..at + span.len as usize].copy_from_slice(src);
             assert!(span.group_offset >= start);
         }
     }
     assert!(rebuilt == group);
+}
+
+/// The replica index of 0-based unit `unit`.
+fn ri(unit: usize) -> ReplicaIndex {
+    ReplicaIndex::from_unit(unit).expect("a unit of a real scheme")
 }

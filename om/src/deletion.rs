@@ -34,7 +34,7 @@ use prost::Message;
 use proto_crate::wire::datanode as dn_pb;
 use proto_crate::wire::datanode::datanode_service_client::DatanodeServiceClient;
 use proto_crate::wire::om as pb;
-use proto_crate::{BlockGroup, DatanodeDetails};
+use proto_crate::{BlockGroup, DatanodeDetails, ReplicaIndex};
 use redb::{
     ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction,
 };
@@ -91,7 +91,7 @@ pub(crate) fn log_groups<'a>(
         for l in &g.pipeline.locations {
             log.insert(
                 (l.datanode.uuid.as_str(), g.container_id, g.local_id),
-                (l.replica_index, now),
+                (ReplicaIndex::to_wire(l.replica_index), now),
             )?;
         }
     }

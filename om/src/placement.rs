@@ -9,7 +9,7 @@
 
 use std::collections::HashSet;
 
-use proto_crate::{BlockLocation, DatanodeDetails, ReplicationConfig};
+use proto_crate::{BlockLocation, DatanodeDetails, ReplicaIndex, ReplicationConfig};
 
 use crate::OmError;
 
@@ -50,8 +50,8 @@ pub(crate) fn place(
         .map(|i| BlockLocation {
             datanode: candidates[(start + i) % n].clone(),
             replica_index: match replication {
-                ReplicationConfig::Ec(_) => u32::try_from(i + 1).unwrap_or(u32::MAX),
-                ReplicationConfig::Replicated { .. } => 0,
+                ReplicationConfig::Ec(_) => ReplicaIndex::from_unit(i),
+                ReplicationConfig::Replicated { .. } => None,
             },
         })
         .collect())
@@ -109,7 +109,7 @@ mod tests {
                         prop_assert!(!exclude.iter().any(|e| l.datanode.uuid == *e));
                         prop_assert!(healthy.contains(&l.datanode), "only healthy datanodes");
                         let want = if ec { u32::try_from(i + 1).unwrap_or(0) } else { 0 };
-                        prop_assert_eq!(l.replica_index, want);
+                        prop_assert_eq!(ReplicaIndex::to_wire(l.replica_index), want);
                     }
                 }
                 Err(OmError::NotEnoughDatanodes { needed, available, .. }) => {
@@ -126,7 +126,8 @@ mod tests {
     fn successive_groups_spread_every_index_over_every_datanode() {
         let healthy = nodes(7);
         let r = replication(true);
-        let mut held: BTreeMap<(proto_crate::DatanodeId, u32), u32> = BTreeMap::new();
+        let mut held: BTreeMap<(proto_crate::DatanodeId, Option<ReplicaIndex>), u32> =
+            BTreeMap::new();
         for rotation in 0..7 {
             for l in place(&r, &healthy, &[], rotation, 7).expect("placed") {
                 *held.entry((l.datanode.uuid, l.replica_index)).or_default() += 1;

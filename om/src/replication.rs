@@ -13,7 +13,7 @@ use proto_crate::wire::admin as admin_pb;
 use proto_crate::wire::admin::om_admin_service_server::OmAdminService;
 use proto_crate::wire::datanode as dn_pb;
 use proto_crate::wire::datanode::datanode_service_client::DatanodeServiceClient;
-use proto_crate::{BlockData, BlockLocation, DatanodeDetails};
+use proto_crate::{BlockData, BlockLocation, DatanodeDetails, ReplicaIndex};
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
@@ -44,8 +44,8 @@ fn timed<T>(r: Result<Result<T, Status>, tokio::time::error::Elapsed>) -> Result
     r.unwrap_or_else(|_| Err(Status::deadline_exceeded("copy RPC timed out")))
 }
 
-/// Copies replica `replica_index` of group `group` (counting from 0) of
-/// `bucket/key` to the datanode `target` (uuid) and registers the copy as a
+/// Copies replica `replica_index` (`None` for a replicated key) of group `group` (counting
+/// from 0) of `bucket/key` to the datanode `target` (uuid) and registers the copy as a
 /// spare location. Returns the bytes copied.
 ///
 /// # Errors
@@ -58,7 +58,7 @@ pub async fn add_replica(
     bucket: &str,
     key: &str,
     group: usize,
-    replica_index: u32,
+    replica_index: Option<ReplicaIndex>,
     target: &str,
 ) -> Result<u64, OmError> {
     let info = om.lookup_key(bucket, key)?;
@@ -75,7 +75,8 @@ pub async fn add_replica(
         .cloned()
         .ok_or_else(|| {
             OmError::InvalidArgument(format!(
-                "group {group} has no replica index {replica_index}"
+                "group {group} has no replica index {}",
+                ReplicaIndex::to_wire(replica_index)
             ))
         })?;
     let target = om
@@ -199,7 +200,7 @@ impl OmAdminService for OmAdminGrpc {
             &r.bucket,
             &r.key,
             r.group as usize,
-            r.replica_index,
+            ReplicaIndex::from_wire(r.replica_index),
             &r.target_datanode,
         )
         .await?;
@@ -228,8 +229,8 @@ impl OmAdminClient {
         })
     }
 
-    /// Asks the om to copy replica `replica_index` of group `group` of
-    /// `bucket/key` to datanode `target` (uuid); returns the bytes copied.
+    /// Asks the om to copy replica `replica_index` (`None` for a replicated key) of group
+    /// `group` of `bucket/key` to datanode `target` (uuid); returns the bytes copied.
     ///
     /// # Errors
     /// The om's refusal or the copy's failure, as a status.
@@ -238,7 +239,7 @@ impl OmAdminClient {
         bucket: &str,
         key: &str,
         group: u32,
-        replica_index: u32,
+        replica_index: Option<ReplicaIndex>,
         target: &str,
     ) -> Result<u64, Status> {
         Ok(self
@@ -247,7 +248,7 @@ impl OmAdminClient {
                 bucket: bucket.to_string(),
                 key: key.to_string(),
                 group,
-                replica_index,
+                replica_index: ReplicaIndex::to_wire(replica_index),
                 target_datanode: target.to_string(),
             })
             .await?

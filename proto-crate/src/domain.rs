@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
-use ec_codec::EcReplicationConfig;
+use ec_codec::{EcReplicationConfig, ReplicaIndex};
 
 use crate::wire::{datanode as dn, om};
 use crate::{DatanodeId, ProtocolError};
@@ -21,24 +21,28 @@ fn required<T>(v: Option<T>, field: &'static str) -> Result<T, ProtocolError> {
 }
 
 /// Identity of one (internal) block on a datanode: container, local id and
-/// replica index (0 for replicated blocks, 1..=d+p for EC; as Ozone's `BlockID`).
+/// replica index (as Ozone's `BlockID`; the wire's replica index 0, a replicated block, is
+/// `None` here).
+///
+/// Displayed as `container:local` for a replicated block (and for a whole EC block group, see
+/// [`BlockGroup::id`]) and `container:local#index` for an EC internal block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BlockId {
     /// Container holding the block.
     pub container_id: u64,
     /// Block id, unique within the cluster.
     pub local_id: u64,
-    /// 0 for replicated blocks; 1..d data and d+1..d+p parity for EC.
-    pub replica_index: u32,
+    /// `None` for replicated blocks; for EC, `1..=d` data and `d+1..=d+p` parity.
+    pub replica_index: Option<ReplicaIndex>,
 }
 
 impl BlockId {
     /// The same block with another replica index (an EC group's internal blocks
     /// share container and local id).
     #[must_use]
-    pub fn with_replica_index(self, replica_index: u32) -> Self {
+    pub fn with_replica_index(self, replica_index: ReplicaIndex) -> Self {
         Self {
-            replica_index,
+            replica_index: Some(replica_index),
             ..self
         }
     }
@@ -46,11 +50,11 @@ impl BlockId {
 
 impl fmt::Display for BlockId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}:{}#{}",
-            self.container_id, self.local_id, self.replica_index
-        )
+        write!(f, "{}:{}", self.container_id, self.local_id)?;
+        match self.replica_index {
+            Some(r) => write!(f, "#{r}"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -59,7 +63,7 @@ impl From<dn::BlockId> for BlockId {
         Self {
             container_id: b.container_id,
             local_id: b.local_id,
-            replica_index: b.replica_index,
+            replica_index: ReplicaIndex::from_wire(b.replica_index),
         }
     }
 }
@@ -69,7 +73,7 @@ impl From<BlockId> for dn::BlockId {
         Self {
             container_id: b.container_id,
             local_id: b.local_id,
-            replica_index: b.replica_index,
+            replica_index: ReplicaIndex::to_wire(b.replica_index),
         }
     }
 }
@@ -340,7 +344,7 @@ impl From<DatanodeDetails> for om::DatanodeDetails {
 pub enum ReplicationConfig {
     /// Erasure coded block groups.
     Ec(EcReplicationConfig),
-    /// Whole blocks copied to `factor` datanodes (replica index 0).
+    /// Whole blocks copied to `factor` datanodes (no replica index; 0 on the wire).
     Replicated {
         /// Number of copies: 1 (`ONE`) or 3 (`THREE`).
         factor: u8,
@@ -397,8 +401,8 @@ impl FromStr for ReplicationConfig {
 pub struct BlockLocation {
     /// The datanode.
     pub datanode: DatanodeDetails,
-    /// 0 for replicated, 1..=d+p for EC.
-    pub replica_index: u32,
+    /// `None` for replicated (the wire's 0), `1..=d+p` for EC.
+    pub replica_index: Option<ReplicaIndex>,
 }
 
 impl TryFrom<om::BlockLocation> for BlockLocation {
@@ -406,7 +410,7 @@ impl TryFrom<om::BlockLocation> for BlockLocation {
     fn try_from(l: om::BlockLocation) -> Result<Self, ProtocolError> {
         Ok(Self {
             datanode: required(l.datanode, "location.datanode")?.try_into()?,
-            replica_index: l.replica_index,
+            replica_index: ReplicaIndex::from_wire(l.replica_index),
         })
     }
 }
@@ -415,7 +419,7 @@ impl From<BlockLocation> for om::BlockLocation {
     fn from(l: BlockLocation) -> Self {
         Self {
             datanode: Some(l.datanode.into()),
-            replica_index: l.replica_index,
+            replica_index: ReplicaIndex::to_wire(l.replica_index),
         }
     }
 }
@@ -430,8 +434,13 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    /// Datanodes that hold `replica_index`, primary first.
-    pub fn nodes_for(&self, replica_index: u32) -> impl Iterator<Item = &DatanodeDetails> {
+    /// Datanodes that hold EC index `replica_index` (or, given `None`, a replicated block's
+    /// replicas), primary first.
+    pub fn nodes_for(
+        &self,
+        replica_index: impl Into<Option<ReplicaIndex>>,
+    ) -> impl Iterator<Item = &DatanodeDetails> {
+        let replica_index = replica_index.into();
         self.locations
             .iter()
             .filter(move |l| l.replica_index == replica_index)
@@ -465,13 +474,24 @@ pub struct BlockGroup {
 }
 
 impl BlockGroup {
-    /// The id of the internal block with `replica_index`.
+    /// The id of the group without a replica index: a replicated block's id, and the label of
+    /// an EC group as a whole (in logs and errors that concern no single internal block).
     #[must_use]
-    pub fn block_id(&self, replica_index: u32) -> BlockId {
+    pub fn id(&self) -> BlockId {
         BlockId {
             container_id: self.container_id,
             local_id: self.local_id,
-            replica_index,
+            replica_index: None,
+        }
+    }
+
+    /// The id of the EC internal block with `replica_index` (given `None`, the same as
+    /// [`id`](Self::id): a replicated block).
+    #[must_use]
+    pub fn block_id(&self, replica_index: impl Into<Option<ReplicaIndex>>) -> BlockId {
+        BlockId {
+            replica_index: replica_index.into(),
+            ..self.id()
         }
     }
 }
@@ -530,7 +550,7 @@ mod tests {
             block_id: BlockId {
                 container_id: 1,
                 local_id: 2,
-                replica_index: 3,
+                replica_index: ReplicaIndex::new(3),
             },
             chunks: vec![chunk(0, 10), chunk(10, 5)],
             size: 15,

@@ -53,7 +53,7 @@ pub use domain::{
     BLOCK_GROUP_LENGTH_KEY, BlockData, BlockGroup, BlockId, BlockLocation, ChecksumData,
     ChecksumType, ChunkInfo, DatanodeDetails, Pipeline, ReplicationConfig,
 };
-pub use ec_codec::EcReplicationConfig;
+pub use ec_codec::{EcReplicationConfig, ReplicaIndex};
 pub use error::ProtocolError;
 pub use logging::init_logging;
 pub use metadata::{BucketInfo, KeyInfo, MULTIPART_PART_SIZES_KEY, MultipartUpload, PartInfo};

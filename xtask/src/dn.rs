@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use clap::{Subcommand, ValueEnum};
 use datanode::{DatanodeAdminClient, FaultKind, FaultRule, RpcKind};
 use minicluster::{ClusterInfo, ControlClient};
-use proto_crate::ResultCode;
+use proto_crate::{ReplicaIndex, ResultCode};
 
 use crate::cluster_file;
 
@@ -226,6 +226,8 @@ pub(crate) async fn run(cmd: DnCommand) -> anyhow::Result<()> {
             let info = info()?;
             let mut rule = FaultRule::new(rpc.into(), parse_kind(&kind)?)?;
             if let Some(r) = replica_index {
+                let r = ReplicaIndex::new(r)
+                    .context("replica indexes start at 1 (0 names no EC internal block)")?;
                 rule = rule.for_replica_index(r);
             }
             admin(&info, n).await?.inject(rule.clone()).await?;

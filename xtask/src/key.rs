@@ -4,7 +4,9 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
-use ec_client::{BucketOptions, Client, ClientConfig, ClientError, ReplicationConfig};
+use ec_client::{
+    BucketOptions, Client, ClientConfig, ClientError, ReplicaIndex, ReplicationConfig,
+};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -140,7 +142,9 @@ pub(crate) async fn run(cmd: KeyCommand) -> anyhow::Result<()> {
             let mut admin = om::OmAdminClient::connect(&om)
                 .await
                 .with_context(|| format!("connecting to the om at {om}"))?;
-            let n = admin.add_replica(bucket, key, group, index, &dn.id).await?;
+            let n = admin
+                .add_replica(bucket, key, group, ReplicaIndex::from_wire(index), &dn.id)
+                .await?;
             println!(
                 "copied {n} bytes of {target} group {group} index {index} to datanode {datanode} ({})",
                 dn.address
@@ -273,7 +277,7 @@ async fn info(client: &Client, target: &str) -> anyhow::Result<()> {
                 Err(e) => json!({ "error": e.to_string() }),
             };
             replicas.push(json!({
-                "index": loc.replica_index,
+                "index": ReplicaIndex::to_wire(loc.replica_index),
                 "datanode": loc.datanode.uuid.as_str(),
                 "address": loc.datanode.address,
                 "length": length,

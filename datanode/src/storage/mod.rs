@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
-use proto_crate::{BlockData, BlockId, ChunkInfo};
+use proto_crate::{BlockData, BlockId, ChunkInfo, ReplicaIndex};
 use redb::{Database, TableDefinition};
 
 use crate::DatanodeError;
@@ -69,7 +69,7 @@ pub(crate) fn key(b: BlockId) -> BlockKey {
 /// A block whose file is being written (it may also have a committed prefix).
 #[derive(Debug, Default)]
 pub(crate) struct OpenBlock {
-    replica_index: u32,
+    replica_index: Option<ReplicaIndex>,
     file_len: u64,
     closed: bool,
     /// The block was deleted: writes are refused.

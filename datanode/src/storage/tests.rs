@@ -8,7 +8,7 @@ fn id(ri: u32) -> BlockId {
     BlockId {
         container_id: 7,
         local_id: 42,
-        replica_index: ri,
+        replica_index: ReplicaIndex::new(ri),
     }
 }
 
@@ -72,7 +72,7 @@ async fn write_commit_read_and_reopen() {
     );
     assert!(matches!(
         s.get_block(id(3)),
-        Err(DatanodeError::ReplicaIndexMismatch { stored: 2, .. })
+        Err(DatanodeError::ReplicaIndexMismatch { stored: Some(r), .. }) if r.get() == 2
     ));
     assert!(matches!(
         s.read(id(2), &chunk(5, 6), 8, 4).await,

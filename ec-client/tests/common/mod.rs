@@ -4,7 +4,9 @@
 
 #![allow(dead_code)]
 
-use ec_client::{BucketOptions, Client, ClientConfig, EcReplicationConfig, ReplicationConfig};
+use ec_client::{
+    BucketOptions, Client, ClientConfig, EcReplicationConfig, ReplicaIndex, ReplicationConfig,
+};
 use minicluster::{MiniCluster, MiniClusterConfig};
 
 /// Cell size used by most tests: small, but larger than bytesPerChecksum
@@ -122,11 +124,16 @@ pub async fn failure_cluster(n: usize) -> (MiniCluster, Client) {
     (cluster, client)
 }
 
+/// The replica index numbered `r` (1-based); tests name only real indexes.
+pub fn ri(r: u32) -> ReplicaIndex {
+    ReplicaIndex::new(r).expect("replica indexes start at 1")
+}
+
 /// Position in the cluster of the (first) datanode holding replica `r` of group `g`.
 pub fn node_of(cluster: &MiniCluster, info: &ec_client::KeyInfo, g: usize, r: u32) -> usize {
     let uuid = &info.block_groups[g]
         .pipeline
-        .nodes_for(r)
+        .nodes_for(ri(r))
         .next()
         .expect("location for index")
         .uuid;
@@ -185,7 +192,7 @@ pub async fn check_stored_lengths(info: &ec_client::KeyInfo) {
     for g in &info.block_groups {
         let layout = ec_codec::BlockGroupLayout::new(ec, g.length);
         for loc in &g.pipeline.locations {
-            let r = loc.replica_index;
+            let r = loc.replica_index.expect("an EC location has an index");
             let dn =
                 block_stream::XceiverClientManager::direct(&loc.datanode.address).expect("client");
             let len = dn
@@ -194,7 +201,7 @@ pub async fn check_stored_lengths(info: &ec_client::KeyInfo) {
                 .unwrap_or_else(|e| panic!("group {} index {r}: {e}", g.local_id));
             assert_eq!(
                 len,
-                layout.internal_block_len(r as usize).expect("index"),
+                layout.internal_block_len(r).expect("index"),
                 "group {} (length {}) index {r}",
                 g.local_id,
                 g.length

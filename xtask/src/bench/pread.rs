@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use datanode::{DatanodeAdminClient, FaultKind, FaultRule, RpcKind};
-use ec_client::{Client, ClientConfig, KeyInputStream, ReadMode, ReplicationConfig};
+use ec_client::{Client, ClientConfig, KeyInputStream, ReadMode, ReplicaIndex, ReplicationConfig};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
@@ -152,7 +152,11 @@ async fn measure_raw(
         .block_groups
         .first()
         .context("key has no block group")?;
-    let node = g.pipeline.nodes_for(1).next().context("no index 1")?;
+    let node = g
+        .pipeline
+        .nodes_for(ReplicaIndex::FIRST)
+        .next()
+        .context("no index 1")?;
     // A channel of its own, with the benchmark client's transport settings
     // and counters of its own (the RPCs of this mode are counted there).
     let raw = block_stream::XceiverClientManager::new(
@@ -160,7 +164,7 @@ async fn measure_raw(
         std::sync::Arc::default(),
     );
     let dn = raw.client(&node.address)?;
-    let block = dn.get_block(g.block_id(1)).await?;
+    let block = dn.get_block(g.block_id(ReplicaIndex::FIRST)).await?;
     for (i, (name, size, pattern)) in WORKLOADS.iter().enumerate() {
         let offs = offsets(*pattern, s.ops, *size, block.size, 200 + i as u64);
         let mut lat = Latencies::default();
@@ -176,7 +180,8 @@ async fn measure_raw(
             let at = o.min(chunk.end().saturating_sub(*size)).max(chunk.offset);
             let n = (*size).min(chunk.end() - at);
             let t = Instant::now();
-            dn.read_chunk(g.block_id(1), chunk, at, n).await?;
+            dn.read_chunk(g.block_id(ReplicaIndex::FIRST), chunk, at, n)
+                .await?;
             lat.push(t.elapsed());
         }
         let elapsed = start.elapsed();
@@ -327,7 +332,7 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
         .context("key has no block group")?;
     let victim = g
         .pipeline
-        .nodes_for(1)
+        .nodes_for(ReplicaIndex::FIRST)
         .next()
         .context("no index 1")?
         .address
