@@ -144,23 +144,14 @@ impl EcBlockReconstructedStripeInputStream {
     }
 
     /// Reads the `spans` of one stripe into `out` (which starts at the first
-    /// span), re-planning after each lost index.
+    /// span), re-planning after each lost index. It fails only when more than
+    /// p indexes are lost whose cells hold data under the column window of
+    /// the missing cells: a lost index whose bytes there are all padding is
+    /// still known (zeros), so the outcome does not depend on which indexes
+    /// earlier reads happened to find lost.
     async fn read_stripe(&self, stripe: u64, spans: &[CellSpan], out: &mut [u8]) -> Result<()> {
-        let layout = *self.streams.layout();
         loop {
             let lost = self.lost();
-            let is_lost = |r: ReplicaIndex| lost.contains_key(&r);
-            // A lost index whose cell in this stripe is empty (padding) is
-            // still known: zeros. Only lost cells that held data count, and
-            // only when the range needs a lost cell at all.
-            let usable = self
-                .ec
-                .replica_indexes()
-                .filter(|&r| !is_lost(r) || layout.cell_len(stripe, r).is_ok_and(|l| l == 0))
-                .count();
-            if usable < self.ec.data() && spans.iter().any(|s| is_lost(s.replica_index)) {
-                return Err(self.insufficient(&lost));
-            }
             match self.try_stripe(stripe, spans, out, &lost).await {
                 Ok(()) => return Ok(()),
                 Err(EcReadError::Fatal(e)) => return Err(e),
@@ -183,9 +174,6 @@ impl EcBlockReconstructedStripeInputStream {
         let layout = *self.streams.layout();
         let cell = self.ec.cell_size();
         let is_lost = |r: ReplicaIndex| lost.contains_key(&r);
-        // Usable as a decoding unit: not lost, or its cell here is padding.
-        let usable =
-            |r: ReplicaIndex| !is_lost(r) || layout.cell_len(stripe, r).is_ok_and(|l| l == 0);
         let mut pieces = split_pieces(out, spans.iter().map(|s| s.len));
 
         // Column window of the missing cells.
@@ -201,8 +189,12 @@ impl EcBlockReconstructedStripeInputStream {
         });
 
         // Plan the units to decode from: surviving data indexes, then parity.
+        // A lost index is still usable when its cell ends at or before the
+        // window: every byte it holds there is encoding padding (zeros).
         let mut units: Vec<ReplicaIndex> = Vec::new();
-        if window.is_some() {
+        if let Some((lo, _)) = window {
+            let usable =
+                |r: ReplicaIndex| !is_lost(r) || layout.cell_len(stripe, r).is_ok_and(|l| l <= lo);
             units = self
                 .ec
                 .replica_indexes()
