@@ -16,7 +16,7 @@ use std::sync::{Arc, OnceLock};
 use block_stream::{BlockInputStream, BlockStreamError, RetryPolicy, XceiverClient};
 use ec_codec::{BlockGroupLayout, EcReplicationConfig, ReplicaIndex};
 use futures::future::try_join_all;
-use proto_crate::BlockGroup;
+use proto_crate::{BlockGroup, DatanodeId};
 
 use crate::metrics::EcReadMetrics;
 use crate::read_context::ReadContext;
@@ -27,8 +27,8 @@ use crate::{ClientError, Result};
 pub(crate) struct IndexFailure {
     /// The index that failed.
     pub(crate) replica_index: ReplicaIndex,
-    /// Uuid of the datanode that failed (empty if the index had no location).
-    pub(crate) datanode_uuid: String,
+    /// The datanode that failed (`None` if the index had no location).
+    pub(crate) datanode: Option<DatanodeId>,
     /// What happened.
     pub(crate) error: BlockStreamError,
 }
@@ -51,7 +51,7 @@ impl From<ClientError> for EcReadError {
 /// Location chosen for one replica index.
 #[derive(Debug, Clone)]
 pub(crate) struct IndexLocation {
-    pub(crate) uuid: String,
+    pub(crate) uuid: DatanodeId,
     pub(crate) client: XceiverClient,
 }
 
@@ -62,15 +62,15 @@ pub(crate) fn choose_locations(
     ctx: &ReadContext,
     group: &BlockGroup,
     ec: &EcReplicationConfig,
-    excluded: &HashSet<(ReplicaIndex, String)>,
+    excluded: &HashSet<(ReplicaIndex, DatanodeId)>,
 ) -> Result<Vec<Vec<IndexLocation>>> {
     let mut out = Vec::with_capacity(ec.total());
     for r in ec.replica_indexes() {
         let mut usable = Vec::new();
         for d in group.pipeline.nodes_for(r) {
-            if !excluded.contains(&(r, d.uuid.to_string())) {
+            if !excluded.contains(&(r, d.uuid.clone())) {
                 usable.push(IndexLocation {
-                    uuid: d.uuid.to_string(),
+                    uuid: d.uuid.clone(),
                     client: ctx.xceivers.client(&d.address)?,
                 });
             }
@@ -146,14 +146,13 @@ impl IndexStreams {
 
     /// Uuid of the location of index `r` that `error` came from (the first
     /// location when the error names none).
-    fn uuid_of(&self, r: ReplicaIndex, error: &BlockStreamError) -> String {
+    fn uuid_of(&self, r: ReplicaIndex, error: &BlockStreamError) -> Option<DatanodeId> {
         let locs = self.index_locations(r);
         error
             .datanode()
             .and_then(|a| locs.iter().find(|l| l.client.address() == a))
             .or_else(|| locs.first())
             .map(|l| l.uuid.clone())
-            .unwrap_or_default()
     }
 
     /// The cached stream of replica index `r`, created on first use.
@@ -170,7 +169,7 @@ impl IndexStreams {
         if locs.is_empty() {
             return Err(EcReadError::Location(IndexFailure {
                 replica_index: r,
-                datanode_uuid: String::new(),
+                datanode: None,
                 error: BlockStreamError::InvalidArgument(format!(
                     "block group {} has no usable location for replica index {r}",
                     self.group.id()
@@ -211,13 +210,13 @@ impl IndexStreams {
                 };
                 Err(EcReadError::Location(IndexFailure {
                     replica_index,
-                    datanode_uuid: self.uuid_of(r, &error),
+                    datanode: self.uuid_of(r, &error),
                     error,
                 }))
             }
             Err(e) if e.is_location_failure() => Err(EcReadError::Location(IndexFailure {
                 replica_index,
-                datanode_uuid: self.uuid_of(r, &e),
+                datanode: self.uuid_of(r, &e),
                 error: e,
             })),
             Err(e) => Err(EcReadError::Fatal(e.into())),
@@ -255,7 +254,7 @@ impl EcBlockInputStream {
         ctx: &ReadContext,
         group: &BlockGroup,
         ec: EcReplicationConfig,
-        excluded: &HashSet<(ReplicaIndex, String)>,
+        excluded: &HashSet<(ReplicaIndex, DatanodeId)>,
     ) -> Result<Self> {
         let locations = choose_locations(ctx, group, &ec, excluded)?;
         EcReadMetrics::inc(&ctx.ec_metrics.ec_readers_created);

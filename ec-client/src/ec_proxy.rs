@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use ec_codec::{EcReplicationConfig, ReplicaIndex};
-use proto_crate::BlockGroup;
+use proto_crate::{BlockGroup, DatanodeId};
 
 use crate::ec_input::{EcBlockInputStream, EcReadError, IndexFailure, choose_locations};
 use crate::ec_reconstruct::EcBlockReconstructedStripeInputStream;
@@ -60,7 +60,7 @@ struct ProxyState {
     group: BlockGroup,
     /// Failed (replica index, datanode uuid) locations. Bounded by the
     /// group's locations; emptied by a refresh.
-    excluded: HashSet<(ReplicaIndex, String)>,
+    excluded: HashSet<(ReplicaIndex, DatanodeId)>,
     reader: ActiveReader,
     /// Bumped each time `reader` is replaced.
     generation: u64,
@@ -191,10 +191,10 @@ impl EcBlockInputStreamProxy {
     /// this generation, replaces the reader with one that excludes it.
     fn fail_over(&self, generation: u64, failure: &IndexFailure) -> Result<()> {
         let mut st = self.lock();
-        let new_exclusion = !failure.datanode_uuid.is_empty()
-            && st
-                .excluded
-                .insert((failure.replica_index, failure.datanode_uuid.clone()));
+        let new_exclusion = failure
+            .datanode
+            .as_ref()
+            .is_some_and(|d| st.excluded.insert((failure.replica_index, d.clone())));
         if !new_exclusion && st.generation != generation {
             return Ok(());
         }

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use ec_codec::{BlockGroupLayout, CellSpan, EcReplicationConfig, ErasureCoder, ReplicaIndex};
 use futures::future::join_all;
-use proto_crate::BlockGroup;
+use proto_crate::{BlockGroup, DatanodeId};
 
 use crate::ec_input::{EcReadError, IndexStreams, LocationUse, choose_locations, split_pieces};
 use crate::metrics::EcReadMetrics;
@@ -45,7 +45,7 @@ impl EcBlockReconstructedStripeInputStream {
         ctx: &ReadContext,
         group: &BlockGroup,
         ec: EcReplicationConfig,
-        excluded: &HashSet<(ReplicaIndex, String)>,
+        excluded: &HashSet<(ReplicaIndex, DatanodeId)>,
     ) -> Result<Self> {
         let locations = choose_locations(ctx, group, &ec, excluded)?;
         let mut lost = BTreeMap::new();

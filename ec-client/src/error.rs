@@ -2,7 +2,7 @@
 
 use block_stream::BlockStreamError;
 use ec_codec::{EcError, ReplicaIndex};
-use proto_crate::{BlockId, OmErrorCode, ProtocolError};
+use proto_crate::{BlockId, DatanodeId, OmErrorCode, ProtocolError};
 
 /// Result alias of this crate.
 pub type Result<T, E = ClientError> = std::result::Result<T, E>;
@@ -78,8 +78,8 @@ pub enum ClientError {
         stripe: u64,
         /// Attempts made.
         attempts: u32,
-        /// Datanode uuids excluded along the way.
-        excluded: Vec<String>,
+        /// Datanodes excluded along the way.
+        excluded: Vec<DatanodeId>,
         /// The datanode failure that led to the last exclusion, when the
         /// last failure (`cause`) was the om's refusal of a new group.
         previous: Option<String>,

@@ -7,8 +7,8 @@ use std::time::Duration;
 use proto_crate::wire::om as pb;
 use proto_crate::wire::om::ozone_manager_service_client::OzoneManagerServiceClient;
 use proto_crate::{
-    BlockGroup, BucketInfo, DatanodeDetails, KeyInfo, MultipartUpload, OmErrorCode, PartInfo,
-    ProtocolError, ReplicationConfig,
+    BlockGroup, BucketInfo, DatanodeDetails, DatanodeId, KeyInfo, MultipartUpload, OmErrorCode,
+    PartInfo, ProtocolError, ReplicationConfig,
 };
 use tonic::Status;
 use tonic::transport::{Channel, Endpoint};
@@ -250,7 +250,7 @@ impl OmClient {
     pub(crate) async fn allocate_block_group(
         &self,
         session_id: u64,
-        exclude: Vec<String>,
+        exclude: Vec<DatanodeId>,
     ) -> Result<BlockGroup> {
         let mut c = self.inner.clone();
         let r = self
@@ -258,7 +258,7 @@ impl OmClient {
                 "AllocateBlockGroup",
                 c.allocate_block_group(pb::AllocateBlockGroupRequest {
                     session_id,
-                    exclude_datanodes: exclude,
+                    exclude_datanodes: exclude.into_iter().map(String::from).collect(),
                 }),
             )
             .await?;

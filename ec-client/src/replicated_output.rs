@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use block_stream::BlockOutputStream;
 use bytes::Bytes;
-use proto_crate::{BlockGroup, KeyInfo};
+use proto_crate::{BlockGroup, DatanodeId, KeyInfo};
 
 use crate::client::ClientShared;
 use crate::lease::LeaseKeeper;
@@ -40,7 +40,7 @@ pub struct ReplicatedKeyOutputStream {
     buffer: Vec<u8>,
     block: Option<OpenBlock>,
     finished: Vec<BlockGroup>,
-    excluded: BTreeSet<String>,
+    excluded: BTreeSet<DatanodeId>,
     acked: u64,
     chunks_written: u64,
 }
@@ -196,7 +196,7 @@ impl ReplicatedKeyOutputStream {
                 Err(e) => {
                     attempts += 1;
                     if let Some(uuid) = failed_uuid {
-                        self.excluded.insert(uuid.to_string());
+                        self.excluded.insert(uuid);
                     }
                     tracing::debug!(error = %e, "replicated chunk write failed; rewriting on a new block");
                     self.close_block(false).await;

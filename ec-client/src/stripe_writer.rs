@@ -22,7 +22,7 @@ use block_stream::{BlockOutputStream, BlockStreamError};
 use bytes::Bytes;
 use ec_codec::{EcReplicationConfig, ReplicaIndex};
 use futures::future::join_all;
-use proto_crate::{BLOCK_GROUP_LENGTH_KEY, BlockGroup};
+use proto_crate::{BLOCK_GROUP_LENGTH_KEY, BlockGroup, DatanodeId};
 
 use crate::client::ClientShared;
 use crate::{ClientError, Result};
@@ -116,7 +116,7 @@ pub(crate) struct StripeWriter {
     max_retries: u32,
     group: Option<OpenGroup>,
     finished: Vec<BlockGroup>,
-    excluded: BTreeSet<String>,
+    excluded: BTreeSet<DatanodeId>,
     acked: u64,
     counters: Arc<WriteCounters>,
 }
@@ -309,7 +309,7 @@ impl StripeWriter {
         Ok(())
     }
 
-    fn failed_uuids(&self, failures: &[(usize, BlockStreamError)]) -> Vec<String> {
+    fn failed_uuids(&self, failures: &[(usize, BlockStreamError)]) -> Vec<DatanodeId> {
         let Some(g) = &self.group else {
             return Vec::new();
         };
@@ -321,7 +321,7 @@ impl StripeWriter {
                     .pipeline
                     .nodes_for(ri)
                     .next()
-                    .map(|d| d.uuid.to_string())
+                    .map(|d| d.uuid.clone())
             })
             .collect()
     }

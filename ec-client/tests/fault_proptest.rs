@@ -93,7 +93,10 @@ async fn a_byte_past_a_lost_cells_end_is_decodable() {
     // Column 1013 of index 1: indexes 2 (padding there), 3 (padding) and 5 decode it.
     assert!(!must_fail(len, 1013, 1, &failed));
     let mut one = [0u8; 1];
-    stream.read_exact_at(1013, &mut one).await.expect("decodable");
+    stream
+        .read_exact_at(1013, &mut one)
+        .await
+        .expect("decodable");
     assert_eq!(one[0], src[1013]);
     // Column 0 needs index 2's real bytes: three indexes with data are lost.
     assert!(must_fail(len, 4096, 1, &failed));

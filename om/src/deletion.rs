@@ -34,7 +34,7 @@ use prost::Message;
 use proto_crate::wire::datanode as dn_pb;
 use proto_crate::wire::datanode::datanode_service_client::DatanodeServiceClient;
 use proto_crate::wire::om as pb;
-use proto_crate::{BlockGroup, DatanodeDetails, ReplicaIndex};
+use proto_crate::{BlockGroup, DatanodeDetails, DatanodeId, ReplicaIndex};
 use redb::{
     ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction,
 };
@@ -292,11 +292,11 @@ impl OzoneManager {
         let due = now.saturating_sub(grace);
         let batches =
             tokio::task::spawn_blocking(move || om.deletion_batches(DELETE_BATCH, due)).await??;
-        let healthy: std::collections::HashSet<String> = self
+        let healthy: std::collections::HashSet<DatanodeId> = self
             .datanode_statuses()
             .into_iter()
             .filter(|s| s.state == crate::NodeState::Healthy)
-            .map(|s| s.details.uuid.to_string())
+            .map(|s| s.details.uuid)
             .collect();
         let mut sends = tokio::task::JoinSet::new();
         for b in batches {

@@ -15,7 +15,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use prost::Message;
 use proto_crate::wire::om as pb;
-use proto_crate::{BlockGroup, BucketInfo, DatanodeDetails, DirLock, ReplicationConfig};
+use proto_crate::{
+    BlockGroup, BucketInfo, DatanodeDetails, DatanodeId, DirLock, ReplicationConfig,
+};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::OmError;
@@ -188,7 +190,8 @@ pub(crate) struct State {
     pub(crate) sessions_by_client: HashMap<String, usize>,
     pub(crate) next_session: u64,
     pub(crate) allocations: u64,
-    pub(crate) open_containers: HashMap<Vec<String>, (u64, u32)>,
+    /// Open container per pipeline (its datanodes in location order) and the blocks it holds.
+    pub(crate) open_containers: HashMap<Vec<DatanodeId>, (u64, u32)>,
 }
 
 impl State {
@@ -388,12 +391,12 @@ impl OzoneManager {
         // a heartbeat of a known datanode writes nothing).
         let mut st = self.state();
         if !st.nodes.knows(d) {
-            let replaced: Vec<String> = st
+            let replaced: Vec<DatanodeId> = st
                 .nodes
                 .all()
                 .into_iter()
                 .filter(|o| o.address == d.address && o.uuid != d.uuid)
-                .map(|o| o.uuid.to_string())
+                .map(|o| o.uuid)
                 .collect();
             let txn = self.db.begin_write()?;
             {

@@ -18,8 +18,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use proto_crate::DatanodeDetails;
 use proto_crate::wire::om as pb;
+use proto_crate::{DatanodeDetails, DatanodeId};
 
 /// Liveness of a datanode as the om sees it (Ozone's `NodeState`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -223,7 +223,7 @@ struct Entry {
 /// The registry: uuid -> entry, in uuid order.
 #[derive(Debug, Default)]
 pub(crate) struct NodeRegistry {
-    nodes: BTreeMap<String, Entry>,
+    nodes: BTreeMap<DatanodeId, Entry>,
 }
 
 /// What [`NodeRegistry::upsert`] changed, for the caller to persist.
@@ -232,7 +232,7 @@ pub(crate) struct Upsert {
     /// The entry is new or its address changed: write it.
     pub(crate) write: bool,
     /// Uuids of entries at the same address that were replaced: delete them.
-    pub(crate) replaced: Vec<String>,
+    pub(crate) replaced: Vec<DatanodeId>,
 }
 
 impl NodeRegistry {
@@ -240,7 +240,7 @@ impl NodeRegistry {
     /// (the om's start), so it turns STALE unless it heartbeats.
     pub(crate) fn load(&mut self, details: DatanodeDetails, now: Instant) {
         self.nodes.insert(
-            details.uuid.to_string(),
+            details.uuid.clone(),
             Entry {
                 details,
                 last_heartbeat: now,
@@ -258,11 +258,11 @@ impl NodeRegistry {
         stats: Option<NodeStats>,
         now: Instant,
     ) -> Upsert {
-        let replaced: Vec<String> = self
+        let replaced: Vec<DatanodeId> = self
             .nodes
             .values()
             .filter(|e| e.details.address == details.address && e.details.uuid != details.uuid)
-            .map(|e| e.details.uuid.to_string())
+            .map(|e| e.details.uuid.clone())
             .collect();
         for uuid in &replaced {
             self.nodes.remove(uuid);
@@ -279,7 +279,7 @@ impl NodeRegistry {
             }
             None => {
                 self.nodes.insert(
-                    details.uuid.to_string(),
+                    details.uuid.clone(),
                     Entry {
                         details: details.clone(),
                         last_heartbeat: now,

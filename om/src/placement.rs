@@ -9,7 +9,7 @@
 
 use std::collections::HashSet;
 
-use proto_crate::{BlockLocation, DatanodeDetails, ReplicaIndex, ReplicationConfig};
+use proto_crate::{BlockLocation, DatanodeDetails, DatanodeId, ReplicaIndex, ReplicationConfig};
 
 use crate::OmError;
 
@@ -25,14 +25,14 @@ use crate::OmError;
 pub(crate) fn place(
     replication: &ReplicationConfig,
     healthy: &[DatanodeDetails],
-    exclude: &[String],
+    exclude: &[DatanodeId],
     rotation: u64,
     registered: usize,
 ) -> Result<Vec<BlockLocation>, OmError> {
-    let excluded: HashSet<&str> = exclude.iter().map(String::as_str).collect();
+    let excluded: HashSet<&DatanodeId> = exclude.iter().collect();
     let candidates: Vec<&DatanodeDetails> = healthy
         .iter()
-        .filter(|d| !excluded.contains(d.uuid.as_str()))
+        .filter(|d| !excluded.contains(&d.uuid))
         .collect();
     let needed = replication.required_nodes();
     if candidates.len() < needed {
@@ -94,19 +94,19 @@ mod tests {
             rotation in any::<u64>(),
         ) {
             let healthy = nodes(n);
-            let exclude: Vec<String> = excluded
+            let exclude: Vec<DatanodeId> = excluded
                 .iter()
-                .map(|&i| proto_crate::DatanodeId::from_u128(i as u128).to_string())
+                .map(|&i| DatanodeId::from_u128(i as u128))
                 .collect();
             let r = replication(ec);
-            let allowed = healthy.iter().filter(|d| !exclude.iter().any(|e| d.uuid == *e)).count();
+            let allowed = healthy.iter().filter(|d| !exclude.contains(&d.uuid)).count();
             match place(&r, &healthy, &exclude, rotation, n) {
                 Ok(locs) => {
                     prop_assert_eq!(locs.len(), r.required_nodes());
                     let uuids: HashSet<&str> = locs.iter().map(|l| l.datanode.uuid.as_str()).collect();
                     prop_assert_eq!(uuids.len(), locs.len(), "distinct datanodes");
                     for (i, l) in locs.iter().enumerate() {
-                        prop_assert!(!exclude.iter().any(|e| l.datanode.uuid == *e));
+                        prop_assert!(!exclude.contains(&l.datanode.uuid));
                         prop_assert!(healthy.contains(&l.datanode), "only healthy datanodes");
                         let want = if ec { u32::try_from(i + 1).unwrap_or(0) } else { 0 };
                         prop_assert_eq!(ReplicaIndex::to_wire(l.replica_index), want);

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use proto_crate::wire::om as pb;
 use proto_crate::wire::om::ozone_manager_service_server::OzoneManagerService;
-use proto_crate::{BlockGroup, DatanodeDetails, ProtocolError, ReplicationConfig};
+use proto_crate::{BlockGroup, DatanodeDetails, DatanodeId, ProtocolError, ReplicationConfig};
 use tonic::{Request, Response, Status};
 
 use crate::{NodeStats, OmError, OzoneManager};
@@ -162,8 +162,19 @@ impl OzoneManagerService for OmGrpcService {
         req: Request<pb::AllocateBlockGroupRequest>,
     ) -> Result<Response<pb::AllocateBlockGroupResponse>, Status> {
         let req = req.into_inner();
+        let exclude = req
+            .exclude_datanodes
+            .iter()
+            .map(|u| {
+                u.parse::<DatanodeId>().map_err(|e| {
+                    OmError::InvalidArgument(format!(
+                        "exclude list: `{u}` is not a datanode id: {e}"
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let g = self
-            .run(move |om| om.allocate_block_group(req.session_id, &req.exclude_datanodes))
+            .run(move |om| om.allocate_block_group(req.session_id, &exclude))
             .await?;
         Ok(Response::new(pb::AllocateBlockGroupResponse {
             block_group: Some(g.into()),

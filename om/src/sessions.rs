@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use prost::Message;
 use proto_crate::wire::om as pb;
-use proto_crate::{BlockGroup, KeyInfo, Pipeline, ReplicationConfig};
+use proto_crate::{BlockGroup, DatanodeId, KeyInfo, Pipeline, ReplicationConfig};
 use redb::ReadableTable;
 
 use crate::deletion::{
@@ -126,7 +126,11 @@ impl OzoneManager {
     /// # Errors
     /// [`OmError::NoSuchSession`], [`OmError::NotEnoughDatanodes`] (naming
     /// how many datanodes are healthy), database errors.
-    pub fn allocate_block_group(&self, session_id: u64, exclude: &[String]) -> Result<BlockGroup> {
+    pub fn allocate_block_group(
+        &self,
+        session_id: u64,
+        exclude: &[DatanodeId],
+    ) -> Result<BlockGroup> {
         let locations = {
             let mut st = self.state();
             let replication = self.touch(&mut st, session_id)?.replication;
@@ -143,10 +147,8 @@ impl OzoneManager {
             st.allocations += 1;
             locations
         };
-        let pipeline_key: Vec<String> = locations
-            .iter()
-            .map(|l| l.datanode.uuid.to_string())
-            .collect();
+        let pipeline_key: Vec<DatanodeId> =
+            locations.iter().map(|l| l.datanode.uuid.clone()).collect();
         let open_container = {
             let mut st = self.state();
             match st.open_containers.get_mut(&pipeline_key) {

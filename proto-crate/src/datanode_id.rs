@@ -9,8 +9,17 @@ use crate::ProtocolError;
 /// A datanode's identity: a UUID in its canonical hyphenated lower-case
 /// form (new ids are random, version 4). Parsing accepts any UUID, so ids
 /// written by earlier versions stay valid.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+///
+/// Debug output is the quoted id, as for a `String`, so that lists of ids in
+/// error messages read as they did when they were strings.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DatanodeId(String);
+
+impl fmt::Debug for DatanodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
 
 impl DatanodeId {
     /// A new random (v4) id.
