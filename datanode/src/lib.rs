@@ -31,6 +31,7 @@ mod file_cache;
 mod heartbeat;
 mod inflight;
 mod metrics;
+mod reconstruction;
 mod recovery;
 mod server;
 mod service;
@@ -44,6 +45,10 @@ pub use file_cache::{DEFAULT_MAX_OPEN_FILES, FileCache};
 pub use heartbeat::filesystem_space;
 pub use inflight::{DEFAULT_MAX_INFLIGHT_BYTES, InflightBudget, InflightPermit};
 pub use metrics::{DatanodeMetrics, RpcKind};
+pub use reconstruction::{
+    DEFAULT_MAX_RECONSTRUCTIONS, EcReconstructionCommand, EcReconstructionCoordinator,
+    EcReconstructionReport, IndexAddress, ReconstructionError,
+};
 pub use recovery::{RECOVERY_ORPHAN_LOG, RECOVERY_TAIL_LOG, RecoveryReport};
 pub use server::{DEFAULT_HEARTBEAT_INTERVAL, Datanode, DatanodeConfig, MAX_MESSAGE_SIZE};
 pub use service::DatanodeGrpcService;

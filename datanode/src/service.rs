@@ -12,6 +12,9 @@ use tonic::{Request, Response, Status};
 use crate::fault::FaultInjector;
 use crate::inflight::{InflightBudget, hold};
 use crate::metrics::{DatanodeMetrics, RpcKind};
+use crate::reconstruction::{
+    EcReconstructionCommand, EcReconstructionCoordinator, ReconstructionError,
+};
 use crate::storage::{ContainerStore, MAX_READ_LEN};
 
 /// The datanode's implementation of `DatanodeService`.
@@ -22,6 +25,7 @@ pub struct DatanodeGrpcService {
     metrics: Arc<DatanodeMetrics>,
     faults: Arc<FaultInjector>,
     budget: Arc<InflightBudget>,
+    reconstruction: Arc<EcReconstructionCoordinator>,
 }
 
 impl DatanodeGrpcService {
@@ -42,6 +46,7 @@ impl DatanodeGrpcService {
             metrics,
             faults,
             budget,
+            reconstruction: Arc::new(EcReconstructionCoordinator::default()),
         }
     }
 }
@@ -188,5 +193,29 @@ impl DatanodeService for DatanodeGrpcService {
         let ids: Vec<BlockId> = req.block_ids.into_iter().map(BlockId::from).collect();
         let deleted = self.store.delete_blocks(&ids).await?;
         Ok(Response::new(pb::DeleteBlocksResponse { deleted }))
+    }
+
+    async fn reconstruct_ec_group(
+        &self,
+        req: Request<pb::ReconstructEcGroupRequest>,
+    ) -> Result<Response<pb::ReconstructEcGroupResponse>, Status> {
+        self.metrics.record(RpcKind::ReconstructEcGroup);
+        let reconstruction_status =
+            |e: ReconstructionError| proto_crate::status(e.code(), e.to_string());
+        let cmd =
+            EcReconstructionCommand::try_from(req.into_inner()).map_err(reconstruction_status)?;
+        let report = self
+            .reconstruction
+            .reconstruct(&cmd)
+            .await
+            .map_err(reconstruction_status)?;
+        tracing::info!(
+            group = %format!("{}:{}", cmd.container_id, cmd.local_id),
+            rebuilt = ?report.rebuilt,
+            bytes_read = report.bytes_read,
+            skipped = report.skipped.len(),
+            "EC reconstruction done"
+        );
+        Ok(Response::new(report.into()))
     }
 }

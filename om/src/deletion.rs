@@ -34,7 +34,7 @@ use prost::Message;
 use proto_crate::wire::datanode as dn_pb;
 use proto_crate::wire::datanode::datanode_service_client::DatanodeServiceClient;
 use proto_crate::wire::om as pb;
-use proto_crate::{BlockGroup, DatanodeDetails, DatanodeId, ReplicaIndex};
+use proto_crate::{BlockGroup, BlockLocation, DatanodeDetails, DatanodeId, ReplicaIndex};
 use redb::{
     ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction,
 };
@@ -85,15 +85,35 @@ pub(crate) fn log_groups<'a>(
     txn: &WriteTransaction,
     groups: impl IntoIterator<Item = &'a BlockGroup>,
 ) -> Result<()> {
+    for g in groups {
+        log_locations(txn, g.container_id, g.local_id, &g.pipeline.locations)?;
+    }
+    Ok(())
+}
+
+/// Whether a deletion of block `block` (container id, local id) on datanode `uuid` is pending.
+pub(crate) fn is_logged(txn: &WriteTransaction, uuid: &str, block: (u64, u64)) -> Result<bool> {
+    Ok(txn
+        .open_table(DELETION_LOG)?
+        .get((uuid, block.0, block.1))?
+        .is_some())
+}
+
+/// Logs the replicas of block `(container_id, local_id)` at `locations` for deletion (a
+/// location replaced by repair: its datanode may come back holding a stale copy).
+pub(crate) fn log_locations<'a>(
+    txn: &WriteTransaction,
+    container_id: u64,
+    local_id: u64,
+    locations: impl IntoIterator<Item = &'a BlockLocation>,
+) -> Result<()> {
     let mut log = txn.open_table(DELETION_LOG)?;
     let now = crate::manager::now_ms();
-    for g in groups {
-        for l in &g.pipeline.locations {
-            log.insert(
-                (l.datanode.uuid.as_str(), g.container_id, g.local_id),
-                (ReplicaIndex::to_wire(l.replica_index), now),
-            )?;
-        }
+    for l in locations {
+        log.insert(
+            (l.datanode.uuid.as_str(), container_id, local_id),
+            (ReplicaIndex::to_wire(l.replica_index), now),
+        )?;
     }
     Ok(())
 }

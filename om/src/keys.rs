@@ -134,6 +134,84 @@ impl OzoneManager {
         Ok(info)
     }
 
+    /// Replaces every location of the EC indexes in `replacements` of group `group` of
+    /// `bucket/key` by the given new location (a rebuilt internal block), in one transaction
+    /// that also logs the replaced replicas for deletion: a datanode that returns holding one
+    /// of them gets it deleted instead of serving it. The group must still be block
+    /// `expected` (container id, local id), and no new location's datanode may already hold a
+    /// block of the group.
+    ///
+    /// # Errors
+    /// [`OmError::KeyNotFound`]; [`OmError::InvalidArgument`] when the group is gone or was
+    /// rewritten, or a new datanode already holds a block of it; database errors.
+    pub fn replace_locations(
+        &self,
+        bucket: &str,
+        key: &str,
+        group: usize,
+        expected: (u64, u64),
+        replacements: &[BlockLocation],
+    ) -> Result<KeyInfo> {
+        let txn = self.db.begin_write()?;
+        let info;
+        {
+            let mut t = txn.open_table(KEYS)?;
+            let mut k: KeyInfo = {
+                let v = t.get((bucket, key))?.ok_or_else(|| OmError::KeyNotFound {
+                    bucket: bucket.to_string(),
+                    key: key.to_string(),
+                })?;
+                decode::<pb::KeyInfo, _>(v.value(), "key")?
+            };
+            let g = k.block_groups.get_mut(group).ok_or_else(|| {
+                OmError::InvalidArgument(format!("{bucket}/{key} has no block group {group}"))
+            })?;
+            if (g.container_id, g.local_id) != expected {
+                return Err(OmError::InvalidArgument(format!(
+                    "group {group} of {bucket}/{key} is now block {}:{}, not {}:{} (the key was rewritten)",
+                    g.container_id, g.local_id, expected.0, expected.1
+                )));
+            }
+            let (replaced, kept): (Vec<BlockLocation>, Vec<BlockLocation>) =
+                std::mem::take(&mut g.pipeline.locations)
+                    .into_iter()
+                    .partition(|l| {
+                        replacements
+                            .iter()
+                            .any(|r| r.replica_index == l.replica_index)
+                    });
+            if let Some(r) = replacements
+                .iter()
+                .find(|r| kept.iter().any(|l| l.datanode.uuid == r.datanode.uuid))
+            {
+                return Err(OmError::InvalidArgument(format!(
+                    "datanode {} already holds a block of group {group} of {bucket}/{key}",
+                    r.datanode
+                )));
+            }
+            // A block deletion is by (container, local id), whatever the index: a datanode
+            // with one pending for this group would lose the new block to it.
+            for r in replacements {
+                if crate::deletion::is_logged(&txn, r.datanode.uuid.as_str(), expected)? {
+                    return Err(OmError::InvalidArgument(format!(
+                        "datanode {} still has a deletion of group {group} of {bucket}/{key} pending",
+                        r.datanode
+                    )));
+                }
+            }
+            crate::deletion::log_locations(&txn, g.container_id, g.local_id, &replaced)?;
+            g.pipeline.locations = kept;
+            g.pipeline.locations.extend(replacements.iter().cloned());
+            t.insert(
+                (bucket, key),
+                pb::KeyInfo::from(k.clone()).encode_to_vec().as_slice(),
+            )?;
+            info = k;
+        }
+        txn.commit()?;
+        Ok(info)
+    }
+
     /// Deletes a committed key; its block groups are logged for deletion in
     /// the same transaction (the block deleting service frees them on the
     /// datanodes).

@@ -27,6 +27,7 @@ mod manager;
 mod multipart;
 mod nodes;
 mod placement;
+mod reconstruction;
 mod replication;
 mod server;
 mod service;
@@ -41,6 +42,7 @@ pub use manager::{
 };
 pub use multipart::MAX_PART_NUMBER;
 pub use nodes::{DatanodeStatus, Liveness, NodeState, NodeStats, list_datanode_statuses};
+pub use reconstruction::{RECONSTRUCTION_TIMEOUT, reconstruct_ec_indexes};
 pub use replication::{OmAdminClient, OmAdminGrpc, add_replica};
 pub use server::OmServer;
 pub use service::OmGrpcService;

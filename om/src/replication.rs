@@ -22,7 +22,9 @@ use crate::{OmError, OzoneManager};
 /// Deadline of each datanode call made while copying.
 const COPY_RPC_TIMEOUT: Duration = Duration::from_secs(60);
 
-async fn datanode_client(d: &DatanodeDetails) -> Result<DatanodeServiceClient<Channel>, OmError> {
+pub(crate) async fn datanode_client(
+    d: &DatanodeDetails,
+) -> Result<DatanodeServiceClient<Channel>, OmError> {
     let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", d.address))
         .map_err(|e| OmError::ReplicationFailed(format!("address of {d}: {e}")))?
         .connect_timeout(Duration::from_secs(5))

@@ -39,6 +39,8 @@ pub enum ResultCode {
     Internal,
     /// A WriteChunk to a block already closed by an eof PutBlock.
     BlockClosed,
+    /// An EC reconstruction found fewer than d readable source indexes.
+    InsufficientSources,
 }
 
 impl ResultCode {
@@ -57,6 +59,7 @@ impl ResultCode {
             Self::LengthTooLarge => pb::Result::LengthTooLarge,
             Self::Internal => pb::Result::Internal,
             Self::BlockClosed => pb::Result::BlockClosed,
+            Self::InsufficientSources => pb::Result::InsufficientSources,
         }
     }
 
@@ -75,6 +78,7 @@ impl ResultCode {
             pb::Result::LengthTooLarge => Self::LengthTooLarge,
             pb::Result::Internal => Self::Internal,
             pb::Result::BlockClosed => Self::BlockClosed,
+            pb::Result::InsufficientSources => Self::InsufficientSources,
         }
     }
 
@@ -92,6 +96,7 @@ impl ResultCode {
             Self::IoException => Code::DataLoss,
             Self::ChecksumMismatch => Code::DataLoss,
             Self::Unavailable => Code::Unavailable,
+            Self::InsufficientSources => Code::FailedPrecondition,
         }
     }
 
@@ -112,11 +117,12 @@ impl ResultCode {
             Self::LengthTooLarge => "LENGTH_TOO_LARGE",
             Self::Internal => "INTERNAL",
             Self::BlockClosed => "BLOCK_CLOSED",
+            Self::InsufficientSources => "INSUFFICIENT_SOURCES",
         }
     }
 
     /// Every code, for CLIs that accept a code by [`name`](Self::name).
-    pub const ALL: [ResultCode; 13] = [
+    pub const ALL: [ResultCode; 14] = [
         Self::Unspecified,
         Self::ContainerNotFound,
         Self::NoSuchBlock,
@@ -130,6 +136,7 @@ impl ResultCode {
         Self::LengthTooLarge,
         Self::Internal,
         Self::BlockClosed,
+        Self::InsufficientSources,
     ];
 
     /// Looks a code up by its [`name`](Self::name), case-insensitively.

@@ -23,11 +23,13 @@ pub enum RpcKind {
     CreateContainer,
     /// DeleteBlocks (sent by the om's block deleting service).
     DeleteBlocks,
+    /// ReconstructEcGroup (sent by the om's repair).
+    ReconstructEcGroup,
 }
 
 impl RpcKind {
     /// Every kind, in a fixed order: the index of a counter array.
-    pub const ALL: [RpcKind; 8] = [
+    pub const ALL: [RpcKind; 9] = [
         Self::GetBlock,
         Self::ReadChunk,
         Self::WriteChunk,
@@ -36,6 +38,7 @@ impl RpcKind {
         Self::GetCommittedBlockLength,
         Self::CreateContainer,
         Self::DeleteBlocks,
+        Self::ReconstructEcGroup,
     ];
 
     /// Position in [`ALL`](Self::ALL).
@@ -56,6 +59,7 @@ impl RpcKind {
             Self::GetCommittedBlockLength => "GetCommittedBlockLength",
             Self::CreateContainer => "CreateContainer",
             Self::DeleteBlocks => "DeleteBlocks",
+            Self::ReconstructEcGroup => "ReconstructEcGroup",
         }
     }
 }

@@ -1,0 +1,526 @@
+//! [`EcReconstructionCoordinator`]: rebuilds lost internal blocks of one EC block group (Ozone's
+//! `ECReconstructionCoordinator`, run by the datanode that the om's repair picks).
+//!
+//! Given the group's length, its scheme, the surviving copies (`sources`) and one target datanode
+//! per index to rebuild, the coordinator:
+//!
+//! 1. opens every source with GetBlock (a source that fails is skipped),
+//! 2. for each stripe, reads d usable units — surviving data indexes first, then parity; an index
+//!    whose cell in that stripe is empty (padding) is known zeros and needs no source — through
+//!    [`BlockInputStream`], which verifies every byte against its stored checksums; a source that
+//!    fails (unreachable, short, corrupt) is skipped and the stripe re-planned with another index,
+//! 3. decodes the missing cells with the scheme's codec,
+//! 4. writes each rebuilt cell's real bytes (never padding) as the next chunk of the target block
+//!    through [`BlockOutputStream`], with the checksum type and `bytesPerChecksum` of the sources,
+//! 5. commits each target with one eof PutBlock carrying `blockGroupLength`, and checks that the
+//!    committed length is what [`BlockGroupLayout::internal_block_len`] gives — the length the
+//!    write path commits (parity as long as index 1; a padding index an empty record).
+//!
+//! Memory is one stripe: d source cells and one cell per target, whatever the block size. The
+//! number of reconstructions a datanode runs at once is bounded (the rest wait their turn).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use block_stream::{
+    BlockInputStream, BlockOutputStream, BlockStreamError, XceiverClientManager, XceiverConfig,
+};
+use bytes::Bytes;
+use ec_codec::{BlockGroupLayout, EcError, EcReplicationConfig, ReplicaIndex};
+use futures::future::join_all;
+use proto_crate::wire::datanode as pb;
+use proto_crate::{BLOCK_GROUP_LENGTH_KEY, BlockId, ChecksumType, ReplicationConfig, ResultCode};
+use tokio::sync::Semaphore;
+
+/// Reconstructions one datanode runs at once by default; more wait.
+pub const DEFAULT_MAX_RECONSTRUCTIONS: usize = 2;
+
+/// One replica index at one datanode (`HOST:PORT`).
+pub type IndexAddress = (ReplicaIndex, String);
+
+/// What to rebuild: the wire's `ReconstructEcGroupRequest`, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EcReconstructionCommand {
+    /// Container of the group.
+    pub container_id: u64,
+    /// Local id shared by the group's internal blocks.
+    pub local_id: u64,
+    /// The group's data length in bytes (its `blockGroupLength`).
+    pub group_length: u64,
+    /// The scheme.
+    pub ec: EcReplicationConfig,
+    /// Surviving copies, each index possibly more than once.
+    pub sources: Vec<IndexAddress>,
+    /// The indexes to rebuild and where each goes; each index once.
+    pub targets: Vec<IndexAddress>,
+}
+
+/// What a reconstruction did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EcReconstructionReport {
+    /// Committed length in bytes of each rebuilt index, in the command's target order.
+    pub rebuilt: Vec<(ReplicaIndex, u64)>,
+    /// Bytes read from sources.
+    pub bytes_read: u64,
+    /// Sources that failed and were replaced by another index.
+    pub skipped: Vec<IndexAddress>,
+}
+
+/// Why a reconstruction did not complete. Targets may then hold a partial, uncommitted or
+/// unreferenced block; the om never points a location at it, and its deletion log removes it.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconstructionError {
+    /// The command itself is malformed.
+    #[error("invalid reconstruction command: {0}")]
+    InvalidCommand(String),
+    /// Fewer than d indexes of a stripe are readable (after skipping failed sources).
+    #[error(
+        "group {container_id}:{local_id} stripe {stripe}: {usable} of {needed} source indexes \
+         usable (skipped: {skipped:?})"
+    )]
+    InsufficientSources {
+        /// Container of the group.
+        container_id: u64,
+        /// Local id of the group.
+        local_id: u64,
+        /// The stripe that could not be decoded (0-based).
+        stripe: u64,
+        /// Indexes usable for it.
+        usable: usize,
+        /// Indexes needed (d).
+        needed: usize,
+        /// Sources skipped so far.
+        skipped: Vec<IndexAddress>,
+    },
+    /// Writing or committing a target failed.
+    #[error("target {index} at {address}: {source}")]
+    Target {
+        /// The index being rebuilt.
+        index: ReplicaIndex,
+        /// Its target datanode.
+        address: String,
+        /// What failed.
+        #[source]
+        source: BlockStreamError,
+    },
+    /// A target committed another length than the layout gives.
+    #[error("target {index} committed {committed} bytes, the layout gives {expected}")]
+    LengthMismatch {
+        /// The rebuilt index.
+        index: ReplicaIndex,
+        /// Committed length.
+        committed: u64,
+        /// Length the write path would have committed.
+        expected: u64,
+    },
+    /// The codec refused (a bug: the plan always gives it d units).
+    #[error(transparent)]
+    Codec(#[from] EcError),
+}
+
+impl ReconstructionError {
+    /// The result code the datanode answers with.
+    #[must_use]
+    pub fn code(&self) -> ResultCode {
+        match self {
+            Self::InvalidCommand(_) => ResultCode::InvalidArgument,
+            Self::InsufficientSources { .. } => ResultCode::InsufficientSources,
+            Self::Target { source, .. } => match source {
+                BlockStreamError::Datanode { code, .. } => *code,
+                _ => ResultCode::Unavailable,
+            },
+            Self::LengthMismatch { .. } | Self::Codec(_) => ResultCode::Internal,
+        }
+    }
+}
+
+fn index_of(
+    r: u32,
+    ec: &EcReplicationConfig,
+    what: &str,
+) -> Result<ReplicaIndex, ReconstructionError> {
+    ReplicaIndex::new(r)
+        .filter(|i| i.unit() < ec.total())
+        .ok_or_else(|| {
+            ReconstructionError::InvalidCommand(format!(
+                "{what} index {r} is outside 1..={} of {ec}",
+                ec.total()
+            ))
+        })
+}
+
+fn addresses(
+    list: Vec<pb::IndexAddress>,
+    ec: &EcReplicationConfig,
+    what: &str,
+) -> Result<Vec<IndexAddress>, ReconstructionError> {
+    list.into_iter()
+        .map(|a| {
+            if a.address.is_empty() {
+                return Err(ReconstructionError::InvalidCommand(format!(
+                    "{what} index {} has no address",
+                    a.replica_index
+                )));
+            }
+            Ok((index_of(a.replica_index, ec, what)?, a.address))
+        })
+        .collect()
+}
+
+impl TryFrom<pb::ReconstructEcGroupRequest> for EcReconstructionCommand {
+    type Error = ReconstructionError;
+
+    /// # Errors
+    /// [`ReconstructionError::InvalidCommand`] for a scheme that is not EC, an index outside
+    /// `1..=d+p`, an empty address, no target, a target index named twice, or more targets
+    /// than parity units.
+    fn try_from(r: pb::ReconstructEcGroupRequest) -> Result<Self, ReconstructionError> {
+        let ec = match r.replication.parse::<ReplicationConfig>() {
+            Ok(ReplicationConfig::Ec(ec)) => ec,
+            Ok(other) => {
+                return Err(ReconstructionError::InvalidCommand(format!(
+                    "{other} is not an EC scheme"
+                )));
+            }
+            Err(e) => return Err(ReconstructionError::InvalidCommand(e.to_string())),
+        };
+        let sources = addresses(r.sources, &ec, "source")?;
+        let targets = addresses(r.targets, &ec, "target")?;
+        if targets.is_empty() {
+            return Err(ReconstructionError::InvalidCommand("no target".into()));
+        }
+        let distinct: BTreeSet<ReplicaIndex> = targets.iter().map(|(i, _)| *i).collect();
+        if distinct.len() != targets.len() {
+            return Err(ReconstructionError::InvalidCommand(
+                "a target index is named twice".into(),
+            ));
+        }
+        if targets.len() > ec.parity() {
+            return Err(ReconstructionError::InvalidCommand(format!(
+                "{} targets, but {ec} can rebuild at most {}",
+                targets.len(),
+                ec.parity()
+            )));
+        }
+        Ok(Self {
+            container_id: r.container_id,
+            local_id: r.local_id,
+            group_length: r.group_length,
+            ec,
+            sources,
+            targets,
+        })
+    }
+}
+
+impl From<EcReconstructionCommand> for pb::ReconstructEcGroupRequest {
+    fn from(c: EcReconstructionCommand) -> Self {
+        let wire = |list: Vec<IndexAddress>| {
+            list.into_iter()
+                .map(|(i, address)| pb::IndexAddress {
+                    replica_index: i.get(),
+                    address,
+                })
+                .collect()
+        };
+        Self {
+            container_id: c.container_id,
+            local_id: c.local_id,
+            group_length: c.group_length,
+            replication: c.ec.to_string(),
+            sources: wire(c.sources),
+            targets: wire(c.targets),
+        }
+    }
+}
+
+impl From<EcReconstructionReport> for pb::ReconstructEcGroupResponse {
+    fn from(r: EcReconstructionReport) -> Self {
+        Self {
+            rebuilt: r
+                .rebuilt
+                .into_iter()
+                .map(|(i, length)| pb::IndexLength {
+                    replica_index: i.get(),
+                    length,
+                })
+                .collect(),
+            bytes_read: r.bytes_read,
+            skipped: r
+                .skipped
+                .into_iter()
+                .map(|(i, address)| pb::IndexAddress {
+                    replica_index: i.get(),
+                    address,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Runs reconstructions on this datanode, at most a fixed number at once.
+#[derive(Debug)]
+pub struct EcReconstructionCoordinator {
+    xceivers: XceiverClientManager,
+    permits: Semaphore,
+}
+
+impl Default for EcReconstructionCoordinator {
+    fn default() -> Self {
+        Self::new(XceiverConfig::default(), DEFAULT_MAX_RECONSTRUCTIONS)
+    }
+}
+
+/// One source copy being read.
+struct Source {
+    index: ReplicaIndex,
+    address: String,
+    stream: BlockInputStream,
+}
+
+impl EcReconstructionCoordinator {
+    /// A coordinator whose reads and writes use `config` (timeouts, retries), running at most
+    /// `max_at_once` reconstructions at a time (at least 1).
+    #[must_use]
+    pub fn new(config: XceiverConfig, max_at_once: usize) -> Self {
+        Self {
+            xceivers: XceiverClientManager::new(config, Arc::default()),
+            permits: Semaphore::new(max_at_once.max(1)),
+        }
+    }
+
+    /// Rebuilds `cmd.targets` from `cmd.sources`; see the module documentation.
+    ///
+    /// # Errors
+    /// [`ReconstructionError::InsufficientSources`] when a stripe has fewer than d usable
+    /// indexes; [`ReconstructionError::Target`] when a target cannot be written or committed;
+    /// [`ReconstructionError::LengthMismatch`] when a target commits another length.
+    pub async fn reconstruct(
+        &self,
+        cmd: &EcReconstructionCommand,
+    ) -> Result<EcReconstructionReport, ReconstructionError> {
+        let _permit =
+            self.permits.acquire().await.map_err(|_| {
+                ReconstructionError::InvalidCommand("datanode shutting down".into())
+            })?;
+        let ec = cmd.ec;
+        let layout = BlockGroupLayout::new(ec, cmd.group_length);
+        let group = BlockId {
+            container_id: cmd.container_id,
+            local_id: cmd.local_id,
+            replica_index: None,
+        };
+        let target_set: BTreeSet<ReplicaIndex> = cmd.targets.iter().map(|(i, _)| *i).collect();
+        let mut report = EcReconstructionReport::default();
+
+        // Open every source copy that is not itself a target; the first that answers GetBlock
+        // serves its index (the rest of that index's copies stay in reserve).
+        let mut sources: BTreeMap<ReplicaIndex, Vec<Source>> = BTreeMap::new();
+        let mut checksum: Option<(ChecksumType, u32)> = None;
+        for (index, address) in &cmd.sources {
+            if target_set.contains(index) {
+                continue;
+            }
+            let opened = async {
+                let client = self.xceivers.client(address)?;
+                let stream = BlockInputStream::new(
+                    group.with_replica_index(*index),
+                    layout.internal_block_len(*index).unwrap_or(0),
+                    vec![client],
+                    self.xceivers.config().retry,
+                )?;
+                let data = stream.block_data().await?;
+                Ok::<_, BlockStreamError>((stream, data))
+            }
+            .await;
+            match opened {
+                Ok((stream, data)) => {
+                    if let Some(c) = data.chunks.first() {
+                        checksum.get_or_insert((c.checksum.ty, c.checksum.bytes_per_checksum));
+                    }
+                    sources.entry(*index).or_default().push(Source {
+                        index: *index,
+                        address: address.clone(),
+                        stream,
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(block = %group.with_replica_index(*index), %address, error = %e, "reconstruction source skipped");
+                    report.skipped.push((*index, address.clone()));
+                }
+            }
+        }
+        let defaults = self.xceivers.config();
+        let (checksum_type, bytes_per_checksum) =
+            checksum.unwrap_or((defaults.checksum_type, defaults.bytes_per_checksum));
+
+        let mut writers = Vec::with_capacity(cmd.targets.len());
+        for (index, address) in &cmd.targets {
+            let target_error = |source| ReconstructionError::Target {
+                index: *index,
+                address: address.clone(),
+                source,
+            };
+            let client = self.xceivers.client(address).map_err(target_error)?;
+            let w = BlockOutputStream::new(
+                group.with_replica_index(*index),
+                vec![client],
+                checksum_type,
+                bytes_per_checksum,
+            )
+            .map_err(target_error)?;
+            writers.push((*index, address.clone(), w));
+        }
+
+        let coder = ec.coder();
+        for stripe in 0..layout.stripe_count() {
+            let width = usize::try_from(layout.cell_len(stripe, ReplicaIndex::FIRST)?)
+                .unwrap_or(usize::MAX);
+            let (units, bufs) = self
+                .read_stripe(
+                    cmd,
+                    &layout,
+                    stripe,
+                    width,
+                    &target_set,
+                    &mut sources,
+                    &mut report,
+                )
+                .await?;
+            let mut present: Vec<Option<&[u8]>> = vec![None; ec.total()];
+            for (r, buf) in units.iter().zip(&bufs) {
+                if let Some(slot) = present.get_mut(r.unit()) {
+                    *slot = Some(buf.as_slice());
+                }
+            }
+            let wanted: Vec<usize> = writers.iter().map(|(i, _, _)| i.unit()).collect();
+            let mut decoded: Vec<Vec<u8>> = wanted.iter().map(|_| vec![0u8; width]).collect();
+            {
+                let mut outs: Vec<&mut [u8]> = decoded.iter_mut().map(Vec::as_mut_slice).collect();
+                coder.reconstruct(&present, &wanted, &mut outs)?;
+            }
+            for ((index, address, w), cell) in writers.iter_mut().zip(decoded) {
+                let real = usize::try_from(layout.cell_len(stripe, *index)?).unwrap_or(0);
+                let mut cell = cell;
+                cell.truncate(real);
+                w.write_chunk(Bytes::from(cell)).await.map_err(|source| {
+                    ReconstructionError::Target {
+                        index: *index,
+                        address: address.clone(),
+                        source,
+                    }
+                })?;
+            }
+        }
+
+        let mut meta = BTreeMap::new();
+        meta.insert(
+            BLOCK_GROUP_LENGTH_KEY.to_string(),
+            cmd.group_length.to_string(),
+        );
+        for (index, address, w) in &mut writers {
+            w.put_block(&meta, true)
+                .await
+                .map_err(|source| ReconstructionError::Target {
+                    index: *index,
+                    address: address.clone(),
+                    source,
+                })?;
+            let expected = layout.internal_block_len(*index)?;
+            if w.committed() != expected {
+                return Err(ReconstructionError::LengthMismatch {
+                    index: *index,
+                    committed: w.committed(),
+                    expected,
+                });
+            }
+            report.rebuilt.push((*index, expected));
+        }
+        Ok(report)
+    }
+
+    /// Reads d units of `stripe` into `width`-byte buffers (zero-padded past each cell's real
+    /// length), re-planning after each failed source. Returns the units and their buffers.
+    #[allow(clippy::too_many_arguments)]
+    async fn read_stripe(
+        &self,
+        cmd: &EcReconstructionCommand,
+        layout: &BlockGroupLayout,
+        stripe: u64,
+        width: usize,
+        targets: &BTreeSet<ReplicaIndex>,
+        sources: &mut BTreeMap<ReplicaIndex, Vec<Source>>,
+        report: &mut EcReconstructionReport,
+    ) -> Result<(Vec<ReplicaIndex>, Vec<Vec<u8>>), ReconstructionError> {
+        let ec = cmd.ec;
+        let cell = ec.cell_size();
+        loop {
+            // Usable: a padding cell (known zeros) or an index with a source left.
+            let units: Vec<ReplicaIndex> = ec
+                .replica_indexes()
+                .filter(|r| !targets.contains(r))
+                .filter(|&r| {
+                    layout.cell_len(stripe, r).is_ok_and(|l| l == 0)
+                        || sources.get(&r).is_some_and(|s| !s.is_empty())
+                })
+                .take(ec.data())
+                .collect();
+            if units.len() < ec.data() {
+                return Err(ReconstructionError::InsufficientSources {
+                    container_id: cmd.container_id,
+                    local_id: cmd.local_id,
+                    stripe,
+                    usable: units.len(),
+                    needed: ec.data(),
+                    skipped: report.skipped.clone(),
+                });
+            }
+            let mut bufs: Vec<Vec<u8>> = units.iter().map(|_| vec![0u8; width]).collect();
+            let mut reads = Vec::new();
+            for (r, buf) in units.iter().zip(bufs.iter_mut()) {
+                let real = usize::try_from(layout.cell_len(stripe, *r)?).unwrap_or(0);
+                if real == 0 {
+                    continue;
+                }
+                let Some(source) = sources.get(r).and_then(|s| s.first()) else {
+                    continue;
+                };
+                let piece = &mut buf[..real.min(width)];
+                reads.push(async move {
+                    let offset = stripe * cell;
+                    let got = source.stream.read_at(offset, piece).await;
+                    (source, offset, piece.len(), got)
+                });
+            }
+            let mut failed = Vec::new();
+            for (source, offset, want, got) in join_all(reads).await {
+                match got {
+                    Ok(n) if n == want => report.bytes_read += n as u64,
+                    Ok(n) => failed.push((
+                        source.index,
+                        BlockStreamError::ShortRead {
+                            block: source.stream.block_id(),
+                            datanode: source.address.clone(),
+                            offset,
+                            expected: want as u64,
+                            got: n as u64,
+                        },
+                    )),
+                    Err(e) => failed.push((source.index, e)),
+                }
+            }
+            if failed.is_empty() {
+                return Ok((units, bufs));
+            }
+            for (index, error) in failed {
+                if let Some(list) = sources.get_mut(&index) {
+                    if !list.is_empty() {
+                        let s = list.remove(0);
+                        tracing::warn!(block = %s.stream.block_id(), address = %s.address, %error, "reconstruction source failed; re-planning the stripe");
+                        report.skipped.push((index, s.address));
+                    }
+                }
+            }
+        }
+    }
+}

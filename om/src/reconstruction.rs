@@ -1,0 +1,132 @@
+//! EC repair of one block group: the om asks a target datanode to rebuild lost indexes
+//! (`ReconstructEcGroup`, run by the datanode's `EcReconstructionCoordinator`) and, once every
+//! target committed, points the group's locations of those indexes at the targets in one
+//! transaction that logs the replaced replicas for deletion.
+//!
+//! The command goes to the datanode as a direct RPC rather than in a heartbeat response (as
+//! Ozone's SCM sends its commands): the om then learns the outcome of each task when it ends,
+//! so it can bound the tasks in flight per datanode and in total and retry a failed one at once,
+//! without a report channel or a heartbeat interval of latency.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use proto_crate::wire::datanode as dn_pb;
+use proto_crate::{BlockLocation, DatanodeId, KeyInfo, ReplicaIndex, ReplicationConfig};
+
+use crate::replication::datanode_client;
+use crate::{OmError, OzoneManager};
+
+/// Deadline of one `ReconstructEcGroup` call: the rebuild of a whole internal block.
+pub const RECONSTRUCTION_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Rebuilds the EC indexes of `targets` (each index with the datanode that is to hold it) of
+/// group `group` (from 0) of `bucket/key`, reading from every other location of the group, and
+/// records the targets as those indexes' locations (the old ones are logged for deletion).
+/// Returns the key as recorded afterwards. The first target coordinates the rebuild.
+///
+/// # Errors
+/// [`OmError::KeyNotFound`]; [`OmError::InvalidArgument`] for a key that is not EC, a group or
+/// index it does not have, no target or an index named twice, an unregistered target or one
+/// that already holds a block of the group; [`OmError::ReplicationFailed`] when the datanode
+/// could not rebuild (its message says why, e.g. too few readable sources). Nothing is recorded
+/// unless every target committed.
+pub async fn reconstruct_ec_indexes(
+    om: &OzoneManager,
+    bucket: &str,
+    key: &str,
+    group: usize,
+    targets: &[(ReplicaIndex, DatanodeId)],
+) -> Result<KeyInfo, OmError> {
+    let info = om.lookup_key(bucket, key)?;
+    let ReplicationConfig::Ec(ec) = info.replication else {
+        return Err(OmError::InvalidArgument(format!(
+            "{bucket}/{key} is {}, not EC",
+            info.replication
+        )));
+    };
+    let g = info.block_groups.get(group).ok_or_else(|| {
+        OmError::InvalidArgument(format!(
+            "{bucket}/{key} has {} block groups, no group {group}",
+            info.block_groups.len()
+        ))
+    })?;
+    let indexes: BTreeSet<ReplicaIndex> = targets.iter().map(|(i, _)| *i).collect();
+    if targets.is_empty() || indexes.len() != targets.len() {
+        return Err(OmError::InvalidArgument(
+            "name each index to rebuild once, with its target".into(),
+        ));
+    }
+    if let Some(i) = indexes.iter().find(|i| i.unit() >= ec.total()) {
+        return Err(OmError::InvalidArgument(format!(
+            "{ec} has no replica index {i}"
+        )));
+    }
+    let mut placed = Vec::with_capacity(targets.len());
+    for (index, uuid) in targets {
+        let d = om
+            .datanode(uuid)
+            .ok_or_else(|| OmError::InvalidArgument(format!("no registered datanode {uuid}")))?;
+        if g.pipeline
+            .locations
+            .iter()
+            .any(|l| l.datanode.uuid == d.uuid)
+        {
+            return Err(OmError::InvalidArgument(format!(
+                "datanode {d} already holds a block of group {group}"
+            )));
+        }
+        placed.push(BlockLocation {
+            datanode: d,
+            replica_index: Some(*index),
+        });
+    }
+    let sources: Vec<dn_pb::IndexAddress> = g
+        .pipeline
+        .locations
+        .iter()
+        .filter_map(|l| {
+            let i = l.replica_index?;
+            (!indexes.contains(&i)).then(|| dn_pb::IndexAddress {
+                replica_index: i.get(),
+                address: l.datanode.address.clone(),
+            })
+        })
+        .collect();
+    let request = dn_pb::ReconstructEcGroupRequest {
+        container_id: g.container_id,
+        local_id: g.local_id,
+        group_length: g.length,
+        replication: ec.to_string(),
+        sources,
+        targets: placed
+            .iter()
+            .map(|l| dn_pb::IndexAddress {
+                replica_index: ReplicaIndex::to_wire(l.replica_index),
+                address: l.datanode.address.clone(),
+            })
+            .collect(),
+    };
+    let coordinator = &placed[0].datanode;
+    let mut client = datanode_client(coordinator).await?;
+    let answer = tokio::time::timeout(RECONSTRUCTION_TIMEOUT, client.reconstruct_ec_group(request))
+        .await
+        .map_err(|_| {
+            OmError::ReplicationFailed(format!(
+                "ReconstructEcGroup on {coordinator} took over {RECONSTRUCTION_TIMEOUT:?}"
+            ))
+        })?
+        .map_err(|e| {
+            OmError::ReplicationFailed(format!(
+                "ReconstructEcGroup on {coordinator}: {}: {}",
+                proto_crate::result_code(&e).name(),
+                e.message()
+            ))
+        })?
+        .into_inner();
+    tracing::info!(
+        %bucket, %key, group, rebuilt = answer.rebuilt.len(), bytes_read = answer.bytes_read,
+        skipped = answer.skipped.len(), "EC indexes rebuilt"
+    );
+    om.replace_locations(bucket, key, group, (g.container_id, g.local_id), &placed)
+}
