@@ -513,12 +513,12 @@ impl EcReconstructionCoordinator {
                 return Ok((units, bufs));
             }
             for (index, error) in failed {
-                if let Some(list) = sources.get_mut(&index) {
-                    if !list.is_empty() {
-                        let s = list.remove(0);
-                        tracing::warn!(block = %s.stream.block_id(), address = %s.address, %error, "reconstruction source failed; re-planning the stripe");
-                        report.skipped.push((index, s.address));
-                    }
+                if let Some(list) = sources.get_mut(&index)
+                    && !list.is_empty()
+                {
+                    let s = list.remove(0);
+                    tracing::warn!(block = %s.stream.block_id(), address = %s.address, %error, "reconstruction source failed; re-planning the stripe");
+                    report.skipped.push((index, s.address));
                 }
             }
         }
