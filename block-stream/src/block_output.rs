@@ -11,7 +11,7 @@ use bytes::Bytes;
 use futures::future::try_join_all;
 use proto_crate::{BlockData, BlockId, ChecksumType, ChunkInfo};
 
-use crate::{BlockStreamError, Result, XceiverClient, checksum};
+use crate::{BlockStreamError, Result, WriteOrigin, XceiverClient, checksum};
 
 /// Writer of one block on 1..n datanodes (n = replication factor for replicated
 /// blocks, 1 for an EC internal block).
@@ -24,6 +24,7 @@ pub struct BlockOutputStream {
     chunks: Vec<ChunkInfo>,
     written: u64,
     committed: u64,
+    origin: WriteOrigin,
 }
 
 impl BlockOutputStream {
@@ -51,7 +52,15 @@ impl BlockOutputStream {
             chunks: Vec::new(),
             written: 0,
             committed: 0,
+            origin: WriteOrigin::Client,
         })
+    }
+
+    /// The same writer, writing on behalf of `origin` (default [`WriteOrigin::Client`]).
+    #[must_use]
+    pub fn with_origin(mut self, origin: WriteOrigin) -> Self {
+        self.origin = origin;
+        self
     }
 
     /// The block written.
@@ -102,9 +111,9 @@ impl BlockOutputStream {
             checksum: checksum::compute(self.checksum_type, self.bytes_per_checksum, &data),
         };
         try_join_all(
-            self.locations
-                .iter()
-                .map(|l| l.write_chunk(self.block_id, chunk.clone(), data.clone())),
+            self.locations.iter().map(|l| {
+                l.write_chunk_from(self.origin, self.block_id, chunk.clone(), data.clone())
+            }),
         )
         .await?;
         self.written += chunk.len;
@@ -133,7 +142,7 @@ impl BlockOutputStream {
         let committed = try_join_all(
             self.locations
                 .iter()
-                .map(|l| l.put_block(data.clone(), eof)),
+                .map(|l| l.put_block_from(self.origin, data.clone(), eof)),
         )
         .await?;
         for (loc, len) in self.locations.iter().zip(committed) {

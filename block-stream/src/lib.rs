@@ -29,4 +29,4 @@ pub use error::{BlockStreamError, Result};
 pub use metrics::{
     ClientMetrics, MAX_TRACKED_DATANODES, MetricsSnapshot, OTHER_DATANODES, RpcKind,
 };
-pub use xceiver::{XceiverClient, XceiverClientManager};
+pub use xceiver::{WriteOrigin, XceiverClient, XceiverClientManager};

@@ -19,6 +19,18 @@ use tonic::{Code, Status};
 use crate::metrics::DatanodeCounters;
 use crate::{BlockStreamError, ClientMetrics, Result, RpcKind, XceiverConfig};
 
+/// Who a write is made for: a client writing a key, or an EC reconstruction the om
+/// ordered, whose writes may replace a block the datanode deleted earlier (see
+/// `WriteChunkRequest.reconstruction` in `datanode.proto`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WriteOrigin {
+    /// A key writer: a deleted block stays deleted.
+    #[default]
+    Client,
+    /// A reconstruction (Ozone's `ECReconstructionCoordinator`).
+    Reconstruction,
+}
+
 /// Hands out one cached [`XceiverClient`] per datanode address.
 ///
 /// Channels connect lazily on first use and reconnect by themselves after a
@@ -317,6 +329,21 @@ impl XceiverClient {
     /// # Errors
     /// Result codes (offset mismatch, index mismatch, I/O) and transport failures.
     pub async fn write_chunk(&self, block: BlockId, chunk: ChunkInfo, data: Bytes) -> Result<()> {
+        self.write_chunk_from(WriteOrigin::Client, block, chunk, data)
+            .await
+    }
+
+    /// [`write_chunk`](Self::write_chunk) on behalf of `origin`.
+    ///
+    /// # Errors
+    /// As [`write_chunk`](Self::write_chunk).
+    pub async fn write_chunk_from(
+        &self,
+        origin: WriteOrigin,
+        block: BlockId,
+        chunk: ChunkInfo,
+        data: Bytes,
+    ) -> Result<()> {
         let mut c = self.inner.clone();
         let n = data.len() as u64;
         self.call(
@@ -326,6 +353,7 @@ impl XceiverClient {
                 block_id: Some(block.into()),
                 chunk: Some(chunk.into()),
                 data,
+                reconstruction: origin == WriteOrigin::Reconstruction,
             }),
         )
         .await?;
@@ -339,6 +367,19 @@ impl XceiverClient {
     /// # Errors
     /// Result codes and transport failures.
     pub async fn put_block(&self, data: BlockData, eof: bool) -> Result<u64> {
+        self.put_block_from(WriteOrigin::Client, data, eof).await
+    }
+
+    /// [`put_block`](Self::put_block) on behalf of `origin`.
+    ///
+    /// # Errors
+    /// As [`put_block`](Self::put_block).
+    pub async fn put_block_from(
+        &self,
+        origin: WriteOrigin,
+        data: BlockData,
+        eof: bool,
+    ) -> Result<u64> {
         let mut c = self.inner.clone();
         let block = data.block_id;
         let resp = self
@@ -348,6 +389,7 @@ impl XceiverClient {
                 c.put_block(pb::PutBlockRequest {
                     block_data: Some(data.into()),
                     eof,
+                    reconstruction: origin == WriteOrigin::Reconstruction,
                 }),
             )
             .await?;

@@ -137,6 +137,41 @@ impl ContainerStore {
         Ok(held)
     }
 
+    /// Lifts the tombstone of block `b`, if it has one, so that it can be written again.
+    /// Called for the writes of an EC reconstruction the om ordered (the om has made this
+    /// datanode the block's holder again, e.g. after an earlier failed rebuild here was
+    /// cleaned up); a key writer's writes never call it. Returns whether a tombstone was lifted.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn revive(&self, b: BlockId) -> Result<bool> {
+        let k = key(b);
+        let db = std::sync::Arc::clone(&self.db);
+        let lifted = blocking(move || {
+            if redb::ReadableDatabase::begin_read(&*db)?
+                .open_table(DELETED)?
+                .get(k)?
+                .is_none()
+            {
+                return Ok(false);
+            }
+            let txn = db.begin_write()?;
+            let lifted = txn.open_table(DELETED)?.remove(k)?.is_some();
+            txn.commit()?;
+            Ok(lifted)
+        })
+        .await?;
+        if lifted {
+            // The cached write state says "deleted"; the next write re-reads it.
+            self.open
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(&k);
+            tracing::info!(block = %b, "tombstone lifted for a reconstruction");
+        }
+        Ok(lifted)
+    }
+
     /// Removes the file of a block, if there is one.
     pub(crate) fn remove_block_file(&self, container_id: u64, local_id: u64) -> Result<()> {
         remove_file(&self.path_of(container_id, local_id))

@@ -23,7 +23,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use block_stream::{
-    BlockInputStream, BlockOutputStream, BlockStreamError, XceiverClientManager, XceiverConfig,
+    BlockInputStream, BlockOutputStream, BlockStreamError, WriteOrigin, XceiverClientManager,
+    XceiverConfig,
 };
 use bytes::Bytes;
 use ec_codec::{BlockGroupLayout, EcError, EcReplicationConfig, ReplicaIndex};
@@ -368,7 +369,8 @@ impl EcReconstructionCoordinator {
                 checksum_type,
                 bytes_per_checksum,
             )
-            .map_err(target_error)?;
+            .map_err(target_error)?
+            .with_origin(WriteOrigin::Reconstruction);
             writers.push((*index, address.clone(), w));
         }
 

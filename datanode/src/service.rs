@@ -111,6 +111,9 @@ impl DatanodeService for DatanodeGrpcService {
         let n = req.data.len() as u64;
         self.faults.before(RpcKind::WriteChunk, Some(id)).await?;
         let _permit = self.budget.acquire(n).await;
+        if req.reconstruction {
+            self.store.revive(id).await?;
+        }
         self.store.write_chunk(id, &chunk, req.data).await?;
         self.metrics.record_written(n);
         Ok(Response::new(pb::WriteChunkResponse {}))
@@ -131,6 +134,9 @@ impl DatanodeService for DatanodeGrpcService {
         self.faults
             .before(RpcKind::PutBlock, Some(data.block_id))
             .await?;
+        if req.reconstruction {
+            self.store.revive(data.block_id).await?;
+        }
         let len = self.store.put_block(data, eof).await?;
         Ok(Response::new(pb::PutBlockResponse {
             committed_block_length: len,

@@ -58,6 +58,7 @@ async fn put(c: &mut DatanodeServiceClient<Channel>, local_id: u64, data: Vec<u8
         block_id: Some(id(local_id).into()),
         chunk: Some(chunk(len).into()),
         data: data.into(),
+        reconstruction: false,
     })
     .await
     .expect("WriteChunk");
@@ -72,6 +73,7 @@ async fn put(c: &mut DatanodeServiceClient<Channel>, local_id: u64, data: Vec<u8
             .into(),
         ),
         eof: true,
+        reconstruction: false,
     })
     .await
     .expect("PutBlock");
@@ -257,6 +259,7 @@ async fn delete_blocks_frees_space_refuses_rewrites_and_survives_restart() {
                 block_id: Some(id(local_id).into()),
                 chunk: Some(chunk(4).into()),
                 data: vec![1, 2, 3, 4].into(),
+                reconstruction: false,
             })
             .await
             .expect_err("writing a deleted block");
@@ -283,6 +286,32 @@ async fn delete_blocks_frees_space_refuses_rewrites_and_survives_restart() {
         .into_inner();
     assert_eq!(again.deleted, 0);
     assert_eq!(dn.store().stats().used_bytes, 8192);
+    // An EC reconstruction the om ordered may make this datanode the block's holder again:
+    // its writes lift the tombstone.
+    c.write_chunk(pb::WriteChunkRequest {
+        block_id: Some(id(1).into()),
+        chunk: Some(chunk(4).into()),
+        data: vec![1, 2, 3, 4].into(),
+        reconstruction: true,
+    })
+    .await
+    .expect("a reconstruction's write to a deleted block");
+    c.put_block(pb::PutBlockRequest {
+        block_data: Some(
+            BlockData {
+                block_id: id(1),
+                chunks: vec![chunk(4)],
+                size: 4,
+                metadata: Default::default(),
+            }
+            .into(),
+        ),
+        eof: true,
+        reconstruction: true,
+    })
+    .await
+    .expect("its commit");
+    assert_eq!(read(&mut c, 1, 4).await.expect("revived"), vec![1, 2, 3, 4]);
     dn.shutdown().await;
 }
 

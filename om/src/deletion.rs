@@ -99,6 +99,18 @@ pub(crate) fn is_logged(txn: &WriteTransaction, uuid: &str, block: (u64, u64)) -
         .is_some())
 }
 
+/// [`is_logged`] in a read transaction.
+pub(crate) fn is_logged_read(
+    read: &redb::ReadTransaction,
+    uuid: &str,
+    block: (u64, u64),
+) -> Result<bool> {
+    Ok(read
+        .open_table(DELETION_LOG)?
+        .get((uuid, block.0, block.1))?
+        .is_some())
+}
+
 /// Logs the replicas of block `(container_id, local_id)` at `locations` for deletion (a
 /// location replaced by repair: its datanode may come back holding a stale copy).
 pub(crate) fn log_locations<'a>(
@@ -237,6 +249,20 @@ impl OzoneManager {
             Err(e) => tracing::warn!(error = %e, "reading the deletion log size"),
         }
         self.deletion_wakeup.notify_one();
+    }
+
+    /// Logs the replicas of block `block` (container id, local id) at `locations` for
+    /// deletion in a transaction of its own: the targets of a repair that did not commit may
+    /// hold a partial or unreferenced copy.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub(crate) fn log_orphans(&self, block: (u64, u64), locations: &[BlockLocation]) -> Result<()> {
+        let txn = self.db.begin_write()?;
+        log_locations(&txn, block.0, block.1, locations)?;
+        txn.commit()?;
+        self.deletions_changed();
+        Ok(())
     }
 
     /// Datanode uuids with entries logged before `before_ms` (unix ms), and

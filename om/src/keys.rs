@@ -134,23 +134,25 @@ impl OzoneManager {
         Ok(info)
     }
 
-    /// Replaces every location of the EC indexes in `replacements` of group `group` of
-    /// `bucket/key` by the given new location (a rebuilt internal block), in one transaction
-    /// that also logs the replaced replicas for deletion: a datanode that returns holding one
-    /// of them gets it deleted instead of serving it. The group must still be block
-    /// `expected` (container id, local id), and no new location's datanode may already hold a
-    /// block of the group.
+    /// Repair's commit: removes the `removed` locations of group `group` of `bucket/key` and
+    /// adds the `added` ones (rebuilt or copied replicas), in one transaction that also logs
+    /// the removed replicas for deletion — a datanode that returns holding one of them gets it
+    /// deleted instead of serving it. The group must still be block `expected` (container id,
+    /// local id) with every removed location recorded, and no added location's datanode may
+    /// hold a block of the group or have a deletion of it pending.
     ///
     /// # Errors
     /// [`OmError::KeyNotFound`]; [`OmError::InvalidArgument`] when the group is gone or was
-    /// rewritten, or a new datanode already holds a block of it; database errors.
+    /// rewritten, a removed location is no longer recorded, or an added datanode is refused
+    /// as above; database errors.
     pub fn replace_locations(
         &self,
         bucket: &str,
         key: &str,
         group: usize,
         expected: (u64, u64),
-        replacements: &[BlockLocation],
+        removed: &[BlockLocation],
+        added: &[BlockLocation],
     ) -> Result<KeyInfo> {
         let txn = self.db.begin_write()?;
         let info;
@@ -172,15 +174,23 @@ impl OzoneManager {
                     g.container_id, g.local_id, expected.0, expected.1
                 )));
             }
+            let same = |a: &BlockLocation, b: &BlockLocation| {
+                a.datanode.uuid == b.datanode.uuid && a.replica_index == b.replica_index
+            };
+            if let Some(r) = removed
+                .iter()
+                .find(|r| !g.pipeline.locations.iter().any(|l| same(l, r)))
+            {
+                return Err(OmError::InvalidArgument(format!(
+                    "group {group} of {bucket}/{key} no longer has a location at {}",
+                    r.datanode
+                )));
+            }
             let (replaced, kept): (Vec<BlockLocation>, Vec<BlockLocation>) =
                 std::mem::take(&mut g.pipeline.locations)
                     .into_iter()
-                    .partition(|l| {
-                        replacements
-                            .iter()
-                            .any(|r| r.replica_index == l.replica_index)
-                    });
-            if let Some(r) = replacements
+                    .partition(|l| removed.iter().any(|r| same(l, r)));
+            if let Some(r) = added
                 .iter()
                 .find(|r| kept.iter().any(|l| l.datanode.uuid == r.datanode.uuid))
             {
@@ -191,7 +201,7 @@ impl OzoneManager {
             }
             // A block deletion is by (container, local id), whatever the index: a datanode
             // with one pending for this group would lose the new block to it.
-            for r in replacements {
+            for r in added {
                 if crate::deletion::is_logged(&txn, r.datanode.uuid.as_str(), expected)? {
                     return Err(OmError::InvalidArgument(format!(
                         "datanode {} still has a deletion of group {group} of {bucket}/{key} pending",
@@ -201,7 +211,7 @@ impl OzoneManager {
             }
             crate::deletion::log_locations(&txn, g.container_id, g.local_id, &replaced)?;
             g.pipeline.locations = kept;
-            g.pipeline.locations.extend(replacements.iter().cloned());
+            g.pipeline.locations.extend(added.iter().cloned());
             t.insert(
                 (bucket, key),
                 pb::KeyInfo::from(k.clone()).encode_to_vec().as_slice(),
@@ -209,6 +219,7 @@ impl OzoneManager {
             info = k;
         }
         txn.commit()?;
+        self.deletions_changed();
         Ok(info)
     }
 

@@ -28,7 +28,9 @@ mod multipart;
 mod nodes;
 mod placement;
 mod reconstruction;
+mod repair_plan;
 mod replication;
+mod replication_manager;
 mod server;
 mod service;
 mod sessions;
@@ -44,6 +46,10 @@ pub use multipart::MAX_PART_NUMBER;
 pub use nodes::{DatanodeStatus, Liveness, NodeState, NodeStats, list_datanode_statuses};
 pub use reconstruction::{RECONSTRUCTION_TIMEOUT, reconstruct_ec_indexes};
 pub use replication::{OmAdminClient, OmAdminGrpc, add_replica};
+pub use replication_manager::{
+    DEFAULT_MAX_REPAIRS_IN_FLIGHT, DEFAULT_MAX_REPAIRS_PER_DATANODE, MAX_RETRY_BACKOFF,
+    RepairConfig, RepairStatus, run_replication_manager,
+};
 pub use server::OmServer;
 pub use service::OmGrpcService;
 pub use sessions::{ANONYMOUS_CLIENT, MAX_OPEN_SESSIONS};

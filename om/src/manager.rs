@@ -76,6 +76,8 @@ pub struct OmConfig {
     pub deletion_grace: Duration,
     /// The clock of leases and liveness (default [`SystemClock`]).
     pub clock: Arc<dyn Clock>,
+    /// Limits of the ReplicationManager's repairs.
+    pub repair: crate::RepairConfig,
 }
 
 impl OmConfig {
@@ -92,7 +94,15 @@ impl OmConfig {
             service_interval: DEFAULT_SERVICE_INTERVAL,
             deletion_grace: DEFAULT_DELETION_GRACE,
             clock: Arc::new(SystemClock),
+            repair: crate::RepairConfig::default(),
         }
+    }
+
+    /// Sets the ReplicationManager's limits.
+    #[must_use]
+    pub fn with_repair(mut self, repair: crate::RepairConfig) -> Self {
+        self.repair = repair;
+        self
     }
 
     /// Sets the clock of leases and liveness (tests: a [`crate::ManualClock`]).
@@ -235,6 +245,8 @@ pub struct OzoneManager {
     pub(crate) renewals: tokio::sync::watch::Sender<u64>,
     /// Wakes the block deleting service when the log grows.
     pub(crate) deletion_wakeup: Arc<tokio::sync::Notify>,
+    /// The ReplicationManager's state.
+    pub(crate) repair: crate::replication_manager::RepairState,
     /// Exclusive ownership of the data dir; released with the om.
     _lock: DirLock,
 }
@@ -342,6 +354,7 @@ impl OzoneManager {
             heartbeats: tokio::sync::watch::Sender::new(0),
             renewals: tokio::sync::watch::Sender::new(0),
             deletion_wakeup: Arc::new(tokio::sync::Notify::new()),
+            repair: crate::replication_manager::RepairState::default(),
             _lock: lock,
         };
         om.deletions_changed();

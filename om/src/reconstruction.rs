@@ -12,10 +12,25 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use proto_crate::wire::datanode as dn_pb;
-use proto_crate::{BlockLocation, DatanodeId, KeyInfo, ReplicaIndex, ReplicationConfig};
+use proto_crate::wire::datanode::datanode_service_client::DatanodeServiceClient;
+use proto_crate::{
+    BlockLocation, DatanodeDetails, DatanodeId, KeyInfo, ReplicaIndex, ReplicationConfig,
+};
+use tonic::transport::Channel;
 
-use crate::replication::datanode_client;
 use crate::{OmError, OzoneManager};
+
+async fn datanode_client(d: &DatanodeDetails) -> Result<DatanodeServiceClient<Channel>, OmError> {
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", d.address))
+        .map_err(|e| OmError::ReplicationFailed(format!("address of {d}: {e}")))?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true);
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|e| OmError::ReplicationFailed(format!("connecting to {d}: {e}")))?;
+    Ok(DatanodeServiceClient::new(channel))
+}
 
 /// Deadline of one `ReconstructEcGroup` call: the rebuild of a whole internal block.
 pub const RECONSTRUCTION_TIMEOUT: Duration = Duration::from_secs(600);
@@ -107,7 +122,35 @@ pub async fn reconstruct_ec_indexes(
             })
             .collect(),
     };
-    let coordinator = &placed[0].datanode;
+    let block = (g.container_id, g.local_id);
+    let outcome = rebuild(request, &placed[0].datanode).await;
+    let outcome = match outcome {
+        Ok(()) => {
+            let removed: Vec<BlockLocation> = g
+                .pipeline
+                .locations
+                .iter()
+                .filter(|l| l.replica_index.is_some_and(|i| indexes.contains(&i)))
+                .cloned()
+                .collect();
+            om.replace_locations(bucket, key, group, block, &removed, &placed)
+        }
+        Err(e) => Err(e),
+    };
+    if outcome.is_err() {
+        // Targets may hold partial or committed but unreferenced blocks: free them.
+        if let Err(e) = om.log_orphans(block, &placed) {
+            tracing::warn!(error = %e, "logging a failed rebuild's targets for deletion");
+        }
+    }
+    outcome
+}
+
+/// Sends `request` to `coordinator` and waits for its answer.
+async fn rebuild(
+    request: dn_pb::ReconstructEcGroupRequest,
+    coordinator: &DatanodeDetails,
+) -> Result<(), OmError> {
     let mut client = datanode_client(coordinator).await?;
     let answer = tokio::time::timeout(RECONSTRUCTION_TIMEOUT, client.reconstruct_ec_group(request))
         .await
@@ -125,8 +168,11 @@ pub async fn reconstruct_ec_indexes(
         })?
         .into_inner();
     tracing::info!(
-        %bucket, %key, group, rebuilt = answer.rebuilt.len(), bytes_read = answer.bytes_read,
-        skipped = answer.skipped.len(), "EC indexes rebuilt"
+        %coordinator,
+        rebuilt = answer.rebuilt.len(),
+        bytes_read = answer.bytes_read,
+        skipped = answer.skipped.len(),
+        "EC indexes rebuilt"
     );
-    om.replace_locations(bucket, key, group, (g.container_id, g.local_id), &placed)
+    Ok(())
 }

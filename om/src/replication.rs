@@ -1,49 +1,64 @@
 //! Spare replicas: copy one replica index's internal block of a committed
 //! key's block group to another datanode and record it as an extra location.
 //!
-//! Models Ozone's replication of an EC replica (e.g. while its datanode is
+//! Models Ozone's replication of a replica (e.g. while its datanode is
 //! decommissioning): the copy is read with ReadChunk from the current
-//! location and written with WriteChunk + PutBlock, chunk by chunk, keeping
-//! the chunk list and checksums byte-for-byte.
+//! location, verified against its checksums, and written with WriteChunk +
+//! PutBlock, chunk by chunk, keeping the chunk list and checksums
+//! byte-for-byte ([`copy_block`], also used by the ReplicationManager).
 
 use std::sync::Arc;
-use std::time::Duration;
 
+use block_stream::{BlockStreamError, XceiverClientManager, checksum};
 use proto_crate::wire::admin as admin_pb;
 use proto_crate::wire::admin::om_admin_service_server::OmAdminService;
-use proto_crate::wire::datanode as dn_pb;
-use proto_crate::wire::datanode::datanode_service_client::DatanodeServiceClient;
-use proto_crate::{BlockData, BlockLocation, DatanodeDetails, ReplicaIndex};
+use proto_crate::{BlockId, BlockLocation, DatanodeDetails, ReplicaIndex};
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::{OmError, OzoneManager};
 
-/// Deadline of each datanode call made while copying.
-const COPY_RPC_TIMEOUT: Duration = Duration::from_secs(60);
-
-pub(crate) async fn datanode_client(
-    d: &DatanodeDetails,
-) -> Result<DatanodeServiceClient<Channel>, OmError> {
-    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", d.address))
-        .map_err(|e| OmError::ReplicationFailed(format!("address of {d}: {e}")))?
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true);
-    let channel = endpoint
-        .connect()
+/// Copies `block` from `source` to `target`, chunk by chunk, keeping its chunk list and
+/// checksums, and verifying every chunk read against its checksums before it is written (a
+/// corrupt source fails the copy instead of spreading). Commits the copy with an eof PutBlock
+/// and returns its length in bytes. Memory: one chunk.
+///
+/// # Errors
+/// [`OmError::ReplicationFailed`] naming the datanode and call that failed, a checksum mismatch,
+/// or a target that committed another length.
+pub(crate) async fn copy_block(
+    source: &DatanodeDetails,
+    target: &DatanodeDetails,
+    block: BlockId,
+) -> Result<u64, OmError> {
+    let failed = |d: &DatanodeDetails, e: BlockStreamError| {
+        OmError::ReplicationFailed(format!("copy of {block} via {d}: {e}"))
+    };
+    let src = XceiverClientManager::direct(&source.address).map_err(|e| failed(source, e))?;
+    let dst = XceiverClientManager::direct(&target.address).map_err(|e| failed(target, e))?;
+    let data = src.get_block(block).await.map_err(|e| failed(source, e))?;
+    for chunk in &data.chunks {
+        let bytes = src
+            .read_chunk(block, chunk, chunk.offset, chunk.len)
+            .await
+            .map_err(|e| failed(source, e))?;
+        checksum::verify(block, src.address(), chunk, chunk.offset, &bytes)
+            .map_err(|e| failed(source, e))?;
+        dst.write_chunk(block, chunk.clone(), bytes)
+            .await
+            .map_err(|e| failed(target, e))?;
+    }
+    let size = data.size;
+    let committed = dst
+        .put_block(data, true)
         .await
-        .map_err(|e| OmError::ReplicationFailed(format!("connecting to {d}: {e}")))?;
-    let c = DatanodeServiceClient::new(channel);
-    Ok(c.max_decoding_message_size(64 * 1024 * 1024)
-        .max_encoding_message_size(64 * 1024 * 1024))
-}
-
-fn failed(what: &str, d: &DatanodeDetails, e: &Status) -> OmError {
-    OmError::ReplicationFailed(format!("{what} on {d}: {} {}", e.code(), e.message()))
-}
-
-fn timed<T>(r: Result<Result<T, Status>, tokio::time::error::Elapsed>) -> Result<T, Status> {
-    r.unwrap_or_else(|_| Err(Status::deadline_exceeded("copy RPC timed out")))
+        .map_err(|e| failed(target, e))?;
+    if committed != size {
+        return Err(OmError::ReplicationFailed(format!(
+            "copy of {block}: {target} committed {committed} of {size} bytes"
+        )));
+    }
+    Ok(size)
 }
 
 /// Copies replica `replica_index` (`None` for a replicated key) of group `group` (counting
@@ -96,73 +111,7 @@ pub async fn add_replica(
         )));
     }
     let block = g.block_id(replica_index);
-    let mut src = datanode_client(&source).await?;
-    let mut dst = datanode_client(&target).await?;
-    let data = timed(
-        tokio::time::timeout(
-            COPY_RPC_TIMEOUT,
-            src.get_block(dn_pb::GetBlockRequest {
-                block_id: Some(block.into()),
-            }),
-        )
-        .await,
-    )
-    .map_err(|e| failed("GetBlock", &source, &e))?
-    .into_inner()
-    .block_data
-    .ok_or_else(|| {
-        OmError::ReplicationFailed(format!("GetBlock on {source} returned no block data"))
-    })?;
-    let data = BlockData::try_from(data)
-        .map_err(|e| OmError::ReplicationFailed(format!("block data from {source}: {e}")))?;
-    for chunk in &data.chunks {
-        let bytes = timed(
-            tokio::time::timeout(
-                COPY_RPC_TIMEOUT,
-                src.read_chunk(dn_pb::ReadChunkRequest {
-                    block_id: Some(block.into()),
-                    chunk: Some(chunk.clone().into()),
-                    offset: chunk.offset,
-                    len: chunk.len,
-                }),
-            )
-            .await,
-        )
-        .map_err(|e| failed("ReadChunk", &source, &e))?
-        .into_inner()
-        .data;
-        if bytes.len() as u64 != chunk.len {
-            return Err(OmError::ReplicationFailed(format!(
-                "ReadChunk on {source} returned {} of {} bytes",
-                bytes.len(),
-                chunk.len
-            )));
-        }
-        timed(
-            tokio::time::timeout(
-                COPY_RPC_TIMEOUT,
-                dst.write_chunk(dn_pb::WriteChunkRequest {
-                    block_id: Some(block.into()),
-                    chunk: Some(chunk.clone().into()),
-                    data: bytes,
-                }),
-            )
-            .await,
-        )
-        .map_err(|e| failed("WriteChunk", &target, &e))?;
-    }
-    let size = data.size;
-    timed(
-        tokio::time::timeout(
-            COPY_RPC_TIMEOUT,
-            dst.put_block(dn_pb::PutBlockRequest {
-                block_data: Some(data.into()),
-                eof: true,
-            }),
-        )
-        .await,
-    )
-    .map_err(|e| failed("PutBlock", &target, &e))?;
+    let size = copy_block(&source, &target, block).await?;
     om.add_location(
         bucket,
         key,
@@ -208,6 +157,13 @@ impl OmAdminService for OmAdminGrpc {
         .await?;
         Ok(Response::new(admin_pb::AddReplicaResponse { length }))
     }
+
+    async fn repair_status(
+        &self,
+        _req: Request<admin_pb::RepairStatusRequest>,
+    ) -> Result<Response<admin_pb::RepairStatusResponse>, Status> {
+        Ok(Response::new(self.om.repair_status().into()))
+    }
 }
 
 /// Client of the om's admin service (used by `cargo xtask key add-replica`).
@@ -229,6 +185,19 @@ impl OmAdminClient {
                 )
                 .await?,
         })
+    }
+
+    /// The om's ReplicationManager status.
+    ///
+    /// # Errors
+    /// The call's failure, as a status.
+    pub async fn repair_status(&mut self) -> Result<crate::RepairStatus, Status> {
+        Ok(self
+            .inner
+            .repair_status(admin_pb::RepairStatusRequest {})
+            .await?
+            .into_inner()
+            .into())
     }
 
     /// Asks the om to copy replica `replica_index` (`None` for a replicated key) of group

@@ -81,6 +81,7 @@ impl OmServer {
             .min(om.config().open_key_lease / 4)
             .max(Duration::from_millis(10));
         let mut stop_deleting = stop.clone();
+        let mut stop_repair = stop.clone();
         let service_tasks = vec![
             tokio::spawn(run_block_deleting_service(
                 Arc::clone(&om),
@@ -89,7 +90,18 @@ impl OmServer {
                     let _ = stop_deleting.wait_for(|s| *s).await;
                 },
             )),
-            tokio::spawn(run_lease_reaper(Arc::clone(&om), reaper_interval, stop)),
+            tokio::spawn(run_lease_reaper(
+                Arc::clone(&om),
+                reaper_interval,
+                stop.clone(),
+            )),
+            tokio::spawn(crate::run_replication_manager(
+                Arc::clone(&om),
+                interval,
+                async move {
+                    let _ = stop_repair.wait_for(|s| *s).await;
+                },
+            )),
         ];
         tracing::info!(%address, "om serving");
         Ok(Self {

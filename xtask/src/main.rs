@@ -1,6 +1,7 @@
 //! `cargo xtask ...`: the project's command line. Parses arguments and calls
 //! library code (minicluster, ec-client); it owns no data-path logic.
 
+mod admin;
 mod bench;
 mod cluster_file;
 mod crash;
@@ -66,6 +67,11 @@ enum Command {
         #[command(subcommand)]
         command: dn::DnCommand,
     },
+    /// Cluster administration: the ReplicationManager's repair status.
+    Admin {
+        #[command(subcommand)]
+        command: admin::AdminCommand,
+    },
 }
 
 /// Workspace root (the parent of this crate's directory).
@@ -104,6 +110,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Minicluster(args) => demo::run(args).await,
             Command::Key { command } => key::run(command).await,
             Command::Dn { command } => dn::run(command).await,
+            Command::Admin { command } => admin::run(command).await,
             Command::Bench(args) => bench::run(args, flavor).await,
             Command::Soak(args) => soak::run(args).await,
             Command::CrashTest(args) => crash::run(args).await,

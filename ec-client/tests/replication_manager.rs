@@ -1,0 +1,218 @@
+//! The om's ReplicationManager, end to end: a datanode that goes DEAD (the om's clock stepped by
+//! the test, so silence is a step, not a wait) has everything it held rebuilt (EC) or copied
+//! (replicated) elsewhere without anyone asking, and a group with too few sources is reported
+//! unrecoverable, not retried in a loop, and repaired once a datanode returns.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{STRIPE, data, ec_bucket, node_of, read_all, replicated_bucket, ri, test_config};
+use ec_client::Client;
+use minicluster::{MiniCluster, MiniClusterConfig};
+use om::{DatanodeStatus, ManualClock, NodeState, RepairStatus};
+
+/// A cluster of `n` datanodes whose om runs on `clock`, with second-scale liveness and a fast
+/// service interval.
+async fn cluster(n: usize, clock: &Arc<ManualClock>) -> (MiniCluster, Client) {
+    let cluster = MiniCluster::start(
+        MiniClusterConfig::default()
+            .with_datanodes(n)
+            .with_liveness(
+                Duration::from_millis(100),
+                Duration::from_secs(5),
+                Duration::from_secs(10),
+            )
+            .with_service_interval(Duration::from_millis(100))
+            .with_deletion_grace(Duration::ZERO)
+            .with_om_clock(clock.clone()),
+    )
+    .await
+    .expect("minicluster");
+    let client = cluster.client_with(test_config()).await.expect("client");
+    (cluster, client)
+}
+
+async fn wait_statuses(cluster: &MiniCluster, pred: impl Fn(&[DatanodeStatus]) -> bool) {
+    let mut beats = cluster.om().watch_heartbeats();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while !pred(&cluster.om().datanode_statuses()) {
+            beats.changed().await.expect("om alive");
+        }
+    })
+    .await
+    .expect("the om's view reaches the expected state within 60 s");
+}
+
+async fn wait_repair(cluster: &MiniCluster, pred: impl Fn(&RepairStatus) -> bool) -> RepairStatus {
+    let mut passes = cluster.om().watch_repair_passes();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let s = cluster.om().repair_status();
+            if pred(&s) {
+                return s;
+            }
+            passes.changed().await.expect("om alive");
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "the ReplicationManager did not reach the expected state within 60 s: {:?}",
+            cluster.om().repair_status()
+        )
+    })
+}
+
+/// Steps the om's clock past the dead interval in two steps (each shorter than it, so the
+/// datanodes still running never look DEAD) and waits until exactly `victims` are DEAD.
+async fn kill(cluster: &MiniCluster, clock: &ManualClock, victims: &[String]) {
+    let dead_only = |s: &[DatanodeStatus]| {
+        s.iter().all(|d| {
+            let victim = victims.iter().any(|v| d.details.uuid == v.as_str());
+            (d.state == NodeState::Dead) == victim && (victim || d.state == NodeState::Healthy)
+        })
+    };
+    clock.advance(Duration::from_secs(6));
+    wait_statuses(cluster, |s| {
+        s.iter()
+            .filter(|d| !victims.iter().any(|v| d.details.uuid == v.as_str()))
+            .all(|d| d.state == NodeState::Healthy)
+    })
+    .await;
+    clock.advance(Duration::from_secs(5));
+    wait_statuses(cluster, dead_only).await;
+}
+
+/// Test 1 of the repair issue, driven by the ReplicationManager alone: the datanode of index 2
+/// dies; once its index is rebuilt, two more of the original five can stop and the key still
+/// reads exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_datanodes_ec_indexes_are_rebuilt() {
+    let clock = Arc::new(ManualClock::default());
+    let (mut cluster, client) = cluster(6, &clock).await;
+    ec_bucket(&client, "b", 1 << 20).await;
+    let src = data(2 * STRIPE + 1, 1);
+    let info = client.put_key("b", "k", None, &src).await.expect("put");
+    let victim = node_of(&cluster, &info, 0, 2);
+    let victim_uuid = cluster.datanodes()[victim].uuid().to_string();
+    cluster.datanode_mut(victim).expect("dn").stop().await;
+    kill(&cluster, &clock, std::slice::from_ref(&victim_uuid)).await;
+
+    let s = wait_repair(&cluster, |s| {
+        s.completed >= 1 && s.under_replicated == 0 && s.in_flight == 0
+    })
+    .await;
+    assert_eq!(s.unrecoverable, 0, "{s:?}");
+    let repaired = client.key_info("b", "k").await.expect("info");
+    let holders: Vec<_> = repaired.block_groups[0].pipeline.nodes_for(ri(2)).collect();
+    assert_eq!(holders.len(), 1);
+    assert_ne!(holders[0].uuid.as_str(), victim_uuid);
+    for r in [1, 3] {
+        let n = node_of(&cluster, &repaired, 0, r);
+        cluster.datanode_mut(n).expect("dn").stop().await;
+    }
+    assert!(read_all(&client, "b", "k").await == src);
+    cluster.shutdown().await;
+}
+
+/// Test 4: a replicated THREE key that loses a replica is back to three copies, none on the
+/// dead datanode, and reads from the new copy alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicated_key_gets_its_third_copy_back() {
+    let clock = Arc::new(ManualClock::default());
+    let (mut cluster, client) = cluster(4, &clock).await;
+    replicated_bucket(&client, "r", 1 << 20).await;
+    let src = data(3 * (1 << 20) / 2, 2);
+    let info = client.put_key("r", "k", None, &src).await.expect("put");
+    let g = &info.block_groups[0];
+    let victim_uuid = g.pipeline.locations[0].datanode.uuid.to_string();
+    let victim = cluster
+        .datanode_by_uuid(&victim_uuid)
+        .expect("holder")
+        .index();
+    cluster.datanode_mut(victim).expect("dn").stop().await;
+    kill(&cluster, &clock, std::slice::from_ref(&victim_uuid)).await;
+
+    wait_repair(&cluster, |s| {
+        s.completed >= 1 && s.under_replicated == 0 && s.in_flight == 0
+    })
+    .await;
+    let repaired = client.key_info("r", "k").await.expect("info");
+    for g in &repaired.block_groups {
+        assert_eq!(g.pipeline.locations.len(), 3, "{g:?}");
+        assert!(
+            g.pipeline
+                .locations
+                .iter()
+                .all(|l| l.datanode.uuid != victim_uuid.as_str())
+        );
+    }
+    // Only the copy the ReplicationManager made is left running.
+    let originals: Vec<String> = info.block_groups[0]
+        .pipeline
+        .locations
+        .iter()
+        .map(|l| l.datanode.uuid.to_string())
+        .filter(|u| *u != victim_uuid)
+        .collect();
+    for u in originals {
+        let n = cluster.datanode_by_uuid(&u).expect("holder").index();
+        cluster.datanode_mut(n).expect("dn").stop().await;
+    }
+    assert!(read_all(&client, "r", "k").await == src);
+    cluster.shutdown().await;
+}
+
+/// Test 6, the unrecoverable half: three of five indexes dead is reported unrecoverable, with
+/// no further attempts while nothing changes; when one of the dead datanodes returns, the group
+/// is repaired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unrecoverable_group_waits_for_a_datanode_to_return() {
+    let clock = Arc::new(ManualClock::default());
+    let (mut cluster, client) = cluster(6, &clock).await;
+    ec_bucket(&client, "b", 1 << 20).await;
+    let src = data(2 * STRIPE, 3);
+    let info = client.put_key("b", "k", None, &src).await.expect("put");
+    let mut victims = Vec::new();
+    let mut uuids = Vec::new();
+    for r in [1, 2, 4] {
+        let n = node_of(&cluster, &info, 0, r);
+        uuids.push(cluster.datanodes()[n].uuid().to_string());
+        cluster.datanode_mut(n).expect("dn").stop().await;
+        victims.push(n);
+    }
+    kill(&cluster, &clock, &uuids).await;
+    let s = wait_repair(&cluster, |s| s.unrecoverable == 1 && s.in_flight == 0).await;
+    let attempts = s.failed;
+    // Several more passes: no new attempt while the live set is unchanged.
+    let later = wait_repair(&cluster, |t| t.passes >= s.passes + 5).await;
+    assert_eq!(later.failed, attempts, "{later:?}");
+    assert_eq!(later.unrecoverable, 1);
+
+    // Index 2's datanode returns: indexes 2, 3, 5 are sources again and index 1 is rebuilt on
+    // the one datanode outside the group.
+    cluster
+        .datanode_mut(victims[1])
+        .expect("dn")
+        .restart()
+        .await
+        .expect("restart");
+    let s = wait_repair(&cluster, |s| s.completed >= 1 && s.in_flight == 0).await;
+    assert_eq!(s.unrecoverable, 0, "{s:?}");
+    let repaired = client.key_info("b", "k").await.expect("info");
+    let holder = repaired.block_groups[0]
+        .pipeline
+        .nodes_for(ri(1))
+        .next()
+        .expect("index 1")
+        .uuid
+        .to_string();
+    assert!(
+        !uuids.contains(&holder),
+        "index 1 moved off the dead datanode"
+    );
+    assert!(read_all(&client, "b", "k").await == src);
+    cluster.shutdown().await;
+}

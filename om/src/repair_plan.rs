@@ -1,0 +1,199 @@
+//! What repair a key's block groups need, given which datanodes are alive: the ReplicationManager's
+//! pure half (Ozone's `ECReplicationCheckHandler` / `RatisReplicationCheckHandler`).
+//!
+//! A location counts while its datanode is not DEAD (a STALE datanode may be back within the
+//! dead interval; repairing it is Ozone's `ozone.scm.dead.node.interval` trade-off too). An EC
+//! index is missing when none of its locations counts; a replicated block lacks copies when
+//! fewer than its factor count.
+
+use proto_crate::{BlockLocation, DatanodeId, KeyInfo, ReplicaIndex, ReplicationConfig};
+
+/// What one block group lacks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Lack {
+    /// EC indexes with no counting location (a rebuild replaces their recorded locations).
+    Indexes {
+        /// Missing indexes, ascending.
+        missing: Vec<ReplicaIndex>,
+    },
+    /// A replicated block with fewer counting copies than its factor.
+    Copies {
+        /// Copies still counting (sources).
+        live: Vec<BlockLocation>,
+        /// Copies on dead datanodes (replaced by the new ones).
+        stale: Vec<BlockLocation>,
+        /// Copies to add.
+        needed: usize,
+    },
+}
+
+/// One block group below full redundancy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Deficit {
+    /// Bucket of the key.
+    pub(crate) bucket: String,
+    /// The key.
+    pub(crate) key: String,
+    /// Position of the group in the key, from 0.
+    pub(crate) group: usize,
+    /// (container id, local id) of the group.
+    pub(crate) block: (u64, u64),
+    /// Failures the group can still survive: for EC `p - missing`, for a replicated block
+    /// `live - 1`; below 0 the data may be gone. Repairs run lowest first.
+    pub(crate) remaining: i64,
+    /// Datanodes holding any location of the group (never a repair target).
+    pub(crate) holders: Vec<DatanodeId>,
+    /// What to do.
+    pub(crate) lack: Lack,
+}
+
+/// The deficits of `key`'s groups, given `counts(datanode)`: whether a location on that
+/// datanode still counts.
+pub(crate) fn assess(key: &KeyInfo, counts: impl Fn(&DatanodeId) -> bool) -> Vec<Deficit> {
+    let mut out = Vec::new();
+    for (i, g) in key.block_groups.iter().enumerate() {
+        let holders: Vec<DatanodeId> = g
+            .pipeline
+            .locations
+            .iter()
+            .map(|l| l.datanode.uuid.clone())
+            .collect();
+        let (remaining, lack) = match key.replication {
+            ReplicationConfig::Ec(ec) => {
+                let missing: Vec<ReplicaIndex> = ec
+                    .replica_indexes()
+                    .filter(|&r| !g.pipeline.nodes_for(r).any(|d| counts(&d.uuid)))
+                    .collect();
+                if missing.is_empty() {
+                    continue;
+                }
+                let parity = i64::try_from(ec.parity()).unwrap_or(i64::MAX);
+                let lost = i64::try_from(missing.len()).unwrap_or(i64::MAX);
+                (parity - lost, Lack::Indexes { missing })
+            }
+            ReplicationConfig::Replicated { factor } => {
+                let (live, stale): (Vec<BlockLocation>, Vec<BlockLocation>) = g
+                    .pipeline
+                    .locations
+                    .iter()
+                    .cloned()
+                    .partition(|l| counts(&l.datanode.uuid));
+                let needed = usize::from(factor).saturating_sub(live.len());
+                if needed == 0 {
+                    continue;
+                }
+                let remaining = i64::try_from(live.len()).unwrap_or(i64::MAX) - 1;
+                (
+                    remaining,
+                    Lack::Copies {
+                        live,
+                        stale,
+                        needed,
+                    },
+                )
+            }
+        };
+        out.push(Deficit {
+            bucket: key.bucket.clone(),
+            key: key.name.clone(),
+            group: i,
+            block: (g.container_id, g.local_id),
+            remaining,
+            holders,
+            lack,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto_crate::{BlockGroup, DatanodeDetails, Pipeline};
+    use std::collections::BTreeMap;
+
+    fn dn(n: u128) -> DatanodeDetails {
+        DatanodeDetails {
+            uuid: DatanodeId::from_u128(n),
+            address: format!("127.0.0.1:{n}"),
+        }
+    }
+
+    fn key(replication: &str, locations: Vec<BlockLocation>) -> KeyInfo {
+        KeyInfo {
+            bucket: "b".into(),
+            name: "k".into(),
+            length: 10,
+            replication: replication.parse().expect("replication"),
+            block_groups: vec![BlockGroup {
+                container_id: 1,
+                local_id: 2,
+                length: 10,
+                pipeline: Pipeline { locations },
+            }],
+            block_size: 1 << 20,
+            created_unix_ms: 0,
+            metadata: BTreeMap::new(),
+        }
+    }
+
+    fn loc(n: u128, r: u32) -> BlockLocation {
+        BlockLocation {
+            datanode: dn(n),
+            replica_index: ReplicaIndex::new(r),
+        }
+    }
+
+    #[test]
+    fn ec_groups_lack_the_indexes_with_no_live_location() {
+        let k = key(
+            "rs-3-2-1024k",
+            (1..=5).map(|r| loc(u128::from(r), r)).collect(),
+        );
+        assert!(assess(&k, |_| true).is_empty());
+        let dead = [DatanodeId::from_u128(2), DatanodeId::from_u128(5)];
+        let d = assess(&k, |u| !dead.contains(u));
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].remaining, 0);
+        assert_eq!(d[0].holders.len(), 5);
+        assert_eq!(
+            d[0].lack,
+            Lack::Indexes {
+                missing: vec![
+                    ReplicaIndex::new(2).expect("index"),
+                    ReplicaIndex::new(5).expect("index")
+                ],
+            }
+        );
+        // A spare copy of index 2 on a live datanode keeps index 2 present.
+        let mut with_spare = k.clone();
+        with_spare.block_groups[0]
+            .pipeline
+            .locations
+            .push(loc(6, 2));
+        let d = assess(&with_spare, |u| !dead.contains(u));
+        assert!(
+            matches!(&d[0].lack, Lack::Indexes { missing, .. } if missing.len() == 1),
+            "{d:?}"
+        );
+        assert_eq!(d[0].remaining, 1);
+    }
+
+    #[test]
+    fn replicated_blocks_lack_copies_below_their_factor() {
+        let k = key("THREE", (1..=3).map(|n| loc(n, 0)).collect());
+        assert!(assess(&k, |_| true).is_empty());
+        let d = assess(&k, |u| *u != DatanodeId::from_u128(3));
+        assert_eq!(d[0].remaining, 1);
+        assert_eq!(
+            d[0].lack,
+            Lack::Copies {
+                live: vec![loc(1, 0), loc(2, 0)],
+                stale: vec![loc(3, 0)],
+                needed: 1
+            }
+        );
+        let none = assess(&k, |_| false);
+        assert_eq!(none[0].remaining, -1, "no copy left");
+    }
+}

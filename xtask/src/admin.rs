@@ -1,0 +1,93 @@
+//! `cargo xtask admin …`: cluster administration through the om's admin service.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Subcommand;
+use serde_json::json;
+
+use crate::cluster_file;
+
+/// Administration commands.
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// The ReplicationManager's view: block groups below full redundancy (by how many more
+    /// failures they survive), repairs in flight, completed, failed, unrecoverable.
+    RepairStatus {
+        /// Print one JSON object with the integer fields `under_replicated`, `in_flight`,
+        /// `completed`, `failed`, `unrecoverable` (and `by_remaining`, `passes`).
+        #[arg(long)]
+        json: bool,
+        /// Wait until nothing is under-replicated or in flight (exit 1 after `--timeout`).
+        #[arg(long)]
+        wait: bool,
+        /// Seconds `--wait` waits at most.
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+        /// The om (`HOST:PORT`); default: the running minicluster's.
+        #[arg(long)]
+        om: Option<String>,
+    },
+}
+
+/// Runs an admin command.
+pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
+    match command {
+        AdminCommand::RepairStatus {
+            json: as_json,
+            wait,
+            timeout,
+            om,
+        } => {
+            let om = cluster_file::om_address(om)?;
+            let mut admin = om::OmAdminClient::connect(&om)
+                .await
+                .with_context(|| format!("connecting to the om at {om}"))?;
+            let deadline = Instant::now() + Duration::from_secs(timeout);
+            let status = loop {
+                let s = admin.repair_status().await?;
+                if !wait || (s.under_replicated == 0 && s.in_flight == 0) {
+                    break s;
+                }
+                if Instant::now() >= deadline {
+                    print(&s, as_json);
+                    bail!("repair not done after {timeout} s");
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            };
+            print(&status, as_json);
+            Ok(())
+        }
+    }
+}
+
+fn print(s: &om::RepairStatus, as_json: bool) {
+    if as_json {
+        let by_remaining: serde_json::Map<String, serde_json::Value> = s
+            .by_remaining
+            .iter()
+            .map(|(r, n)| (r.to_string(), json!(n)))
+            .collect();
+        println!(
+            "{}",
+            json!({
+                "under_replicated": s.under_replicated,
+                "in_flight": s.in_flight,
+                "completed": s.completed,
+                "failed": s.failed,
+                "unrecoverable": s.unrecoverable,
+                "by_remaining": by_remaining,
+                "passes": s.passes,
+            })
+        );
+        return;
+    }
+    println!("under-replicated groups: {}", s.under_replicated);
+    for (r, n) in &s.by_remaining {
+        println!("  surviving {r} more failure(s): {n}");
+    }
+    println!("repairs in flight:       {}", s.in_flight);
+    println!("repairs completed:       {}", s.completed);
+    println!("repair attempts failed:  {}", s.failed);
+    println!("unrecoverable groups:    {}", s.unrecoverable);
+}
