@@ -109,6 +109,29 @@ async fn a_dead_datanodes_ec_indexes_are_rebuilt() {
     let holders: Vec<_> = repaired.block_groups[0].pipeline.nodes_for(ri(2)).collect();
     assert_eq!(holders.len(), 1);
     assert_ne!(holders[0].uuid.as_str(), victim_uuid);
+
+    // Test 6, the returning half: the dead datanode comes back holding its old copy of index 2.
+    // No location names it, and the deletion log (written with the repair) removes the copy.
+    cluster
+        .datanode_mut(victim)
+        .expect("dn")
+        .restart()
+        .await
+        .expect("restart");
+    let g = &repaired.block_groups[0];
+    let old_copy = g.block_id(ri(2));
+    let mut pending = cluster.om().watch_pending_deletions();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while *pending.borrow_and_update() > 0 {
+            pending.changed().await.expect("om alive");
+        }
+    })
+    .await
+    .expect("the stale copy's deletion is sent within 60 s");
+    let store = cluster.datanodes()[victim].node().expect("running").store();
+    assert!(store.get_block(old_copy).is_err(), "the stale copy is gone");
+    let again = client.key_info("b", "k").await.expect("info");
+    assert_eq!(again.block_groups, repaired.block_groups, "nothing moved back");
     for r in [1, 3] {
         let n = node_of(&cluster, &repaired, 0, r);
         cluster.datanode_mut(n).expect("dn").stop().await;
