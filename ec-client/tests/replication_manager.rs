@@ -131,7 +131,10 @@ async fn a_dead_datanodes_ec_indexes_are_rebuilt() {
     let store = cluster.datanodes()[victim].node().expect("running").store();
     assert!(store.get_block(old_copy).is_err(), "the stale copy is gone");
     let again = client.key_info("b", "k").await.expect("info");
-    assert_eq!(again.block_groups, repaired.block_groups, "nothing moved back");
+    assert_eq!(
+        again.block_groups, repaired.block_groups,
+        "nothing moved back"
+    );
     for r in [1, 3] {
         let n = node_of(&cluster, &repaired, 0, r);
         cluster.datanode_mut(n).expect("dn").stop().await;
@@ -237,5 +240,121 @@ async fn an_unrecoverable_group_waits_for_a_datanode_to_return() {
         "index 1 moved off the dead datanode"
     );
     assert!(read_all(&client, "b", "k").await == src);
+    cluster.shutdown().await;
+}
+
+/// Test 5: decommissioning a datanode that holds replicas of 10 keys (EC and replicated) while
+/// a reader reads them all over and over: no read fails, every replica it held is copied (not
+/// rebuilt: no ReconstructEcGroup anywhere), and it ends DECOMMISSIONED holding no block.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decommissioned_datanode_is_emptied_while_reads_go_on() {
+    let clock = Arc::new(ManualClock::default());
+    let (cluster, client) = cluster(6, &clock).await;
+    ec_bucket(&client, "b", 1 << 20).await;
+    replicated_bucket(&client, "r", 1 << 20).await;
+    let mut keys = Vec::new();
+    for i in 0..10u64 {
+        let bucket = if i % 3 == 2 { "r" } else { "b" };
+        let src = data(STRIPE + 1000 * i + 1, 100 + i);
+        client
+            .put_key(bucket, &format!("k{i}"), None, &src)
+            .await
+            .expect("put");
+        keys.push((bucket, format!("k{i}"), src));
+    }
+    let leaving = cluster.datanodes()[0].uuid().to_string();
+    let leaving_id: proto_crate::DatanodeId = leaving.parse().expect("uuid");
+    let held = |infos: &[ec_client::KeyInfo]| {
+        infos
+            .iter()
+            .flat_map(|k| k.block_groups.iter())
+            .flat_map(|g| g.pipeline.locations.iter())
+            .filter(|l| l.datanode.uuid == leaving.as_str())
+            .count()
+    };
+    let mut before = Vec::new();
+    for (b, k, _) in &keys {
+        before.push(client.key_info(b, k).await.expect("info"));
+    }
+    assert!(held(&before) > 0, "the datanode holds replicas");
+
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (client, keys, stop) = (client.clone(), keys.clone(), stop.clone());
+        tokio::spawn(async move {
+            let (mut reads, mut failures) = (0u64, Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for (b, k, src) in &keys {
+                    let mut bytes = vec![0u8; src.len()];
+                    let got = match client.open_key(b, k).await {
+                        Ok(s) => s.read_exact_at(0, &mut bytes).await,
+                        Err(e) => Err(e),
+                    };
+                    reads += 1;
+                    match got {
+                        Ok(()) if bytes[..] == src[..] => {}
+                        Ok(_) => failures.push(format!("{b}/{k}: wrong bytes")),
+                        Err(e) => failures.push(format!("{b}/{k}: {e}")),
+                    }
+                }
+            }
+            (reads, failures)
+        })
+    };
+
+    assert_eq!(
+        cluster
+            .om()
+            .decommission(&leaving_id)
+            .expect("decommission"),
+        om::OperationalState::Decommissioning
+    );
+    wait_repair(&cluster, |s| {
+        s.in_flight == 0
+            && cluster.om().operational_state(&leaving_id) == om::OperationalState::Decommissioned
+    })
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (reads, failures) = reader.await.expect("reader");
+    assert!(reads >= 10, "the reader ran ({reads} reads)");
+    assert!(failures.is_empty(), "failed reads: {failures:?}");
+
+    let mut after = Vec::new();
+    for (b, k, src) in &keys {
+        after.push(client.key_info(b, k).await.expect("info"));
+        assert!(read_all(&client, b, k).await == *src);
+    }
+    assert_eq!(
+        held(&after),
+        0,
+        "no key references the decommissioned datanode"
+    );
+    for g in after.iter().flat_map(|k| &k.block_groups) {
+        let n = g.pipeline.locations.len();
+        assert!(n == 5 || n == 3, "full redundancy: {g:?}");
+    }
+    let rebuilt: u64 = cluster
+        .datanodes()
+        .iter()
+        .map(|d| d.metrics().rpcs(datanode::RpcKind::ReconstructEcGroup))
+        .sum();
+    assert_eq!(rebuilt, 0, "decommission copies, it does not rebuild");
+    // New groups avoid it.
+    let info = client
+        .put_key("b", "new", None, &data(STRIPE, 9))
+        .await
+        .expect("put");
+    assert_eq!(held(std::slice::from_ref(&info)), 0);
+    // Its replaced copies are deleted.
+    let mut pending = cluster.om().watch_pending_deletions();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while *pending.borrow_and_update() > 0 {
+            pending.changed().await.expect("om alive");
+        }
+    })
+    .await
+    .expect("deletions sent within 60 s");
+    let store = cluster.datanodes()[0].node().expect("running").store();
+    assert_eq!(store.stats().blocks, 0, "it holds no block");
     cluster.shutdown().await;
 }

@@ -20,6 +20,7 @@
 //! Layering: depends on `proto-crate` only.
 
 mod clock;
+mod decommission;
 mod deletion;
 mod error;
 mod keys;
@@ -36,6 +37,7 @@ mod service;
 mod sessions;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use decommission::OperationalState;
 pub use deletion::{DELETE_BATCH, run_block_deleting_service};
 pub use error::OmError;
 pub use manager::{

@@ -202,6 +202,8 @@ pub(crate) struct State {
     pub(crate) allocations: u64,
     /// Open container per pipeline (its datanodes in location order) and the blocks it holds.
     pub(crate) open_containers: HashMap<Vec<DatanodeId>, (u64, u32)>,
+    /// Datanodes not in service (decommissioning or decommissioned).
+    pub(crate) op_states: std::collections::BTreeMap<DatanodeId, crate::OperationalState>,
 }
 
 impl State {
@@ -305,6 +307,7 @@ impl OzoneManager {
             txn.open_table(UPLOADS)?;
             txn.open_table(DELETION_LOG)?;
             txn.open_table(OPEN_GROUPS)?;
+            txn.open_table(crate::decommission::OP_STATES)?;
         }
         txn.commit()?;
         let lost = reclaim_lost_sessions(&db)?;
@@ -314,7 +317,10 @@ impl OzoneManager {
                 "logged blocks of writes lost in the last om stop for deletion"
             );
         }
-        let mut state = State::default();
+        let mut state = State {
+            op_states: crate::decommission::load(&db)?,
+            ..State::default()
+        };
         let now = config.clock.now();
         {
             let read = db.begin_read()?;
@@ -434,9 +440,18 @@ impl OzoneManager {
     /// Every registered datanode with its liveness state, in uuid order.
     #[must_use]
     pub fn datanode_statuses(&self) -> Vec<DatanodeStatus> {
-        self.state()
+        let st = self.state();
+        let mut all = st
             .nodes
-            .statuses(self.config.clock.now(), self.config.liveness)
+            .statuses(self.config.clock.now(), self.config.liveness);
+        for s in &mut all {
+            s.op_state = st
+                .op_states
+                .get(&s.details.uuid)
+                .copied()
+                .unwrap_or_default();
+        }
+        all
     }
 
     /// A receiver of the number of registrations and heartbeats received

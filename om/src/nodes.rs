@@ -138,6 +138,8 @@ pub struct DatanodeStatus {
     pub since_heartbeat: Duration,
     /// Figures of its last heartbeat (zeros before the first).
     pub stats: NodeStats,
+    /// Decommission state.
+    pub op_state: crate::OperationalState,
 }
 
 impl From<DatanodeStatus> for pb::DatanodeStatus {
@@ -147,6 +149,7 @@ impl From<DatanodeStatus> for pb::DatanodeStatus {
             state: pb::DatanodeState::from(s.state).into(),
             since_heartbeat_ms: u64::try_from(s.since_heartbeat.as_millis()).unwrap_or(u64::MAX),
             stats: Some(s.stats.into()),
+            op_state: pb::OperationalState::from(s.op_state).into(),
         }
     }
 }
@@ -167,6 +170,9 @@ impl TryFrom<pb::DatanodeStatus> for DatanodeStatus {
             state,
             since_heartbeat: Duration::from_millis(s.since_heartbeat_ms),
             stats: s.stats.map(NodeStats::from).unwrap_or_default(),
+            op_state: pb::OperationalState::try_from(s.op_state)
+                .map(crate::OperationalState::from)
+                .unwrap_or_default(),
         })
     }
 }
@@ -322,6 +328,7 @@ impl NodeRegistry {
                 state: Self::state_of(e, now, l),
                 since_heartbeat: now.saturating_duration_since(e.last_heartbeat),
                 stats: e.stats,
+                op_state: crate::OperationalState::InService,
             })
             .collect()
     }

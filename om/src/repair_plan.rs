@@ -1,27 +1,33 @@
 //! What repair a key's block groups need, given which datanodes are alive: the ReplicationManager's
 //! pure half (Ozone's `ECReplicationCheckHandler` / `RatisReplicationCheckHandler`).
 //!
-//! A location counts while its datanode is not DEAD (a STALE datanode may be back within the
-//! dead interval; repairing it is Ozone's `ozone.scm.dead.node.interval` trade-off too). An EC
-//! index is missing when none of its locations counts; a replicated block lacks copies when
-//! fewer than its factor count.
+//! A location *counts* while its datanode is in service and not DEAD (a STALE datanode may be
+//! back within the dead interval; repairing it is Ozone's `ozone.scm.dead.node.interval`
+//! trade-off too). It is *readable* while its datanode is not DEAD, decommissioning included.
+//! An EC index with no counting location is copied from a readable one when there is one
+//! (decommission), else rebuilt; a replicated block with fewer counting copies than its factor
+//! gets copies from a readable one.
 
 use proto_crate::{BlockLocation, DatanodeId, KeyInfo, ReplicaIndex, ReplicationConfig};
 
 /// What one block group lacks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Lack {
-    /// EC indexes with no counting location (a rebuild replaces their recorded locations).
+    /// EC indexes with no counting location.
     Indexes {
-        /// Missing indexes, ascending.
-        missing: Vec<ReplicaIndex>,
+        /// Indexes with no readable location either: rebuilt (ascending).
+        rebuild: Vec<ReplicaIndex>,
+        /// One readable location (on a decommissioning datanode) of each other such index:
+        /// copied, then replaced by the copy.
+        copy: Vec<BlockLocation>,
     },
     /// A replicated block with fewer counting copies than its factor.
     Copies {
-        /// Copies still counting (sources).
-        live: Vec<BlockLocation>,
-        /// Copies on dead datanodes (replaced by the new ones).
-        stale: Vec<BlockLocation>,
+        /// Readable copies, counting ones first (sources).
+        sources: Vec<BlockLocation>,
+        /// Copies that do not count (dead first, then decommissioning): replaced one for one
+        /// by the new copies.
+        retire: Vec<BlockLocation>,
         /// Copies to add.
         needed: usize,
     },
@@ -38,8 +44,9 @@ pub(crate) struct Deficit {
     pub(crate) group: usize,
     /// (container id, local id) of the group.
     pub(crate) block: (u64, u64),
-    /// Failures the group can still survive: for EC `p - missing`, for a replicated block
-    /// `live - 1`; below 0 the data may be gone. Repairs run lowest first.
+    /// Failures the group can still survive: for EC `p - rebuild`, for a replicated block
+    /// `readable - 1`; below 0 the data may be gone. Repairs run lowest first, so a
+    /// decommission (nothing lost) waits behind real losses.
     pub(crate) remaining: i64,
     /// Datanodes holding any location of the group (never a repair target).
     pub(crate) holders: Vec<DatanodeId>,
@@ -47,9 +54,13 @@ pub(crate) struct Deficit {
     pub(crate) lack: Lack,
 }
 
-/// The deficits of `key`'s groups, given `counts(datanode)`: whether a location on that
-/// datanode still counts.
-pub(crate) fn assess(key: &KeyInfo, counts: impl Fn(&DatanodeId) -> bool) -> Vec<Deficit> {
+/// The deficits of `key`'s groups, given `counts(datanode)` and `readable(datanode)` (see the
+/// module documentation; whatever counts is readable).
+pub(crate) fn assess(
+    key: &KeyInfo,
+    counts: impl Fn(&DatanodeId) -> bool,
+    readable: impl Fn(&DatanodeId) -> bool,
+) -> Vec<Deficit> {
     let mut out = Vec::new();
     for (i, g) in key.block_groups.iter().enumerate() {
         let holders: Vec<DatanodeId> = g
@@ -60,34 +71,48 @@ pub(crate) fn assess(key: &KeyInfo, counts: impl Fn(&DatanodeId) -> bool) -> Vec
             .collect();
         let (remaining, lack) = match key.replication {
             ReplicationConfig::Ec(ec) => {
-                let missing: Vec<ReplicaIndex> = ec
-                    .replica_indexes()
-                    .filter(|&r| !g.pipeline.nodes_for(r).any(|d| counts(&d.uuid)))
-                    .collect();
-                if missing.is_empty() {
+                let mut rebuild = Vec::new();
+                let mut copy = Vec::new();
+                for r in ec.replica_indexes() {
+                    if g.pipeline.nodes_for(r).any(|d| counts(&d.uuid)) {
+                        continue;
+                    }
+                    match g.pipeline.nodes_for(r).find(|d| readable(&d.uuid)) {
+                        Some(d) => copy.push(BlockLocation {
+                            datanode: d.clone(),
+                            replica_index: Some(r),
+                        }),
+                        None => rebuild.push(r),
+                    }
+                }
+                if rebuild.is_empty() && copy.is_empty() {
                     continue;
                 }
                 let parity = i64::try_from(ec.parity()).unwrap_or(i64::MAX);
-                let lost = i64::try_from(missing.len()).unwrap_or(i64::MAX);
-                (parity - lost, Lack::Indexes { missing })
+                let lost = i64::try_from(rebuild.len()).unwrap_or(i64::MAX);
+                (parity - lost, Lack::Indexes { rebuild, copy })
             }
             ReplicationConfig::Replicated { factor } => {
-                let (live, stale): (Vec<BlockLocation>, Vec<BlockLocation>) = g
+                let (mut sources, others): (Vec<BlockLocation>, Vec<BlockLocation>) = g
                     .pipeline
                     .locations
                     .iter()
                     .cloned()
                     .partition(|l| counts(&l.datanode.uuid));
-                let needed = usize::from(factor).saturating_sub(live.len());
+                let needed = usize::from(factor).saturating_sub(sources.len());
                 if needed == 0 {
                     continue;
                 }
-                let remaining = i64::try_from(live.len()).unwrap_or(i64::MAX) - 1;
+                let (leaving, mut retire): (Vec<BlockLocation>, Vec<BlockLocation>) =
+                    others.into_iter().partition(|l| readable(&l.datanode.uuid));
+                sources.extend(leaving.iter().cloned());
+                retire.extend(leaving);
+                let remaining = i64::try_from(sources.len()).unwrap_or(i64::MAX) - 1;
                 (
                     remaining,
                     Lack::Copies {
-                        live,
-                        stale,
+                        sources,
+                        retire,
                         needed,
                     },
                 )
@@ -150,19 +175,20 @@ mod tests {
             "rs-3-2-1024k",
             (1..=5).map(|r| loc(u128::from(r), r)).collect(),
         );
-        assert!(assess(&k, |_| true).is_empty());
+        assert!(assess(&k, |_| true, |_| true).is_empty());
         let dead = [DatanodeId::from_u128(2), DatanodeId::from_u128(5)];
-        let d = assess(&k, |u| !dead.contains(u));
+        let d = assess(&k, |u| !dead.contains(u), |u| !dead.contains(u));
         assert_eq!(d.len(), 1);
         assert_eq!(d[0].remaining, 0);
         assert_eq!(d[0].holders.len(), 5);
         assert_eq!(
             d[0].lack,
             Lack::Indexes {
-                missing: vec![
+                rebuild: vec![
                     ReplicaIndex::new(2).expect("index"),
                     ReplicaIndex::new(5).expect("index")
                 ],
+                copy: vec![],
             }
         );
         // A spare copy of index 2 on a live datanode keeps index 2 present.
@@ -171,29 +197,53 @@ mod tests {
             .pipeline
             .locations
             .push(loc(6, 2));
-        let d = assess(&with_spare, |u| !dead.contains(u));
+        let d = assess(&with_spare, |u| !dead.contains(u), |u| !dead.contains(u));
         assert!(
-            matches!(&d[0].lack, Lack::Indexes { missing, .. } if missing.len() == 1),
+            matches!(&d[0].lack, Lack::Indexes { rebuild, .. } if rebuild.len() == 1),
             "{d:?}"
         );
         assert_eq!(d[0].remaining, 1);
+        // Datanode 3 decommissioning (readable, not counting): index 3 is copied, not rebuilt,
+        // and does not lower the remaining redundancy.
+        let leaving = DatanodeId::from_u128(3);
+        let d = assess(&k, |u| *u != leaving, |_| true);
+        assert_eq!(
+            d[0].lack,
+            Lack::Indexes {
+                rebuild: vec![],
+                copy: vec![loc(3, 3)]
+            }
+        );
+        assert_eq!(d[0].remaining, 2);
     }
 
     #[test]
     fn replicated_blocks_lack_copies_below_their_factor() {
         let k = key("THREE", (1..=3).map(|n| loc(n, 0)).collect());
-        assert!(assess(&k, |_| true).is_empty());
-        let d = assess(&k, |u| *u != DatanodeId::from_u128(3));
+        assert!(assess(&k, |_| true, |_| true).is_empty());
+        let three = DatanodeId::from_u128(3);
+        let d = assess(&k, |u| *u != three, |u| *u != three);
         assert_eq!(d[0].remaining, 1);
         assert_eq!(
             d[0].lack,
             Lack::Copies {
-                live: vec![loc(1, 0), loc(2, 0)],
-                stale: vec![loc(3, 0)],
+                sources: vec![loc(1, 0), loc(2, 0)],
+                retire: vec![loc(3, 0)],
                 needed: 1
             }
         );
-        let none = assess(&k, |_| false);
+        // Decommissioning: its copy is a source too, and is retired.
+        let d = assess(&k, |u| *u != three, |_| true);
+        assert_eq!(d[0].remaining, 2);
+        assert_eq!(
+            d[0].lack,
+            Lack::Copies {
+                sources: vec![loc(1, 0), loc(2, 0), loc(3, 0)],
+                retire: vec![loc(3, 0)],
+                needed: 1
+            }
+        );
+        let none = assess(&k, |_| false, |_| false);
         assert_eq!(none[0].remaining, -1, "no copy left");
     }
 }

@@ -164,6 +164,20 @@ impl OmAdminService for OmAdminGrpc {
     ) -> Result<Response<admin_pb::RepairStatusResponse>, Status> {
         Ok(Response::new(self.om.repair_status().into()))
     }
+
+    async fn decommission(
+        &self,
+        req: Request<admin_pb::DecommissionRequest>,
+    ) -> Result<Response<admin_pb::DecommissionResponse>, Status> {
+        let uuid = req.into_inner().datanode_uuid;
+        let uuid: proto_crate::DatanodeId = uuid
+            .parse()
+            .map_err(|e| OmError::InvalidArgument(format!("`{uuid}` is not a datanode id: {e}")))?;
+        let state = self.om.decommission(&uuid)?;
+        Ok(Response::new(admin_pb::DecommissionResponse {
+            op_state: state.to_string(),
+        }))
+    }
 }
 
 /// Client of the om's admin service (used by `cargo xtask key add-replica`).
@@ -185,6 +199,22 @@ impl OmAdminClient {
                 )
                 .await?,
         })
+    }
+
+    /// Starts decommissioning datanode `uuid`; returns its state after the call.
+    ///
+    /// # Errors
+    /// The om's refusal (an unknown datanode) as a status.
+    pub async fn decommission(&mut self, uuid: &str) -> Result<crate::OperationalState, Status> {
+        let state = self
+            .inner
+            .decommission(admin_pb::DecommissionRequest {
+                datanode_uuid: uuid.to_string(),
+            })
+            .await?
+            .into_inner()
+            .op_state;
+        state.parse().map_err(Status::internal)
     }
 
     /// The om's ReplicationManager status.

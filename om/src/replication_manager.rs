@@ -26,7 +26,7 @@ use redb::ReadableDatabase;
 
 use crate::manager::{KEYS, decode};
 use crate::repair_plan::{Deficit, Lack, assess};
-use crate::{NodeState, OmError, OzoneManager};
+use crate::{NodeState, OmError, OperationalState, OzoneManager};
 
 /// Repairs running at once in the whole cluster, by default.
 pub const DEFAULT_MAX_REPAIRS_IN_FLIGHT: usize = 8;
@@ -217,36 +217,60 @@ impl OzoneManager {
     /// Database errors of the scan.
     pub async fn repair_once(self: &Arc<Self>) -> Result<RepairStatus, OmError> {
         let statuses = self.datanode_statuses();
+        // Readable: not DEAD. Counting: readable and in service.
         let live: BTreeSet<DatanodeId> = statuses
             .iter()
             .filter(|s| s.state != NodeState::Dead)
             .map(|s| s.details.uuid.clone())
             .collect();
+        let counting: BTreeSet<DatanodeId> = statuses
+            .iter()
+            .filter(|s| s.state != NodeState::Dead && s.op_state == OperationalState::InService)
+            .map(|s| s.details.uuid.clone())
+            .collect();
         let healthy: Vec<DatanodeDetails> = statuses
             .into_iter()
-            .filter(|s| s.state == NodeState::Healthy)
+            .filter(|s| s.state == NodeState::Healthy && s.op_state == OperationalState::InService)
             .map(|s| s.details)
             .collect();
 
         let om = Arc::clone(self);
-        let live_for_scan = live.clone();
-        let mut deficits = tokio::task::spawn_blocking(move || {
+        let readable = live.clone();
+        let (mut deficits, referenced, complete) = tokio::task::spawn_blocking(move || {
             let mut out = Vec::new();
+            let mut referenced: BTreeSet<DatanodeId> = BTreeSet::new();
             let mut after = None;
             loop {
                 let page = om.keys_page(after.as_ref(), SCAN_PAGE)?;
-                let Some(last) = page.last() else { break };
+                let Some(last) = page.last() else {
+                    return Ok::<_, OmError>((out, referenced, true));
+                };
                 after = Some((last.bucket.clone(), last.name.clone()));
                 for k in &page {
-                    out.extend(assess(k, |d| live_for_scan.contains(d)));
+                    referenced.extend(
+                        k.block_groups
+                            .iter()
+                            .flat_map(|g| g.pipeline.locations.iter())
+                            .map(|l| l.datanode.uuid.clone()),
+                    );
+                    out.extend(assess(
+                        k,
+                        |d| counting.contains(d),
+                        |d| readable.contains(d),
+                    ));
                 }
-                if out.len() >= MAX_DEFICITS_PER_PASS || page.len() < SCAN_PAGE {
-                    break;
+                if page.len() < SCAN_PAGE {
+                    return Ok((out, referenced, true));
+                }
+                if out.len() >= MAX_DEFICITS_PER_PASS {
+                    return Ok((out, referenced, false));
                 }
             }
-            Ok::<_, OmError>(out)
         })
         .await??;
+        if complete {
+            self.finish_decommissions(&referenced)?;
+        }
         deficits.sort_by_key(|d| d.remaining);
 
         let now = self.config.clock.now();
@@ -282,7 +306,7 @@ impl OzoneManager {
                     continue;
                 }
                 let wanted = match &d.lack {
-                    Lack::Indexes { missing, .. } => missing.len(),
+                    Lack::Indexes { rebuild, copy } => rebuild.len() + copy.len(),
                     Lack::Copies { needed, .. } => *needed,
                 };
                 let mut candidates: Vec<&DatanodeDetails> = healthy
@@ -337,16 +361,51 @@ impl OzoneManager {
     /// Runs one repair to its commit.
     async fn repair(&self, d: &Deficit, targets: &[DatanodeDetails]) -> Result<(), OmError> {
         match &d.lack {
-            Lack::Indexes { missing, .. } => {
-                let plan: Vec<(ReplicaIndex, DatanodeId)> = missing
+            Lack::Indexes { rebuild, copy } => {
+                let mut targets = targets.iter();
+                // Readable indexes (on decommissioning datanodes) are copied, one commit each.
+                for (from, to) in copy.iter().zip(targets.by_ref()) {
+                    let block = proto_crate::BlockId {
+                        container_id: d.block.0,
+                        local_id: d.block.1,
+                        replica_index: from.replica_index,
+                    };
+                    let added = [BlockLocation {
+                        datanode: to.clone(),
+                        replica_index: from.replica_index,
+                    }];
+                    let outcome = async {
+                        crate::replication::copy_block(&from.datanode, to, block).await?;
+                        self.replace_locations(
+                            &d.bucket,
+                            &d.key,
+                            d.group,
+                            d.block,
+                            std::slice::from_ref(from),
+                            &added,
+                        )
+                    }
+                    .await;
+                    if let Err(e) = outcome {
+                        if let Err(le) = self.log_orphans(d.block, &added) {
+                            tracing::warn!(error = %le, "logging a failed copy's target for deletion");
+                        }
+                        return Err(e);
+                    }
+                }
+                let plan: Vec<(ReplicaIndex, DatanodeId)> = rebuild
                     .iter()
                     .copied()
-                    .zip(targets.iter().map(|t| t.uuid.clone()))
+                    .zip(targets.map(|t| t.uuid.clone()))
                     .collect();
-                crate::reconstruct_ec_indexes(self, &d.bucket, &d.key, d.group, &plan).await?;
+                if !plan.is_empty() {
+                    crate::reconstruct_ec_indexes(self, &d.bucket, &d.key, d.group, &plan).await?;
+                }
             }
-            Lack::Copies { live, stale, .. } => {
-                let source = live.first().ok_or_else(|| {
+            Lack::Copies {
+                sources, retire, ..
+            } => {
+                let source = sources.first().ok_or_else(|| {
                     OmError::ReplicationFailed(format!(
                         "{}/{} group {}: no live copy to copy from (INSUFFICIENT_SOURCES)",
                         d.bucket, d.key, d.group
@@ -368,9 +427,9 @@ impl OzoneManager {
                     for t in targets {
                         crate::replication::copy_block(&source.datanode, t, block).await?;
                     }
-                    // Dead copies go as the new ones arrive, one for one.
+                    // Copies that do not count go as the new ones arrive, one for one.
                     let removed: Vec<BlockLocation> =
-                        stale.iter().take(added.len()).cloned().collect();
+                        retire.iter().take(added.len()).cloned().collect();
                     self.replace_locations(&d.bucket, &d.key, d.group, d.block, &removed, &added)
                 }
                 .await;

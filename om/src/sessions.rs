@@ -134,9 +134,13 @@ impl OzoneManager {
         let locations = {
             let mut st = self.state();
             let replication = self.touch(&mut st, session_id)?.replication;
-            let healthy = st
+            // New groups go to healthy datanodes in service only.
+            let healthy: Vec<_> = st
                 .nodes
-                .healthy(self.config.clock.now(), self.config.liveness);
+                .healthy(self.config.clock.now(), self.config.liveness)
+                .into_iter()
+                .filter(|d| !st.op_states.contains_key(&d.uuid))
+                .collect();
             let locations = crate::placement::place(
                 &replication,
                 &healthy,

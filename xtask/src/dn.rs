@@ -16,9 +16,10 @@ use crate::cluster_file;
 #[derive(Debug, Subcommand)]
 pub(crate) enum DnCommand {
     /// List every datanode the om knows with its state (HEALTHY, STALE,
-    /// DEAD), seconds since its last heartbeat, used bytes and blocks.
+    /// DEAD), operational state (IN_SERVICE, DECOMMISSIONING,
+    /// DECOMMISSIONED), seconds since its last heartbeat, used bytes and blocks.
     List {
-        /// Print a JSON list of objects (n, id, address, state,
+        /// Print a JSON list of objects (n, id, address, state, op_state,
         /// last_heartbeat_s, used_bytes, blocks, capacity_bytes, open_files;
         /// n is the position for `dn stop|start N`, null when the om is not
         /// the minicluster's).
@@ -27,6 +28,13 @@ pub(crate) enum DnCommand {
         /// The om (HOST:PORT); default: the one in cluster.json.
         #[arg(long)]
         om: Option<String>,
+    },
+    /// Decommission datanode N: it gets no new block groups, the om's ReplicationManager
+    /// copies everything it holds elsewhere (reads keep working), then it is DECOMMISSIONED
+    /// (`dn list` shows the state; `admin repair-status --wait` waits for the copies).
+    Decommission {
+        /// Position in cluster.json, from 0.
+        n: usize,
     },
     /// Stop datanode N (its port closes; data is kept).
     Stop {
@@ -162,6 +170,7 @@ async fn list(om: Option<String>, as_json: bool) -> anyhow::Result<()> {
                     "id": s.details.uuid.as_str(),
                     "address": s.details.address,
                     "state": s.state.as_str(),
+                    "op_state": s.op_state.as_str(),
                     "last_heartbeat_s": s.since_heartbeat.as_secs_f64(),
                     "used_bytes": s.stats.used_bytes,
                     "blocks": s.stats.blocks,
@@ -178,6 +187,7 @@ async fn list(om: Option<String>, as_json: bool) -> anyhow::Result<()> {
         "id",
         "address",
         "state",
+        "operational state",
         "last heartbeat (s)",
         "used bytes",
         "blocks",
@@ -191,6 +201,7 @@ async fn list(om: Option<String>, as_json: bool) -> anyhow::Result<()> {
             s.details.uuid.to_string(),
             s.details.address.clone(),
             s.state.to_string(),
+            s.op_state.to_string(),
             format!("{:.1}", s.since_heartbeat.as_secs_f64()),
             s.stats.used_bytes.to_string(),
             s.stats.blocks.to_string(),
@@ -205,6 +216,15 @@ pub(crate) async fn run(cmd: DnCommand) -> anyhow::Result<()> {
     let info = || cluster_file::read(&cluster_file::default_path());
     match cmd {
         DnCommand::List { json, om } => list(om, json).await?,
+        DnCommand::Decommission { n } => {
+            let info = info()?;
+            let dn = datanode(&info, n)?;
+            let mut admin = om::OmAdminClient::connect(&info.om)
+                .await
+                .with_context(|| format!("connecting to the om at {}", info.om))?;
+            let state = admin.decommission(&dn.id).await?;
+            println!("datanode {n} ({}) is {state}", dn.address);
+        }
         DnCommand::Stop { n } => {
             let info = info()?;
             datanode(&info, n)?;
