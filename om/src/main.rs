@@ -42,6 +42,12 @@ struct Args {
     /// opened the key before it was overwritten or deleted can finish).
     #[arg(long, default_value_t = om::DEFAULT_DELETION_GRACE.as_secs_f64())]
     deletion_grace: f64,
+    /// Repairs (EC rebuilds, replica copies) the ReplicationManager runs at once.
+    #[arg(long, default_value_t = om::DEFAULT_MAX_REPAIRS_IN_FLIGHT)]
+    max_repairs_in_flight: usize,
+    /// Repairs writing to one datanode at once.
+    #[arg(long, default_value_t = om::DEFAULT_MAX_REPAIRS_PER_DATANODE)]
+    max_repairs_per_datanode: usize,
 }
 
 fn seconds(v: f64, flag: &str) -> anyhow::Result<Duration> {
@@ -65,7 +71,15 @@ async fn main() -> anyhow::Result<()> {
         args.max_sessions_per_client > 0,
         "--max-sessions-per-client must be positive"
     );
+    anyhow::ensure!(
+        args.max_repairs_in_flight > 0 && args.max_repairs_per_datanode > 0,
+        "--max-repairs-in-flight and --max-repairs-per-datanode must be positive"
+    );
     let config = OmConfig::new(&args.data_dir)
+        .with_repair(om::RepairConfig {
+            max_in_flight: args.max_repairs_in_flight,
+            max_per_datanode: args.max_repairs_per_datanode,
+        })
         .with_liveness(stale, dead)
         .with_open_key_lease(seconds(args.open_key_lease, "--open-key-lease")?)
         .with_max_sessions_per_client(args.max_sessions_per_client)
