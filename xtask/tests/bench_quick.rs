@@ -1,8 +1,8 @@
 //! Regression guard for the benchmark (not a timing test): runs
 //! `cargo xtask bench --quick` and asserts only counts — zero GetBlock after
 //! warm-up in Reuse mode, one GetBlock per touched cell in ReaderPerCall
-//! mode (HDDS-10135's regression), that merging never adds ReadChunks, and
-//! that the JSON of every suite has every row.
+//! mode (HDDS-10135's regression), that merging never adds ReadChunks, that
+//! a repair rebuilds something, and that the JSON of every suite has every row.
 
 use std::process::Command;
 
@@ -165,4 +165,19 @@ fn quick_bench_counts() {
     }
     assert_eq!(s3["config"]["key_lookups"], 20, "one key lookup per GET");
     assert!(s3["ratios"]["last GET / first GET"].is_number());
+
+    let repair: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("quick-repair.json")).expect("repair json"),
+    )
+    .expect("repair JSON parses");
+    assert_eq!(find(&repair, "read-sequential", "ec")["ops"], 4, "four keys read");
+    let rebuild = rows(&repair)
+        .iter()
+        .find(|r| r["workload"] == "rebuild")
+        .expect("rebuild row");
+    assert!(
+        rebuild["ops"].as_u64().is_some_and(|n| n > 0),
+        "at least one index rebuilt: {rebuild}"
+    );
+    assert!(repair["ratios"]["rebuild/read-sequential (MB/s)"].is_number());
 }

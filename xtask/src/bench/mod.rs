@@ -2,6 +2,7 @@
 //! run on one minicluster, print Markdown tables, write JSON.
 
 mod pread;
+mod repair;
 mod report;
 mod s3;
 mod vectored;
@@ -28,6 +29,9 @@ pub(crate) enum Suite {
     Vectored,
     /// Consecutive ranged GETs of one object through the S3 gateway.
     S3,
+    /// Rebuild of one datanode's share of rs-3-2 keys vs a sequential read of them (on a
+    /// six-datanode cluster of its own).
+    Repair,
     /// Every suite.
     All,
 }
@@ -122,11 +126,18 @@ pub(crate) async fn run(args: BenchArgs, runtime: crate::RuntimeFlavor) -> anyho
         },
     };
     let suites: &[Suite] = match args.suite {
-        Suite::All => &[Suite::Pread, Suite::Write, Suite::Vectored, Suite::S3],
+        Suite::All => &[
+            Suite::Pread,
+            Suite::Write,
+            Suite::Vectored,
+            Suite::S3,
+            Suite::Repair,
+        ],
         Suite::Pread => &[Suite::Pread],
         Suite::Write => &[Suite::Write],
         Suite::Vectored => &[Suite::Vectored],
         Suite::S3 => &[Suite::S3],
+        Suite::Repair => &[Suite::Repair],
     };
     let result = async {
         for suite in suites {
@@ -135,6 +146,7 @@ pub(crate) async fn run(args: BenchArgs, runtime: crate::RuntimeFlavor) -> anyho
                 Suite::Write => write::run(&settings).await?,
                 Suite::Vectored => vectored::run(&settings).await?,
                 Suite::S3 => s3::run(&settings).await?,
+                Suite::Repair => repair::run(&settings).await?,
                 Suite::All => continue,
             };
             let table = match suite {
