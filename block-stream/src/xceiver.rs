@@ -19,16 +19,16 @@ use tonic::{Code, Status};
 use crate::metrics::DatanodeCounters;
 use crate::{BlockStreamError, ClientMetrics, Result, RpcKind, XceiverConfig};
 
-/// Who a write is made for: a client writing a key, or an EC reconstruction the om
-/// ordered, whose writes may replace a block the datanode deleted earlier (see
-/// `WriteChunkRequest.reconstruction` in `datanode.proto`).
+/// Who a write is made for: a client writing a key, or a repair the om ordered (an EC
+/// rebuild or a replica copy), whose writes may replace a block the datanode deleted
+/// earlier (see `WriteChunkRequest.repair` in `datanode.proto`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WriteOrigin {
     /// A key writer: a deleted block stays deleted.
     #[default]
     Client,
-    /// A reconstruction (Ozone's `ECReconstructionCoordinator`).
-    Reconstruction,
+    /// A repair: Ozone's `ECReconstructionCoordinator`, or a replica copy.
+    Repair,
 }
 
 /// Hands out one cached [`XceiverClient`] per datanode address.
@@ -353,7 +353,7 @@ impl XceiverClient {
                 block_id: Some(block.into()),
                 chunk: Some(chunk.into()),
                 data,
-                reconstruction: origin == WriteOrigin::Reconstruction,
+                repair: origin == WriteOrigin::Repair,
             }),
         )
         .await?;
@@ -389,7 +389,7 @@ impl XceiverClient {
                 c.put_block(pb::PutBlockRequest {
                     block_data: Some(data.into()),
                     eof,
-                    reconstruction: origin == WriteOrigin::Reconstruction,
+                    repair: origin == WriteOrigin::Repair,
                 }),
             )
             .await?;

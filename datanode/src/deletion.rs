@@ -138,9 +138,9 @@ impl ContainerStore {
     }
 
     /// Lifts the tombstone of block `b`, if it has one, so that it can be written again.
-    /// Called for the writes of an EC reconstruction the om ordered (the om has made this
-    /// datanode the block's holder again, e.g. after an earlier failed rebuild here was
-    /// cleaned up); a key writer's writes never call it. Returns whether a tombstone was lifted.
+    /// Called for the first write of a repair the om ordered (the om is making this datanode
+    /// the block's holder again, e.g. after an earlier failed rebuild here was cleaned up); a
+    /// key writer's writes never call it. Returns whether a tombstone was lifted.
     ///
     /// # Errors
     /// Database errors.

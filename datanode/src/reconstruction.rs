@@ -68,7 +68,9 @@ pub struct EcReconstructionReport {
 }
 
 /// Why a reconstruction did not complete. Targets may then hold a partial, uncommitted or
-/// unreferenced block; the om never points a location at it, and its deletion log removes it.
+/// unreferenced block; the om never points a location at it and logs the targets for
+/// deletion (unless the om itself stops or crashes first: then the block stays until a
+/// later repair reuses the target).
 #[derive(Debug, thiserror::Error)]
 pub enum ReconstructionError {
     /// The command itself is malformed.
@@ -104,16 +106,6 @@ pub enum ReconstructionError {
         #[source]
         source: BlockStreamError,
     },
-    /// A target committed another length than the layout gives.
-    #[error("target {index} committed {committed} bytes, the layout gives {expected}")]
-    LengthMismatch {
-        /// The rebuilt index.
-        index: ReplicaIndex,
-        /// Committed length.
-        committed: u64,
-        /// Length the write path would have committed.
-        expected: u64,
-    },
     /// The codec refused (a bug: the plan always gives it d units).
     #[error(transparent)]
     Codec(#[from] EcError),
@@ -130,7 +122,7 @@ impl ReconstructionError {
                 BlockStreamError::Datanode { code, .. } => *code,
                 _ => ResultCode::Unavailable,
             },
-            Self::LengthMismatch { .. } | Self::Codec(_) => ResultCode::Internal,
+            Self::Codec(_) => ResultCode::Internal,
         }
     }
 }
@@ -294,8 +286,7 @@ impl EcReconstructionCoordinator {
     ///
     /// # Errors
     /// [`ReconstructionError::InsufficientSources`] when a stripe has fewer than d usable
-    /// indexes; [`ReconstructionError::Target`] when a target cannot be written or committed;
-    /// [`ReconstructionError::LengthMismatch`] when a target commits another length.
+    /// indexes; [`ReconstructionError::Target`] when a target cannot be written or committed.
     pub async fn reconstruct(
         &self,
         cmd: &EcReconstructionCommand,
@@ -314,26 +305,48 @@ impl EcReconstructionCoordinator {
         let target_set: BTreeSet<ReplicaIndex> = cmd.targets.iter().map(|(i, _)| *i).collect();
         let mut report = EcReconstructionReport::default();
 
-        // Open every source copy that is not itself a target; the first that answers GetBlock
-        // serves its index (the rest of that index's copies stay in reserve).
+        // Open every source copy that is not itself a target, all at once (an unreachable one
+        // costs one connect timeout, not one each); the first of an index that answers GetBlock
+        // with the group's length and the layout's block length serves it, the rest of that
+        // index's copies stay in reserve.
         let mut sources: BTreeMap<ReplicaIndex, Vec<Source>> = BTreeMap::new();
         let mut checksum: Option<(ChecksumType, u32)> = None;
-        for (index, address) in &cmd.sources {
-            if target_set.contains(index) {
-                continue;
-            }
-            let opened = async {
-                let client = self.xceivers.client(address)?;
-                let stream = BlockInputStream::new(
-                    group.with_replica_index(*index),
-                    layout.internal_block_len(*index).unwrap_or(0),
-                    vec![client],
-                    self.xceivers.config().retry,
-                )?;
-                let data = stream.block_data().await?;
-                Ok::<_, BlockStreamError>((stream, data))
-            }
-            .await;
+        let opening = cmd
+            .sources
+            .iter()
+            .filter(|(index, _)| !target_set.contains(index))
+            .map(|(index, address)| async move {
+                let opened = async {
+                    let client = self.xceivers.client(address)?;
+                    let expected = layout.internal_block_len(*index).unwrap_or(0);
+                    let stream = BlockInputStream::new(
+                        group.with_replica_index(*index),
+                        expected,
+                        vec![client],
+                        self.xceivers.config().retry,
+                    )?;
+                    let data = stream.block_data().await?;
+                    if data.size != expected
+                        || data
+                            .block_group_length()
+                            .is_some_and(|l| l != cmd.group_length)
+                    {
+                        return Err(BlockStreamError::InvalidArgument(format!(
+                            "{} at {address} holds {} bytes of a {:?}-byte group; the group is \
+                             {} bytes, so this index holds {expected}",
+                            stream.block_id(),
+                            data.size,
+                            data.block_group_length(),
+                            cmd.group_length
+                        )));
+                    }
+                    Ok::<_, BlockStreamError>((stream, data))
+                }
+                .await;
+                (*index, address, opened)
+            });
+        for (index, address, opened) in join_all(opening).await {
+            let index = &index;
             match opened {
                 Ok((stream, data)) => {
                     if let Some(c) = data.chunks.first() {
@@ -370,7 +383,7 @@ impl EcReconstructionCoordinator {
                 bytes_per_checksum,
             )
             .map_err(target_error)?
-            .with_origin(WriteOrigin::Reconstruction);
+            .with_origin(WriteOrigin::Repair);
             writers.push((*index, address.clone(), w));
         }
 
@@ -428,15 +441,9 @@ impl EcReconstructionCoordinator {
                     address: address.clone(),
                     source,
                 })?;
-            let expected = layout.internal_block_len(*index)?;
-            if w.committed() != expected {
-                return Err(ReconstructionError::LengthMismatch {
-                    index: *index,
-                    committed: w.committed(),
-                    expected,
-                });
-            }
-            report.rebuilt.push((*index, expected));
+            // Each cell written was the layout's cell length and PutBlock checked that the
+            // datanode committed all of it: this is the write path's length.
+            report.rebuilt.push((*index, w.committed()));
         }
         Ok(report)
     }

@@ -111,7 +111,8 @@ impl DatanodeService for DatanodeGrpcService {
         let n = req.data.len() as u64;
         self.faults.before(RpcKind::WriteChunk, Some(id)).await?;
         let _permit = self.budget.acquire(n).await;
-        if req.reconstruction {
+        // A repair's first chunk may replace a block deleted here earlier.
+        if req.repair && chunk.offset == 0 {
             self.store.revive(id).await?;
         }
         self.store.write_chunk(id, &chunk, req.data).await?;
@@ -134,7 +135,8 @@ impl DatanodeService for DatanodeGrpcService {
         self.faults
             .before(RpcKind::PutBlock, Some(data.block_id))
             .await?;
-        if req.reconstruction {
+        // A repair's empty record (a padding index) may replace a deleted block too.
+        if req.repair && data.chunks.is_empty() {
             self.store.revive(data.block_id).await?;
         }
         let len = self.store.put_block(data, eof).await?;

@@ -58,7 +58,7 @@ async fn put(c: &mut DatanodeServiceClient<Channel>, local_id: u64, data: Vec<u8
         block_id: Some(id(local_id).into()),
         chunk: Some(chunk(len).into()),
         data: data.into(),
-        reconstruction: false,
+        repair: false,
     })
     .await
     .expect("WriteChunk");
@@ -73,7 +73,7 @@ async fn put(c: &mut DatanodeServiceClient<Channel>, local_id: u64, data: Vec<u8
             .into(),
         ),
         eof: true,
-        reconstruction: false,
+        repair: false,
     })
     .await
     .expect("PutBlock");
@@ -259,7 +259,7 @@ async fn delete_blocks_frees_space_refuses_rewrites_and_survives_restart() {
                 block_id: Some(id(local_id).into()),
                 chunk: Some(chunk(4).into()),
                 data: vec![1, 2, 3, 4].into(),
-                reconstruction: false,
+                repair: false,
             })
             .await
             .expect_err("writing a deleted block");
@@ -292,7 +292,7 @@ async fn delete_blocks_frees_space_refuses_rewrites_and_survives_restart() {
         block_id: Some(id(1).into()),
         chunk: Some(chunk(4).into()),
         data: vec![1, 2, 3, 4].into(),
-        reconstruction: true,
+        repair: true,
     })
     .await
     .expect("a reconstruction's write to a deleted block");
@@ -307,7 +307,7 @@ async fn delete_blocks_frees_space_refuses_rewrites_and_survives_restart() {
             .into(),
         ),
         eof: true,
-        reconstruction: true,
+        repair: true,
     })
     .await
     .expect("its commit");

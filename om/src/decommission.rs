@@ -166,13 +166,15 @@ impl OzoneManager {
         Ok(())
     }
 
-    /// Datanodes being decommissioned that no committed key (of `referenced`) and no open
-    /// write references: they become DECOMMISSIONED.
+    /// Datanodes being decommissioned that no committed key or multipart part (`referenced`,
+    /// from a complete scan) and no open write references, in this pass and the one before
+    /// (a key whose commit straddled one scan shows up in the next): they become
+    /// DECOMMISSIONED.
     pub(crate) fn finish_decommissions(
         &self,
         referenced: &std::collections::BTreeSet<DatanodeId>,
     ) -> Result<(), OmError> {
-        let done: Vec<DatanodeId> = {
+        let unreferenced: Vec<DatanodeId> = {
             let st = self.state();
             let in_writes: std::collections::BTreeSet<&DatanodeId> = st
                 .sessions
@@ -191,6 +193,7 @@ impl OzoneManager {
                 .map(|(u, _)| u.clone())
                 .collect()
         };
+        let done = self.repair.clean_pass(&unreferenced);
         for uuid in done {
             self.set_operational_state(&uuid, OperationalState::Decommissioned)?;
             tracing::info!(%uuid, "datanode decommissioned");

@@ -253,13 +253,42 @@ impl OzoneManager {
 
     /// Logs the replicas of block `block` (container id, local id) at `locations` for
     /// deletion in a transaction of its own: the targets of a repair that did not commit may
-    /// hold a partial or unreferenced copy.
+    /// hold a partial or unreferenced copy. A location whose datanode the key's group `group`
+    /// now references (someone else registered a copy there meanwhile) is left alone: a
+    /// deletion is by block, whatever the index, and would take that copy too.
     ///
     /// # Errors
     /// Database errors.
-    pub(crate) fn log_orphans(&self, block: (u64, u64), locations: &[BlockLocation]) -> Result<()> {
+    pub(crate) fn log_orphans(
+        &self,
+        bucket: &str,
+        key: &str,
+        group: usize,
+        block: (u64, u64),
+        locations: &[BlockLocation],
+    ) -> Result<()> {
         let txn = self.db.begin_write()?;
-        log_locations(&txn, block.0, block.1, locations)?;
+        {
+            let holders: Vec<DatanodeId> = match txn.open_table(KEYS)?.get((bucket, key))? {
+                Some(v) => decode::<pb::KeyInfo, proto_crate::KeyInfo>(v.value(), "key")?
+                    .block_groups
+                    .get(group)
+                    .filter(|g| (g.container_id, g.local_id) == block)
+                    .map(|g| {
+                        g.pipeline
+                            .locations
+                            .iter()
+                            .map(|l| l.datanode.uuid.clone())
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                None => Vec::new(),
+            };
+            let orphans = locations
+                .iter()
+                .filter(|l| !holders.contains(&l.datanode.uuid));
+            log_locations(&txn, block.0, block.1, orphans)?;
+        }
         txn.commit()?;
         self.deletions_changed();
         Ok(())

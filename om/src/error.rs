@@ -73,6 +73,10 @@ pub enum OmError {
     /// Copying a replica to another datanode failed.
     #[error("replication failed: {0}")]
     ReplicationFailed(String),
+    /// A block group cannot be repaired now: fewer than d of its indexes (or none of its
+    /// copies) are readable. Not worth retrying until a datanode returns.
+    #[error("unrecoverable for now: {0}")]
+    InsufficientSources(String),
     /// The om could not be reached (client-side helpers only).
     #[error("unreachable: {0}")]
     Unreachable(String),
@@ -113,7 +117,9 @@ impl OmError {
             Self::NotEnoughDatanodes { .. } => OmErrorCode::NotEnoughDatanodes,
             Self::TooManyOpenSessions { .. } => OmErrorCode::TooManyOpenSessions,
             Self::InvalidArgument(_) => OmErrorCode::InvalidArgument,
-            Self::ReplicationFailed(_) => OmErrorCode::ReplicationFailed,
+            Self::ReplicationFailed(_) | Self::InsufficientSources(_) => {
+                OmErrorCode::ReplicationFailed
+            }
             Self::NoSuchUpload(_) => OmErrorCode::NoSuchUpload,
             Self::InvalidPart(_) => OmErrorCode::InvalidPart,
             Self::InvalidPartOrder(_) => OmErrorCode::InvalidPartOrder,

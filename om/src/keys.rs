@@ -83,8 +83,9 @@ impl OzoneManager {
     /// # Errors
     /// [`OmError::KeyNotFound`]; [`OmError::InvalidArgument`] for a group the
     /// key does not have, a group that is another block now (the key was
-    /// rewritten during the copy), or a datanode that already holds a block
-    /// of the group; database errors.
+    /// rewritten during the copy), a datanode that already holds a block
+    /// of the group or has a deletion of it pending (the deletion would take
+    /// the new copy); database errors.
     pub fn add_location(
         &self,
         bucket: &str,
@@ -120,6 +121,12 @@ impl OzoneManager {
             {
                 return Err(OmError::InvalidArgument(format!(
                     "datanode {} already holds a block of group {group} of {bucket}/{key}",
+                    location.datanode
+                )));
+            }
+            if crate::deletion::is_logged(&txn, location.datanode.uuid.as_str(), expected)? {
+                return Err(OmError::InvalidArgument(format!(
+                    "datanode {} still has a deletion of group {group} of {bucket}/{key} pending",
                     location.datanode
                 )));
             }

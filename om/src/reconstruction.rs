@@ -43,9 +43,10 @@ pub const RECONSTRUCTION_TIMEOUT: Duration = Duration::from_secs(600);
 /// # Errors
 /// [`OmError::KeyNotFound`]; [`OmError::InvalidArgument`] for a key that is not EC, a group or
 /// index it does not have, no target or an index named twice, an unregistered target or one
-/// that already holds a block of the group; [`OmError::ReplicationFailed`] when the datanode
-/// could not rebuild (its message says why, e.g. too few readable sources). Nothing is recorded
-/// unless every target committed.
+/// that already holds a block of the group; [`OmError::InsufficientSources`] when fewer than
+/// d indexes could be read; [`OmError::ReplicationFailed`] when the rebuild failed otherwise
+/// (its message says why). Nothing is recorded unless every target committed; the targets of
+/// a failed rebuild are logged for deletion (they may hold part of a block).
 pub async fn reconstruct_ec_indexes(
     om: &OzoneManager,
     bucket: &str,
@@ -139,7 +140,7 @@ pub async fn reconstruct_ec_indexes(
     };
     if outcome.is_err() {
         // Targets may hold partial or committed but unreferenced blocks: free them.
-        if let Err(e) = om.log_orphans(block, &placed) {
+        if let Err(e) = om.log_orphans(bucket, key, group, block, &placed) {
             tracing::warn!(error = %e, "logging a failed rebuild's targets for deletion");
         }
     }
@@ -160,11 +161,17 @@ async fn rebuild(
             ))
         })?
         .map_err(|e| {
-            OmError::ReplicationFailed(format!(
+            let code = proto_crate::result_code(&e);
+            let m = format!(
                 "ReconstructEcGroup on {coordinator}: {}: {}",
-                proto_crate::result_code(&e).name(),
+                code.name(),
                 e.message()
-            ))
+            );
+            if code == proto_crate::ResultCode::InsufficientSources {
+                OmError::InsufficientSources(m)
+            } else {
+                OmError::ReplicationFailed(m)
+            }
         })?
         .into_inner();
     tracing::info!(

@@ -8,7 +8,9 @@
 //! (decommission), else rebuilt; a replicated block with fewer counting copies than its factor
 //! gets copies from a readable one.
 
-use proto_crate::{BlockLocation, DatanodeId, KeyInfo, ReplicaIndex, ReplicationConfig};
+use proto_crate::{
+    BlockGroup, BlockLocation, DatanodeId, KeyInfo, ReplicaIndex, ReplicationConfig,
+};
 
 /// What one block group lacks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +44,10 @@ pub(crate) struct Deficit {
     pub(crate) key: String,
     /// Position of the group in the key, from 0.
     pub(crate) group: usize,
+    /// The key's replication.
+    pub(crate) replication: ReplicationConfig,
+    /// The group as recorded when assessed.
+    pub(crate) group_info: BlockGroup,
     /// (container id, local id) of the group.
     pub(crate) block: (u64, u64),
     /// Failures the group can still survive: for EC `p - rebuild`, for a replicated block
@@ -122,6 +128,8 @@ pub(crate) fn assess(
             bucket: key.bucket.clone(),
             key: key.name.clone(),
             group: i,
+            replication: key.replication,
+            group_info: g.clone(),
             block: (g.container_id, g.local_id),
             remaining,
             holders,
@@ -134,7 +142,7 @@ pub(crate) fn assess(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proto_crate::{BlockGroup, DatanodeDetails, Pipeline};
+    use proto_crate::{DatanodeDetails, Pipeline};
     use std::collections::BTreeMap;
 
     fn dn(n: u128) -> DatanodeDetails {

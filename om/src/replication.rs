@@ -9,34 +9,67 @@
 
 use std::sync::Arc;
 
-use block_stream::{BlockStreamError, XceiverClientManager, checksum};
+use block_stream::{BlockStreamError, WriteOrigin, XceiverClientManager, checksum};
+use ec_codec::BlockGroupLayout;
 use proto_crate::wire::admin as admin_pb;
 use proto_crate::wire::admin::om_admin_service_server::OmAdminService;
-use proto_crate::{BlockId, BlockLocation, DatanodeDetails, ReplicaIndex};
+use proto_crate::{
+    BlockGroup, BlockId, BlockLocation, DatanodeDetails, ReplicaIndex, ReplicationConfig,
+};
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::{OmError, OzoneManager};
 
-/// Copies `block` from `source` to `target`, chunk by chunk, keeping its chunk list and
-/// checksums, and verifying every chunk read against its checksums before it is written (a
-/// corrupt source fails the copy instead of spreading). Commits the copy with an eof PutBlock
-/// and returns its length in bytes. Memory: one chunk.
+/// Copies `block` to `target` from the first of `sources` that answers GetBlock with a
+/// block of `expected` bytes, chunk by chunk, keeping its chunk list and checksums and
+/// verifying every chunk against its checksums before it is written (a corrupt source fails
+/// the copy instead of spreading). The writes are a repair's ([`WriteOrigin::Repair`]): they
+/// may replace a copy the target deleted earlier. Commits the copy with an eof PutBlock and
+/// returns its length in bytes. Memory: one chunk.
 ///
 /// # Errors
-/// [`OmError::ReplicationFailed`] naming the datanode and call that failed, a checksum mismatch,
-/// or a target that committed another length.
+/// [`OmError::ReplicationFailed`] when no source has the block at the expected length, or
+/// naming the datanode and call that failed mid-copy (the target may then hold part of the
+/// block), a checksum mismatch, or a target that committed another length.
 pub(crate) async fn copy_block(
-    source: &DatanodeDetails,
+    sources: &[DatanodeDetails],
     target: &DatanodeDetails,
     block: BlockId,
+    expected: u64,
 ) -> Result<u64, OmError> {
     let failed = |d: &DatanodeDetails, e: BlockStreamError| {
         OmError::ReplicationFailed(format!("copy of {block} via {d}: {e}"))
     };
-    let src = XceiverClientManager::direct(&source.address).map_err(|e| failed(source, e))?;
+    let mut refused = Vec::new();
+    let mut chosen = None;
+    for source in sources {
+        let src = match XceiverClientManager::direct(&source.address) {
+            Ok(c) => c,
+            Err(e) => {
+                refused.push(format!("{source}: {e}"));
+                continue;
+            }
+        };
+        match src.get_block(block).await {
+            Ok(data) if data.size == expected => {
+                chosen = Some((source, src, data));
+                break;
+            }
+            Ok(data) => refused.push(format!(
+                "{source} holds {} bytes, the key's layout gives {expected}",
+                data.size
+            )),
+            Err(e) => refused.push(format!("{source}: {e}")),
+        }
+    }
+    let Some((source, src, data)) = chosen else {
+        return Err(OmError::ReplicationFailed(format!(
+            "copy of {block}: no usable source ({})",
+            refused.join("; ")
+        )));
+    };
     let dst = XceiverClientManager::direct(&target.address).map_err(|e| failed(target, e))?;
-    let data = src.get_block(block).await.map_err(|e| failed(source, e))?;
     for chunk in &data.chunks {
         let bytes = src
             .read_chunk(block, chunk, chunk.offset, chunk.len)
@@ -44,13 +77,13 @@ pub(crate) async fn copy_block(
             .map_err(|e| failed(source, e))?;
         checksum::verify(block, src.address(), chunk, chunk.offset, &bytes)
             .map_err(|e| failed(source, e))?;
-        dst.write_chunk(block, chunk.clone(), bytes)
+        dst.write_chunk_from(WriteOrigin::Repair, block, chunk.clone(), bytes)
             .await
             .map_err(|e| failed(target, e))?;
     }
     let size = data.size;
     let committed = dst
-        .put_block(data, true)
+        .put_block_from(WriteOrigin::Repair, data, true)
         .await
         .map_err(|e| failed(target, e))?;
     if committed != size {
@@ -59,6 +92,25 @@ pub(crate) async fn copy_block(
         )));
     }
     Ok(size)
+}
+
+/// Length in bytes of replica `replica_index` of group `g` of a key of `replication`: the
+/// internal block length for EC, the group length for a replicated block.
+pub(crate) fn replica_len(
+    replication: &ReplicationConfig,
+    g: &BlockGroup,
+    replica_index: Option<ReplicaIndex>,
+) -> Result<u64, OmError> {
+    match (replication, replica_index) {
+        (ReplicationConfig::Ec(ec), Some(r)) => BlockGroupLayout::new(*ec, g.length)
+            .internal_block_len(r)
+            .map_err(|e| OmError::InvalidArgument(e.to_string())),
+        (ReplicationConfig::Replicated { .. }, None) => Ok(g.length),
+        (r, i) => Err(OmError::InvalidArgument(format!(
+            "a {r} key has no replica index {}",
+            ReplicaIndex::to_wire(i)
+        ))),
+    }
 }
 
 /// Copies replica `replica_index` (`None` for a replicated key) of group `group` (counting
@@ -111,7 +163,8 @@ pub async fn add_replica(
         )));
     }
     let block = g.block_id(replica_index);
-    let size = copy_block(&source, &target, block).await?;
+    let expected = replica_len(&info.replication, g, replica_index)?;
+    let size = copy_block(std::slice::from_ref(&source), &target, block, expected).await?;
     om.add_location(
         bucket,
         key,

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use proto_crate::wire::admin as admin_pb;
 use proto_crate::wire::om as pb;
 use proto_crate::{BlockLocation, DatanodeDetails, DatanodeId, KeyInfo, ReplicaIndex};
-use redb::ReadableDatabase;
+use redb::{ReadableDatabase, ReadableTable};
 
 use crate::manager::{KEYS, decode};
 use crate::repair_plan::{Deficit, Lack, assess};
@@ -118,8 +118,12 @@ impl From<admin_pb::RepairStatusResponse> for RepairStatus {
 enum Hold {
     /// A failed attempt: retry at `at` (back-off doubles with `attempts`).
     Backoff { at: Instant, attempts: u32 },
-    /// Too few sources: retry when the live set differs from `live`.
-    Unrecoverable { live: BTreeSet<DatanodeId> },
+    /// Too few sources: retry when the set of HEALTHY datanodes differs from `healthy` (a
+    /// source that was STALE or unreachable may be back) or, at the latest, at `until`.
+    Unrecoverable {
+        healthy: BTreeSet<DatanodeId>,
+        until: Instant,
+    },
 }
 
 /// The ReplicationManager's state, inside the om.
@@ -150,6 +154,8 @@ struct Inner {
     /// Groups being repaired -> their targets.
     running: HashMap<(u64, u64), Vec<DatanodeId>>,
     holds: HashMap<(u64, u64), Hold>,
+    /// Decommissioning datanodes found unreferenced by the last complete scan.
+    unreferenced: BTreeSet<DatanodeId>,
 }
 
 impl RepairState {
@@ -157,6 +163,19 @@ impl RepairState {
         self.inner
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records the decommissioning datanodes a complete scan found unreferenced; returns those
+    /// the previous complete scan found unreferenced too.
+    pub(crate) fn clean_pass(&self, unreferenced: &[DatanodeId]) -> Vec<DatanodeId> {
+        let mut inner = self.lock();
+        let twice = unreferenced
+            .iter()
+            .filter(|u| inner.unreferenced.contains(*u))
+            .cloned()
+            .collect();
+        inner.unreferenced = unreferenced.iter().cloned().collect();
+        twice
     }
 
     fn tasks(&self) -> std::sync::MutexGuard<'_, tokio::task::JoinSet<()>> {
@@ -181,6 +200,28 @@ impl OzoneManager {
     #[must_use]
     pub fn watch_repair_passes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.repair.passes.subscribe()
+    }
+
+    /// Datanodes holding a block of an uploaded multipart part (parts are not repaired yet,
+    /// but a datanode holding one is still referenced).
+    fn part_holders(&self) -> Result<BTreeSet<DatanodeId>, OmError> {
+        let read = self.db.begin_read()?;
+        let mut out = BTreeSet::new();
+        for entry in read.open_table(crate::manager::UPLOADS)?.iter()? {
+            let (_, v) = entry?;
+            let u = decode::<pb::MultipartUploadInfo, proto_crate::MultipartUpload>(
+                v.value(),
+                "multipart upload",
+            )?;
+            out.extend(
+                u.parts
+                    .iter()
+                    .flat_map(|p| &p.block_groups)
+                    .flat_map(|g| &g.pipeline.locations)
+                    .map(|l| l.datanode.uuid.clone()),
+            );
+        }
+        Ok(out)
     }
 
     /// Committed keys after `after` (bucket, key), at most `limit`, in one read transaction.
@@ -234,15 +275,46 @@ impl OzoneManager {
             .map(|s| s.details)
             .collect();
 
+        let healthy_set: BTreeSet<DatanodeId> = healthy.iter().map(|d| d.uuid.clone()).collect();
+        let now = self.config.clock.now();
+        let cfg = self.config.repair;
+
+        // What is running or held, copied out: the lock is not held across the scan or the
+        // database reads below.
+        let (running, holds, mut busy) = {
+            let inner = self.repair.lock();
+            let mut busy: HashMap<DatanodeId, usize> = HashMap::new();
+            for t in inner.running.values().flatten() {
+                *busy.entry(t.clone()).or_default() += 1;
+            }
+            let running: BTreeSet<(u64, u64)> = inner.running.keys().copied().collect();
+            (running, inner.holds.clone(), busy)
+        };
+        let waiting = |block: &(u64, u64)| match holds.get(block) {
+            Some(Hold::Backoff { at, .. }) => *at > now,
+            Some(Hold::Unrecoverable { healthy, until }) => *healthy == healthy_set && *until > now,
+            None => false,
+        };
+        // Groups running or waiting do not count toward the per-pass cap, so they cannot
+        // crowd out groups further on.
+        let skip: BTreeSet<(u64, u64)> = running
+            .iter()
+            .chain(holds.keys())
+            .filter(|b| running.contains(*b) || waiting(b))
+            .copied()
+            .collect();
+
         let om = Arc::clone(self);
         let readable = live.clone();
         let (mut deficits, referenced, complete) = tokio::task::spawn_blocking(move || {
             let mut out = Vec::new();
+            let mut actionable = 0usize;
             let mut referenced: BTreeSet<DatanodeId> = BTreeSet::new();
             let mut after = None;
             loop {
                 let page = om.keys_page(after.as_ref(), SCAN_PAGE)?;
                 let Some(last) = page.last() else {
+                    referenced.extend(om.part_holders()?);
                     return Ok::<_, OmError>((out, referenced, true));
                 };
                 after = Some((last.bucket.clone(), last.name.clone()));
@@ -253,16 +325,18 @@ impl OzoneManager {
                             .flat_map(|g| g.pipeline.locations.iter())
                             .map(|l| l.datanode.uuid.clone()),
                     );
-                    out.extend(assess(
-                        k,
-                        |d| counting.contains(d),
-                        |d| readable.contains(d),
-                    ));
+                    for d in assess(k, |d| counting.contains(d), |d| readable.contains(d)) {
+                        if !skip.contains(&d.block) {
+                            actionable += 1;
+                        }
+                        out.push(d);
+                    }
                 }
                 if page.len() < SCAN_PAGE {
+                    referenced.extend(om.part_holders()?);
                     return Ok((out, referenced, true));
                 }
-                if out.len() >= MAX_DEFICITS_PER_PASS {
+                if actionable >= MAX_DEFICITS_PER_PASS {
                     return Ok((out, referenced, false));
                 }
             }
@@ -273,60 +347,59 @@ impl OzoneManager {
         }
         deficits.sort_by_key(|d| d.remaining);
 
-        let now = self.config.clock.now();
-        let cfg = self.config.repair;
+        let mut by_remaining = BTreeMap::new();
+        let mut unrecoverable = 0;
         let mut starts = Vec::new();
-        {
-            let mut inner = self.repair.lock();
-            // Holds of groups that are healthy again (or gone) are dropped.
-            let found: BTreeSet<(u64, u64)> = deficits.iter().map(|d| d.block).collect();
-            inner.holds.retain(|b, _| found.contains(b));
-            let mut by_remaining = BTreeMap::new();
-            let mut unrecoverable = 0;
-            let mut busy: HashMap<DatanodeId, usize> = HashMap::new();
-            for targets in inner.running.values() {
-                for t in targets {
-                    *busy.entry(t.clone()).or_default() += 1;
-                }
+        let mut in_flight = running.len();
+        for d in &deficits {
+            if matches!(holds.get(&d.block), Some(Hold::Unrecoverable { .. })) && waiting(&d.block)
+            {
+                unrecoverable += 1;
+                continue;
             }
-            for d in deficits {
-                let held = match inner.holds.get(&d.block) {
-                    Some(Hold::Unrecoverable { live: then }) if *then == live => {
-                        unrecoverable += 1;
-                        continue;
-                    }
-                    Some(Hold::Backoff { at, .. }) => *at > now,
-                    _ => false,
-                };
-                *by_remaining.entry(d.remaining).or_insert(0u64) += 1;
-                if held
-                    || inner.running.contains_key(&d.block)
-                    || inner.running.len() + starts.len() >= cfg.max_in_flight
+            *by_remaining.entry(d.remaining).or_insert(0u64) += 1;
+            if waiting(&d.block) || running.contains(&d.block) || in_flight >= cfg.max_in_flight {
+                continue;
+            }
+            let wanted = match &d.lack {
+                Lack::Indexes { rebuild, copy } => rebuild.len() + copy.len(),
+                Lack::Copies { needed, .. } => *needed,
+            };
+            let mut candidates = Vec::new();
+            for t in &healthy {
+                if d.holders.contains(&t.uuid)
+                    || busy.get(&t.uuid).copied().unwrap_or(0) >= cfg.max_per_datanode
+                    || self.deletion_pending(&t.uuid, d.block)?
                 {
                     continue;
                 }
-                let wanted = match &d.lack {
-                    Lack::Indexes { rebuild, copy } => rebuild.len() + copy.len(),
-                    Lack::Copies { needed, .. } => *needed,
-                };
-                let mut candidates: Vec<&DatanodeDetails> = healthy
-                    .iter()
-                    .filter(|t| !d.holders.contains(&t.uuid))
-                    .filter(|t| busy.get(&t.uuid).copied().unwrap_or(0) < cfg.max_per_datanode)
-                    .filter(|t| !self.deletion_pending(&t.uuid, d.block).unwrap_or(true))
-                    .collect();
-                candidates.sort_by_key(|t| busy.get(&t.uuid).copied().unwrap_or(0));
-                let targets: Vec<DatanodeDetails> =
-                    candidates.into_iter().take(wanted).cloned().collect();
-                if targets.is_empty() {
-                    continue;
-                }
-                for t in &targets {
-                    *busy.entry(t.uuid.clone()).or_default() += 1;
-                }
-                starts.push((d, targets));
+                candidates.push(t);
             }
-            for (d, targets) in &starts {
+            candidates.sort_by_key(|t| busy.get(&t.uuid).copied().unwrap_or(0));
+            let targets: Vec<DatanodeDetails> =
+                candidates.into_iter().take(wanted).cloned().collect();
+            if targets.is_empty() {
+                continue;
+            }
+            for t in &targets {
+                *busy.entry(t.uuid.clone()).or_default() += 1;
+            }
+            let attempt = match holds.get(&d.block) {
+                Some(Hold::Backoff { attempts, .. }) => *attempts,
+                _ => 0,
+            };
+            in_flight += 1;
+            starts.push((d.clone(), targets, attempt));
+        }
+        {
+            let mut inner = self.repair.lock();
+            if complete {
+                // Holds of groups that are healthy again (or gone) are dropped.
+                let found: BTreeSet<(u64, u64)> = deficits.iter().map(|d| d.block).collect();
+                inner.holds.retain(|b, _| found.contains(b));
+            }
+            starts.retain(|(d, _, _)| !inner.running.contains_key(&d.block));
+            for (d, targets, _) in &starts {
                 inner
                     .running
                     .insert(d.block, targets.iter().map(|t| t.uuid.clone()).collect());
@@ -340,12 +413,12 @@ impl OzoneManager {
         }
         let mut tasks = self.repair.tasks();
         while tasks.try_join_next().is_some() {}
-        for (d, targets) in starts {
+        for (d, targets, attempt) in starts {
             let om = Arc::clone(self);
-            let live = live.clone();
+            let healthy = healthy_set.clone();
             tasks.spawn(async move {
-                let outcome = om.repair(&d, &targets).await;
-                om.finish_repair(&d, outcome, live);
+                let outcome = om.repair(&d, &targets, attempt).await;
+                om.finish_repair(&d, outcome, healthy);
             });
         }
         drop(tasks);
@@ -358,24 +431,49 @@ impl OzoneManager {
         crate::deletion::is_logged_read(&read, uuid.as_str(), block)
     }
 
-    /// Runs one repair to its commit.
-    async fn repair(&self, d: &Deficit, targets: &[DatanodeDetails]) -> Result<(), OmError> {
+    /// Runs one repair to its commit. `attempt` counts earlier failed attempts: a retry reads
+    /// from the next source first, and rebuilds an EC index whose copy failed.
+    async fn repair(
+        &self,
+        d: &Deficit,
+        targets: &[DatanodeDetails],
+        attempt: u32,
+    ) -> Result<(), OmError> {
+        let block_id = |replica_index| proto_crate::BlockId {
+            container_id: d.block.0,
+            local_id: d.block.1,
+            replica_index,
+        };
         match &d.lack {
             Lack::Indexes { rebuild, copy } => {
+                let mut rebuild = rebuild.clone();
+                let copy: &[BlockLocation] = if attempt == 0 {
+                    copy
+                } else {
+                    rebuild.extend(copy.iter().filter_map(|l| l.replica_index));
+                    rebuild.sort_unstable();
+                    &[]
+                };
                 let mut targets = targets.iter();
                 // Readable indexes (on decommissioning datanodes) are copied, one commit each.
                 for (from, to) in copy.iter().zip(targets.by_ref()) {
-                    let block = proto_crate::BlockId {
-                        container_id: d.block.0,
-                        local_id: d.block.1,
-                        replica_index: from.replica_index,
-                    };
                     let added = [BlockLocation {
                         datanode: to.clone(),
                         replica_index: from.replica_index,
                     }];
                     let outcome = async {
-                        crate::replication::copy_block(&from.datanode, to, block).await?;
+                        let expected = crate::replication::replica_len(
+                            &d.replication,
+                            &d.group_info,
+                            from.replica_index,
+                        )?;
+                        crate::replication::copy_block(
+                            std::slice::from_ref(&from.datanode),
+                            to,
+                            block_id(from.replica_index),
+                            expected,
+                        )
+                        .await?;
                         self.replace_locations(
                             &d.bucket,
                             &d.key,
@@ -387,9 +485,7 @@ impl OzoneManager {
                     }
                     .await;
                     if let Err(e) = outcome {
-                        if let Err(le) = self.log_orphans(d.block, &added) {
-                            tracing::warn!(error = %le, "logging a failed copy's target for deletion");
-                        }
+                        self.free_targets(d, &added);
                         return Err(e);
                     }
                 }
@@ -405,17 +501,16 @@ impl OzoneManager {
             Lack::Copies {
                 sources, retire, ..
             } => {
-                let source = sources.first().ok_or_else(|| {
-                    OmError::ReplicationFailed(format!(
-                        "{}/{} group {}: no live copy to copy from (INSUFFICIENT_SOURCES)",
+                if sources.is_empty() {
+                    return Err(OmError::InsufficientSources(format!(
+                        "{}/{} group {}: no readable copy",
                         d.bucket, d.key, d.group
-                    ))
-                })?;
-                let block = proto_crate::BlockId {
-                    container_id: d.block.0,
-                    local_id: d.block.1,
-                    replica_index: None,
-                };
+                    )));
+                }
+                let mut from: Vec<DatanodeDetails> =
+                    sources.iter().map(|l| l.datanode.clone()).collect();
+                let turn = usize::try_from(attempt).unwrap_or(0) % from.len();
+                from.rotate_left(turn);
                 let added: Vec<BlockLocation> = targets
                     .iter()
                     .map(|t| BlockLocation {
@@ -425,7 +520,13 @@ impl OzoneManager {
                     .collect();
                 let outcome = async {
                     for t in targets {
-                        crate::replication::copy_block(&source.datanode, t, block).await?;
+                        crate::replication::copy_block(
+                            &from,
+                            t,
+                            block_id(None),
+                            d.group_info.length,
+                        )
+                        .await?;
                     }
                     // Copies that do not count go as the new ones arrive, one for one.
                     let removed: Vec<BlockLocation> =
@@ -434,10 +535,7 @@ impl OzoneManager {
                 }
                 .await;
                 if let Err(e) = outcome {
-                    // Targets may hold partial or unreferenced copies: free them.
-                    if let Err(le) = self.log_orphans(d.block, &added) {
-                        tracing::warn!(error = %le, "logging a failed copy's targets for deletion");
-                    }
+                    self.free_targets(d, &added);
                     return Err(e);
                 }
             }
@@ -445,7 +543,19 @@ impl OzoneManager {
         Ok(())
     }
 
-    fn finish_repair(&self, d: &Deficit, outcome: Result<(), OmError>, live: BTreeSet<DatanodeId>) {
+    /// Logs the targets of a failed copy for deletion (they may hold part of a block).
+    fn free_targets(&self, d: &Deficit, added: &[BlockLocation]) {
+        if let Err(e) = self.log_orphans(&d.bucket, &d.key, d.group, d.block, added) {
+            tracing::warn!(error = %e, "logging a failed copy's targets for deletion");
+        }
+    }
+
+    fn finish_repair(
+        &self,
+        d: &Deficit,
+        outcome: Result<(), OmError>,
+        healthy: BTreeSet<DatanodeId>,
+    ) {
         let now = self.config.clock.now();
         let mut inner = self.repair.lock();
         inner.running.remove(&d.block);
@@ -455,11 +565,17 @@ impl OzoneManager {
                 inner.holds.remove(&d.block);
                 tracing::info!(bucket = %d.bucket, key = %d.key, group = d.group, "repaired");
             }
-            Err(OmError::ReplicationFailed(m)) if m.contains("INSUFFICIENT_SOURCES") => {
+            Err(OmError::InsufficientSources(m)) => {
                 inner.status.failed += 1;
                 tracing::warn!(bucket = %d.bucket, key = %d.key, group = d.group, reason = %m,
                     "block group unrecoverable until a datanode returns");
-                inner.holds.insert(d.block, Hold::Unrecoverable { live });
+                inner.holds.insert(
+                    d.block,
+                    Hold::Unrecoverable {
+                        healthy,
+                        until: now + MAX_RETRY_BACKOFF,
+                    },
+                );
             }
             Err(e) => {
                 inner.status.failed += 1;

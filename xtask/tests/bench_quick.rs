@@ -170,7 +170,11 @@ fn quick_bench_counts() {
         &std::fs::read_to_string(dir.path().join("quick-repair.json")).expect("repair json"),
     )
     .expect("repair JSON parses");
-    assert_eq!(find(&repair, "read-sequential", "ec")["ops"], 4, "four keys read");
+    assert_eq!(
+        find(&repair, "read-sequential", "ec")["ops"],
+        4,
+        "four keys read"
+    );
     let rebuild = rows(&repair)
         .iter()
         .find(|r| r["workload"] == "rebuild")

@@ -103,29 +103,34 @@ async fn measure(s: &Settings, cluster: &mut MiniCluster, started: u64) -> anyho
             };
             let target = uuids
                 .iter()
-                .find(|u| !g.pipeline.locations.iter().any(|l| l.datanode.uuid == u.as_str()))
+                .find(|u| {
+                    !g.pipeline
+                        .locations
+                        .iter()
+                        .any(|l| l.datanode.uuid == u.as_str())
+                })
                 .context("a datanode outside the group")?;
             rebuilt_bytes += BlockGroupLayout::new(ec, g.length).internal_block_len(index)?;
             tasks.push((info.name.clone(), gi, index, target.parse()?));
         }
     }
-    let n = cluster
-        .datanode_by_uuid(&victim)
-        .context("victim")?
-        .index();
+    let n = cluster.datanode_by_uuid(&victim).context("victim")?.index();
     cluster.datanode_mut(n)?.stop().await;
     let om = std::sync::Arc::clone(cluster.om());
     let count = tasks.len() as u64;
     let start = Instant::now();
     let results: Vec<anyhow::Result<std::time::Duration>> = futures::stream::iter(tasks)
-        .map(|(key, group, index, target): (String, usize, ReplicaIndex, _)| {
-            let om = std::sync::Arc::clone(&om);
-            async move {
-                let t = Instant::now();
-                om::reconstruct_ec_indexes(&om, BUCKET, &key, group, &[(index, target)]).await?;
-                Ok(t.elapsed())
-            }
-        })
+        .map(
+            |(key, group, index, target): (String, usize, ReplicaIndex, _)| {
+                let om = std::sync::Arc::clone(&om);
+                async move {
+                    let t = Instant::now();
+                    om::reconstruct_ec_indexes(&om, BUCKET, &key, group, &[(index, target)])
+                        .await?;
+                    Ok(t.elapsed())
+                }
+            },
+        )
         .buffer_unordered(om::DEFAULT_MAX_REPAIRS_PER_DATANODE)
         .collect()
         .await;
