@@ -16,8 +16,10 @@
 //!    committed length is what [`BlockGroupLayout::internal_block_len`] gives — the length the
 //!    write path commits (parity as long as index 1; a padding index an empty record).
 //!
-//! Memory is one stripe: d source cells and one cell per target, whatever the block size. The
-//! number of reconstructions a datanode runs at once is bounded (the rest wait their turn).
+//! Reads and writes are pipelined: a stripe's rebuilt cells are written (to every target at
+//! once) while the next stripe is read. Memory is two stripes — d source cells and one cell per
+//! target each — whatever the block size. The number of reconstructions a datanode runs at once
+//! is bounded (the rest wait their turn).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -387,21 +389,30 @@ impl EcReconstructionCoordinator {
             writers.push((*index, address.clone(), w));
         }
 
+        // Pipelined: stripe n's rebuilt cells are written while stripe n+1 is read (two
+        // stripes in memory at most).
         let coder = ec.coder();
-        for stripe in 0..layout.stripe_count() {
-            let width = usize::try_from(layout.cell_len(stripe, ReplicaIndex::FIRST)?)
-                .unwrap_or(usize::MAX);
-            let (units, bufs) = self
-                .read_stripe(
-                    cmd,
-                    &layout,
-                    stripe,
-                    width,
-                    &target_set,
-                    &mut sources,
-                    &mut report,
-                )
-                .await?;
+        let stripes = layout.stripe_count();
+        let width_of = |stripe: u64| -> Result<usize, ReconstructionError> {
+            Ok(
+                usize::try_from(layout.cell_len(stripe, ReplicaIndex::FIRST)?)
+                    .unwrap_or(usize::MAX),
+            )
+        };
+        let mut next = if stripes > 0 {
+            let w = width_of(0)?;
+            Some(
+                self.read_stripe(cmd, &layout, 0, w, &target_set, &mut sources, &mut report)
+                    .await?,
+            )
+        } else {
+            None
+        };
+        for stripe in 0..stripes {
+            let Some((units, bufs)) = next.take() else {
+                break;
+            };
+            let width = width_of(stripe)?;
             let mut present: Vec<Option<&[u8]>> = vec![None; ec.total()];
             for (r, buf) in units.iter().zip(&bufs) {
                 if let Some(slot) = present.get_mut(r.unit()) {
@@ -414,17 +425,47 @@ impl EcReconstructionCoordinator {
                 let mut outs: Vec<&mut [u8]> = decoded.iter_mut().map(Vec::as_mut_slice).collect();
                 coder.reconstruct(&present, &wanted, &mut outs)?;
             }
-            for ((index, address, w), cell) in writers.iter_mut().zip(decoded) {
-                let real = usize::try_from(layout.cell_len(stripe, *index)?).unwrap_or(0);
-                let mut cell = cell;
-                cell.truncate(real);
-                w.write_chunk(Bytes::from(cell)).await.map_err(|source| {
-                    ReconstructionError::Target {
-                        index: *index,
-                        address: address.clone(),
-                        source,
-                    }
-                })?;
+            drop(present);
+            drop(bufs);
+            let mut cells = Vec::with_capacity(decoded.len());
+            for ((index, _, _), mut cell) in writers.iter().zip(decoded) {
+                cell.truncate(usize::try_from(layout.cell_len(stripe, *index)?).unwrap_or(0));
+                cells.push(Bytes::from(cell));
+            }
+            let write =
+                async {
+                    let writes = writers.iter_mut().zip(cells).map(
+                        |((index, address, w), cell)| async move {
+                            w.write_chunk(cell).await.map_err(|source| {
+                                ReconstructionError::Target {
+                                    index: *index,
+                                    address: address.clone(),
+                                    source,
+                                }
+                            })
+                        },
+                    );
+                    join_all(writes)
+                        .await
+                        .into_iter()
+                        .collect::<Result<Vec<()>, _>>()
+                };
+            if stripe + 1 < stripes {
+                let w = width_of(stripe + 1)?;
+                let read = self.read_stripe(
+                    cmd,
+                    &layout,
+                    stripe + 1,
+                    w,
+                    &target_set,
+                    &mut sources,
+                    &mut report,
+                );
+                let (written, read) = tokio::join!(write, read);
+                written?;
+                next = Some(read?);
+            } else {
+                write.await?;
             }
         }
 

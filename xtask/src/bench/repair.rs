@@ -5,8 +5,8 @@
 //! Keys are written, read back sequentially (the `read-sequential` row), then one datanode is
 //! stopped and every index it held is rebuilt on the datanode outside its group through
 //! `om::reconstruct_ec_indexes` — the path the ReplicationManager takes — with as many rebuilds
-//! at once as the ReplicationManager allows by default (the `rebuild` row; its bytes are the
-//! rebuilt internal blocks' committed lengths). The ratio `rebuild/read-sequential` compares
+//! at once as the ReplicationManager allows by default, in all and per target (the `rebuild`
+//! row; its bytes are the rebuilt internal blocks' committed lengths). The ratio `rebuild/read-sequential` compares
 //! MB/s of rebuilt data with MB/s of data read.
 
 use std::time::Instant;
@@ -118,12 +118,36 @@ async fn measure(s: &Settings, cluster: &mut MiniCluster, started: u64) -> anyho
     cluster.datanode_mut(n)?.stop().await;
     let om = std::sync::Arc::clone(cluster.om());
     let count = tasks.len() as u64;
+    // As the ReplicationManager schedules: at most DEFAULT_MAX_REPAIRS_IN_FLIGHT at once,
+    // DEFAULT_MAX_REPAIRS_PER_DATANODE of them per target.
+    let per_target: std::collections::HashMap<String, std::sync::Arc<tokio::sync::Semaphore>> =
+        uuids
+            .iter()
+            .map(|u| {
+                (
+                    u.clone(),
+                    std::sync::Arc::new(tokio::sync::Semaphore::new(
+                        om::DEFAULT_MAX_REPAIRS_PER_DATANODE,
+                    )),
+                )
+            })
+            .collect();
     let start = Instant::now();
     let results: Vec<anyhow::Result<std::time::Duration>> = futures::stream::iter(tasks)
         .map(
-            |(key, group, index, target): (String, usize, ReplicaIndex, _)| {
+            |(key, group, index, target): (
+                String,
+                usize,
+                ReplicaIndex,
+                proto_crate::DatanodeId,
+            )| {
                 let om = std::sync::Arc::clone(&om);
+                let slot = per_target.get(target.as_str()).cloned();
                 async move {
+                    let _permit = match &slot {
+                        Some(s) => Some(s.acquire().await?),
+                        None => None,
+                    };
                     let t = Instant::now();
                     om::reconstruct_ec_indexes(&om, BUCKET, &key, group, &[(index, target)])
                         .await?;
@@ -131,7 +155,7 @@ async fn measure(s: &Settings, cluster: &mut MiniCluster, started: u64) -> anyho
                 }
             },
         )
-        .buffer_unordered(om::DEFAULT_MAX_REPAIRS_PER_DATANODE)
+        .buffer_unordered(om::DEFAULT_MAX_REPAIRS_IN_FLIGHT)
         .collect()
         .await;
     let elapsed = start.elapsed();
@@ -142,7 +166,7 @@ async fn measure(s: &Settings, cluster: &mut MiniCluster, started: u64) -> anyho
     rows.push(super::report::row(
         "rebuild",
         "ec",
-        om::DEFAULT_MAX_REPAIRS_PER_DATANODE,
+        om::DEFAULT_MAX_REPAIRS_IN_FLIGHT,
         count,
         rebuilt_bytes,
         elapsed,
