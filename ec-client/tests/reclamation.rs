@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
-use common::{data, ec_bucket, replicated_bucket, test_config};
+use common::{data, ec_bucket, replicated_bucket, test_config, wait_statuses};
 use ec_client::{Client, ClientError};
 use minicluster::{MiniCluster, MiniClusterConfig, MiniClusterError};
 use om::NodeState;
@@ -357,19 +357,6 @@ fn random_operations_leave_exactly_the_referenced_blocks() {
         .expect("property holds");
     let cluster = cluster.into_inner().expect("cluster");
     rt.block_on(cluster.shutdown());
-}
-
-/// Waits (bounded), heartbeat by heartbeat, until the om's view of the
-/// datanodes satisfies `pred`.
-async fn wait_statuses(cluster: &MiniCluster, pred: impl Fn(&[om::DatanodeStatus]) -> bool) {
-    let mut beats = cluster.om().watch_heartbeats();
-    tokio::time::timeout(Duration::from_secs(60), async {
-        while !pred(&cluster.om().datanode_statuses()) {
-            beats.changed().await.expect("om alive");
-        }
-    })
-    .await
-    .expect("the om's view reaches the expected state within 60 s");
 }
 
 /// Liveness with the om's clock stepped by the test: silence for the stale

@@ -8,7 +8,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{STRIPE, data, ec_bucket, node_of, read_all, replicated_bucket, ri, test_config};
+use common::{
+    STRIPE, data, ec_bucket, node_of, read_all, replicated_bucket, ri, test_config, wait_statuses,
+};
 use ec_client::Client;
 use minicluster::{MiniCluster, MiniClusterConfig};
 use om::{DatanodeStatus, ManualClock, NodeState, RepairStatus};
@@ -32,17 +34,6 @@ async fn cluster(n: usize, clock: &Arc<ManualClock>) -> (MiniCluster, Client) {
     .expect("minicluster");
     let client = cluster.client_with(test_config()).await.expect("client");
     (cluster, client)
-}
-
-async fn wait_statuses(cluster: &MiniCluster, pred: impl Fn(&[DatanodeStatus]) -> bool) {
-    let mut beats = cluster.om().watch_heartbeats();
-    tokio::time::timeout(Duration::from_secs(60), async {
-        while !pred(&cluster.om().datanode_statuses()) {
-            beats.changed().await.expect("om alive");
-        }
-    })
-    .await
-    .expect("the om's view reaches the expected state within 60 s");
 }
 
 async fn wait_repair(cluster: &MiniCluster, pred: impl Fn(&RepairStatus) -> bool) -> RepairStatus {

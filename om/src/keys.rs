@@ -94,51 +94,7 @@ impl OzoneManager {
         expected: (u64, u64),
         location: BlockLocation,
     ) -> Result<KeyInfo> {
-        let txn = self.db.begin_write()?;
-        let info;
-        {
-            let mut t = txn.open_table(KEYS)?;
-            let mut k: KeyInfo = {
-                let v = t.get((bucket, key))?.ok_or_else(|| OmError::KeyNotFound {
-                    bucket: bucket.to_string(),
-                    key: key.to_string(),
-                })?;
-                decode::<pb::KeyInfo, _>(v.value(), "key")?
-            };
-            let g = k.block_groups.get_mut(group).ok_or_else(|| {
-                OmError::InvalidArgument(format!("{bucket}/{key} has no block group {group}"))
-            })?;
-            if (g.container_id, g.local_id) != expected {
-                return Err(OmError::InvalidArgument(format!(
-                    "group {group} of {bucket}/{key} is now block {}:{}, not {}:{} (the key was rewritten)",
-                    g.container_id, g.local_id, expected.0, expected.1
-                )));
-            }
-            if g.pipeline
-                .locations
-                .iter()
-                .any(|l| l.datanode.uuid == location.datanode.uuid)
-            {
-                return Err(OmError::InvalidArgument(format!(
-                    "datanode {} already holds a block of group {group} of {bucket}/{key}",
-                    location.datanode
-                )));
-            }
-            if crate::deletion::is_logged(&txn, location.datanode.uuid.as_str(), expected)? {
-                return Err(OmError::InvalidArgument(format!(
-                    "datanode {} still has a deletion of group {group} of {bucket}/{key} pending",
-                    location.datanode
-                )));
-            }
-            g.pipeline.locations.push(location);
-            t.insert(
-                (bucket, key),
-                pb::KeyInfo::from(k.clone()).encode_to_vec().as_slice(),
-            )?;
-            info = k;
-        }
-        txn.commit()?;
-        Ok(info)
+        self.replace_locations(bucket, key, group, expected, &[], &[location])
     }
 
     /// Repair's commit: removes the `removed` locations of group `group` of `bucket/key` and

@@ -80,18 +80,7 @@ pub async fn reconstruct_ec_indexes(
     }
     let mut placed = Vec::with_capacity(targets.len());
     for (index, uuid) in targets {
-        let d = om
-            .datanode(uuid)
-            .ok_or_else(|| OmError::InvalidArgument(format!("no registered datanode {uuid}")))?;
-        if g.pipeline
-            .locations
-            .iter()
-            .any(|l| l.datanode.uuid == d.uuid)
-        {
-            return Err(OmError::InvalidArgument(format!(
-                "datanode {d} already holds a block of group {group}"
-            )));
-        }
+        let d = crate::replication::target_outside(om, g, group, uuid)?;
         placed.push(BlockLocation {
             datanode: d,
             replica_index: Some(*index),

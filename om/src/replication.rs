@@ -94,6 +94,33 @@ pub(crate) async fn copy_block(
     Ok(size)
 }
 
+/// The registered datanode `uuid`, which must hold no block of group `g` (position `group`):
+/// the target of a copy or rebuild.
+///
+/// # Errors
+/// [`OmError::InvalidArgument`] for an unregistered datanode or one that holds a block of the
+/// group.
+pub(crate) fn target_outside(
+    om: &OzoneManager,
+    g: &BlockGroup,
+    group: usize,
+    uuid: &str,
+) -> Result<DatanodeDetails, OmError> {
+    let d = om
+        .datanode(uuid)
+        .ok_or_else(|| OmError::InvalidArgument(format!("no registered datanode {uuid}")))?;
+    if g.pipeline
+        .locations
+        .iter()
+        .any(|l| l.datanode.uuid == d.uuid)
+    {
+        return Err(OmError::InvalidArgument(format!(
+            "datanode {d} already holds a block of group {group}"
+        )));
+    }
+    Ok(d)
+}
+
 /// Length in bytes of replica `replica_index` of group `g` of a key of `replication`: the
 /// internal block length for EC, the group length for a replicated block.
 pub(crate) fn replica_len(
@@ -148,20 +175,7 @@ pub async fn add_replica(
                 ReplicaIndex::to_wire(replica_index)
             ))
         })?;
-    let target = om
-        .datanodes()
-        .into_iter()
-        .find(|d| d.uuid == target)
-        .ok_or_else(|| OmError::InvalidArgument(format!("no registered datanode {target}")))?;
-    if g.pipeline
-        .locations
-        .iter()
-        .any(|l| l.datanode.uuid == target.uuid)
-    {
-        return Err(OmError::InvalidArgument(format!(
-            "datanode {target} already holds a block of group {group}"
-        )));
-    }
+    let target = target_outside(om, g, group, target)?;
     let block = g.block_id(replica_index);
     let expected = replica_len(&info.replication, g, replica_index)?;
     let size = copy_block(std::slice::from_ref(&source), &target, block, expected).await?;

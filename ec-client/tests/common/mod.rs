@@ -235,3 +235,16 @@ pub fn outside_datanode(cluster: &minicluster::MiniCluster, info: &ec_client::Ke
         .uuid()
         .to_string()
 }
+
+/// Waits (at most 60 s) until the om's view of its datanodes satisfies `pred`, re-checking
+/// after each heartbeat the om receives.
+pub async fn wait_statuses(cluster: &MiniCluster, pred: impl Fn(&[om::DatanodeStatus]) -> bool) {
+    let mut beats = cluster.om().watch_heartbeats();
+    tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        while !pred(&cluster.om().datanode_statuses()) {
+            beats.changed().await.expect("om alive");
+        }
+    })
+    .await
+    .expect("the om's view reaches the expected state within 60 s");
+}

@@ -180,15 +180,10 @@ async fn measure(s: &Settings, cluster: &mut MiniCluster, started: u64) -> anyho
         rows,
         ratios: Default::default(),
     };
-    if let (Some(r), Some(q)) = (
-        report.find("rebuild", "ec"),
-        report.find("read-sequential", "ec"),
-    ) {
-        let ratio = r.mb_per_sec / q.mb_per_sec.max(1e-9);
-        report.ratios.insert(
-            "rebuild/read-sequential (MB/s)".into(),
-            (ratio * 1000.0).round() / 1000.0,
-        );
-    }
+    report.mb_ratio(
+        "rebuild/read-sequential (MB/s)",
+        ("rebuild", "ec"),
+        ("read-sequential", "ec"),
+    );
     Ok(report)
 }

@@ -146,6 +146,16 @@ impl Report {
     }
 
     /// Adds `a/b` of ops/s as a named ratio when both rows exist.
+    /// Records `name` = MB/s of row `a` / MB/s of row `b` (each a (workload, mode) pair),
+    /// rounded to 3 decimals, when both rows exist.
+    pub(crate) fn mb_ratio(&mut self, name: &str, a: (&str, &str), b: (&str, &str)) {
+        if let (Some(x), Some(y)) = (self.find(a.0, a.1), self.find(b.0, b.1)) {
+            let r = x.mb_per_sec / y.mb_per_sec.max(1e-9);
+            self.ratios
+                .insert(name.into(), (r * 1000.0).round() / 1000.0);
+        }
+    }
+
     pub(crate) fn ratio(&mut self, name: &str, workload: &str, a: &str, b: &str) {
         if let (Some(x), Some(y)) = (self.find(workload, a), self.find(workload, b))
             && y.ops_per_sec > 0.0

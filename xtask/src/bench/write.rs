@@ -118,15 +118,10 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
         "pipelined",
         "serial",
     );
-    if let (Some(w), Some(c)) = (
-        report.find("write-ec", "pipelined"),
-        report.find("encode-rs-3-2-1024k", "codec"),
-    ) {
-        let r = w.mb_per_sec / c.mb_per_sec.max(1e-9);
-        report.ratios.insert(
-            "write-ec pipelined MB/s / codec MB/s".into(),
-            (r * 1000.0).round() / 1000.0,
-        );
-    }
+    report.mb_ratio(
+        "write-ec pipelined MB/s / codec MB/s",
+        ("write-ec", "pipelined"),
+        ("encode-rs-3-2-1024k", "codec"),
+    );
     Ok(report)
 }
