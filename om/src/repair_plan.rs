@@ -254,4 +254,56 @@ mod tests {
         let none = assess(&k, |_| false, |_| false);
         assert_eq!(none[0].remaining, -1, "no copy left");
     }
+
+    proptest::proptest! {
+        /// Against random placements (1-2 locations per index on 8 datanodes) and random
+        /// datanode states: every index with no counting location is either rebuilt (no
+        /// readable location) or copied from a readable one, never both; indexes with a
+        /// counting location are left alone; `remaining` is p minus the rebuilt ones; a group
+        /// is reported iff some index lacks a counting location.
+        #[test]
+        fn ec_deficits_match_the_locations(
+            placement in proptest::collection::vec(
+                proptest::collection::vec(0u128..8, 1..3), 5),
+            states in proptest::collection::vec(0u8..3, 8),
+        ) {
+            // 0: in service and alive, 1: decommissioning (readable), 2: dead.
+            let state = |u: &DatanodeId| (0..8u128)
+                .find(|n| DatanodeId::from_u128(*n) == *u)
+                .map_or(2, |n| states[n as usize]);
+            let mut locations = Vec::new();
+            for (i, nodes) in placement.iter().enumerate() {
+                for n in nodes {
+                    locations.push(loc(*n, i as u32 + 1));
+                }
+            }
+            let k = key("rs-3-2-1024k", locations.clone());
+            let d = assess(&k, |u| state(u) == 0, |u| state(u) < 2);
+            let lacking: Vec<u32> = (1..=5u32)
+                .filter(|r| !locations.iter().any(|l| {
+                    l.replica_index == ReplicaIndex::new(*r) && state(&l.datanode.uuid) == 0
+                }))
+                .collect();
+            proptest::prop_assert_eq!(d.is_empty(), lacking.is_empty());
+            if let Some(d) = d.first() {
+                let Lack::Indexes { rebuild, copy } = &d.lack else {
+                    return Err(proptest::test_runner::TestCaseError::fail("not an EC lack"));
+                };
+                let mut named: Vec<u32> = rebuild.iter().map(|r| r.get()).collect();
+                named.extend(copy.iter().filter_map(|l| l.replica_index).map(|r| r.get()));
+                named.sort_unstable();
+                proptest::prop_assert_eq!(&named, &lacking, "each lacking index once");
+                for l in copy {
+                    proptest::prop_assert_eq!(state(&l.datanode.uuid), 1, "copied from a readable, non-counting copy");
+                    proptest::prop_assert!(locations.contains(l));
+                }
+                for r in rebuild {
+                    proptest::prop_assert!(!locations.iter().any(|l| {
+                        l.replica_index == Some(*r) && state(&l.datanode.uuid) < 2
+                    }), "rebuilt only when nothing is readable");
+                }
+                proptest::prop_assert_eq!(d.remaining, 2 - rebuild.len() as i64);
+            }
+        }
+    }
 }
