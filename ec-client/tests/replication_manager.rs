@@ -349,3 +349,29 @@ async fn a_decommissioned_datanode_is_emptied_while_reads_go_on() {
     assert_eq!(store.stats().blocks, 0, "it holds no block");
     cluster.shutdown().await;
 }
+
+/// A decommission with no spare datanode (five datanodes, groups five wide) cannot copy
+/// anything: the status says the group waits for a target, and the datanode stays
+/// DECOMMISSIONING (nothing is lost or moved).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decommission_without_a_spare_datanode_waits_for_a_target() {
+    let clock = Arc::new(ManualClock::default());
+    let (cluster, client) = cluster(5, &clock).await;
+    ec_bucket(&client, "b", 1 << 20).await;
+    let src = data(STRIPE, 5);
+    client.put_key("b", "k", None, &src).await.expect("put");
+    let leaving: proto_crate::DatanodeId = cluster.datanodes()[0].uuid().parse().expect("uuid");
+    cluster.om().decommission(&leaving).expect("decommission");
+    let s = wait_repair(&cluster, |s| s.waiting_for_target == 1).await;
+    assert_eq!(
+        (s.under_replicated, s.in_flight, s.failed),
+        (1, 0, 0),
+        "{s:?}"
+    );
+    assert_eq!(
+        cluster.om().operational_state(&leaving),
+        om::OperationalState::Decommissioning
+    );
+    assert!(read_all(&client, "b", "k").await == src);
+    cluster.shutdown().await;
+}

@@ -73,6 +73,10 @@ pub struct RepairStatus {
     pub failed: u64,
     /// Groups with too few readable sources, waiting for a datanode to return.
     pub unrecoverable: u64,
+    /// Groups among `under_replicated` that no datanode could take at the last pass: every
+    /// HEALTHY, in-service datanode already holds a block of the group, is busy, or has a
+    /// deletion of it pending (e.g. a decommission with no spare datanode).
+    pub waiting_for_target: u64,
     /// Passes run since the om started.
     pub passes: u64,
 }
@@ -91,6 +95,7 @@ impl From<RepairStatus> for admin_pb::RepairStatusResponse {
             failed: s.failed,
             unrecoverable: s.unrecoverable,
             passes: s.passes,
+            waiting_for_target: s.waiting_for_target,
         }
     }
 }
@@ -109,6 +114,7 @@ impl From<admin_pb::RepairStatusResponse> for RepairStatus {
             failed: s.failed,
             unrecoverable: s.unrecoverable,
             passes: s.passes,
+            waiting_for_target: s.waiting_for_target,
         }
     }
 }
@@ -349,6 +355,7 @@ impl OzoneManager {
 
         let mut by_remaining = BTreeMap::new();
         let mut unrecoverable = 0;
+        let mut no_target = 0;
         let mut starts = Vec::new();
         let mut in_flight = running.len();
         for d in &deficits {
@@ -379,6 +386,7 @@ impl OzoneManager {
             let targets: Vec<DatanodeDetails> =
                 candidates.into_iter().take(wanted).cloned().collect();
             if targets.is_empty() {
+                no_target += 1;
                 continue;
             }
             for t in &targets {
@@ -407,7 +415,14 @@ impl OzoneManager {
             let s = &mut inner.status;
             s.under_replicated = by_remaining.values().sum();
             s.by_remaining = by_remaining;
+            if no_target > 0 && s.waiting_for_target == 0 {
+                tracing::warn!(
+                    groups = no_target,
+                    "under-replicated groups wait: no healthy in-service datanode outside them can take a copy"
+                );
+            }
             s.unrecoverable = unrecoverable;
+            s.waiting_for_target = no_target;
             s.passes += 1;
             self.repair.passes.send_replace(s.passes);
         }

@@ -15,7 +15,8 @@ pub enum AdminCommand {
     /// failures they survive), repairs in flight, completed, failed, unrecoverable.
     RepairStatus {
         /// Print one JSON object with the integer fields `under_replicated`, `in_flight`,
-        /// `completed`, `failed`, `unrecoverable` (and `by_remaining`, `passes`).
+        /// `completed`, `failed`, `unrecoverable`, `waiting_for_target`, `passes` and the
+        /// object `by_remaining`.
         #[arg(long)]
         json: bool,
         /// Wait until nothing is under-replicated or in flight (exit 1 after `--timeout`).
@@ -76,6 +77,7 @@ fn print(s: &om::RepairStatus, as_json: bool) {
                 "completed": s.completed,
                 "failed": s.failed,
                 "unrecoverable": s.unrecoverable,
+                "waiting_for_target": s.waiting_for_target,
                 "by_remaining": by_remaining,
                 "passes": s.passes,
             })
@@ -90,4 +92,6 @@ fn print(s: &om::RepairStatus, as_json: bool) {
     println!("repairs completed:       {}", s.completed);
     println!("repair attempts failed:  {}", s.failed);
     println!("unrecoverable groups:    {}", s.unrecoverable);
+    println!("waiting for a target:    {}", s.waiting_for_target);
+    println!("passes:                  {}", s.passes);
 }
