@@ -354,21 +354,20 @@ async fn opening_a_writer_cancelled_at_every_await_point_leaves_no_session() {
     panic!("opening did not finish within {MAX_POLLS} polls");
 }
 
-/// Uploads in `bucket`, once the background aborts of cancelled initiates
-/// landed (they run on spawned tasks: polled, bounded by a minute).
-async fn uploads_after_aborts(client: &Client, bucket: &str, expect: usize) -> usize {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let n = client
-            .list_multipart_uploads(bucket, "")
-            .await
-            .expect("list uploads")
-            .len();
-        if n == expect || tokio::time::Instant::now() > deadline {
-            return n;
+/// Multipart uploads in progress once there are `expect` of them: the aborts of
+/// cancelled initiates run on spawned tasks, so this waits (bounded by a minute) on
+/// the om's count, which changes with every initiate, abort and completion.
+async fn uploads_after_aborts(cluster: &MiniCluster, expect: u64) -> u64 {
+    let mut uploads = cluster.om().watch_multipart_uploads();
+    let _ = tokio::time::timeout(Duration::from_secs(60), async {
+        while *uploads.borrow_and_update() != expect {
+            if uploads.changed().await.is_err() {
+                return;
+            }
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    })
+    .await;
+    *uploads.borrow()
 }
 
 /// InitiateMultipartUpload cancelled at each await point leaves no upload
@@ -385,11 +384,18 @@ async fn initiate_cancelled_at_every_await_point_leaves_no_upload() {
         let init = client.initiate_multipart_upload("u", "k", None, BTreeMap::new());
         match CancelAtPoll::new(init, n).await {
             Cancelled::Dropped => {
-                assert_eq!(uploads_after_aborts(&client, "u", 0).await, 0, "poll {n}");
+                assert_eq!(uploads_after_aborts(&cluster, 0).await, 0, "poll {n}");
+                assert!(
+                    client
+                        .list_multipart_uploads("u", "")
+                        .await
+                        .expect("list")
+                        .is_empty()
+                );
             }
             Cancelled::Finished(r) => {
                 r.expect("an uncancelled initiate succeeds");
-                assert_eq!(uploads_after_aborts(&client, "u", 1).await, 1);
+                assert_eq!(uploads_after_aborts(&cluster, 1).await, 1);
                 assert!(n > 2, "initiate suspended only {} times", n - 1);
                 cluster.shutdown().await;
                 return;

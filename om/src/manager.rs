@@ -245,6 +245,8 @@ pub struct OzoneManager {
     pub(crate) heartbeats: tokio::sync::watch::Sender<u64>,
     /// Lease renewals received, published on each.
     pub(crate) renewals: tokio::sync::watch::Sender<u64>,
+    /// Multipart uploads in progress, published after every change.
+    pub(crate) uploads_open: tokio::sync::watch::Sender<u64>,
     /// Wakes the block deleting service when the log grows.
     pub(crate) deletion_wakeup: Arc<tokio::sync::Notify>,
     /// The ReplicationManager's state.
@@ -359,11 +361,13 @@ impl OzoneManager {
             deletions_pending: tokio::sync::watch::Sender::new(0),
             heartbeats: tokio::sync::watch::Sender::new(0),
             renewals: tokio::sync::watch::Sender::new(0),
+            uploads_open: tokio::sync::watch::Sender::new(0),
             deletion_wakeup: Arc::new(tokio::sync::Notify::new()),
             repair: crate::replication_manager::RepairState::default(),
             _lock: lock,
         };
         om.deletions_changed();
+        om.publish_uploads();
         Ok(om)
     }
 

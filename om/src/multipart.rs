@@ -16,7 +16,7 @@ use proto_crate::wire::om as pb;
 use proto_crate::{
     KeyInfo, MULTIPART_PART_SIZES_KEY, MultipartUpload, PartInfo, ReplicationConfig,
 };
-use redb::{ReadableDatabase, ReadableTable};
+use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
 use crate::deletion::{end_session, log_groups, log_key_groups};
 use crate::manager::{KEYS, OpenKey, SessionTarget, UPLOADS, decode, now_ms};
@@ -60,7 +60,30 @@ impl OzoneManager {
                 .as_slice(),
         )?;
         txn.commit()?;
+        self.publish_uploads();
         Ok(())
+    }
+
+    /// A receiver of the number of multipart uploads in progress (initiated, neither completed
+    /// nor aborted), updated after every change: to wait for an upload's abort without polling.
+    #[must_use]
+    pub fn watch_multipart_uploads(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.uploads_open.subscribe()
+    }
+
+    /// Publishes the number of uploads in progress (read from the database).
+    pub(crate) fn publish_uploads(&self) {
+        let count = self
+            .db
+            .begin_read()
+            .map_err(OmError::from)
+            .and_then(|r| Ok(r.open_table(UPLOADS)?.len()?));
+        match count {
+            Ok(n) => {
+                self.uploads_open.send_replace(n);
+            }
+            Err(e) => tracing::warn!(error = %e, "counting multipart uploads"),
+        }
     }
 
     /// Starts a multipart upload of `bucket/key`; returns its id.
@@ -249,6 +272,7 @@ impl OzoneManager {
         }
         txn.commit()?;
         self.deletions_changed();
+        self.publish_uploads();
         Ok(())
     }
 
@@ -361,6 +385,7 @@ impl OzoneManager {
         }
         txn.commit()?;
         self.deletions_changed();
+        self.publish_uploads();
         Ok(info)
     }
 }
