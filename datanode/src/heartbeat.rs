@@ -4,6 +4,11 @@
 //! registers the datanode if the om does not know it (an om whose database
 //! was replaced). A failed heartbeat is logged and retried at the next tick;
 //! the om marks a silent datanode STALE, then DEAD.
+//!
+//! Block reports: right after registration and then every report interval, the datanode scans
+//! its blocks ([`ContainerStore::scan_blocks`]: files checked against their records, lost ones
+//! dropped) and streams the list of intact blocks to the om in pages of [`REPORT_PAGE`]. The om
+//! compares it with the locations it records and repairs what a live datanode lost.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -77,5 +82,86 @@ pub(crate) async fn run_heartbeats(
         if let Err(e) = client.heartbeat(request(&details, &store, &metrics)).await {
             tracing::debug!(om, error = %e, "heartbeat failed; retrying at the next interval");
         }
+    }
+}
+
+/// Blocks per block-report page (about 30 bytes each on the wire).
+pub const REPORT_PAGE: usize = 50_000;
+
+/// Scans the store and sends one full block report to `client`. Returns the number of blocks
+/// reported.
+async fn send_block_report(
+    client: &mut OzoneManagerServiceClient<Channel>,
+    details: &DatanodeDetails,
+    store: &Arc<ContainerStore>,
+) -> Result<usize, String> {
+    let scan = store
+        .scan_blocks()
+        .await
+        .map_err(|e| format!("scanning blocks: {e}"))?;
+    let n = scan.present.len();
+    let pages: Vec<om_pb::BlockReportPage> = scan
+        .present
+        .chunks(REPORT_PAGE)
+        .enumerate()
+        .map(|(i, page)| om_pb::BlockReportPage {
+            datanode: (i == 0).then(|| details.clone().into()),
+            blocks: page
+                .iter()
+                .map(|(b, len)| om_pb::ReportedBlock {
+                    container_id: b.container_id,
+                    local_id: b.local_id,
+                    replica_index: proto_crate::ReplicaIndex::to_wire(b.replica_index),
+                    length: *len,
+                })
+                .collect(),
+        })
+        .collect();
+    // An empty store still names itself: one page with no blocks.
+    let pages = if pages.is_empty() {
+        vec![om_pb::BlockReportPage {
+            datanode: Some(details.clone().into()),
+            blocks: Vec::new(),
+        }]
+    } else {
+        pages
+    };
+    client
+        .block_report(futures::stream::iter(pages))
+        .await
+        .map_err(|e| format!("sending the block report: {e}"))?;
+    Ok(n)
+}
+
+/// Sends a full block report to the om at `om` (`HOST:PORT`) at once and then every
+/// `interval` until aborted. A failed report is logged and retried at the next heartbeat
+/// interval.
+pub(crate) async fn run_block_reports(
+    om: String,
+    details: DatanodeDetails,
+    store: Arc<ContainerStore>,
+    interval: Duration,
+    retry: Duration,
+) {
+    let endpoint = match Endpoint::from_shared(format!("http://{om}")) {
+        Ok(e) => e.connect_timeout(Duration::from_secs(5)),
+        Err(e) => {
+            tracing::error!(om, error = %e, "bad om address; not sending block reports");
+            return;
+        }
+    };
+    let mut client = OzoneManagerServiceClient::new(endpoint.connect_lazy());
+    loop {
+        let wait = match send_block_report(&mut client, &details, &store).await {
+            Ok(n) => {
+                tracing::debug!(om, blocks = n, "block report sent");
+                interval
+            }
+            Err(e) => {
+                tracing::warn!(om, error = %e, "block report failed; retrying");
+                retry.min(interval)
+            }
+        };
+        tokio::time::sleep(wait).await;
     }
 }

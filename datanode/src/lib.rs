@@ -42,6 +42,7 @@ pub use deletion::MAX_DELETE_BATCH;
 pub use error::DatanodeError;
 pub use fault::{FaultInjector, FaultKind, FaultRule, InvalidFault};
 pub use file_cache::{DEFAULT_MAX_OPEN_FILES, FileCache};
+pub use heartbeat::REPORT_PAGE;
 pub use heartbeat::filesystem_space;
 pub use inflight::{DEFAULT_MAX_INFLIGHT_BYTES, InflightBudget, InflightPermit};
 pub use metrics::{DatanodeMetrics, RpcKind};
@@ -50,6 +51,9 @@ pub use reconstruction::{
     EcReconstructionReport, IndexAddress, ReconstructionError,
 };
 pub use recovery::{RECOVERY_ORPHAN_LOG, RECOVERY_TAIL_LOG, RecoveryReport};
-pub use server::{DEFAULT_HEARTBEAT_INTERVAL, Datanode, DatanodeConfig, MAX_MESSAGE_SIZE};
+pub use server::{
+    DEFAULT_BLOCK_REPORT_INTERVAL, DEFAULT_HEARTBEAT_INTERVAL, Datanode, DatanodeConfig,
+    MAX_MESSAGE_SIZE,
+};
 pub use service::DatanodeGrpcService;
-pub use storage::{ContainerStore, MAX_READ_LEN, StoreOptions, StoreStats};
+pub use storage::{BlockScan, ContainerStore, MAX_READ_LEN, StoreOptions, StoreStats};

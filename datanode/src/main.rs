@@ -34,6 +34,10 @@ struct Args {
     /// Seconds between heartbeats to the om.
     #[arg(long, default_value_t = datanode::DEFAULT_HEARTBEAT_INTERVAL.as_secs_f64())]
     heartbeat_interval: f64,
+    /// Seconds between full block reports to the om (each scans every block file; one is also
+    /// sent at start).
+    #[arg(long, default_value_t = datanode::DEFAULT_BLOCK_REPORT_INTERVAL.as_secs_f64())]
+    block_report_interval: f64,
 }
 
 #[tokio::main]
@@ -44,6 +48,10 @@ async fn main() -> anyhow::Result<()> {
         .ok()
         .filter(|d| !d.is_zero())
         .context("--heartbeat-interval must be a positive number of seconds")?;
+    let block_reports = std::time::Duration::try_from_secs_f64(args.block_report_interval)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .context("--block-report-interval must be a positive number of seconds")?;
     anyhow::ensure!(
         args.max_inflight_bytes >= datanode::MAX_READ_LEN,
         "--max-inflight-bytes must be at least {} (one ReadChunk answer)",
@@ -53,7 +61,8 @@ async fn main() -> anyhow::Result<()> {
         .with_fault_injection(args.enable_fault_injection)
         .with_max_open_files(args.max_open_files)
         .with_max_inflight_bytes(args.max_inflight_bytes)
-        .with_heartbeat_interval(heartbeat);
+        .with_heartbeat_interval(heartbeat)
+        .with_block_report_interval(block_reports);
     if let Some(om) = args.om {
         config = config.with_om(om);
     }

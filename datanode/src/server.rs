@@ -19,7 +19,7 @@ use tonic::transport::server::TcpIncoming;
 use crate::DatanodeError;
 use crate::admin::DatanodeAdminGrpc;
 use crate::fault::FaultInjector;
-use crate::heartbeat::run_heartbeats;
+use crate::heartbeat::{run_block_reports, run_heartbeats};
 use crate::inflight::{DEFAULT_MAX_INFLIGHT_BYTES, InflightBudget};
 use crate::metrics::DatanodeMetrics;
 use crate::service::DatanodeGrpcService;
@@ -28,6 +28,11 @@ use crate::storage::{ContainerStore, StoreOptions};
 /// Default heartbeat interval (`--heartbeat-interval`): 3 s, as Ozone's
 /// `hdds.heartbeat.interval` would be for a small cluster.
 pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(3);
+
+/// Default block report interval (`--block-report-interval`): 5 minutes. It bounds how long
+/// a block lost on a live datanode (its file gone or cut short) goes unnoticed by the om; each
+/// report stats every block file and sends about 30 bytes per block.
+pub const DEFAULT_BLOCK_REPORT_INTERVAL: Duration = Duration::from_secs(300);
 
 /// Largest gRPC message the datanode accepts or sends, bytes (a ReadChunk
 /// answer is capped at 32 MiB; WriteChunk requests carry one chunk).
@@ -52,6 +57,9 @@ pub struct DatanodeConfig {
     pub max_inflight_bytes: u64,
     /// How often to heartbeat to the om (default 3 s).
     pub heartbeat_interval: Duration,
+    /// How often to scan the blocks and send the om a full block report (default 5 min; one
+    /// is also sent right after registration).
+    pub block_report_interval: Duration,
 }
 
 impl DatanodeConfig {
@@ -66,6 +74,7 @@ impl DatanodeConfig {
             store: StoreOptions::default(),
             max_inflight_bytes: DEFAULT_MAX_INFLIGHT_BYTES,
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
+            block_report_interval: DEFAULT_BLOCK_REPORT_INTERVAL,
         }
     }
 
@@ -87,6 +96,13 @@ impl DatanodeConfig {
     #[must_use]
     pub fn with_heartbeat_interval(mut self, interval: Duration) -> Self {
         self.heartbeat_interval = interval;
+        self
+    }
+
+    /// Sets the block report interval.
+    #[must_use]
+    pub fn with_block_report_interval(mut self, interval: Duration) -> Self {
+        self.block_report_interval = interval;
         self
     }
 
@@ -119,6 +135,7 @@ pub struct Datanode {
     store: Arc<ContainerStore>,
     serving: ServingTask<Result<(), tonic::transport::Error>>,
     heartbeats: Option<JoinHandle<()>>,
+    block_reports: Option<JoinHandle<()>>,
 }
 
 /// The datanode's identity, kept in `DIR/datanode.id`: read back, or a new
@@ -231,6 +248,7 @@ impl Datanode {
             store,
             serving,
             heartbeats: None,
+            block_reports: None,
         };
         if let Some(om) = &config.om {
             register(om, &dn.details).await?;
@@ -239,6 +257,13 @@ impl Datanode {
                 dn.details.clone(),
                 Arc::clone(&dn.store),
                 Arc::clone(&dn.metrics),
+                config.heartbeat_interval,
+            )));
+            dn.block_reports = Some(tokio::spawn(run_block_reports(
+                om.clone(),
+                dn.details.clone(),
+                Arc::clone(&dn.store),
+                config.block_report_interval,
                 config.heartbeat_interval,
             )));
         }
@@ -283,8 +308,13 @@ impl Datanode {
     }
 
     async fn stop(&mut self) {
-        if let Some(h) = self.heartbeats.take() {
+        for h in [self.heartbeats.take(), self.block_reports.take()]
+            .into_iter()
+            .flatten()
+        {
             h.abort();
+            // A scan holds the store: wait until the task let go of it.
+            let _ = h.await;
         }
         match self.serving.stop(Duration::from_secs(5)).await {
             Stopped::Finished(Ok(())) | Stopped::AlreadyStopped => {}
@@ -304,7 +334,10 @@ impl Datanode {
 impl Drop for Datanode {
     fn drop(&mut self) {
         // The serving task's signal fires as `serving` drops.
-        if let Some(h) = self.heartbeats.take() {
+        for h in [self.heartbeats.take(), self.block_reports.take()]
+            .into_iter()
+            .flatten()
+        {
             h.abort();
         }
     }

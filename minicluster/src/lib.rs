@@ -91,6 +91,8 @@ pub struct MiniClusterConfig {
     pub clean: bool,
     /// Datanode heartbeat interval (default 1 s).
     pub heartbeat_interval: Duration,
+    /// Datanode block report interval (default 60 s; one is sent at each start too).
+    pub block_report_interval: Duration,
     /// The om's stale interval (default 5 s).
     pub stale_after: Duration,
     /// The om's dead interval (default 10 s: a stopped datanode is DEAD
@@ -119,6 +121,7 @@ impl Default for MiniClusterConfig {
             block_size: 256 * 1024 * 1024,
             clean: false,
             heartbeat_interval: Duration::from_secs(1),
+            block_report_interval: Duration::from_secs(60),
             stale_after: Duration::from_secs(5),
             dead_after: Duration::from_secs(10),
             open_key_lease: om::DEFAULT_OPEN_KEY_LEASE,
@@ -169,6 +172,12 @@ impl MiniClusterConfig {
         self.dead_after = dead;
         self
     }
+    /// Sets the datanodes' block report interval.
+    #[must_use]
+    pub fn with_block_report_interval(mut self, interval: Duration) -> Self {
+        self.block_report_interval = interval;
+        self
+    }
     /// Sets the om's open-key lease.
     #[must_use]
     pub fn with_open_key_lease(mut self, lease: Duration) -> Self {
@@ -205,6 +214,7 @@ impl MiniClusterConfig {
             .with_om(om.to_string())
             .with_fault_injection(true)
             .with_heartbeat_interval(self.heartbeat_interval)
+            .with_block_report_interval(self.block_report_interval)
             .with_max_open_files(self.max_open_files)
     }
 }

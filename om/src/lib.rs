@@ -12,6 +12,9 @@
 //!   sessions expire after a lease.
 //! - [`OmGrpcService`] / [`OmServer`]: the same over gRPC, with the
 //!   background services.
+//! - Repair: block reports ([`BlockReport`]) and the ReplicationManager
+//!   ([`run_replication_manager`]) rebuild or copy what a DEAD or
+//!   decommissioning datanode held, or a block a live datanode lost.
 //! - [`add_replica`] / [`OmAdminGrpc`]: copy an EC replica to another
 //!   datanode and record it as a spare location (Ozone's EC replication).
 //! - [`OmError`]: typed errors; a failed gRPC call carries the error's name in
@@ -19,6 +22,7 @@
 //!
 //! Layering: depends on `proto-crate` only.
 
+mod block_reports;
 mod clock;
 mod decommission;
 mod deletion;
@@ -36,6 +40,7 @@ mod server;
 mod service;
 mod sessions;
 
+pub use block_reports::{BlockReport, MAX_CHECKS_PER_PASS, MAX_REPORTED_BLOCKS};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decommission::OperationalState;
 pub use deletion::{DELETE_BATCH, run_block_deleting_service};

@@ -20,7 +20,9 @@ use tonic::transport::Channel;
 
 use crate::{OmError, OzoneManager};
 
-async fn datanode_client(d: &DatanodeDetails) -> Result<DatanodeServiceClient<Channel>, OmError> {
+pub(crate) async fn datanode_client(
+    d: &DatanodeDetails,
+) -> Result<DatanodeServiceClient<Channel>, OmError> {
     let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", d.address))
         .map_err(|e| OmError::ReplicationFailed(format!("address of {d}: {e}")))?
         .connect_timeout(Duration::from_secs(5))

@@ -4,6 +4,8 @@
 //! A location *counts* while its datanode is in service and not DEAD (a STALE datanode may be
 //! back within the dead interval; repairing it is Ozone's `ozone.scm.dead.node.interval`
 //! trade-off too). It is *readable* while its datanode is not DEAD, decommissioning included.
+//! A location whose live datanode lost the block (found through block reports) neither counts
+//! nor is readable: per location, not per datanode, hence the block in the predicates.
 //! An EC index with no counting location is copied from a readable one when there is one
 //! (decommission), else rebuilt; a replicated block with fewer counting copies than its factor
 //! gets copies from a readable one.
@@ -60,15 +62,19 @@ pub(crate) struct Deficit {
     pub(crate) lack: Lack,
 }
 
-/// The deficits of `key`'s groups, given `counts(datanode)` and `readable(datanode)` (see the
-/// module documentation; whatever counts is readable).
+/// The deficits of `key`'s groups, given `counts(datanode, block)` and `readable(datanode,
+/// block)` for the location of block (container id, local id) on a datanode (see the module
+/// documentation; whatever counts is readable).
 pub(crate) fn assess(
     key: &KeyInfo,
-    counts: impl Fn(&DatanodeId) -> bool,
-    readable: impl Fn(&DatanodeId) -> bool,
+    counts: impl Fn(&DatanodeId, (u64, u64)) -> bool,
+    readable: impl Fn(&DatanodeId, (u64, u64)) -> bool,
 ) -> Vec<Deficit> {
     let mut out = Vec::new();
     for (i, g) in key.block_groups.iter().enumerate() {
+        let block = (g.container_id, g.local_id);
+        let counts = |d: &DatanodeId| counts(d, block);
+        let readable = |d: &DatanodeId| readable(d, block);
         let holders: Vec<DatanodeId> = g
             .pipeline
             .locations
@@ -183,9 +189,9 @@ mod tests {
             "rs-3-2-1024k",
             (1..=5).map(|r| loc(u128::from(r), r)).collect(),
         );
-        assert!(assess(&k, |_| true, |_| true).is_empty());
+        assert!(assess(&k, |_, _| true, |_, _| true).is_empty());
         let dead = [DatanodeId::from_u128(2), DatanodeId::from_u128(5)];
-        let d = assess(&k, |u| !dead.contains(u), |u| !dead.contains(u));
+        let d = assess(&k, |u, _| !dead.contains(u), |u, _| !dead.contains(u));
         assert_eq!(d.len(), 1);
         assert_eq!(d[0].remaining, 0);
         assert_eq!(d[0].holders.len(), 5);
@@ -205,7 +211,11 @@ mod tests {
             .pipeline
             .locations
             .push(loc(6, 2));
-        let d = assess(&with_spare, |u| !dead.contains(u), |u| !dead.contains(u));
+        let d = assess(
+            &with_spare,
+            |u, _| !dead.contains(u),
+            |u, _| !dead.contains(u),
+        );
         assert!(
             matches!(&d[0].lack, Lack::Indexes { rebuild, .. } if rebuild.len() == 1),
             "{d:?}"
@@ -214,7 +224,7 @@ mod tests {
         // Datanode 3 decommissioning (readable, not counting): index 3 is copied, not rebuilt,
         // and does not lower the remaining redundancy.
         let leaving = DatanodeId::from_u128(3);
-        let d = assess(&k, |u| *u != leaving, |_| true);
+        let d = assess(&k, |u, _| *u != leaving, |_, _| true);
         assert_eq!(
             d[0].lack,
             Lack::Indexes {
@@ -228,9 +238,9 @@ mod tests {
     #[test]
     fn replicated_blocks_lack_copies_below_their_factor() {
         let k = key("THREE", (1..=3).map(|n| loc(n, 0)).collect());
-        assert!(assess(&k, |_| true, |_| true).is_empty());
+        assert!(assess(&k, |_, _| true, |_, _| true).is_empty());
         let three = DatanodeId::from_u128(3);
-        let d = assess(&k, |u| *u != three, |u| *u != three);
+        let d = assess(&k, |u, _| *u != three, |u, _| *u != three);
         assert_eq!(d[0].remaining, 1);
         assert_eq!(
             d[0].lack,
@@ -241,7 +251,7 @@ mod tests {
             }
         );
         // Decommissioning: its copy is a source too, and is retired.
-        let d = assess(&k, |u| *u != three, |_| true);
+        let d = assess(&k, |u, _| *u != three, |_, _| true);
         assert_eq!(d[0].remaining, 2);
         assert_eq!(
             d[0].lack,
@@ -251,8 +261,32 @@ mod tests {
                 needed: 1
             }
         );
-        let none = assess(&k, |_| false, |_| false);
+        let none = assess(&k, |_, _| false, |_, _| false);
         assert_eq!(none[0].remaining, -1, "no copy left");
+    }
+
+    #[test]
+    fn a_block_lost_on_a_live_datanode_is_rebuilt_like_a_dead_ones() {
+        let k = key(
+            "rs-3-2-1024k",
+            (1..=5).map(|r| loc(u128::from(r), r)).collect(),
+        );
+        let lost = (DatanodeId::from_u128(4), (1, 2));
+        let present = |u: &DatanodeId, b: (u64, u64)| (u.clone(), b) != lost;
+        let d = assess(&k, present, present);
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].remaining, 1);
+        assert_eq!(
+            d[0].lack,
+            Lack::Indexes {
+                rebuild: vec![ReplicaIndex::new(4).expect("index")],
+                copy: vec![],
+            }
+        );
+        // Another block on the same datanode is not affected.
+        let other = (DatanodeId::from_u128(4), (1, 3));
+        let present = |u: &DatanodeId, b: (u64, u64)| (u.clone(), b) != other;
+        assert!(assess(&k, present, present).is_empty());
     }
 
     proptest::proptest! {
@@ -278,7 +312,7 @@ mod tests {
                 }
             }
             let k = key("rs-3-2-1024k", locations.clone());
-            let d = assess(&k, |u| state(u) == 0, |u| state(u) < 2);
+            let d = assess(&k, |u, _| state(u) == 0, |u, _| state(u) < 2);
             let lacking: Vec<u32> = (1..=5u32)
                 .filter(|r| !locations.iter().any(|l| {
                     l.replica_index == ReplicaIndex::new(*r) && state(&l.datanode.uuid) == 0

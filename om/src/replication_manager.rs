@@ -77,6 +77,13 @@ pub struct RepairStatus {
     /// HEALTHY, in-service datanode already holds a block of the group, is busy, or has a
     /// deletion of it pending (e.g. a decommission with no spare datanode).
     pub waiting_for_target: u64,
+    /// Locations whose live datanode no longer holds the block (absent from its block report
+    /// and confirmed by asking it), not yet repaired. Each makes its group under-replicated.
+    pub missing_replicas: u64,
+    /// Locations absent from their datanode's block report that were checked with the
+    /// datanode (it held the block, or not), since the om started. A report is a snapshot: a
+    /// block written after it was taken is absent from it and still held.
+    pub checked_replicas: u64,
     /// Passes run since the om started.
     pub passes: u64,
 }
@@ -96,6 +103,8 @@ impl From<RepairStatus> for admin_pb::RepairStatusResponse {
             unrecoverable: s.unrecoverable,
             passes: s.passes,
             waiting_for_target: s.waiting_for_target,
+            missing_replicas: s.missing_replicas,
+            checked_replicas: s.checked_replicas,
         }
     }
 }
@@ -115,8 +124,24 @@ impl From<admin_pb::RepairStatusResponse> for RepairStatus {
             unrecoverable: s.unrecoverable,
             passes: s.passes,
             waiting_for_target: s.waiting_for_target,
+            missing_replicas: s.missing_replicas,
+            checked_replicas: s.checked_replicas,
         }
     }
+}
+
+/// What one pass's scan found.
+#[derive(Debug, Default)]
+struct Scan {
+    deficits: Vec<Deficit>,
+    /// Datanodes some location or multipart part names.
+    referenced: BTreeSet<DatanodeId>,
+    /// Whether every key was scanned (not cut short by the per-pass cap).
+    complete: bool,
+    /// Locations absent from their datanode's last block report, to check.
+    candidates: Vec<crate::block_reports::Candidate>,
+    /// Locations known missing that are still recorded.
+    still_missing: BTreeSet<((u64, u64), DatanodeId)>,
 }
 
 /// Why a group is not retried yet.
@@ -310,47 +335,80 @@ impl OzoneManager {
             .copied()
             .collect();
 
+        let reports = self.block_reports.snapshot();
+        let missing = self.block_reports.missing();
         let om = Arc::clone(self);
         let readable = live.clone();
-        let (mut deficits, referenced, complete) = tokio::task::spawn_blocking(move || {
-            let mut out = Vec::new();
+        let scan = tokio::task::spawn_blocking(move || {
+            let mut scan = Scan::default();
+            let lost =
+                |d: &DatanodeId, b: (u64, u64)| missing.get(&b).is_some_and(|s| s.contains(d));
             let mut actionable = 0usize;
-            let mut referenced: BTreeSet<DatanodeId> = BTreeSet::new();
             let mut after = None;
             loop {
                 let page = om.keys_page(after.as_ref(), SCAN_PAGE)?;
                 let Some(last) = page.last() else {
-                    referenced.extend(om.part_holders()?);
-                    return Ok::<_, OmError>((out, referenced, true));
+                    scan.referenced.extend(om.part_holders()?);
+                    scan.complete = true;
+                    return Ok::<_, OmError>(scan);
                 };
                 after = Some((last.bucket.clone(), last.name.clone()));
                 for k in &page {
-                    referenced.extend(
-                        k.block_groups
-                            .iter()
-                            .flat_map(|g| g.pipeline.locations.iter())
-                            .map(|l| l.datanode.uuid.clone()),
-                    );
-                    for d in assess(k, |d| counting.contains(d), |d| readable.contains(d)) {
+                    for g in &k.block_groups {
+                        let b = (g.container_id, g.local_id);
+                        for l in &g.pipeline.locations {
+                            let u = &l.datanode.uuid;
+                            scan.referenced.insert(u.clone());
+                            if lost(u, b) {
+                                scan.still_missing.insert((b, u.clone()));
+                            } else if scan.candidates.len() < crate::MAX_CHECKS_PER_PASS
+                                && readable.contains(u)
+                                && reports.get(u).is_some_and(|r| !r.contains(b))
+                            {
+                                let c = crate::block_reports::Candidate {
+                                    datanode: l.datanode.clone(),
+                                    block: g.block_id(l.replica_index),
+                                    report: reports[u].received,
+                                };
+                                if !om.block_reports.checked(&c) {
+                                    scan.candidates.push(c);
+                                }
+                            }
+                        }
+                    }
+                    let counts = |d: &DatanodeId, b| counting.contains(d) && !lost(d, b);
+                    let reads = |d: &DatanodeId, b| readable.contains(d) && !lost(d, b);
+                    for d in assess(k, counts, reads) {
                         if !skip.contains(&d.block) {
                             actionable += 1;
                         }
-                        out.push(d);
+                        scan.deficits.push(d);
                     }
                 }
                 if page.len() < SCAN_PAGE {
-                    referenced.extend(om.part_holders()?);
-                    return Ok((out, referenced, true));
+                    scan.referenced.extend(om.part_holders()?);
+                    scan.complete = true;
+                    return Ok(scan);
                 }
                 if actionable >= MAX_DEFICITS_PER_PASS {
-                    return Ok((out, referenced, false));
+                    return Ok(scan);
                 }
             }
         })
         .await??;
+        let Scan {
+            mut deficits,
+            referenced,
+            complete,
+            candidates,
+            still_missing,
+        } = scan;
         if complete {
             self.finish_decommissions(&referenced)?;
+            self.block_reports
+                .prune(|b, d| still_missing.contains(&(*b, d.clone())));
         }
+        self.check_in_background(candidates);
         deficits.sort_by_key(|d| d.remaining);
 
         let mut by_remaining = BTreeMap::new();
@@ -423,6 +481,7 @@ impl OzoneManager {
             }
             s.unrecoverable = unrecoverable;
             s.waiting_for_target = no_target;
+            (s.missing_replicas, s.checked_replicas) = self.block_reports.counts();
             s.passes += 1;
             self.repair.passes.send_replace(s.passes);
         }
@@ -438,6 +497,24 @@ impl OzoneManager {
         }
         drop(tasks);
         Ok(self.repair_status())
+    }
+
+    /// Checks `candidates` with their datanodes on the ReplicationManager's task set, one batch
+    /// at a time (a pass that finds candidates while a batch runs leaves them to a later pass),
+    /// and wakes the service when some location turned out missing.
+    fn check_in_background(self: &Arc<Self>, candidates: Vec<crate::block_reports::Candidate>) {
+        use std::sync::atomic::Ordering;
+        if candidates.is_empty() || self.block_reports.checking.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let om = Arc::clone(self);
+        self.repair.tasks().spawn(async move {
+            let found = om.check_candidates(candidates).await;
+            om.block_reports.checking.store(false, Ordering::Release);
+            if found > 0 {
+                om.repair.wakeup.notify_one();
+            }
+        });
     }
 
     /// Whether a deletion of `block` on `uuid` is logged (a target then would lose the repair).

@@ -94,6 +94,38 @@ impl OzoneManagerService for OmGrpcService {
         Ok(Response::new(pb::HeartbeatResponse {}))
     }
 
+    async fn block_report(
+        &self,
+        req: Request<tonic::Streaming<pb::BlockReportPage>>,
+    ) -> Result<Response<pb::BlockReportResponse>, Status> {
+        let mut pages = req.into_inner();
+        let mut datanode: Option<DatanodeDetails> = None;
+        let mut blocks: Vec<(u64, u64)> = Vec::new();
+        // Only a stream that ends cleanly is a complete report; an error drops what came.
+        while let Some(page) = pages.message().await? {
+            if datanode.is_none() {
+                datanode = Some(
+                    page.datanode
+                        .ok_or(ProtocolError::MissingField("datanode"))
+                        .and_then(DatanodeDetails::try_from)
+                        .map_err(bad)?,
+                );
+            }
+            if blocks.len().saturating_add(page.blocks.len()) > crate::MAX_REPORTED_BLOCKS {
+                return Err(Status::from(OmError::InvalidArgument(format!(
+                    "block report of more than {} blocks",
+                    crate::MAX_REPORTED_BLOCKS
+                ))));
+            }
+            blocks.extend(page.blocks.iter().map(|b| (b.container_id, b.local_id)));
+        }
+        let d = datanode.ok_or_else(|| bad(ProtocolError::MissingField("datanode")))?;
+        let n = self
+            .run(move |om| om.record_block_report(&d, blocks))
+            .await?;
+        Ok(Response::new(pb::BlockReportResponse { blocks: n as u64 }))
+    }
+
     async fn create_bucket(
         &self,
         req: Request<pb::CreateBucketRequest>,

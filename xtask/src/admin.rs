@@ -15,8 +15,8 @@ pub enum AdminCommand {
     /// failures they survive), repairs in flight, completed, failed, unrecoverable.
     RepairStatus {
         /// Print one JSON object with the integer fields `under_replicated`, `in_flight`,
-        /// `completed`, `failed`, `unrecoverable`, `waiting_for_target`, `passes` and the
-        /// object `by_remaining`.
+        /// `completed`, `failed`, `unrecoverable`, `waiting_for_target`, `missing_replicas`,
+        /// `checked_replicas`, `passes` and the object `by_remaining`.
         #[arg(long)]
         json: bool,
         /// Wait until nothing is under-replicated or in flight (exit 1 after `--timeout`).
@@ -78,6 +78,8 @@ fn print(s: &om::RepairStatus, as_json: bool) {
                 "failed": s.failed,
                 "unrecoverable": s.unrecoverable,
                 "waiting_for_target": s.waiting_for_target,
+                "missing_replicas": s.missing_replicas,
+                "checked_replicas": s.checked_replicas,
                 "by_remaining": by_remaining,
                 "passes": s.passes,
             })
@@ -93,5 +95,7 @@ fn print(s: &om::RepairStatus, as_json: bool) {
     println!("repair attempts failed:  {}", s.failed);
     println!("unrecoverable groups:    {}", s.unrecoverable);
     println!("waiting for a target:    {}", s.waiting_for_target);
+    println!("lost on live datanodes:  {}", s.missing_replicas);
+    println!("report gaps checked:     {}", s.checked_replicas);
     println!("passes:                  {}", s.passes);
 }

@@ -55,6 +55,10 @@ pub(crate) struct MiniclusterArgs {
     /// Seconds between datanode heartbeats.
     #[arg(long, default_value_t = 1.0)]
     heartbeat_interval: f64,
+    /// Seconds between full block reports from each datanode (a block lost on a live
+    /// datanode is repaired after the next one).
+    #[arg(long, default_value_t = 60.0)]
+    block_report_interval: f64,
     /// Seconds without a heartbeat before the om marks a datanode STALE.
     #[arg(long, default_value_t = 5.0)]
     stale_after: f64,
@@ -124,7 +128,11 @@ pub(crate) async fn run(args: MiniclusterArgs) -> anyhow::Result<()> {
                 seconds(args.heartbeat_interval, "--heartbeat-interval")?,
                 seconds(args.stale_after, "--stale-after")?,
                 seconds(args.dead_after, "--dead-after")?,
-            ),
+            )
+            .with_block_report_interval(seconds(
+                args.block_report_interval,
+                "--block-report-interval",
+            )?),
     )
     .await
     .context("starting the minicluster")?;

@@ -457,7 +457,10 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(|e| DatanodeError::io("a blocking storage task", std::io::Error::other(e)))?
 }
 
+mod scan;
 mod write;
+
+pub use scan::BlockScan;
 
 #[cfg(test)]
 mod tests;

@@ -257,3 +257,83 @@ async fn reopen_reclaims_bytes_no_put_block_committed() {
     let s = ContainerStore::open(dir.path()).expect("reopen clean");
     assert_eq!(s.recovery(), crate::RecoveryReport::default());
 }
+
+fn other(local_id: u64, ri: u32) -> BlockId {
+    BlockId {
+        container_id: 7,
+        local_id,
+        replica_index: ReplicaIndex::new(ri),
+    }
+}
+
+async fn commit(s: &ContainerStore, b: BlockId, bytes: &'static [u8]) {
+    let len = bytes.len() as u64;
+    if len > 0 {
+        s.write_chunk(b, &chunk(0, len), Bytes::from_static(bytes))
+            .await
+            .expect("write");
+    }
+    let chunks = if len > 0 { vec![chunk(0, len)] } else { vec![] };
+    s.put_block(
+        BlockData {
+            block_id: b,
+            size: len,
+            chunks,
+            metadata: BTreeMap::new(),
+        },
+        true,
+    )
+    .await
+    .expect("put block");
+}
+
+/// The block scan behind block reports: a block whose file is gone or shorter than its
+/// committed length is lost (dropped from memory and the database, so GetBlock says
+/// NO_SUCH_BLOCK, also after a restart); intact and empty blocks are reported with their
+/// lengths.
+#[tokio::test]
+async fn the_block_scan_drops_blocks_whose_files_are_gone_or_short() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    {
+        let s = Arc::new(ContainerStore::open(dir.path()).expect("open"));
+        commit(&s, other(1, 1), b"intact").await;
+        commit(&s, other(2, 2), b"removed").await;
+        commit(&s, other(3, 3), b"truncated").await;
+        commit(&s, other(4, 4), b"").await;
+        let before = s.stats();
+        std::fs::remove_file(s.path_of(7, 2)).expect("remove");
+        File::options()
+            .write(true)
+            .open(s.path_of(7, 3))
+            .and_then(|f| f.set_len(4))
+            .expect("truncate");
+
+        let scan = s.scan_blocks().await.expect("scan");
+        let mut present = scan.present.clone();
+        present.sort_by_key(|(b, _)| b.local_id);
+        assert_eq!(present, vec![(other(1, 1), 6), (other(4, 4), 0)]);
+        let mut lost = scan.lost.clone();
+        lost.sort_by_key(|b| b.local_id);
+        assert_eq!(lost, vec![other(2, 2), other(3, 3)]);
+        for b in [other(2, 2), other(3, 3)] {
+            assert!(matches!(
+                s.get_block(b),
+                Err(DatanodeError::NoSuchBlock { .. })
+            ));
+        }
+        let after = s.stats();
+        assert_eq!(after.blocks, before.blocks - 2);
+        assert_eq!(after.used_bytes, before.used_bytes - 7 - 9);
+        // Nothing more is lost on a second scan.
+        let again = s.scan_blocks().await.expect("scan");
+        assert!(again.lost.is_empty());
+        assert_eq!(again.present.len(), 2);
+    }
+    let s = ContainerStore::open(dir.path()).expect("reopen");
+    assert!(matches!(
+        s.get_block(other(2, 2)),
+        Err(DatanodeError::NoSuchBlock { .. })
+    ));
+    assert_eq!(s.get_block(other(1, 1)).expect("intact").size, 6);
+    assert_eq!(s.stats().blocks, 2);
+}
