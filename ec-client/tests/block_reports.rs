@@ -223,3 +223,98 @@ async fn a_report_older_than_a_block_does_not_trigger_a_repair() {
     );
     cluster.shutdown().await;
 }
+
+/// Commits `bytes` as block `b` directly in a datanode's store (as a writer would).
+async fn plant(store: &datanode::ContainerStore, b: proto_crate::BlockId, bytes: &'static [u8]) {
+    use proto_crate::{BlockData, ChecksumData, ChecksumType, ChunkInfo};
+    let chunk = ChunkInfo {
+        name: "c0".into(),
+        offset: 0,
+        len: bytes.len() as u64,
+        checksum: ChecksumData {
+            ty: ChecksumType::None,
+            bytes_per_checksum: 0,
+            checksums: vec![],
+        },
+    };
+    store
+        .write_chunk(b, &chunk, bytes::Bytes::from_static(bytes))
+        .await
+        .expect("write");
+    store
+        .put_block(
+            BlockData {
+                block_id: b,
+                size: chunk.len,
+                chunks: vec![chunk],
+                metadata: Default::default(),
+            },
+            true,
+        )
+        .await
+        .expect("put block");
+}
+
+/// Waits until `n` more block reports than `rx` has seen arrived and a pass ran after them.
+async fn wait_reports(cluster: &MiniCluster, rx: &mut tokio::sync::watch::Receiver<u64>, n: u64) {
+    let target = *rx.borrow_and_update() + n;
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while *rx.borrow_and_update() < target {
+            rx.changed().await.expect("om alive");
+        }
+    })
+    .await
+    .expect("block reports keep arriving");
+    let passes = cluster.om().repair_status().passes;
+    wait_repair(cluster, |s| s.passes >= passes + 2).await;
+}
+
+/// What an om crash between a repair's writes and its commit leaves — a committed replica no
+/// record names — is deleted after two sweeps; a replica an open session wrote is not, nor is
+/// any replica of a committed key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreferenced_replicas_are_deleted_but_not_an_open_sessions() {
+    let (cluster, client) = cluster(5, Duration::from_millis(200)).await;
+    ec_bucket(&client, "b", 1 << 20).await;
+    let src = data(STRIPE + 5, 10);
+    let info = client.put_key("b", "k", None, &src).await.expect("put");
+
+    let om = cluster.om();
+    let open = om.open_key("b", "pending", None).expect("open");
+    let g = om
+        .allocate_block_group(open.session_id, &[])
+        .expect("allocate");
+    let first = &g.pipeline.locations[0];
+    let pending = g.block_id(first.replica_index);
+    let n = cluster
+        .datanode_by_uuid(first.datanode.uuid.as_str())
+        .expect("holder")
+        .index();
+    let store = cluster.datanodes()[n].node().expect("running").store();
+    plant(store, pending, b"not committed yet").await;
+    let orphan = proto_crate::BlockId {
+        container_id: info.block_groups[0].container_id,
+        local_id: u64::MAX / 2,
+        replica_index: Some(ri(1)),
+    };
+    plant(store, orphan, b"an orphan").await;
+
+    let s = wait_repair(&cluster, |s| s.orphan_replicas >= 1).await;
+    assert_eq!(s.orphan_replicas, 1, "{s:?}");
+    let mut deletions = om.watch_pending_deletions();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while *deletions.borrow_and_update() > 0 {
+            deletions.changed().await.expect("om alive");
+        }
+    })
+    .await
+    .expect("the orphan's deletion is sent");
+    assert!(store.get_block(orphan).is_err(), "the orphan is deleted");
+    // More sweeps: nothing else is taken.
+    let mut reports = om.watch_block_reports();
+    wait_reports(&cluster, &mut reports, 3).await;
+    assert_eq!(om.repair_status().orphan_replicas, 1);
+    assert_eq!(store.get_block(pending).expect("kept").size, 17);
+    assert!(read_all(&client, "b", "k").await == src);
+    cluster.shutdown().await;
+}

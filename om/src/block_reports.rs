@@ -10,7 +10,7 @@
 //! location is neither readable nor counted, so the group is repaired as if that one datanode
 //! were DEAD.
 //!
-//! Memory: one sorted `(container id, local id)` pair per reported block (16 bytes), at most
+//! Memory: one sorted `(container id, local id, replica index)` per reported block (24 bytes), at most
 //! [`MAX_REPORTED_BLOCKS`] per datanode, for registered datanodes only; candidates checked per
 //! pass are capped at [`MAX_CHECKS_PER_PASS`].
 
@@ -37,8 +37,9 @@ const CHECKS_IN_FLIGHT: usize = 16;
 /// A datanode's last complete block report.
 #[derive(Debug)]
 pub struct BlockReport {
-    /// (container id, local id) of every block reported, sorted, without duplicates.
-    blocks: Vec<(u64, u64)>,
+    /// (container id, local id, wire replica index) of every block reported, sorted by block,
+    /// one entry per block.
+    pub(crate) blocks: Vec<(u64, u64, u32)>,
     /// When the om received the report's end (the om's clock).
     pub received: Instant,
 }
@@ -47,7 +48,14 @@ impl BlockReport {
     /// Whether the report lists block (container id, local id).
     #[must_use]
     pub fn contains(&self, block: (u64, u64)) -> bool {
-        self.blocks.binary_search(&block).is_ok()
+        self.position(block).is_some()
+    }
+
+    /// Where block (container id, local id) is in `blocks`.
+    pub(crate) fn position(&self, block: (u64, u64)) -> Option<usize> {
+        self.blocks
+            .binary_search_by(|&(c, l, _)| (c, l).cmp(&block))
+            .ok()
     }
 
     /// Blocks listed.
@@ -83,6 +91,12 @@ struct Inner {
     held: HashMap<((u64, u64), DatanodeId), Instant>,
     /// Candidates the datanodes answered about.
     checked: u64,
+    /// Replicas the last orphan sweep found unreferenced.
+    suspects: BTreeSet<((u64, u64), DatanodeId)>,
+    /// Replicas logged for deletion as orphans.
+    orphans: u64,
+    /// Reports received when the last orphan sweep ran.
+    swept_at: u64,
 }
 
 /// A location to check: absent from its datanode's last report.
@@ -139,10 +153,41 @@ impl BlockReports {
         held.retain(|(_, d), at| reports.get(d).is_some_and(|r| r.received == *at));
     }
 
-    /// Missing locations known, and candidates checked since the om started.
-    pub(crate) fn counts(&self) -> (u64, u64) {
+    /// Missing locations known, candidates checked and orphans logged since the om started.
+    pub(crate) fn counts(&self) -> (u64, u64, u64) {
         let inner = self.lock();
-        (inner.missing.len() as u64, inner.checked)
+        (inner.missing.len() as u64, inner.checked, inner.orphans)
+    }
+
+    /// Whether a report arrived since the last orphan sweep; if so, the sweep is due and
+    /// this marks it done.
+    pub(crate) fn sweep_due(&self) -> bool {
+        let received = *self.received.borrow();
+        let mut inner = self.lock();
+        if inner.swept_at == received {
+            return false;
+        }
+        inner.swept_at = received;
+        true
+    }
+
+    /// Of the replicas a sweep found `unreferenced`, the ones the previous sweep found
+    /// unreferenced too (orphans); the rest become the suspects of the next sweep.
+    pub(crate) fn confirm_orphans(
+        &self,
+        unreferenced: BTreeSet<((u64, u64), DatanodeId)>,
+    ) -> Vec<((u64, u64), DatanodeId)> {
+        let mut inner = self.lock();
+        let (orphans, suspects): (Vec<_>, Vec<_>) = unreferenced
+            .into_iter()
+            .partition(|r| inner.suspects.contains(r));
+        inner.suspects = suspects.into_iter().collect();
+        orphans
+    }
+
+    /// Counts `n` orphans logged for deletion.
+    pub(crate) fn orphans_logged(&self, n: u64) {
+        self.lock().orphans += n;
     }
 }
 
@@ -181,7 +226,7 @@ async fn check(c: &Candidate) -> Check {
 
 impl OzoneManager {
     /// Records a complete block report of `datanode` listing `blocks` (container id, local
-    /// id), replacing its previous report. Returns the number of distinct blocks recorded.
+    /// id, wire replica index: 0 for a replicated block), replacing its previous report. Returns the number of distinct blocks recorded.
     ///
     /// # Errors
     /// [`OmError::InvalidArgument`] for a datanode not registered at that address, or a report
@@ -189,7 +234,7 @@ impl OzoneManager {
     pub fn record_block_report(
         &self,
         datanode: &DatanodeDetails,
-        mut blocks: Vec<(u64, u64)>,
+        mut blocks: Vec<(u64, u64, u32)>,
     ) -> Result<usize, OmError> {
         if self.datanode(&datanode.uuid).as_ref() != Some(datanode) {
             return Err(OmError::InvalidArgument(format!(
@@ -203,7 +248,7 @@ impl OzoneManager {
             )));
         }
         blocks.sort_unstable();
-        blocks.dedup();
+        blocks.dedup_by_key(|&mut (c, l, _)| (c, l));
         let n = blocks.len();
         let report = Arc::new(BlockReport {
             blocks,

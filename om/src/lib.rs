@@ -31,6 +31,7 @@ mod keys;
 mod manager;
 mod multipart;
 mod nodes;
+mod orphans;
 mod placement;
 mod reconstruction;
 mod repair_plan;

@@ -84,6 +84,9 @@ pub struct RepairStatus {
     /// datanode (it held the block, or not), since the om started. A report is a snapshot: a
     /// block written after it was taken is absent from it and still held.
     pub checked_replicas: u64,
+    /// Replicas found on datanodes that no key, multipart part or open session references
+    /// (in two consecutive sweeps), logged for deletion, since the om started.
+    pub orphan_replicas: u64,
     /// Passes run since the om started.
     pub passes: u64,
 }
@@ -105,6 +108,7 @@ impl From<RepairStatus> for admin_pb::RepairStatusResponse {
             waiting_for_target: s.waiting_for_target,
             missing_replicas: s.missing_replicas,
             checked_replicas: s.checked_replicas,
+            orphan_replicas: s.orphan_replicas,
         }
     }
 }
@@ -126,6 +130,7 @@ impl From<admin_pb::RepairStatusResponse> for RepairStatus {
             waiting_for_target: s.waiting_for_target,
             missing_replicas: s.missing_replicas,
             checked_replicas: s.checked_replicas,
+            orphan_replicas: s.orphan_replicas,
         }
     }
 }
@@ -190,6 +195,11 @@ struct Inner {
 }
 
 impl RepairState {
+    /// Groups being repaired now.
+    pub(crate) fn running_blocks(&self) -> BTreeSet<(u64, u64)> {
+        self.lock().running.keys().copied().collect()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner
             .lock()
@@ -407,6 +417,13 @@ impl OzoneManager {
             self.finish_decommissions(&referenced)?;
             self.block_reports
                 .prune(|b, d| still_missing.contains(&(*b, d.clone())));
+            if self.block_reports.sweep_due() {
+                // Before this pass starts repairs: every repair that could commit during
+                // the sweep is in `running` already.
+                let om = Arc::clone(self);
+                let repairing = running.clone();
+                tokio::task::spawn_blocking(move || om.sweep_orphans(&repairing)).await??;
+            }
         }
         self.check_in_background(candidates);
         deficits.sort_by_key(|d| d.remaining);
@@ -481,7 +498,8 @@ impl OzoneManager {
             }
             s.unrecoverable = unrecoverable;
             s.waiting_for_target = no_target;
-            (s.missing_replicas, s.checked_replicas) = self.block_reports.counts();
+            (s.missing_replicas, s.checked_replicas, s.orphan_replicas) =
+                self.block_reports.counts();
             s.passes += 1;
             self.repair.passes.send_replace(s.passes);
         }

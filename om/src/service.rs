@@ -100,7 +100,7 @@ impl OzoneManagerService for OmGrpcService {
     ) -> Result<Response<pb::BlockReportResponse>, Status> {
         let mut pages = req.into_inner();
         let mut datanode: Option<DatanodeDetails> = None;
-        let mut blocks: Vec<(u64, u64)> = Vec::new();
+        let mut blocks: Vec<(u64, u64, u32)> = Vec::new();
         // Only a stream that ends cleanly is a complete report; an error drops what came.
         while let Some(page) = pages.message().await? {
             if datanode.is_none() {
@@ -117,7 +117,11 @@ impl OzoneManagerService for OmGrpcService {
                     crate::MAX_REPORTED_BLOCKS
                 ))));
             }
-            blocks.extend(page.blocks.iter().map(|b| (b.container_id, b.local_id)));
+            blocks.extend(
+                page.blocks
+                    .iter()
+                    .map(|b| (b.container_id, b.local_id, b.replica_index)),
+            );
         }
         let d = datanode.ok_or_else(|| bad(ProtocolError::MissingField("datanode")))?;
         let n = self

@@ -16,7 +16,7 @@ pub enum AdminCommand {
     RepairStatus {
         /// Print one JSON object with the integer fields `under_replicated`, `in_flight`,
         /// `completed`, `failed`, `unrecoverable`, `waiting_for_target`, `missing_replicas`,
-        /// `checked_replicas`, `passes` and the object `by_remaining`.
+        /// `checked_replicas`, `orphan_replicas`, `passes` and the object `by_remaining`.
         #[arg(long)]
         json: bool,
         /// Wait until nothing is under-replicated or in flight (exit 1 after `--timeout`).
@@ -80,6 +80,7 @@ fn print(s: &om::RepairStatus, as_json: bool) {
                 "waiting_for_target": s.waiting_for_target,
                 "missing_replicas": s.missing_replicas,
                 "checked_replicas": s.checked_replicas,
+                "orphan_replicas": s.orphan_replicas,
                 "by_remaining": by_remaining,
                 "passes": s.passes,
             })
@@ -97,5 +98,6 @@ fn print(s: &om::RepairStatus, as_json: bool) {
     println!("waiting for a target:    {}", s.waiting_for_target);
     println!("lost on live datanodes:  {}", s.missing_replicas);
     println!("report gaps checked:     {}", s.checked_replicas);
+    println!("orphans deleted:         {}", s.orphan_replicas);
     println!("passes:                  {}", s.passes);
 }
