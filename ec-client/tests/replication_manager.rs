@@ -36,7 +36,10 @@ async fn cluster(n: usize, clock: &Arc<ManualClock>) -> (MiniCluster, Client) {
     (cluster, client)
 }
 
-async fn wait_repair(cluster: &MiniCluster, pred: impl Fn(&RepairStatus) -> bool) -> RepairStatus {
+async fn wait_repair(
+    cluster: &MiniCluster,
+    mut pred: impl FnMut(&RepairStatus) -> bool,
+) -> RepairStatus {
     let mut passes = cluster.om().watch_repair_passes();
     tokio::time::timeout(Duration::from_secs(60), async {
         loop {
@@ -373,5 +376,43 @@ async fn a_decommission_without_a_spare_datanode_waits_for_a_target() {
         om::OperationalState::Decommissioning
     );
     assert!(read_all(&client, "b", "k").await == src);
+    cluster.shutdown().await;
+}
+
+/// An idle cluster's passes stop reading every key once a scan found nothing to do (counted
+/// exactly: `scans` stays while `passes` grows); a datanode turning DEAD brings the scan back
+/// and its index is rebuilt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_cluster_does_not_rescan_every_key() {
+    let clock = Arc::new(ManualClock::default());
+    let (mut cluster, client) = cluster(6, &clock).await;
+    ec_bucket(&client, "b", 1 << 20).await;
+    let info = client
+        .put_key("b", "k", None, &data(STRIPE, 4))
+        .await
+        .expect("put");
+    // Settled: a pass that did not scan (block reports and their checks are done).
+    let mut last = cluster.om().repair_status();
+    let settled = wait_repair(&cluster, move |s| {
+        let skipped = s.passes > last.passes && s.scans == last.scans;
+        if s.passes != last.passes {
+            last = s.clone();
+        }
+        skipped
+    })
+    .await;
+    let idle = wait_repair(&cluster, |s| s.passes >= settled.passes + 5).await;
+    assert_eq!(idle.scans, settled.scans, "{idle:?}");
+    assert_eq!(idle.under_replicated, 0);
+
+    let victim = node_of(&cluster, &info, 0, 3);
+    let victim_uuid = cluster.datanodes()[victim].uuid().to_string();
+    cluster.datanode_mut(victim).expect("dn").stop().await;
+    kill(&cluster, &clock, std::slice::from_ref(&victim_uuid)).await;
+    let s = wait_repair(&cluster, |s| {
+        s.completed >= 1 && s.under_replicated == 0 && s.in_flight == 0
+    })
+    .await;
+    assert!(s.scans > idle.scans, "{s:?}");
     cluster.shutdown().await;
 }

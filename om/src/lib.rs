@@ -55,8 +55,8 @@ pub use nodes::{DatanodeStatus, Liveness, NodeState, NodeStats, list_datanode_st
 pub use reconstruction::{RECONSTRUCTION_TIMEOUT, reconstruct_ec_indexes};
 pub use replication::{OmAdminClient, OmAdminGrpc, add_replica};
 pub use replication_manager::{
-    DEFAULT_MAX_REPAIRS_IN_FLIGHT, DEFAULT_MAX_REPAIRS_PER_DATANODE, MAX_RETRY_BACKOFF,
-    RepairConfig, RepairStatus, run_replication_manager,
+    DEFAULT_MAX_REPAIRS_IN_FLIGHT, DEFAULT_MAX_REPAIRS_PER_DATANODE, FULL_SCAN_INTERVAL,
+    MAX_RETRY_BACKOFF, RepairConfig, RepairStatus, run_replication_manager,
 };
 pub use server::OmServer;
 pub use service::OmGrpcService;

@@ -13,7 +13,10 @@
 //! back-off (doubling from the service interval, at most [`MAX_RETRY_BACKOFF`]); a group with
 //! too few readable sources is *unrecoverable*: logged once, counted, and tried again only when
 //! the set of live datanodes changes (a datanode came back). Passes run every service interval
-//! and as soon as a repair ends.
+//! and as soon as a repair ends; a pass reads the keys only when something it depends on changed
+//! since a scan that found nothing to do (datanode states, block reports, missing locations; a
+//! decommission in progress always scans) or [`FULL_SCAN_INTERVAL`] passed, so an idle cluster
+//! does not decode every key every second.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -34,6 +37,9 @@ pub const DEFAULT_MAX_REPAIRS_IN_FLIGHT: usize = 8;
 pub const DEFAULT_MAX_REPAIRS_PER_DATANODE: usize = 2;
 /// Longest wait before a failed repair is tried again.
 pub const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(300);
+/// Longest time between two full scans while nothing the ReplicationManager watches changes
+/// (see [`OzoneManager::repair_once`]).
+pub const FULL_SCAN_INTERVAL: Duration = Duration::from_secs(60);
 /// Keys read per database transaction while scanning.
 const SCAN_PAGE: usize = 1000;
 /// Deficits kept per pass; the rest wait for a later pass.
@@ -89,6 +95,10 @@ pub struct RepairStatus {
     pub orphan_replicas: u64,
     /// Passes run since the om started.
     pub passes: u64,
+    /// Passes that scanned every key, since the om started. A pass skips the scan while
+    /// nothing changed since a scan that found nothing to do (datanode states, block reports,
+    /// missing locations), for at most [`FULL_SCAN_INTERVAL`].
+    pub scans: u64,
 }
 
 impl From<RepairStatus> for admin_pb::RepairStatusResponse {
@@ -105,6 +115,7 @@ impl From<RepairStatus> for admin_pb::RepairStatusResponse {
             failed: s.failed,
             unrecoverable: s.unrecoverable,
             passes: s.passes,
+            scans: s.scans,
             waiting_for_target: s.waiting_for_target,
             missing_replicas: s.missing_replicas,
             checked_replicas: s.checked_replicas,
@@ -127,12 +138,26 @@ impl From<admin_pb::RepairStatusResponse> for RepairStatus {
             failed: s.failed,
             unrecoverable: s.unrecoverable,
             passes: s.passes,
+            scans: s.scans,
             waiting_for_target: s.waiting_for_target,
             missing_replicas: s.missing_replicas,
             checked_replicas: s.checked_replicas,
             orphan_replicas: s.orphan_replicas,
         }
     }
+}
+
+/// What a scan's outcome depends on besides the keys themselves. Keys committed after a scan
+/// were placed on HEALTHY, in-service datanodes, so while this picture holds they need no repair
+/// — except a key whose datanode changed state between placement and commit, which the next
+/// full scan (at most [`FULL_SCAN_INTERVAL`] later) finds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Picture {
+    nodes: Vec<(DatanodeId, NodeState, OperationalState)>,
+    /// Block reports received.
+    reports: u64,
+    /// Locations known missing.
+    missing: u64,
 }
 
 /// What one pass's scan found.
@@ -192,6 +217,8 @@ struct Inner {
     holds: HashMap<(u64, u64), Hold>,
     /// Decommissioning datanodes found unreferenced by the last complete scan.
     unreferenced: BTreeSet<DatanodeId>,
+    /// The picture of the last complete scan that found nothing to do, and when it ran.
+    clean: Option<(Picture, Instant)>,
 }
 
 impl RepairState {
@@ -299,6 +326,33 @@ impl OzoneManager {
     /// Database errors of the scan.
     pub async fn repair_once(self: &Arc<Self>) -> Result<RepairStatus, OmError> {
         let statuses = self.datanode_statuses();
+        let now = self.config.clock.now();
+        let picture = Picture {
+            nodes: statuses
+                .iter()
+                .map(|s| (s.details.uuid.clone(), s.state, s.op_state))
+                .collect(),
+            reports: *self.block_reports.received.borrow(),
+            missing: self.block_reports.counts().0,
+        };
+        {
+            // Nothing changed since a scan that found nothing to do: no need to read every key
+            // again (a decommission needs its scans, so it always scans).
+            let mut inner = self.repair.lock();
+            let unchanged = inner.clean.as_ref().is_some_and(|(p, at)| {
+                *p == picture && now.saturating_duration_since(*at) < FULL_SCAN_INTERVAL
+            });
+            let decommissioning = picture
+                .nodes
+                .iter()
+                .any(|(_, _, op)| *op == OperationalState::Decommissioning);
+            if unchanged && !decommissioning && inner.running.is_empty() && inner.holds.is_empty() {
+                inner.status.passes += 1;
+                self.repair.passes.send_replace(inner.status.passes);
+                drop(inner);
+                return Ok(self.repair_status());
+            }
+        }
         // Readable: not DEAD. Counting: readable and in service.
         let live: BTreeSet<DatanodeId> = statuses
             .iter()
@@ -317,7 +371,6 @@ impl OzoneManager {
             .collect();
 
         let healthy_set: BTreeSet<DatanodeId> = healthy.iter().map(|d| d.uuid.clone()).collect();
-        let now = self.config.clock.now();
         let cfg = self.config.repair;
 
         // What is running or held, copied out: the lock is not held across the scan or the
@@ -425,6 +478,7 @@ impl OzoneManager {
                 tokio::task::spawn_blocking(move || om.sweep_orphans(&repairing)).await??;
             }
         }
+        let checks_pending = !candidates.is_empty();
         self.check_in_background(candidates);
         deficits.sort_by_key(|d| d.remaining);
 
@@ -476,6 +530,8 @@ impl OzoneManager {
         }
         {
             let mut inner = self.repair.lock();
+            let nothing_to_do = deficits.is_empty() && running.is_empty() && !checks_pending;
+            inner.clean = (complete && nothing_to_do).then(|| (picture, now));
             if complete {
                 // Holds of groups that are healthy again (or gone) are dropped.
                 let found: BTreeSet<(u64, u64)> = deficits.iter().map(|d| d.block).collect();
@@ -501,6 +557,7 @@ impl OzoneManager {
             (s.missing_replicas, s.checked_replicas, s.orphan_replicas) =
                 self.block_reports.counts();
             s.passes += 1;
+            s.scans += 1;
             self.repair.passes.send_replace(s.passes);
         }
         let mut tasks = self.repair.tasks();

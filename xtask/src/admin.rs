@@ -16,7 +16,7 @@ pub enum AdminCommand {
     RepairStatus {
         /// Print one JSON object with the integer fields `under_replicated`, `in_flight`,
         /// `completed`, `failed`, `unrecoverable`, `waiting_for_target`, `missing_replicas`,
-        /// `checked_replicas`, `orphan_replicas`, `passes` and the object `by_remaining`.
+        /// `checked_replicas`, `orphan_replicas`, `passes`, `scans` and the object `by_remaining`.
         #[arg(long)]
         json: bool,
         /// Wait until nothing is under-replicated or in flight (exit 1 after `--timeout`).
@@ -83,6 +83,7 @@ fn print(s: &om::RepairStatus, as_json: bool) {
                 "orphan_replicas": s.orphan_replicas,
                 "by_remaining": by_remaining,
                 "passes": s.passes,
+                "scans": s.scans,
             })
         );
         return;
@@ -99,5 +100,8 @@ fn print(s: &om::RepairStatus, as_json: bool) {
     println!("lost on live datanodes:  {}", s.missing_replicas);
     println!("report gaps checked:     {}", s.checked_replicas);
     println!("orphans deleted:         {}", s.orphan_replicas);
-    println!("passes:                  {}", s.passes);
+    println!(
+        "passes:                  {} ({} full scans)",
+        s.passes, s.scans
+    );
 }
