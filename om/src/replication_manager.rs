@@ -531,7 +531,7 @@ impl OzoneManager {
         {
             let mut inner = self.repair.lock();
             let nothing_to_do = deficits.is_empty() && running.is_empty() && !checks_pending;
-            inner.clean = (complete && nothing_to_do).then(|| (picture, now));
+            inner.clean = (complete && nothing_to_do).then_some((picture, now));
             if complete {
                 // Holds of groups that are healthy again (or gone) are dropped.
                 let found: BTreeSet<(u64, u64)> = deficits.iter().map(|d| d.block).collect();
