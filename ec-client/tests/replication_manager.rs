@@ -416,3 +416,48 @@ async fn an_idle_cluster_does_not_rescan_every_key() {
     assert!(s.scans > idle.scans, "{s:?}");
     cluster.shutdown().await;
 }
+
+/// A part of a multipart upload in progress is repaired like a key (an upload may stay open for
+/// days): its index on a DEAD datanode is rebuilt into the part's record, and the key that
+/// completing the upload makes carries the rebuilt location and reads exactly with two more of
+/// the original datanodes stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_part_of_an_upload_in_progress_is_repaired() {
+    let clock = Arc::new(ManualClock::default());
+    let (mut cluster, client) = cluster(6, &clock).await;
+    ec_bucket(&client, "b", 1 << 20).await;
+    let src = data(STRIPE + 7, 5);
+    let up = client
+        .initiate_multipart_upload("b", "m", None, Default::default())
+        .await
+        .expect("initiate");
+    let mut w = client.upload_part(&up, 1).await.expect("part writer");
+    w.write(&src).await.expect("write");
+    let part = w.close_part("etag-1").await.expect("part");
+    let g = &part.block_groups[0];
+    let holder = g.pipeline.nodes_for(ri(2)).next().expect("index 2").uuid.clone();
+    let victim = cluster.datanode_by_uuid(holder.as_str()).expect("dn").index();
+    cluster.datanode_mut(victim).expect("dn").stop().await;
+    kill(&cluster, &clock, &[holder.to_string()]).await;
+
+    wait_repair(&cluster, |s| {
+        s.completed >= 1 && s.under_replicated == 0 && s.in_flight == 0
+    })
+    .await;
+    let listed = client.list_parts(&up).await.expect("upload").parts;
+    let rebuilt: Vec<_> = listed[0].block_groups[0].pipeline.nodes_for(ri(2)).collect();
+    assert_eq!(rebuilt.len(), 1);
+    assert_ne!(rebuilt[0].uuid, holder, "index 2 moved off the dead datanode");
+
+    let info = client
+        .complete_multipart_upload(&up, &[(1, "etag-1".into())], 0, Default::default())
+        .await
+        .expect("complete");
+    assert_eq!(info.block_groups, listed[0].block_groups);
+    for r in [1, 3] {
+        let n = node_of(&cluster, &info, 0, r);
+        cluster.datanode_mut(n).expect("dn").stop().await;
+    }
+    assert!(read_all(&client, "b", "m").await == src);
+    cluster.shutdown().await;
+}

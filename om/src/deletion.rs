@@ -253,36 +253,35 @@ impl OzoneManager {
 
     /// Logs the replicas of block `block` (container id, local id) at `locations` for
     /// deletion in a transaction of its own: the targets of a repair that did not commit may
-    /// hold a partial or unreferenced copy. A location whose datanode the key's group `group`
-    /// now references (someone else registered a copy there meanwhile) is left alone: a
+    /// hold a partial or unreferenced copy. A location whose datanode group `group` of
+    /// `owner` (a key or an upload's part) now references (someone else registered a copy there meanwhile) is left alone: a
     /// deletion is by block, whatever the index, and would take that copy too.
     ///
     /// # Errors
     /// Database errors.
     pub(crate) fn log_orphans(
         &self,
-        bucket: &str,
-        key: &str,
+        owner: &crate::group_owner::GroupOwner,
         group: usize,
         block: (u64, u64),
         locations: &[BlockLocation],
     ) -> Result<()> {
         let txn = self.db.begin_write()?;
         {
-            let holders: Vec<DatanodeId> = match txn.open_table(KEYS)?.get((bucket, key))? {
-                Some(v) => decode::<pb::KeyInfo, proto_crate::KeyInfo>(v.value(), "key")?
-                    .block_groups
-                    .get(group)
-                    .filter(|g| (g.container_id, g.local_id) == block)
-                    .map(|g| {
-                        g.pipeline
-                            .locations
-                            .iter()
-                            .map(|l| l.datanode.uuid.clone())
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-                None => Vec::new(),
+            let holders: Vec<DatanodeId> = match owner.group(&txn, group) {
+                Ok((_, g)) if (g.container_id, g.local_id) == block => g
+                    .pipeline
+                    .locations
+                    .iter()
+                    .map(|l| l.datanode.uuid.clone())
+                    .collect(),
+                Ok(_)
+                | Err(
+                    OmError::KeyNotFound { .. }
+                    | OmError::NoSuchUpload(_)
+                    | OmError::InvalidArgument(_),
+                ) => Vec::new(),
+                Err(e) => return Err(e),
             };
             let orphans = locations
                 .iter()

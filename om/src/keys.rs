@@ -1,10 +1,10 @@
 //! Committed keys: lookup, listing, spare locations, deletion.
 
-use prost::Message;
 use proto_crate::wire::om as pb;
 use proto_crate::{BlockLocation, KeyInfo};
-use redb::{ReadableDatabase, ReadableTable};
+use redb::ReadableDatabase;
 
+use crate::group_owner::GroupOwner;
 use crate::manager::{KEYS, decode};
 use crate::{OmError, OzoneManager};
 
@@ -117,23 +117,34 @@ impl OzoneManager {
         removed: &[BlockLocation],
         added: &[BlockLocation],
     ) -> Result<KeyInfo> {
+        self.replace_group_locations(
+            &GroupOwner::key(bucket, key),
+            group,
+            expected,
+            removed,
+            added,
+        )?;
+        self.lookup_key(bucket, key)
+    }
+
+    /// [`replace_locations`](Self::replace_locations) for the group of any owner: a committed
+    /// key or a part of a multipart upload in progress.
+    ///
+    /// # Errors
+    /// As `replace_locations`, and [`OmError::NoSuchUpload`] for an upload or part that is gone.
+    pub(crate) fn replace_group_locations(
+        &self,
+        owner: &GroupOwner,
+        group: usize,
+        expected: (u64, u64),
+        removed: &[BlockLocation],
+        added: &[BlockLocation],
+    ) -> Result<()> {
         let txn = self.db.begin_write()?;
-        let info;
-        {
-            let mut t = txn.open_table(KEYS)?;
-            let mut k: KeyInfo = {
-                let v = t.get((bucket, key))?.ok_or_else(|| OmError::KeyNotFound {
-                    bucket: bucket.to_string(),
-                    key: key.to_string(),
-                })?;
-                decode::<pb::KeyInfo, _>(v.value(), "key")?
-            };
-            let g = k.block_groups.get_mut(group).ok_or_else(|| {
-                OmError::InvalidArgument(format!("{bucket}/{key} has no block group {group}"))
-            })?;
+        owner.update_group(&txn, group, |g| {
             if (g.container_id, g.local_id) != expected {
                 return Err(OmError::InvalidArgument(format!(
-                    "group {group} of {bucket}/{key} is now block {}:{}, not {}:{} (the key was rewritten)",
+                    "group {group} of {owner} is now block {}:{}, not {}:{} (it was rewritten)",
                     g.container_id, g.local_id, expected.0, expected.1
                 )));
             }
@@ -145,7 +156,7 @@ impl OzoneManager {
                 .find(|r| !g.pipeline.locations.iter().any(|l| same(l, r)))
             {
                 return Err(OmError::InvalidArgument(format!(
-                    "group {group} of {bucket}/{key} no longer has a location at {}",
+                    "group {group} of {owner} no longer has a location at {}",
                     r.datanode
                 )));
             }
@@ -158,7 +169,7 @@ impl OzoneManager {
                 .find(|r| kept.iter().any(|l| l.datanode.uuid == r.datanode.uuid))
             {
                 return Err(OmError::InvalidArgument(format!(
-                    "datanode {} already holds a block of group {group} of {bucket}/{key}",
+                    "datanode {} already holds a block of group {group} of {owner}",
                     r.datanode
                 )));
             }
@@ -167,7 +178,7 @@ impl OzoneManager {
             for r in added {
                 if crate::deletion::is_logged(&txn, r.datanode.uuid.as_str(), expected)? {
                     return Err(OmError::InvalidArgument(format!(
-                        "datanode {} still has a deletion of group {group} of {bucket}/{key} pending",
+                        "datanode {} still has a deletion of group {group} of {owner} pending",
                         r.datanode
                     )));
                 }
@@ -175,15 +186,11 @@ impl OzoneManager {
             crate::deletion::log_locations(&txn, g.container_id, g.local_id, &replaced)?;
             g.pipeline.locations = kept;
             g.pipeline.locations.extend(added.iter().cloned());
-            t.insert(
-                (bucket, key),
-                pb::KeyInfo::from(k.clone()).encode_to_vec().as_slice(),
-            )?;
-            info = k;
-        }
+            Ok(())
+        })?;
         txn.commit()?;
         self.deletions_changed();
-        Ok(info)
+        Ok(())
     }
 
     /// Deletes a committed key; its block groups are logged for deletion in

@@ -27,6 +27,7 @@ mod clock;
 mod decommission;
 mod deletion;
 mod error;
+mod group_owner;
 mod keys;
 mod manager;
 mod multipart;

@@ -18,6 +18,7 @@ use proto_crate::{
 };
 use tonic::transport::Channel;
 
+use crate::group_owner::GroupOwner;
 use crate::{OmError, OzoneManager};
 
 pub(crate) async fn datanode_client(
@@ -56,19 +57,28 @@ pub async fn reconstruct_ec_indexes(
     group: usize,
     targets: &[(ReplicaIndex, DatanodeId)],
 ) -> Result<KeyInfo, OmError> {
-    let info = om.lookup_key(bucket, key)?;
-    let ReplicationConfig::Ec(ec) = info.replication else {
+    reconstruct_group(om, &GroupOwner::key(bucket, key), group, targets).await?;
+    om.lookup_key(bucket, key)
+}
+
+/// [`reconstruct_ec_indexes`] for group `group` of any owner: a committed key or a part of a
+/// multipart upload in progress.
+///
+/// # Errors
+/// As `reconstruct_ec_indexes`, and [`OmError::NoSuchUpload`] for an upload or part that is
+/// gone.
+pub(crate) async fn reconstruct_group(
+    om: &OzoneManager,
+    owner: &GroupOwner,
+    group: usize,
+    targets: &[(ReplicaIndex, DatanodeId)],
+) -> Result<(), OmError> {
+    let (replication, g) = om.owned_group(owner, group)?;
+    let ReplicationConfig::Ec(ec) = replication else {
         return Err(OmError::InvalidArgument(format!(
-            "{bucket}/{key} is {}, not EC",
-            info.replication
+            "{owner} is {replication}, not EC"
         )));
     };
-    let g = info.block_groups.get(group).ok_or_else(|| {
-        OmError::InvalidArgument(format!(
-            "{bucket}/{key} has {} block groups, no group {group}",
-            info.block_groups.len()
-        ))
-    })?;
     let indexes: BTreeSet<ReplicaIndex> = targets.iter().map(|(i, _)| *i).collect();
     if targets.is_empty() || indexes.len() != targets.len() {
         return Err(OmError::InvalidArgument(
@@ -82,7 +92,7 @@ pub async fn reconstruct_ec_indexes(
     }
     let mut placed = Vec::with_capacity(targets.len());
     for (index, uuid) in targets {
-        let d = crate::replication::target_outside(om, g, group, uuid)?;
+        let d = crate::replication::target_outside(om, &g, group, uuid)?;
         placed.push(BlockLocation {
             datanode: d,
             replica_index: Some(*index),
@@ -115,8 +125,7 @@ pub async fn reconstruct_ec_indexes(
             .collect(),
     };
     let block = (g.container_id, g.local_id);
-    let outcome = rebuild(request, &placed[0].datanode).await;
-    let outcome = match outcome {
+    let outcome = match rebuild(request, &placed[0].datanode).await {
         Ok(()) => {
             let removed: Vec<BlockLocation> = g
                 .pipeline
@@ -125,13 +134,13 @@ pub async fn reconstruct_ec_indexes(
                 .filter(|l| l.replica_index.is_some_and(|i| indexes.contains(&i)))
                 .cloned()
                 .collect();
-            om.replace_locations(bucket, key, group, block, &removed, &placed)
+            om.replace_group_locations(owner, group, block, &removed, &placed)
         }
         Err(e) => Err(e),
     };
     if outcome.is_err() {
         // Targets may hold partial or committed but unreferenced blocks: free them.
-        if let Err(e) = om.log_orphans(bucket, key, group, block, &placed) {
+        if let Err(e) = om.log_orphans(owner, group, block, &placed) {
             tracing::warn!(error = %e, "logging a failed rebuild's targets for deletion");
         }
     }

@@ -10,9 +10,9 @@
 //! (decommission), else rebuilt; a replicated block with fewer counting copies than its factor
 //! gets copies from a readable one.
 
-use proto_crate::{
-    BlockGroup, BlockLocation, DatanodeId, KeyInfo, ReplicaIndex, ReplicationConfig,
-};
+use proto_crate::{BlockGroup, BlockLocation, DatanodeId, ReplicaIndex, ReplicationConfig};
+
+use crate::group_owner::GroupOwner;
 
 /// What one block group lacks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,13 +40,11 @@ pub(crate) enum Lack {
 /// One block group below full redundancy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Deficit {
-    /// Bucket of the key.
-    pub(crate) bucket: String,
-    /// The key.
-    pub(crate) key: String,
-    /// Position of the group in the key, from 0.
+    /// The key or multipart part the group belongs to.
+    pub(crate) owner: GroupOwner,
+    /// Position of the group in its owner, from 0.
     pub(crate) group: usize,
-    /// The key's replication.
+    /// The owner's replication.
     pub(crate) replication: ReplicationConfig,
     /// The group as recorded when assessed.
     pub(crate) group_info: BlockGroup,
@@ -62,16 +60,19 @@ pub(crate) struct Deficit {
     pub(crate) lack: Lack,
 }
 
-/// The deficits of `key`'s groups, given `counts(datanode, block)` and `readable(datanode,
-/// block)` for the location of block (container id, local id) on a datanode (see the module
-/// documentation; whatever counts is readable).
-pub(crate) fn assess(
-    key: &KeyInfo,
+/// The deficits of `groups` (all of the key or part `owner`, in order) of `replication`, given
+/// `counts(datanode, block)` and `readable(datanode, block)` for the location of block
+/// (container id, local id) on a datanode (see the module documentation; whatever counts is
+/// readable).
+pub(crate) fn assess_groups(
+    owner: &GroupOwner,
+    replication: ReplicationConfig,
+    groups: &[BlockGroup],
     counts: impl Fn(&DatanodeId, (u64, u64)) -> bool,
     readable: impl Fn(&DatanodeId, (u64, u64)) -> bool,
 ) -> Vec<Deficit> {
     let mut out = Vec::new();
-    for (i, g) in key.block_groups.iter().enumerate() {
+    for (i, g) in groups.iter().enumerate() {
         let block = (g.container_id, g.local_id);
         let counts = |d: &DatanodeId| counts(d, block);
         let readable = |d: &DatanodeId| readable(d, block);
@@ -81,7 +82,7 @@ pub(crate) fn assess(
             .iter()
             .map(|l| l.datanode.uuid.clone())
             .collect();
-        let (remaining, lack) = match key.replication {
+        let (remaining, lack) = match replication {
             ReplicationConfig::Ec(ec) => {
                 let mut rebuild = Vec::new();
                 let mut copy = Vec::new();
@@ -131,10 +132,9 @@ pub(crate) fn assess(
             }
         };
         out.push(Deficit {
-            bucket: key.bucket.clone(),
-            key: key.name.clone(),
+            owner: owner.clone(),
             group: i,
-            replication: key.replication,
+            replication,
             group_info: g.clone(),
             block: (g.container_id, g.local_id),
             remaining,
@@ -148,8 +148,23 @@ pub(crate) fn assess(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proto_crate::{DatanodeDetails, Pipeline};
+    use proto_crate::{DatanodeDetails, KeyInfo, Pipeline};
     use std::collections::BTreeMap;
+
+    /// [`assess_groups`] of a key's groups.
+    fn assess(
+        key: &KeyInfo,
+        counts: impl Fn(&DatanodeId, (u64, u64)) -> bool,
+        readable: impl Fn(&DatanodeId, (u64, u64)) -> bool,
+    ) -> Vec<Deficit> {
+        assess_groups(
+            &GroupOwner::key(&key.bucket, &key.name),
+            key.replication,
+            &key.block_groups,
+            counts,
+            readable,
+        )
+    }
 
     fn dn(n: u128) -> DatanodeDetails {
         DatanodeDetails {

@@ -27,8 +27,9 @@ use proto_crate::wire::om as pb;
 use proto_crate::{BlockLocation, DatanodeDetails, DatanodeId, KeyInfo, ReplicaIndex};
 use redb::{ReadableDatabase, ReadableTable};
 
+use crate::group_owner::GroupOwner;
 use crate::manager::{KEYS, decode};
-use crate::repair_plan::{Deficit, Lack, assess};
+use crate::repair_plan::{Deficit, Lack, assess_groups};
 use crate::{NodeState, OmError, OperationalState, OzoneManager};
 
 /// Repairs running at once in the whole cluster, by default.
@@ -164,6 +165,8 @@ struct Picture {
 #[derive(Debug, Default)]
 struct Scan {
     deficits: Vec<Deficit>,
+    /// Deficits neither running nor held back.
+    actionable: usize,
     /// Datanodes some location or multipart part names.
     referenced: BTreeSet<DatanodeId>,
     /// Whether every key was scanned (not cut short by the per-pass cap).
@@ -270,24 +273,16 @@ impl OzoneManager {
         self.repair.passes.subscribe()
     }
 
-    /// Datanodes holding a block of an uploaded multipart part (parts are not repaired yet,
-    /// but a datanode holding one is still referenced).
-    fn part_holders(&self) -> Result<BTreeSet<DatanodeId>, OmError> {
+    /// Multipart uploads in progress, with their uploaded parts, in one read transaction.
+    fn uploads(&self) -> Result<Vec<proto_crate::MultipartUpload>, OmError> {
         let read = self.db.begin_read()?;
-        let mut out = BTreeSet::new();
+        let mut out = Vec::new();
         for entry in read.open_table(crate::manager::UPLOADS)?.iter()? {
             let (_, v) = entry?;
-            let u = decode::<pb::MultipartUploadInfo, proto_crate::MultipartUpload>(
+            out.push(decode::<pb::MultipartUploadInfo, _>(
                 v.value(),
                 "multipart upload",
-            )?;
-            out.extend(
-                u.parts
-                    .iter()
-                    .flat_map(|p| &p.block_groups)
-                    .flat_map(|g| &g.pipeline.locations)
-                    .map(|l| l.datanode.uuid.clone()),
-            );
+            )?);
         }
         Ok(out)
     }
@@ -406,61 +401,77 @@ impl OzoneManager {
             let mut scan = Scan::default();
             let lost =
                 |d: &DatanodeId, b: (u64, u64)| missing.get(&b).is_some_and(|s| s.contains(d));
-            let mut actionable = 0usize;
-            let mut after = None;
-            loop {
-                let page = om.keys_page(after.as_ref(), SCAN_PAGE)?;
-                let Some(last) = page.last() else {
-                    scan.referenced.extend(om.part_holders()?);
-                    scan.complete = true;
-                    return Ok::<_, OmError>(scan);
-                };
-                after = Some((last.bucket.clone(), last.name.clone()));
-                for k in &page {
-                    for g in &k.block_groups {
-                        let b = (g.container_id, g.local_id);
-                        for l in &g.pipeline.locations {
-                            let u = &l.datanode.uuid;
-                            scan.referenced.insert(u.clone());
-                            if lost(u, b) {
-                                scan.still_missing.insert((b, u.clone()));
-                            } else if scan.candidates.len() < crate::MAX_CHECKS_PER_PASS
-                                && readable.contains(u)
-                                && reports.get(u).is_some_and(|r| !r.contains(b))
-                            {
-                                let c = crate::block_reports::Candidate {
-                                    datanode: l.datanode.clone(),
-                                    block: g.block_id(l.replica_index),
-                                    report: reports[u].received,
-                                };
-                                if !om.block_reports.checked(&c) {
-                                    scan.candidates.push(c);
-                                }
+            // One key or part: its locations against the block reports, then its deficits.
+            let visit = |scan: &mut Scan,
+                         owner: GroupOwner,
+                         replication: proto_crate::ReplicationConfig,
+                         groups: &[proto_crate::BlockGroup]| {
+                for g in groups {
+                    let b = (g.container_id, g.local_id);
+                    for l in &g.pipeline.locations {
+                        let u = &l.datanode.uuid;
+                        scan.referenced.insert(u.clone());
+                        if lost(u, b) {
+                            scan.still_missing.insert((b, u.clone()));
+                            continue;
+                        }
+                        let Some(r) = reports.get(u) else { continue };
+                        if scan.candidates.len() < crate::MAX_CHECKS_PER_PASS
+                            && readable.contains(u)
+                            && !r.contains(b)
+                        {
+                            let c = crate::block_reports::Candidate {
+                                datanode: l.datanode.clone(),
+                                block: g.block_id(l.replica_index),
+                                report: r.received,
+                            };
+                            if !om.block_reports.checked(&c) {
+                                scan.candidates.push(c);
                             }
                         }
                     }
-                    let counts = |d: &DatanodeId, b| counting.contains(d) && !lost(d, b);
-                    let reads = |d: &DatanodeId, b| readable.contains(d) && !lost(d, b);
-                    for d in assess(k, counts, reads) {
-                        if !skip.contains(&d.block) {
-                            actionable += 1;
-                        }
-                        scan.deficits.push(d);
+                }
+                let counts = |d: &DatanodeId, b| counting.contains(d) && !lost(d, b);
+                let reads = |d: &DatanodeId, b| readable.contains(d) && !lost(d, b);
+                for d in assess_groups(&owner, replication, groups, counts, reads) {
+                    if !skip.contains(&d.block) {
+                        scan.actionable += 1;
                     }
+                    scan.deficits.push(d);
                 }
-                if page.len() < SCAN_PAGE {
-                    scan.referenced.extend(om.part_holders()?);
-                    scan.complete = true;
-                    return Ok(scan);
-                }
-                if actionable >= MAX_DEFICITS_PER_PASS {
-                    return Ok(scan);
+            };
+            for u in om.uploads()? {
+                for p in &u.parts {
+                    let owner = GroupOwner::Part {
+                        upload_id: u.upload_id.clone(),
+                        part_number: p.part_number,
+                    };
+                    visit(&mut scan, owner, u.replication, &p.block_groups);
                 }
             }
+            let mut after = None;
+            loop {
+                let page = om.keys_page(after.as_ref(), SCAN_PAGE)?;
+                for k in &page {
+                    let owner = GroupOwner::key(&k.bucket, &k.name);
+                    visit(&mut scan, owner, k.replication, &k.block_groups);
+                }
+                let Some(last) = page.last() else { break };
+                if page.len() < SCAN_PAGE {
+                    break;
+                }
+                after = Some((last.bucket.clone(), last.name.clone()));
+                if scan.actionable >= MAX_DEFICITS_PER_PASS {
+                    return Ok::<_, OmError>(scan);
+                }
+            }
+            scan.complete = true;
+            Ok(scan)
         })
         .await??;
         let Scan {
             mut deficits,
+            actionable: _,
             referenced,
             complete,
             candidates,
@@ -641,9 +652,8 @@ impl OzoneManager {
                             expected,
                         )
                         .await?;
-                        self.replace_locations(
-                            &d.bucket,
-                            &d.key,
+                        self.replace_group_locations(
+                            &d.owner,
                             d.group,
                             d.block,
                             std::slice::from_ref(from),
@@ -662,7 +672,8 @@ impl OzoneManager {
                     .zip(targets.map(|t| t.uuid.clone()))
                     .collect();
                 if !plan.is_empty() {
-                    crate::reconstruct_ec_indexes(self, &d.bucket, &d.key, d.group, &plan).await?;
+                    crate::reconstruction::reconstruct_group(self, &d.owner, d.group, &plan)
+                        .await?;
                 }
             }
             Lack::Copies {
@@ -670,8 +681,8 @@ impl OzoneManager {
             } => {
                 if sources.is_empty() {
                     return Err(OmError::InsufficientSources(format!(
-                        "{}/{} group {}: no readable copy",
-                        d.bucket, d.key, d.group
+                        "{} group {}: no readable copy",
+                        d.owner, d.group
                     )));
                 }
                 let mut from: Vec<DatanodeDetails> =
@@ -698,7 +709,7 @@ impl OzoneManager {
                     // Copies that do not count go as the new ones arrive, one for one.
                     let removed: Vec<BlockLocation> =
                         retire.iter().take(added.len()).cloned().collect();
-                    self.replace_locations(&d.bucket, &d.key, d.group, d.block, &removed, &added)
+                    self.replace_group_locations(&d.owner, d.group, d.block, &removed, &added)
                 }
                 .await;
                 if let Err(e) = outcome {
@@ -712,7 +723,7 @@ impl OzoneManager {
 
     /// Logs the targets of a failed copy for deletion (they may hold part of a block).
     fn free_targets(&self, d: &Deficit, added: &[BlockLocation]) {
-        if let Err(e) = self.log_orphans(&d.bucket, &d.key, d.group, d.block, added) {
+        if let Err(e) = self.log_orphans(&d.owner, d.group, d.block, added) {
             tracing::warn!(error = %e, "logging a failed copy's targets for deletion");
         }
     }
@@ -730,11 +741,11 @@ impl OzoneManager {
             Ok(()) => {
                 inner.status.completed += 1;
                 inner.holds.remove(&d.block);
-                tracing::info!(bucket = %d.bucket, key = %d.key, group = d.group, "repaired");
+                tracing::info!(owner = %d.owner, group = d.group, "repaired");
             }
             Err(OmError::InsufficientSources(m)) => {
                 inner.status.failed += 1;
-                tracing::warn!(bucket = %d.bucket, key = %d.key, group = d.group, reason = %m,
+                tracing::warn!(owner = %d.owner, group = d.group, reason = %m,
                     "block group unrecoverable until a datanode returns");
                 inner.holds.insert(
                     d.block,
@@ -755,7 +766,7 @@ impl OzoneManager {
                     .service_interval
                     .saturating_mul(1 << attempts.min(16))
                     .min(MAX_RETRY_BACKOFF);
-                tracing::warn!(bucket = %d.bucket, key = %d.key, group = d.group, error = %e,
+                tracing::warn!(owner = %d.owner, group = d.group, error = %e,
                     retry_in = ?wait, "repair failed");
                 inner.holds.insert(
                     d.block,

@@ -1,0 +1,201 @@
+//! Which record a block group belongs to — a committed key, or a part of a multipart upload in
+//! progress — and reading or rewriting one group of it inside a transaction. Repair works on
+//! both: a part's blocks are as exposed to a lost datanode as a key's, and an upload may stay
+//! open for days before it completes (S3 sets no limit).
+
+use std::fmt;
+
+use prost::Message;
+use proto_crate::wire::om as pb;
+use proto_crate::{BlockGroup, KeyInfo, MultipartUpload, ReplicationConfig};
+use redb::{ReadableDatabase, ReadableTable, WriteTransaction};
+
+use crate::manager::{KEYS, UPLOADS, decode};
+use crate::{OmError, OzoneManager};
+
+/// The record holding a block group.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum GroupOwner {
+    /// The committed key `bucket/key`.
+    Key { bucket: String, key: String },
+    /// Part `part_number` of the multipart upload `upload_id` (in progress).
+    Part { upload_id: String, part_number: u32 },
+}
+
+impl fmt::Display for GroupOwner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Key { bucket, key } => write!(f, "{bucket}/{key}"),
+            Self::Part {
+                upload_id,
+                part_number,
+            } => write!(f, "part {part_number} of upload {upload_id}"),
+        }
+    }
+}
+
+impl GroupOwner {
+    /// The key `bucket/key`.
+    pub(crate) fn key(bucket: &str, key: &str) -> Self {
+        Self::Key {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+        }
+    }
+
+    fn gone(&self) -> OmError {
+        match self {
+            Self::Key { bucket, key } => OmError::KeyNotFound {
+                bucket: bucket.clone(),
+                key: key.clone(),
+            },
+            Self::Part { upload_id, .. } => OmError::NoSuchUpload(upload_id.clone()),
+        }
+    }
+
+    /// Reads the owner's record from `keys` or `uploads` (tables of a read or a write
+    /// transaction): its replication and groups. `None` when the record (or the part) is gone.
+    fn fetch(
+        &self,
+        keys: &impl ReadableTable<(&'static str, &'static str), &'static [u8]>,
+        uploads: &impl ReadableTable<&'static str, &'static [u8]>,
+    ) -> Result<Option<Loaded>, OmError> {
+        match self {
+            Self::Key { bucket, key } => {
+                let Some(v) = keys.get((bucket.as_str(), key.as_str()))? else {
+                    return Ok(None);
+                };
+                let k: KeyInfo = decode::<pb::KeyInfo, _>(v.value(), "key")?;
+                Ok(Some(Loaded {
+                    replication: k.replication,
+                    groups: k.block_groups.clone(),
+                    record: Record::Key(k),
+                }))
+            }
+            Self::Part {
+                upload_id,
+                part_number,
+            } => {
+                let Some(v) = uploads.get(upload_id.as_str())? else {
+                    return Ok(None);
+                };
+                let u: MultipartUpload =
+                    decode::<pb::MultipartUploadInfo, _>(v.value(), "multipart upload")?;
+                let Some(p) = u.parts.iter().find(|p| p.part_number == *part_number) else {
+                    return Ok(None);
+                };
+                Ok(Some(Loaded {
+                    replication: u.replication,
+                    groups: p.block_groups.clone(),
+                    record: Record::Upload(u, *part_number),
+                }))
+            }
+        }
+    }
+
+    fn load(&self, txn: &WriteTransaction) -> Result<Option<Loaded>, OmError> {
+        self.fetch(&txn.open_table(KEYS)?, &txn.open_table(UPLOADS)?)
+    }
+
+    /// The replication and group `group` (from 0) of the owner, read in `txn`.
+    ///
+    /// # Errors
+    /// [`OmError::KeyNotFound`] / [`OmError::NoSuchUpload`] when the record is gone;
+    /// [`OmError::InvalidArgument`] for a group it does not have; database errors.
+    pub(crate) fn group(
+        &self,
+        txn: &WriteTransaction,
+        group: usize,
+    ) -> Result<(ReplicationConfig, BlockGroup), OmError> {
+        self.load(txn)?
+            .ok_or_else(|| self.gone())?
+            .pick(self, group)
+    }
+
+    /// Runs `change` on group `group` of the owner and writes the record back, in `txn`.
+    ///
+    /// # Errors
+    /// As [`group`](Self::group), and whatever `change` returns (nothing is written then).
+    pub(crate) fn update_group<T>(
+        &self,
+        txn: &WriteTransaction,
+        group: usize,
+        change: impl FnOnce(&mut BlockGroup) -> Result<T, OmError>,
+    ) -> Result<T, OmError> {
+        let mut loaded = self.load(txn)?.ok_or_else(|| self.gone())?;
+        let count = loaded.groups.len();
+        let g = loaded.groups.get_mut(group).ok_or_else(|| {
+            OmError::InvalidArgument(format!("{self} has {count} block groups, no group {group}"))
+        })?;
+        let out = change(g)?;
+        match loaded.record {
+            Record::Key(mut k) => {
+                k.block_groups = loaded.groups;
+                let (bucket, name) = (k.bucket.clone(), k.name.clone());
+                txn.open_table(KEYS)?.insert(
+                    (bucket.as_str(), name.as_str()),
+                    pb::KeyInfo::from(k).encode_to_vec().as_slice(),
+                )?;
+            }
+            Record::Upload(mut u, part_number) => {
+                if let Some(p) = u.parts.iter_mut().find(|p| p.part_number == part_number) {
+                    p.block_groups = loaded.groups;
+                }
+                let id = u.upload_id.clone();
+                txn.open_table(UPLOADS)?.insert(
+                    id.as_str(),
+                    pb::MultipartUploadInfo::from(u).encode_to_vec().as_slice(),
+                )?;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A record as read, to write back.
+enum Record {
+    Key(KeyInfo),
+    /// The upload and the number of the part read.
+    Upload(MultipartUpload, u32),
+}
+
+struct Loaded {
+    replication: ReplicationConfig,
+    groups: Vec<BlockGroup>,
+    record: Record,
+}
+
+impl Loaded {
+    /// The replication and group `group` (from 0) of `owner`'s record.
+    fn pick(
+        self,
+        owner: &GroupOwner,
+        group: usize,
+    ) -> Result<(ReplicationConfig, BlockGroup), OmError> {
+        let count = self.groups.len();
+        let g = self.groups.into_iter().nth(group).ok_or_else(|| {
+            OmError::InvalidArgument(format!(
+                "{owner} has {count} block groups, no group {group}"
+            ))
+        })?;
+        Ok((self.replication, g))
+    }
+}
+
+impl OzoneManager {
+    /// The replication and group `group` of `owner`, as recorded now.
+    ///
+    /// # Errors
+    /// As [`GroupOwner::group`].
+    pub(crate) fn owned_group(
+        &self,
+        owner: &GroupOwner,
+        group: usize,
+    ) -> Result<(ReplicationConfig, BlockGroup), OmError> {
+        let read = self.db.begin_read()?;
+        let loaded = owner
+            .fetch(&read.open_table(KEYS)?, &read.open_table(UPLOADS)?)?
+            .ok_or_else(|| owner.gone())?;
+        loaded.pick(owner, group)
+    }
+}
