@@ -8,7 +8,9 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{STRIPE, data, ec_bucket, node_of, read_all, replicated_bucket, ri, test_config};
+use common::{
+    STRIPE, data, ec_bucket, node_of, plant, read_all, replicated_bucket, ri, test_config,
+};
 use datanode::RpcKind;
 use ec_client::Client;
 use minicluster::{MiniCluster, MiniClusterConfig};
@@ -222,37 +224,6 @@ async fn a_report_older_than_a_block_does_not_trigger_a_repair() {
         info.block_groups
     );
     cluster.shutdown().await;
-}
-
-/// Commits `bytes` as block `b` directly in a datanode's store (as a writer would).
-async fn plant(store: &datanode::ContainerStore, b: proto_crate::BlockId, bytes: &'static [u8]) {
-    use proto_crate::{BlockData, ChecksumData, ChecksumType, ChunkInfo};
-    let chunk = ChunkInfo {
-        name: "c0".into(),
-        offset: 0,
-        len: bytes.len() as u64,
-        checksum: ChecksumData {
-            ty: ChecksumType::None,
-            bytes_per_checksum: 0,
-            checksums: vec![],
-        },
-    };
-    store
-        .write_chunk(b, &chunk, bytes::Bytes::from_static(bytes))
-        .await
-        .expect("write");
-    store
-        .put_block(
-            BlockData {
-                block_id: b,
-                size: chunk.len,
-                chunks: vec![chunk],
-                metadata: Default::default(),
-            },
-            true,
-        )
-        .await
-        .expect("put block");
 }
 
 /// Waits until `n` more block reports than `rx` has seen arrived and a pass ran after them.

@@ -165,3 +165,79 @@ async fn too_few_sources_fail_and_change_nothing() {
     );
     cluster.shutdown().await;
 }
+
+/// A copy that does not fit the group — longer than the layout's length for its index, or of
+/// the right length but recorded for another group length — is skipped when the coordinator
+/// opens its sources, so the rebuild never decodes from it: with the true index 1 unavailable
+/// and the bogus spare of index 1 the only copy of that index, index 2 is rebuilt exactly
+/// from indexes 3, 4 and 5.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_that_does_not_fit_the_group_is_skipped() {
+    let (mut cluster, client) = failure_cluster(7).await;
+    ec_bucket(&client, "b", 1 << 20).await;
+    let src = data(2 * STRIPE + 5, 6);
+    let index_1 = 2 * CELL + 5;
+    for (case, (len, group_len)) in [
+        (index_1 + 100, src.len() as u64),
+        (index_1, src.len() as u64 + 1),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let key = format!("k{case}");
+        let info = client.put_key("b", &key, None, &src).await.expect("put");
+        let (want, want_bytes) = stored_block(&info, ri(2)).await;
+        let g = &info.block_groups[0];
+
+        // A bogus spare of index 1 on a datanode outside the group: zeros, with checksums
+        // that cannot catch them (none).
+        let bogus = outside_datanode(&cluster, &info);
+        let bogus_dn = cluster.datanode_by_uuid(&bogus).expect("dn");
+        let store = bogus_dn.node().expect("running").store();
+        let meta = [(
+            proto_crate::BLOCK_GROUP_LENGTH_KEY.to_string(),
+            group_len.to_string(),
+        )]
+        .into();
+        common::plant_with(store, g.block_id(ri(1)), vec![0u8; len as usize], meta).await;
+        let spare = proto_crate::BlockLocation {
+            datanode: bogus_dn.node().expect("running").details().clone(),
+            replica_index: Some(ri(1)),
+        };
+        let with_spare = cluster
+            .om()
+            .add_location("b", &key, 0, (g.container_id, g.local_id), spare)
+            .expect("spare recorded");
+        // The true index 1 answers nothing.
+        let first = node_of(&cluster, &info, 0, 1);
+        fail(&mut cluster, first, Failure::Down).await;
+
+        let used: Vec<String> = with_spare.block_groups[0]
+            .pipeline
+            .locations
+            .iter()
+            .map(|l| l.datanode.uuid.to_string())
+            .collect();
+        let target = cluster
+            .datanodes()
+            .iter()
+            .find(|d| d.is_running() && !used.iter().any(|u| u == d.uuid()))
+            .expect("a seventh datanode")
+            .uuid()
+            .to_string();
+        let repaired =
+            om::reconstruct_ec_indexes(cluster.om(), "b", &key, 0, &[(ri(2), uuid(&target))])
+                .await
+                .expect("rebuilt without the bogus copy");
+        let (got, got_bytes) = stored_block(&repaired, ri(2)).await;
+        assert_eq!(got.chunks, want.chunks, "case {case}");
+        assert!(got_bytes == want_bytes, "case {case}: bytes");
+        cluster
+            .datanode_mut(first)
+            .expect("dn")
+            .restart()
+            .await
+            .expect("restart");
+    }
+    cluster.shutdown().await;
+}

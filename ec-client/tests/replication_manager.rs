@@ -435,8 +435,17 @@ async fn a_part_of_an_upload_in_progress_is_repaired() {
     w.write(&src).await.expect("write");
     let part = w.close_part("etag-1").await.expect("part");
     let g = &part.block_groups[0];
-    let holder = g.pipeline.nodes_for(ri(2)).next().expect("index 2").uuid.clone();
-    let victim = cluster.datanode_by_uuid(holder.as_str()).expect("dn").index();
+    let holder = g
+        .pipeline
+        .nodes_for(ri(2))
+        .next()
+        .expect("index 2")
+        .uuid
+        .clone();
+    let victim = cluster
+        .datanode_by_uuid(holder.as_str())
+        .expect("dn")
+        .index();
     cluster.datanode_mut(victim).expect("dn").stop().await;
     kill(&cluster, &clock, &[holder.to_string()]).await;
 
@@ -445,9 +454,15 @@ async fn a_part_of_an_upload_in_progress_is_repaired() {
     })
     .await;
     let listed = client.list_parts(&up).await.expect("upload").parts;
-    let rebuilt: Vec<_> = listed[0].block_groups[0].pipeline.nodes_for(ri(2)).collect();
+    let rebuilt: Vec<_> = listed[0].block_groups[0]
+        .pipeline
+        .nodes_for(ri(2))
+        .collect();
     assert_eq!(rebuilt.len(), 1);
-    assert_ne!(rebuilt[0].uuid, holder, "index 2 moved off the dead datanode");
+    assert_ne!(
+        rebuilt[0].uuid, holder,
+        "index 2 moved off the dead datanode"
+    );
 
     let info = client
         .complete_multipart_upload(&up, &[(1, "etag-1".into())], 0, Default::default())

@@ -248,3 +248,47 @@ pub async fn wait_statuses(cluster: &MiniCluster, pred: impl Fn(&[om::DatanodeSt
     .await
     .expect("the om's view reaches the expected state within 60 s");
 }
+
+/// Commits `bytes` as block `b` directly in a datanode's store (as a writer would), in one
+/// chunk without checksums, with block metadata `metadata`.
+pub async fn plant_with(
+    store: &datanode::ContainerStore,
+    b: proto_crate::BlockId,
+    bytes: impl Into<bytes::Bytes>,
+    metadata: std::collections::BTreeMap<String, String>,
+) {
+    use proto_crate::{BlockData, ChecksumData, ChecksumType, ChunkInfo};
+    let bytes: bytes::Bytes = bytes.into();
+    let chunk = ChunkInfo {
+        name: "c0".into(),
+        offset: 0,
+        len: bytes.len() as u64,
+        checksum: ChecksumData {
+            ty: ChecksumType::None,
+            bytes_per_checksum: 0,
+            checksums: vec![],
+        },
+    };
+    store.write_chunk(b, &chunk, bytes).await.expect("write");
+    store
+        .put_block(
+            BlockData {
+                block_id: b,
+                size: chunk.len,
+                chunks: vec![chunk],
+                metadata,
+            },
+            true,
+        )
+        .await
+        .expect("put block");
+}
+
+/// [`plant_with`] without metadata.
+pub async fn plant(
+    store: &datanode::ContainerStore,
+    b: proto_crate::BlockId,
+    bytes: &'static [u8],
+) {
+    plant_with(store, b, bytes, std::collections::BTreeMap::new()).await;
+}
