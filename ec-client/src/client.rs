@@ -7,7 +7,9 @@ use std::sync::Arc;
 use block_stream::{ClientMetrics, MetricsSnapshot, XceiverClientManager};
 use std::collections::BTreeMap;
 
-use proto_crate::{BucketInfo, DatanodeDetails, KeyInfo, MultipartUpload, ReplicationConfig};
+use proto_crate::{
+    BucketInfo, DatanodeDetails, KeyInfo, MultipartUpload, ReplicationConfig, WriteCondition,
+};
 
 use crate::ec_output::EcKeyOutputStream;
 use crate::key_input::KeyInputStream;
@@ -207,9 +209,28 @@ impl Client {
         min_part_size: u64,
         metadata: BTreeMap<String, String>,
     ) -> Result<KeyInfo> {
+        self.complete_multipart_upload_if(upload_id, parts, min_part_size, metadata, None)
+            .await
+    }
+
+    /// [`complete_multipart_upload`](Self::complete_multipart_upload), provided `condition`
+    /// (if any) holds for the key when the om commits (checked in the same transaction; the
+    /// upload stays when it does not).
+    ///
+    /// # Errors
+    /// As `complete_multipart_upload`; [`ClientError::Om`] with `CONDITION_FAILED`
+    /// ([`ClientError::is_condition_failed`]).
+    pub async fn complete_multipart_upload_if(
+        &self,
+        upload_id: &str,
+        parts: &[(u32, String)],
+        min_part_size: u64,
+        metadata: BTreeMap<String, String>,
+        condition: Option<WriteCondition>,
+    ) -> Result<KeyInfo> {
         self.shared
             .om
-            .complete_multipart_upload(upload_id, parts, min_part_size, metadata)
+            .complete_multipart_upload(upload_id, parts, min_part_size, metadata, condition)
             .await
     }
 
@@ -306,6 +327,24 @@ impl Client {
     /// # Errors
     /// [`ClientError::KeyNotFound`], om failures.
     pub async fn delete_key(&self, bucket: &str, key: &str) -> Result<()> {
-        self.shared.om.delete_key(bucket, key).await
+        self.shared.om.delete_key(bucket, key, None).await
+    }
+
+    /// Deletes `bucket/key` provided `condition` holds for it in the om's deletion
+    /// transaction (S3's DeleteObject `If-Match`).
+    ///
+    /// # Errors
+    /// [`ClientError::KeyNotFound`]; [`ClientError::Om`] with `CONDITION_FAILED`
+    /// ([`ClientError::is_condition_failed`]); om failures.
+    pub async fn delete_key_if(
+        &self,
+        bucket: &str,
+        key: &str,
+        condition: WriteCondition,
+    ) -> Result<()> {
+        self.shared
+            .om
+            .delete_key(bucket, key, Some(condition))
+            .await
     }
 }

@@ -336,7 +336,9 @@ impl EcKeyOutputStream {
     /// A flush failure (now or earlier): the key is not committed, the om
     /// session is aborted, and no key becomes visible.
     pub async fn close(self) -> Result<KeyInfo> {
-        self.finish(Commit::Key(BTreeMap::new())).await?.into_key()
+        self.finish(Commit::Key(BTreeMap::new(), None))
+            .await?
+            .into_key()
     }
 
     /// Like [`close`](Self::close), ending the session as `commit` says (a

@@ -152,6 +152,22 @@ impl ClientError {
         }
     }
 
+    /// Whether the om refused a commit or deletion because its [`WriteCondition`] did not
+    /// hold (the key exists, or is at another generation): the root is an om error with
+    /// [`OmErrorCode::ConditionFailed`].
+    ///
+    /// [`WriteCondition`]: crate::WriteCondition
+    #[must_use]
+    pub fn is_condition_failed(&self) -> bool {
+        matches!(
+            self.root(),
+            Self::Om {
+                code: OmErrorCode::ConditionFailed,
+                ..
+            }
+        )
+    }
+
     /// Whether trying again later (the same call, or for a writer that
     /// failed, writing the key again) may succeed: the om, datanodes or the
     /// network were unavailable, timed out or out of room, or a write was

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use proto_crate::{KeyInfo, PartInfo};
+use proto_crate::{KeyInfo, PartInfo, WriteCondition};
 
 use crate::om_client::{Commit, Committed};
 use crate::{EcKeyOutputStream, ReplicatedKeyOutputStream, Result};
@@ -84,7 +84,26 @@ impl KeyOutputStream {
     /// Any write failure; the om's refusal if this stream writes a multipart
     /// upload's part.
     pub async fn close_with(self, metadata: BTreeMap<String, String>) -> Result<KeyInfo> {
-        self.finish(Commit::Key(metadata)).await?.into_key()
+        self.finish(Commit::Key(metadata, None)).await?.into_key()
+    }
+
+    /// [`close_with`](Self::close_with), provided `condition` holds for the key when the om
+    /// commits it — checked in the commit's own transaction, so no other writer can slip in
+    /// between (S3's `If-None-Match: *` / `If-Match`, object_store's `PutMode::Create` /
+    /// `Update`). When it does not hold nothing is committed and the written blocks are
+    /// reclaimed.
+    ///
+    /// # Errors
+    /// As `close_with`; [`ClientError::Om`] with `CONDITION_FAILED`
+    /// ([`ClientError::is_condition_failed`]).
+    pub async fn close_if(
+        self,
+        metadata: BTreeMap<String, String>,
+        condition: WriteCondition,
+    ) -> Result<KeyInfo> {
+        self.finish(Commit::Key(metadata, Some(condition)))
+            .await?
+            .into_key()
     }
 
     /// Writes what is buffered and commits this stream as part of its

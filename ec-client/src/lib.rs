@@ -46,6 +46,7 @@ pub use key_output::KeyOutputStream;
 pub use metrics::EcReadSnapshot;
 pub use proto_crate::{
     BucketInfo, DatanodeDetails, KeyInfo, MultipartUpload, PartInfo, ReplicationConfig,
+    WriteCondition,
 };
 pub use proto_crate::{MULTIPART_PART_SIZES_KEY, OmErrorCode};
 pub use replicated_output::ReplicatedKeyOutputStream;

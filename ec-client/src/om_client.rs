@@ -8,7 +8,7 @@ use proto_crate::wire::om as pb;
 use proto_crate::wire::om::ozone_manager_service_client::OzoneManagerServiceClient;
 use proto_crate::{
     BlockGroup, BucketInfo, DatanodeDetails, DatanodeId, KeyInfo, MultipartUpload, OmErrorCode,
-    PartInfo, ProtocolError, ReplicationConfig,
+    PartInfo, ProtocolError, ReplicationConfig, WriteCondition,
 };
 use tonic::Status;
 use tonic::transport::{Channel, Endpoint};
@@ -29,8 +29,8 @@ pub(crate) struct OmClient {
 /// How a writer's om session ends.
 #[derive(Debug, Clone)]
 pub(crate) enum Commit {
-    /// As a key, with object metadata.
-    Key(BTreeMap<String, String>),
+    /// As a key, with object metadata, provided the condition (if any) holds.
+    Key(BTreeMap<String, String>, Option<WriteCondition>),
     /// As a part of a multipart upload, with the part's ETag.
     Part {
         /// Hex MD5 of the part's bytes.
@@ -279,7 +279,7 @@ impl OmClient {
         let mut c = self.inner.clone();
         let block_groups = groups.into_iter().map(Into::into).collect();
         match commit {
-            Commit::Key(metadata) => {
+            Commit::Key(metadata, condition) => {
                 let r = self
                     .call(
                         "CommitKey",
@@ -288,6 +288,7 @@ impl OmClient {
                             block_groups,
                             length,
                             metadata: metadata.into_iter().collect(),
+                            condition: condition.map(Into::into),
                         }),
                     )
                     .await?;
@@ -415,6 +416,7 @@ impl OmClient {
         parts: &[(u32, String)],
         min_part_size: u64,
         metadata: BTreeMap<String, String>,
+        condition: Option<WriteCondition>,
     ) -> Result<KeyInfo> {
         let mut c = self.inner.clone();
         let r = self
@@ -431,6 +433,7 @@ impl OmClient {
                         .collect(),
                     min_part_size,
                     metadata: metadata.into_iter().collect(),
+                    condition: condition.map(Into::into),
                 }),
             )
             .await?;
@@ -507,13 +510,19 @@ impl OmClient {
             .collect::<std::result::Result<_, _>>()?)
     }
 
-    pub(crate) async fn delete_key(&self, bucket: &str, key: &str) -> Result<()> {
+    pub(crate) async fn delete_key(
+        &self,
+        bucket: &str,
+        key: &str,
+        condition: Option<WriteCondition>,
+    ) -> Result<()> {
         let mut c = self.inner.clone();
         self.call(
             "DeleteKey",
             c.delete_key(pb::DeleteKeyRequest {
                 bucket: bucket.to_string(),
                 key: key.to_string(),
+                condition: condition.map(Into::into),
             }),
         )
         .await

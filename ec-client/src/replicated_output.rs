@@ -274,7 +274,9 @@ impl ReplicatedKeyOutputStream {
     /// A failed write (now or earlier): nothing is committed and the session
     /// is aborted.
     pub async fn close(self) -> Result<KeyInfo> {
-        self.finish(Commit::Key(BTreeMap::new())).await?.into_key()
+        self.finish(Commit::Key(BTreeMap::new(), None))
+            .await?
+            .into_key()
     }
 
     /// Like [`close`](Self::close), ending the session as `commit` says.

@@ -24,6 +24,16 @@ pub enum OmError {
         /// Key name.
         key: String,
     },
+    /// A commit's or deletion's write condition did not hold (S3's 412/409).
+    #[error("condition on `{bucket}/{key}` failed: {reason}")]
+    ConditionFailed {
+        /// Bucket name.
+        bucket: String,
+        /// Key name.
+        key: String,
+        /// What the key is instead.
+        reason: String,
+    },
     /// No open key with this session id (never opened, committed, aborted, or
     /// lost in an om restart).
     #[error("no open key session {0}")]
@@ -113,6 +123,7 @@ impl OmError {
             Self::BucketAlreadyExists(_) => OmErrorCode::BucketAlreadyExists,
             Self::BucketNotEmpty(_) => OmErrorCode::BucketNotEmpty,
             Self::KeyNotFound { .. } => OmErrorCode::KeyNotFound,
+            Self::ConditionFailed { .. } => OmErrorCode::ConditionFailed,
             Self::NoSuchSession(_) => OmErrorCode::NoSuchSession,
             Self::NotEnoughDatanodes { .. } => OmErrorCode::NotEnoughDatanodes,
             Self::TooManyOpenSessions { .. } => OmErrorCode::TooManyOpenSessions,

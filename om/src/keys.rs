@@ -200,7 +200,23 @@ impl OzoneManager {
     /// # Errors
     /// [`OmError::KeyNotFound`], [`OmError::BucketNotFound`] when the bucket is missing, database errors.
     pub fn delete_key(&self, bucket: &str, key: &str) -> Result<()> {
+        self.delete_key_if(bucket, key, None)
+    }
+
+    /// [`delete_key`](Self::delete_key), provided `condition` (if any) holds for the key in
+    /// the deletion's transaction.
+    ///
+    /// # Errors
+    /// As `delete_key`, and [`OmError::ConditionFailed`] (also for a generation condition on
+    /// a key that does not exist).
+    pub fn delete_key_if(
+        &self,
+        bucket: &str,
+        key: &str,
+        condition: Option<proto_crate::WriteCondition>,
+    ) -> Result<()> {
         let txn = self.db.begin_write()?;
+        crate::conditions::check(&txn, bucket, key, condition)?;
         if !crate::deletion::log_key_groups(&txn, bucket, key)? {
             return Err(self.missing_key(bucket, key));
         }

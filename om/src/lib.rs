@@ -24,6 +24,7 @@
 
 mod block_reports;
 mod clock;
+mod conditions;
 mod decommission;
 mod deletion;
 mod error;

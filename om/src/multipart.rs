@@ -293,6 +293,23 @@ impl OzoneManager {
         min_part_size: u64,
         metadata: BTreeMap<String, String>,
     ) -> Result<KeyInfo> {
+        self.complete_multipart_upload_if(upload_id, parts, min_part_size, metadata, None)
+    }
+
+    /// [`complete_multipart_upload`](Self::complete_multipart_upload), provided `condition`
+    /// (if any) holds for the key as it is when the completion's transaction runs; when it
+    /// does not, nothing changes (the upload stays, as Amazon keeps it for a retry).
+    ///
+    /// # Errors
+    /// As `complete_multipart_upload`, and [`OmError::ConditionFailed`].
+    pub fn complete_multipart_upload_if(
+        &self,
+        upload_id: &str,
+        parts: &[(u32, String)],
+        min_part_size: u64,
+        metadata: BTreeMap<String, String>,
+        condition: Option<proto_crate::WriteCondition>,
+    ) -> Result<KeyInfo> {
         // Everything — reading the upload, checking the parts, writing the
         // key, removing the upload, logging freed groups — happens in one
         // write transaction, so a concurrent part commit or abort cannot
@@ -357,6 +374,7 @@ impl OzoneManager {
                 .ok_or_else(|| OmError::BucketNotFound(u.bucket.clone()))?;
             decode::<pb::BucketInfo, proto_crate::BucketInfo>(v.value(), "bucket")?.block_size
         };
+        crate::conditions::check(&txn, &u.bucket, &u.key, condition)?;
         let info = KeyInfo {
             bucket: u.bucket.clone(),
             name: u.key.clone(),
@@ -366,6 +384,7 @@ impl OzoneManager {
             block_size,
             created_unix_ms: now_ms(),
             metadata: meta,
+            generation: crate::conditions::next_generation(&txn)?,
         };
         // The key appears and the upload disappears together; the replaced
         // key's groups and the groups of parts left out of the completion

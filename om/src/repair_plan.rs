@@ -188,6 +188,7 @@ mod tests {
             block_size: 1 << 20,
             created_unix_ms: 0,
             metadata: BTreeMap::new(),
+            generation: 1,
         }
     }
 

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use proto_crate::wire::om as pb;
 use proto_crate::wire::om::ozone_manager_service_server::OzoneManagerService;
-use proto_crate::{BlockGroup, DatanodeDetails, DatanodeId, ProtocolError, ReplicationConfig};
+use proto_crate::{
+    BlockGroup, DatanodeDetails, DatanodeId, ProtocolError, ReplicationConfig, WriteCondition,
+};
 use tonic::{Request, Response, Status};
 
 use crate::{NodeStats, OmError, OzoneManager};
@@ -37,6 +39,10 @@ impl OmGrpcService {
 
 fn bad(e: ProtocolError) -> Status {
     Status::from(OmError::InvalidArgument(e.to_string()))
+}
+
+fn condition(c: Option<pb::WriteCondition>) -> Result<Option<WriteCondition>, Status> {
+    c.map(WriteCondition::try_from).transpose().map_err(bad)
 }
 
 fn replication(s: &str) -> Result<Option<ReplicationConfig>, Status> {
@@ -228,13 +234,15 @@ impl OzoneManagerService for OmGrpcService {
             .map(BlockGroup::try_from)
             .collect::<Result<Vec<_>, _>>()
             .map_err(bad)?;
+        let condition = condition(req.condition)?;
         let k = self
             .run(move |om| {
-                om.commit_key(
+                om.commit_key_if(
                     req.session_id,
                     &groups,
                     req.length,
                     req.metadata.into_iter().collect(),
+                    condition,
                 )
             })
             .await?;
@@ -300,7 +308,8 @@ impl OzoneManagerService for OmGrpcService {
         req: Request<pb::DeleteKeyRequest>,
     ) -> Result<Response<pb::DeleteKeyResponse>, Status> {
         let req = req.into_inner();
-        self.run(move |om| om.delete_key(&req.bucket, &req.key))
+        let condition = condition(req.condition)?;
+        self.run(move |om| om.delete_key_if(&req.bucket, &req.key, condition))
             .await?;
         Ok(Response::new(pb::DeleteKeyResponse {}))
     }
@@ -396,13 +405,15 @@ impl OzoneManagerService for OmGrpcService {
             .into_iter()
             .map(|p| (p.part_number, p.etag))
             .collect();
+        let condition = condition(req.condition)?;
         let k = self
             .run(move |om| {
-                om.complete_multipart_upload(
+                om.complete_multipart_upload_if(
                     &req.upload_id,
                     &parts,
                     req.min_part_size,
                     req.metadata.into_iter().collect(),
+                    condition,
                 )
             })
             .await?;

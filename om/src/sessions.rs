@@ -228,9 +228,26 @@ impl OzoneManager {
         length: u64,
         metadata: BTreeMap<String, String>,
     ) -> Result<KeyInfo> {
+        self.commit_key_if(session_id, groups, length, metadata, None)
+    }
+
+    /// [`commit_key`](Self::commit_key), provided `condition` (if any) holds for the key as
+    /// it is when the commit's transaction runs. When it does not, nothing is committed and the
+    /// session's groups are reclaimed, as for any failed commit.
+    ///
+    /// # Errors
+    /// As `commit_key`, and [`OmError::ConditionFailed`].
+    pub fn commit_key_if(
+        &self,
+        session_id: u64,
+        groups: &[BlockGroup],
+        length: u64,
+        metadata: BTreeMap<String, String>,
+        condition: Option<proto_crate::WriteCondition>,
+    ) -> Result<KeyInfo> {
         let (s, committed, leftovers) =
             self.take_session(session_id, groups, length, &SessionTarget::Key)?;
-        let info = KeyInfo {
+        let mut info = KeyInfo {
             bucket: s.bucket.clone(),
             name: s.key.clone(),
             length,
@@ -239,6 +256,7 @@ impl OzoneManager {
             block_size: s.block_size,
             created_unix_ms: now_ms(),
             metadata,
+            generation: 0,
         };
         let txn = self.db.begin_write()?;
         let outcome = (|| {
@@ -249,6 +267,8 @@ impl OzoneManager {
             {
                 return Err(OmError::BucketNotFound(info.bucket.clone()));
             }
+            crate::conditions::check(&txn, &info.bucket, &info.name, condition)?;
+            info.generation = crate::conditions::next_generation(&txn)?;
             log_key_groups(&txn, &info.bucket, &info.name)?;
             txn.open_table(KEYS)?.insert(
                 (info.bucket.as_str(), info.name.as_str()),

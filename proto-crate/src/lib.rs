@@ -56,7 +56,9 @@ pub use domain::{
 pub use ec_codec::{EcReplicationConfig, ReplicaIndex};
 pub use error::ProtocolError;
 pub use logging::init_logging;
-pub use metadata::{BucketInfo, KeyInfo, MULTIPART_PART_SIZES_KEY, MultipartUpload, PartInfo};
+pub use metadata::{
+    BucketInfo, KeyInfo, MULTIPART_PART_SIZES_KEY, MultipartUpload, PartInfo, WriteCondition,
+};
 pub use om_code::{OM_ERROR_HEADER, OmErrorCode};
 pub use result::{ResultCode, result_code, status};
 pub use rpc_kind::RpcKind;

@@ -27,6 +27,46 @@ pub struct KeyInfo {
     pub created_unix_ms: u64,
     /// Free-form object metadata (etag, content type, user metadata).
     pub metadata: BTreeMap<String, String>,
+    /// Changes at every commit of the key (Ozone's `updateID`; 0 for keys committed before
+    /// the om kept it): what [`WriteCondition::Generation`] compares.
+    pub generation: u64,
+}
+
+/// A condition a key's commit or deletion must meet, checked by the om in the same
+/// transaction as the change: S3's conditional writes (`If-None-Match: *`, `If-Match`), and
+/// object_store's `PutMode::Create` / `PutMode::Update`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteCondition {
+    /// The key must not exist.
+    NotExists,
+    /// The key must exist with this [`KeyInfo::generation`].
+    Generation(u64),
+}
+
+impl From<WriteCondition> for om::WriteCondition {
+    fn from(c: WriteCondition) -> Self {
+        use om::write_condition::Kind;
+        Self {
+            kind: Some(match c {
+                WriteCondition::NotExists => Kind::NotExists(true),
+                WriteCondition::Generation(g) => Kind::Generation(g),
+            }),
+        }
+    }
+}
+
+impl TryFrom<om::WriteCondition> for WriteCondition {
+    type Error = ProtocolError;
+    fn try_from(c: om::WriteCondition) -> Result<Self, ProtocolError> {
+        use om::write_condition::Kind;
+        match c.kind {
+            Some(Kind::NotExists(true)) => Ok(Self::NotExists),
+            Some(Kind::Generation(g)) => Ok(Self::Generation(g)),
+            Some(Kind::NotExists(false)) | None => {
+                Err(ProtocolError::MissingField("condition.kind"))
+            }
+        }
+    }
 }
 
 impl TryFrom<om::KeyInfo> for KeyInfo {
@@ -58,6 +98,7 @@ impl TryFrom<om::KeyInfo> for KeyInfo {
             block_size: k.block_size,
             created_unix_ms: k.created_unix_ms,
             metadata: k.metadata.into_iter().collect(),
+            generation: k.generation,
         })
     }
 }
@@ -73,6 +114,7 @@ impl From<KeyInfo> for om::KeyInfo {
             block_size: k.block_size,
             created_unix_ms: k.created_unix_ms,
             metadata: k.metadata.into_iter().collect(),
+            generation: k.generation,
         }
     }
 }

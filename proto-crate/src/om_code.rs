@@ -43,6 +43,8 @@ pub enum OmErrorCode {
     InvalidPartOrder,
     /// A part other than the last is under the minimum part size.
     EntityTooSmall,
+    /// A commit's or deletion's [`WriteCondition`](crate::WriteCondition) did not hold.
+    ConditionFailed,
     /// The om, or a datanode it had to reach, is unavailable.
     Unavailable,
     /// The om failed internally (its database, its data dir).
@@ -51,7 +53,7 @@ pub enum OmErrorCode {
 
 impl OmErrorCode {
     /// Every code.
-    pub const ALL: [OmErrorCode; 16] = [
+    pub const ALL: [OmErrorCode; 17] = [
         Self::Unspecified,
         Self::BucketNotFound,
         Self::BucketAlreadyExists,
@@ -66,6 +68,7 @@ impl OmErrorCode {
         Self::InvalidPart,
         Self::InvalidPartOrder,
         Self::EntityTooSmall,
+        Self::ConditionFailed,
         Self::Unavailable,
         Self::Internal,
     ];
@@ -88,6 +91,7 @@ impl OmErrorCode {
             Self::InvalidPart => "INVALID_PART",
             Self::InvalidPartOrder => "INVALID_PART_ORDER",
             Self::EntityTooSmall => "ENTITY_TOO_SMALL",
+            Self::ConditionFailed => "CONDITION_FAILED",
             Self::Unavailable => "UNAVAILABLE",
             Self::Internal => "INTERNAL",
         }
@@ -107,7 +111,7 @@ impl OmErrorCode {
                 Code::NotFound
             }
             Self::BucketAlreadyExists => Code::AlreadyExists,
-            Self::BucketNotEmpty => Code::FailedPrecondition,
+            Self::BucketNotEmpty | Self::ConditionFailed => Code::FailedPrecondition,
             Self::NotEnoughDatanodes | Self::TooManyOpenSessions => Code::ResourceExhausted,
             Self::InvalidArgument
             | Self::InvalidPart

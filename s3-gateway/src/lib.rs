@@ -30,6 +30,7 @@ mod multipart;
 mod object_meta;
 pub mod objects;
 pub mod range;
+mod write_conditions;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

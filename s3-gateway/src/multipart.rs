@@ -79,6 +79,14 @@ pub(crate) async fn complete(
     i: dto::CompleteMultipartUploadInput,
 ) -> S3Result<S3Response<dto::CompleteMultipartUploadOutput>> {
     upload_of(gw, &i.upload_id, &i.bucket, &i.key).await?;
+    let condition = crate::write_conditions::write_condition(
+        gw,
+        &i.bucket,
+        &i.key,
+        i.if_match.as_ref(),
+        i.if_none_match.as_ref(),
+    )
+    .await?;
     let listed = i.multipart_upload.and_then(|m| m.parts).unwrap_or_default();
     if listed.is_empty() {
         return Err(s3_error!(MalformedXML, "the part list is empty"));
@@ -106,9 +114,9 @@ pub(crate) async fn complete(
     // The om records the part sizes itself, from the parts it stitches.
     let key = gw
         .client()
-        .complete_multipart_upload(&i.upload_id, &parts, MIN_PART_SIZE, meta)
+        .complete_multipart_upload_if(&i.upload_id, &parts, MIN_PART_SIZE, meta, condition)
         .await
-        .map_err(to_s3)?;
+        .map_err(crate::write_conditions::commit_error)?;
     Ok(S3Response::new(dto::CompleteMultipartUploadOutput {
         bucket: Some(key.bucket.clone()),
         key: Some(key.name.clone()),

@@ -13,6 +13,7 @@ use crate::listing::{self, Encoding, Page};
 use crate::object_meta::{
     ETAG, PART_SIZES, check_content_md5, drain_body, etag_of, object_metadata, timestamp,
 };
+use crate::write_conditions::{commit_error, delete_condition, header_condition, write_condition};
 
 fn s3_object(k: &KeyInfo, enc: Encoding) -> dto::Object {
     dto::Object {
@@ -341,6 +342,14 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<dto::PutObjectOutput>> {
         self.tracked("PutObject", async {
             let i = req.input;
+            let condition = write_condition(
+                self,
+                &i.bucket,
+                &i.key,
+                i.if_match.as_ref(),
+                i.if_none_match.as_ref(),
+            )
+            .await?;
             let mut meta = object_metadata(i.content_type.as_deref(), i.metadata.as_ref());
             let mut w = self
                 .client()
@@ -351,7 +360,10 @@ impl S3 for Gateway {
             // A mismatch drops the writer: nothing is committed.
             check_content_md5(i.content_md5.as_deref(), &etag)?;
             meta.insert(ETAG.to_string(), etag.clone());
-            w.close_with(meta).await.map_err(to_s3)?;
+            match condition {
+                Some(c) => w.close_if(meta, c).await.map_err(commit_error)?,
+                None => w.close_with(meta).await.map_err(to_s3)?,
+            };
             Ok(S3Response::new(dto::PutObjectOutput {
                 e_tag: Some(ETag::Strong(etag)),
                 ..Default::default()
@@ -366,10 +378,23 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<dto::DeleteObjectOutput>> {
         self.tracked("DeleteObject", async {
             let i = req.input;
-            match self.client().delete_key(&i.bucket, &i.key).await {
+            let condition = delete_condition(
+                self,
+                &i.bucket,
+                &i.key,
+                i.if_match.as_ref(),
+                i.if_match_last_modified_time.as_ref(),
+                i.if_match_size,
+            )
+            .await?;
+            let deleted = match condition {
+                Some(c) => self.client().delete_key_if(&i.bucket, &i.key, c).await,
+                None => self.client().delete_key(&i.bucket, &i.key).await,
+            };
+            match deleted {
                 // Deleting a missing key succeeds in S3 (the bucket must exist).
                 Ok(()) | Err(ClientError::KeyNotFound { .. }) => {}
-                Err(e) => return Err(to_s3(e)),
+                Err(e) => return Err(commit_error(e)),
             }
             Ok(S3Response::new(dto::DeleteObjectOutput::default()))
         })
@@ -421,6 +446,8 @@ impl S3 for Gateway {
         req: S3Request<dto::CopyObjectInput>,
     ) -> S3Result<S3Response<dto::CopyObjectOutput>> {
         self.tracked("CopyObject", async {
+            let if_match = header_condition(&req.headers, "if-match")?;
+            let if_none_match = header_condition(&req.headers, "if-none-match")?;
             let i = req.input;
             let dto::CopySource::Bucket { bucket, key, .. } = &i.copy_source else {
                 return Err(s3_error!(NotImplemented, "copy from an access point"));
@@ -428,6 +455,14 @@ impl S3 for Gateway {
             let src = self.client().open_key(bucket, key).await.map_err(to_s3)?;
             self.metrics().key_lookup();
             check_copy_conditions(&i, src.info())?;
+            let condition = write_condition(
+                self,
+                &i.bucket,
+                &i.key,
+                if_match.as_ref(),
+                if_none_match.as_ref(),
+            )
+            .await?;
             let replace = i
                 .metadata_directive
                 .as_ref()
@@ -462,7 +497,10 @@ impl S3 for Gateway {
             let etag = hex::encode(md5.finalize());
             meta.insert(ETAG.to_string(), etag.clone());
             meta.remove(PART_SIZES);
-            let info = w.close_with(meta).await.map_err(to_s3)?;
+            let info = match condition {
+                Some(c) => w.close_if(meta, c).await.map_err(commit_error)?,
+                None => w.close_with(meta).await.map_err(to_s3)?,
+            };
             Ok(S3Response::new(dto::CopyObjectOutput {
                 copy_object_result: Some(dto::CopyObjectResult {
                     e_tag: Some(ETag::Strong(etag)),
