@@ -112,8 +112,22 @@ impl KeyOutputStream {
     /// # Errors
     /// Any write failure; the om's refusal if this stream writes a key.
     pub async fn close_part(self, etag: &str) -> Result<PartInfo> {
+        self.close_part_with(etag, BTreeMap::new()).await
+    }
+
+    /// [`close_part`](Self::close_part) with part `metadata`, kept with the part (the S3
+    /// gateway stores the part's checksum there).
+    ///
+    /// # Errors
+    /// As `close_part`.
+    pub async fn close_part_with(
+        self,
+        etag: &str,
+        metadata: BTreeMap<String, String>,
+    ) -> Result<PartInfo> {
         self.finish(Commit::Part {
             etag: etag.to_string(),
+            metadata,
         })
         .await?
         .into_part()

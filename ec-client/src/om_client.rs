@@ -31,10 +31,12 @@ pub(crate) struct OmClient {
 pub(crate) enum Commit {
     /// As a key, with object metadata, provided the condition (if any) holds.
     Key(BTreeMap<String, String>, Option<WriteCondition>),
-    /// As a part of a multipart upload, with the part's ETag.
+    /// As a part of a multipart upload, with the part's ETag and metadata.
     Part {
         /// Hex MD5 of the part's bytes.
         etag: String,
+        /// Part metadata.
+        metadata: BTreeMap<String, String>,
     },
 }
 
@@ -298,7 +300,7 @@ impl OmClient {
                         .try_into()?,
                 ))
             }
-            Commit::Part { etag } => {
+            Commit::Part { etag, metadata } => {
                 let r = self
                     .call(
                         "CommitPart",
@@ -307,6 +309,7 @@ impl OmClient {
                             block_groups,
                             length,
                             etag,
+                            metadata: metadata.into_iter().collect(),
                         }),
                     )
                     .await?;

@@ -161,6 +161,22 @@ impl OzoneManager {
         length: u64,
         etag: &str,
     ) -> Result<PartInfo> {
+        self.commit_part_with(session_id, groups, length, etag, BTreeMap::new())
+    }
+
+    /// [`commit_part`](Self::commit_part) with part `metadata` (kept with the part and listed
+    /// by `list_parts`; the S3 gateway stores the part's checksum there).
+    ///
+    /// # Errors
+    /// As `commit_part`.
+    pub fn commit_part_with(
+        &self,
+        session_id: u64,
+        groups: &[proto_crate::BlockGroup],
+        length: u64,
+        etag: &str,
+        metadata: BTreeMap<String, String>,
+    ) -> Result<PartInfo> {
         let placeholder = SessionTarget::Part {
             upload_id: String::new(),
             part_number: 0,
@@ -183,6 +199,7 @@ impl OzoneManager {
             size: length,
             block_groups: committed,
             modified_unix_ms: now_ms(),
+            metadata,
         };
         // Read-modify-write inside one write transaction: parts of one upload
         // commit concurrently (aws-cli uploads them in parallel).

@@ -364,7 +364,15 @@ impl OzoneManagerService for OmGrpcService {
             .collect::<Result<Vec<_>, _>>()
             .map_err(bad)?;
         let p = self
-            .run(move |om| om.commit_part(req.session_id, &groups, req.length, &req.etag))
+            .run(move |om| {
+                om.commit_part_with(
+                    req.session_id,
+                    &groups,
+                    req.length,
+                    &req.etag,
+                    req.metadata.into_iter().collect(),
+                )
+            })
             .await?;
         Ok(Response::new(pb::CommitPartResponse {
             part: Some(p.into()),

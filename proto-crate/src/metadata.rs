@@ -138,6 +138,8 @@ pub struct PartInfo {
     pub block_groups: Vec<BlockGroup>,
     /// Upload time, milliseconds since the Unix epoch.
     pub modified_unix_ms: u64,
+    /// Free-form part metadata (the S3 gateway keeps the part's checksum here).
+    pub metadata: BTreeMap<String, String>,
 }
 
 impl TryFrom<om::PartInfo> for PartInfo {
@@ -153,6 +155,7 @@ impl TryFrom<om::PartInfo> for PartInfo {
                 .map(BlockGroup::try_from)
                 .collect::<Result<_, _>>()?,
             modified_unix_ms: p.modified_unix_ms,
+            metadata: p.metadata.into_iter().collect(),
         })
     }
 }
@@ -165,6 +168,7 @@ impl From<PartInfo> for om::PartInfo {
             size: p.size,
             block_groups: p.block_groups.into_iter().map(Into::into).collect(),
             modified_unix_ms: p.modified_unix_ms,
+            metadata: p.metadata.into_iter().collect(),
         }
     }
 }
@@ -290,6 +294,7 @@ mod tests {
                 pipeline: crate::Pipeline::default(),
             }],
             modified_unix_ms: 5,
+            metadata: BTreeMap::from([("checksum".to_string(), "x".to_string())]),
         };
         let mut metadata = BTreeMap::new();
         metadata.insert("content-type".to_string(), "x/y".to_string());

@@ -336,6 +336,16 @@ impl ObjectReadRoute {
         };
         let len = body_range.end - body_range.start;
         set(&mut headers, "content-length", &len.to_string());
+        // The stored checksum describes the whole object: sent with a whole-object answer
+        // when asked for (x-amz-checksum-mode: ENABLED), as Amazon does.
+        if status == StatusCode::OK
+            && header(&req.headers, "x-amz-checksum-mode")
+                .is_some_and(|m| m.eq_ignore_ascii_case("ENABLED"))
+            && let Some((algorithm, value, ty)) = crate::integrity::stored(&info.metadata)
+        {
+            set(&mut headers, algorithm.header(), value);
+            set(&mut headers, "x-amz-checksum-type", ty);
+        }
         for (param, name) in RESPONSE_OVERRIDES {
             if let Some(v) = get(param) {
                 set(&mut headers, name, v);

@@ -24,6 +24,7 @@
 mod conditional;
 mod error;
 mod get;
+mod integrity;
 mod listing;
 mod metrics;
 mod multipart;

@@ -11,7 +11,11 @@ use s3s::{S3Response, S3Result, s3_error};
 
 use crate::Gateway;
 use crate::error::to_s3;
-use crate::object_meta::{ETAG, check_content_md5, drain_body, object_metadata, timestamp};
+use crate::integrity::{
+    Algorithm, CHECKSUM_ALGORITHM, CHECKSUM_TYPE, CHECKSUM_VALUE, Claims, b64, combine_crcs,
+    decode_value, get_checksum, receive, set_checksum, stored,
+};
+use crate::object_meta::{ETAG, object_metadata, timestamp};
 
 /// Smallest part S3 accepts for all but the last part: 5 MiB.
 pub const MIN_PART_SIZE: u64 = 5 * 1024 * 1024;
@@ -33,11 +37,59 @@ async fn upload_of(
     Ok(u)
 }
 
+/// The checksum an upload's object gets, from CreateMultipartUpload's
+/// `x-amz-checksum-algorithm` and `x-amz-checksum-type` (Amazon: full-object checksums exist
+/// for CRCs only, CRC64NVME has no composite form, a type needs an algorithm; an algorithm
+/// alone is COMPOSITE except CRC64NVME). `None` when the request names none.
+fn upload_checksum(
+    algorithm: Option<&dto::ChecksumAlgorithm>,
+    ty: Option<&dto::ChecksumType>,
+) -> S3Result<Option<(Algorithm, &'static str)>> {
+    let Some(a) = algorithm else {
+        return match ty {
+            None => Ok(None),
+            Some(_) => Err(s3_error!(
+                InvalidRequest,
+                "The x-amz-checksum-type header can only be used with the x-amz-checksum-algorithm header."
+            )),
+        };
+    };
+    let a = Algorithm::parse(a.as_str()).ok_or_else(|| {
+        s3_error!(
+            InvalidRequest,
+            "Checksum algorithm provided is unsupported."
+        )
+    })?;
+    let full = match ty.map(|t| t.as_str().to_ascii_uppercase()) {
+        None => a == Algorithm::Crc64Nvme,
+        Some(t) if t == dto::ChecksumType::FULL_OBJECT => true,
+        Some(t) if t == dto::ChecksumType::COMPOSITE => false,
+        Some(t) => return Err(s3_error!(InvalidRequest, "Unknown x-amz-checksum-type {t}")),
+    };
+    match (a.is_crc(), full, a) {
+        (false, true, _) => Err(s3_error!(
+            InvalidRequest,
+            "The FULL_OBJECT checksum type cannot be used with the {} checksum algorithm.",
+            a.name().to_ascii_lowercase()
+        )),
+        (_, false, Algorithm::Crc64Nvme) => Err(s3_error!(
+            InvalidRequest,
+            "The COMPOSITE checksum type cannot be used with the crc64nvme checksum algorithm."
+        )),
+        _ => Ok(Some((a, if full { "FULL_OBJECT" } else { "COMPOSITE" }))),
+    }
+}
+
 pub(crate) async fn create(
     gw: &Gateway,
     i: dto::CreateMultipartUploadInput,
 ) -> S3Result<S3Response<dto::CreateMultipartUploadOutput>> {
-    let meta = object_metadata(i.content_type.as_deref(), i.metadata.as_ref());
+    let mut meta = object_metadata(i.content_type.as_deref(), i.metadata.as_ref());
+    let checksum = upload_checksum(i.checksum_algorithm.as_ref(), i.checksum_type.as_ref())?;
+    if let Some((a, ty)) = checksum {
+        meta.insert(CHECKSUM_ALGORITHM.to_string(), a.name().to_string());
+        meta.insert(CHECKSUM_TYPE.to_string(), ty.to_string());
+    }
     let upload_id = gw
         .client()
         .initiate_multipart_upload(&i.bucket, &i.key, None, meta)
@@ -47,38 +99,99 @@ pub(crate) async fn create(
         bucket: Some(i.bucket),
         key: Some(i.key),
         upload_id: Some(upload_id),
+        checksum_algorithm: checksum
+            .map(|(a, _)| dto::ChecksumAlgorithm::from(a.name().to_string())),
+        checksum_type: checksum.map(|(_, t)| dto::ChecksumType::from(t.to_string())),
         ..Default::default()
     }))
 }
 
+/// The algorithm an upload was created with, if it named one.
+fn upload_algorithm(u: &ec_client::MultipartUpload) -> Option<Algorithm> {
+    u.metadata
+        .get(CHECKSUM_ALGORITHM)
+        .and_then(|a| Algorithm::parse(a))
+}
+
 pub(crate) async fn upload_part(
     gw: &Gateway,
-    i: dto::UploadPartInput,
+    req: s3s::S3Request<dto::UploadPartInput>,
 ) -> S3Result<S3Response<dto::UploadPartOutput>> {
+    let trailers = req.trailing_headers;
+    let i = req.input;
     let part_number = u32::try_from(i.part_number)
         .ok()
         .filter(|n| (1..=10_000).contains(n))
         .ok_or_else(|| s3_error!(InvalidArgument, "part number must be between 1 and 10000"))?;
-    upload_of(gw, &i.upload_id, &i.bucket, &i.key).await?;
+    let u = upload_of(gw, &i.upload_id, &i.bucket, &i.key).await?;
+    let required = upload_algorithm(&u);
+    let claims = Claims::from_headers(
+        &req.headers,
+        required.unwrap_or(Algorithm::Crc64Nvme),
+        required,
+    )?;
     let mut w = gw
         .client()
         .upload_part(&i.upload_id, part_number)
         .await
         .map_err(to_s3)?;
-    let (_, etag) = drain_body(gw, i.body, &mut w).await?;
-    check_content_md5(i.content_md5.as_deref(), &etag)?;
-    w.close_part(&etag).await.map_err(to_s3)?;
-    Ok(S3Response::new(dto::UploadPartOutput {
-        e_tag: Some(ETag::Strong(etag)),
+    // A failed claim drops the writer: the part is not recorded.
+    let got = receive(gw, i.body, &mut w, &claims, trailers.as_ref()).await?;
+    let meta = BTreeMap::from([
+        (
+            CHECKSUM_ALGORITHM.to_string(),
+            got.algorithm.name().to_string(),
+        ),
+        (CHECKSUM_VALUE.to_string(), b64(&got.digest)),
+    ]);
+    w.close_part_with(&got.md5_hex, meta).await.map_err(to_s3)?;
+    let mut out = dto::UploadPartOutput {
+        e_tag: Some(ETag::Strong(got.md5_hex.clone())),
         ..Default::default()
-    }))
+    };
+    set_checksum!(out, got.algorithm, b64(&got.digest));
+    Ok(S3Response::new(out))
+}
+
+/// The object checksum of a completed upload from its listed parts' stored checksums (in
+/// order, with sizes): FULL_OBJECT combines CRCs, COMPOSITE hashes the concatenated part
+/// digests and appends `-N`. An upload created without an algorithm gets FULL_OBJECT when all
+/// parts share one CRC, COMPOSITE when they share a SHA, none when they differ.
+fn object_checksum(
+    u: &ec_client::MultipartUpload,
+    parts: &[(Algorithm, Vec<u8>, u64)],
+) -> Option<(Algorithm, String, &'static str)> {
+    let (first, ..) = parts.first()?;
+    if parts.iter().any(|(a, ..)| a != first) {
+        return None;
+    }
+    let a = upload_algorithm(u).unwrap_or(*first);
+    let full = match u.metadata.get(CHECKSUM_TYPE).map(String::as_str) {
+        Some("FULL_OBJECT") => true,
+        Some(_) => false,
+        None => a.is_crc(),
+    };
+    if full {
+        let crcs: Vec<(Vec<u8>, u64)> = parts.iter().map(|(_, d, n)| (d.clone(), *n)).collect();
+        Some((a, b64(&combine_crcs(a, &crcs)?), "FULL_OBJECT"))
+    } else {
+        let joined: Vec<u8> = parts
+            .iter()
+            .flat_map(|(_, d, _)| d.iter().copied())
+            .collect();
+        Some((
+            a,
+            format!("{}-{}", b64(&a.digest(&joined)), parts.len()),
+            "COMPOSITE",
+        ))
+    }
 }
 
 pub(crate) async fn complete(
     gw: &Gateway,
     i: dto::CompleteMultipartUploadInput,
 ) -> S3Result<S3Response<dto::CompleteMultipartUploadOutput>> {
-    upload_of(gw, &i.upload_id, &i.bucket, &i.key).await?;
+    let u = upload_of(gw, &i.upload_id, &i.bucket, &i.key).await?;
     let condition = crate::write_conditions::write_condition(
         gw,
         &i.bucket,
@@ -93,6 +206,8 @@ pub(crate) async fn complete(
     }
     let mut parts = Vec::with_capacity(listed.len());
     let mut digests = Vec::with_capacity(listed.len() * 16);
+    let mut checksums = Vec::with_capacity(listed.len());
+    let mut total = 0u64;
     for p in &listed {
         let number = p
             .part_number
@@ -106,24 +221,77 @@ pub(crate) async fn complete(
             .ok()
             .ok_or_else(|| s3_error!(InvalidPart, "part {number} has a malformed ETag"))?;
         digests.extend_from_slice(&bin);
+        // A part the upload does not hold is the om's InvalidPart below.
+        if let Some(held) = u.parts.iter().find(|h| h.part_number == number) {
+            total = total.saturating_add(held.size);
+            if let Some((a, value, _)) = stored(&held.metadata) {
+                let digest = decode_value(a, value, CHECKSUM_VALUE)?;
+                // A checksum the client lists must be the one the part was stored with.
+                for other in Algorithm::ALL {
+                    if let Some(listed) = get_checksum!(p, other)
+                        && (other != a || listed.trim() != value)
+                    {
+                        return Err(s3_error!(
+                            InvalidPart,
+                            "One or more of the specified parts could not be found or the specified checksum did not match: part {number}"
+                        ));
+                    }
+                }
+                checksums.push((a, digest, held.size));
+            }
+        }
         parts.push((number, etag));
+    }
+    if let Some(declared) = i.mpu_object_size
+        && u64::try_from(declared).ok() != Some(total)
+    {
+        return Err(s3_error!(
+            InvalidRequest,
+            "The provided 'x-amz-mp-object-size' header value {declared} does not match what was computed: {total}"
+        ));
+    }
+    let checksum = if checksums.len() == parts.len() {
+        object_checksum(&u, &checksums)
+    } else {
+        None
+    };
+    if let Some((a, value, _)) = &checksum
+        && let Some(claimed) = get_checksum!(i, *a)
+        && claimed.trim() != value.as_str()
+        && claimed.trim() != value.split('-').next().unwrap_or_default()
+    {
+        return Err(s3_error!(
+            BadDigest,
+            "The {} you specified did not match the calculated checksum.",
+            a.name()
+        ));
     }
     let etag = format!("{}-{}", hex::encode(Md5::digest(&digests)), parts.len());
     let mut meta = BTreeMap::new();
     meta.insert(ETAG.to_string(), etag.clone());
+    if let Some((a, value, ty)) = &checksum {
+        meta.insert(CHECKSUM_ALGORITHM.to_string(), a.name().to_string());
+        meta.insert(CHECKSUM_VALUE.to_string(), value.clone());
+        meta.insert(CHECKSUM_TYPE.to_string(), (*ty).to_string());
+    }
     // The om records the part sizes itself, from the parts it stitches.
     let key = gw
         .client()
         .complete_multipart_upload_if(&i.upload_id, &parts, MIN_PART_SIZE, meta, condition)
         .await
         .map_err(crate::write_conditions::commit_error)?;
-    Ok(S3Response::new(dto::CompleteMultipartUploadOutput {
+    let mut out = dto::CompleteMultipartUploadOutput {
         bucket: Some(key.bucket.clone()),
         key: Some(key.name.clone()),
         e_tag: Some(ETag::Strong(etag)),
         location: Some(format!("/{}/{}", key.bucket, key.name)),
         ..Default::default()
-    }))
+    };
+    if let Some((a, value, ty)) = checksum {
+        set_checksum!(out, a, value);
+        out.checksum_type = Some(dto::ChecksumType::from(ty.to_string()));
+    }
+    Ok(S3Response::new(out))
 }
 
 pub(crate) async fn abort(
@@ -154,7 +322,12 @@ pub(crate) async fn list_parts(
     let truncated = after.len() > max;
     let shown: Vec<_> = after.into_iter().take(max).collect();
     let next = shown.last().and_then(|p| i32::try_from(p.part_number).ok());
+    let algorithm = upload_algorithm(&u);
     Ok(S3Response::new(dto::ListPartsOutput {
+        checksum_algorithm: algorithm.map(|a| dto::ChecksumAlgorithm::from(a.name().to_string())),
+        checksum_type: algorithm
+            .and(u.metadata.get(CHECKSUM_TYPE))
+            .map(|t| dto::ChecksumType::from(t.clone())),
         bucket: Some(i.bucket),
         key: Some(i.key),
         upload_id: Some(i.upload_id),
@@ -165,12 +338,18 @@ pub(crate) async fn list_parts(
         parts: Some(
             shown
                 .into_iter()
-                .map(|p| dto::Part {
-                    part_number: i32::try_from(p.part_number).ok(),
-                    e_tag: Some(ETag::Strong(p.etag.clone())),
-                    size: i64::try_from(p.size).ok(),
-                    last_modified: Some(timestamp(p.modified_unix_ms)),
-                    ..Default::default()
+                .map(|p| {
+                    let mut part = dto::Part {
+                        part_number: i32::try_from(p.part_number).ok(),
+                        e_tag: Some(ETag::Strong(p.etag.clone())),
+                        size: i64::try_from(p.size).ok(),
+                        last_modified: Some(timestamp(p.modified_unix_ms)),
+                        ..Default::default()
+                    };
+                    if let Some((a, value, _)) = stored(&p.metadata) {
+                        set_checksum!(part, a, value.to_string());
+                    }
+                    part
                 })
                 .collect(),
         ),

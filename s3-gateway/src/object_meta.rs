@@ -1,20 +1,14 @@
 //! What an object stores besides its bytes (ETag, content type, user
-//! metadata, part sizes, as key metadata in the om) and how a request body
-//! becomes a key: shared by PUT and COPY (`objects`), UploadPart and
-//! Complete (`multipart`) and GET/HEAD (`get`).
+//! metadata, part sizes, as key metadata in the om): shared by PUT and COPY
+//! (`objects`), UploadPart and Complete (`multipart`) and GET/HEAD (`get`).
+//! How a request body becomes a key, verified, is `integrity`.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
 
-use base64::Engine;
 use ec_client::KeyInfo;
-use futures::StreamExt;
 use md5::{Digest, Md5};
-use s3s::dto::{self, StreamingBlob, Timestamp};
-use s3s::{S3Result, s3_error};
-
-use crate::Gateway;
-use crate::error::to_s3;
+use s3s::dto::{self, Timestamp};
 
 /// Metadata key of an object's ETag (hex MD5, or the multipart form `hex-N`).
 pub(crate) const ETAG: &str = "etag";
@@ -61,42 +55,4 @@ pub(crate) fn object_metadata(
         meta.insert(format!("{USER_META}{}", k.to_ascii_lowercase()), v.clone());
     }
     meta
-}
-
-/// Streams `body` into `writer`, hashing it; returns (bytes, hex MD5).
-pub(crate) async fn drain_body(
-    gw: &Gateway,
-    body: Option<StreamingBlob>,
-    writer: &mut ec_client::KeyOutputStream,
-) -> S3Result<(u64, String)> {
-    let mut md5 = Md5::new();
-    let mut n = 0u64;
-    if let Some(mut body) = body {
-        while let Some(chunk) = body.next().await {
-            let chunk =
-                chunk.map_err(|e| s3_error!(IncompleteBody, "reading the request body: {e}"))?;
-            md5.update(&chunk);
-            writer.write(&chunk).await.map_err(to_s3)?;
-            n += chunk.len() as u64;
-            gw.metrics().bytes_in(chunk.len() as u64);
-        }
-    }
-    Ok((n, hex::encode(md5.finalize())))
-}
-
-/// Checks a `Content-MD5` header (base64 of the binary digest) against `etag`.
-pub(crate) fn check_content_md5(content_md5: Option<&str>, etag: &str) -> S3Result<()> {
-    let Some(b64) = content_md5 else {
-        return Ok(());
-    };
-    let given = base64::engine::general_purpose::STANDARD
-        .decode(b64.trim())
-        .map_err(|_| s3_error!(InvalidDigest, "Content-MD5 is not base64"))?;
-    if hex::encode(given) != etag {
-        return Err(s3_error!(
-            BadDigest,
-            "the Content-MD5 you specified did not match what was received"
-        ));
-    }
-    Ok(())
 }

@@ -9,10 +9,12 @@ use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
 use crate::Gateway;
 use crate::error::to_s3;
-use crate::listing::{self, Encoding, Page};
-use crate::object_meta::{
-    ETAG, PART_SIZES, check_content_md5, drain_body, etag_of, object_metadata, timestamp,
+use crate::integrity::{
+    Algorithm, CHECKSUM_ALGORITHM, CHECKSUM_TYPE, CHECKSUM_VALUE, Claims, Hasher, b64, receive,
+    set_checksum,
 };
+use crate::listing::{self, Encoding, Page};
+use crate::object_meta::{ETAG, PART_SIZES, etag_of, object_metadata, timestamp};
 use crate::write_conditions::{commit_error, delete_condition, header_condition, write_condition};
 
 fn s3_object(k: &KeyInfo, enc: Encoding) -> dto::Object {
@@ -341,6 +343,8 @@ impl S3 for Gateway {
         req: S3Request<dto::PutObjectInput>,
     ) -> S3Result<S3Response<dto::PutObjectOutput>> {
         self.tracked("PutObject", async {
+            let claims = Claims::from_headers(&req.headers, Algorithm::Crc64Nvme, None)?;
+            let trailers = req.trailing_headers;
             let i = req.input;
             let condition = write_condition(
                 self,
@@ -356,18 +360,24 @@ impl S3 for Gateway {
                 .create_key(&i.bucket, &i.key, None)
                 .await
                 .map_err(to_s3)?;
-            let (_, etag) = drain_body(self, i.body, &mut w).await?;
-            // A mismatch drops the writer: nothing is committed.
-            check_content_md5(i.content_md5.as_deref(), &etag)?;
+            // A failed claim drops the writer: nothing is committed.
+            let got = receive(self, i.body, &mut w, &claims, trailers.as_ref()).await?;
+            let etag = got.md5_hex.clone();
             meta.insert(ETAG.to_string(), etag.clone());
+            meta.extend(got.metadata());
             match condition {
                 Some(c) => w.close_if(meta, c).await.map_err(commit_error)?,
                 None => w.close_with(meta).await.map_err(to_s3)?,
             };
-            Ok(S3Response::new(dto::PutObjectOutput {
+            let mut out = dto::PutObjectOutput {
                 e_tag: Some(ETag::Strong(etag)),
+                checksum_type: Some(dto::ChecksumType::from_static(
+                    dto::ChecksumType::FULL_OBJECT,
+                )),
                 ..Default::default()
-            }))
+            };
+            set_checksum!(out, got.algorithm, b64(&got.digest));
+            Ok(S3Response::new(out))
         })
         .await
     }
@@ -478,6 +488,18 @@ impl S3 for Gateway {
                 .await
                 .map_err(to_s3)?;
             let mut md5 = Md5::new();
+            // The copy is one object: its checksum is computed afresh (a multipart source's
+            // composite checksum does not describe it), in the algorithm asked for.
+            let algorithm = match &i.checksum_algorithm {
+                Some(a) => Algorithm::parse(a.as_str()).ok_or_else(|| {
+                    s3_error!(
+                        InvalidRequest,
+                        "Checksum algorithm provided is unsupported."
+                    )
+                })?,
+                None => Algorithm::Crc64Nvme,
+            };
+            let mut checksum = Hasher::new(algorithm);
             let step = self.max_buffer();
             let mut at = 0u64;
             while at < src.len() {
@@ -489,6 +511,7 @@ impl S3 for Gateway {
                     ));
                 }
                 md5.update(&chunk);
+                checksum.update(&chunk);
                 w.write(&chunk).await.map_err(to_s3)?;
                 at += chunk.len() as u64;
             }
@@ -497,6 +520,10 @@ impl S3 for Gateway {
             let etag = hex::encode(md5.finalize());
             meta.insert(ETAG.to_string(), etag.clone());
             meta.remove(PART_SIZES);
+            let digest = checksum.finish();
+            meta.insert(CHECKSUM_ALGORITHM.to_string(), algorithm.name().to_string());
+            meta.insert(CHECKSUM_VALUE.to_string(), b64(&digest));
+            meta.insert(CHECKSUM_TYPE.to_string(), "FULL_OBJECT".to_string());
             let info = match condition {
                 Some(c) => w.close_if(meta, c).await.map_err(commit_error)?,
                 None => w.close_with(meta).await.map_err(to_s3)?,
@@ -528,7 +555,7 @@ impl S3 for Gateway {
         &self,
         req: S3Request<dto::UploadPartInput>,
     ) -> S3Result<S3Response<dto::UploadPartOutput>> {
-        self.tracked("UploadPart", crate::multipart::upload_part(self, req.input))
+        self.tracked("UploadPart", crate::multipart::upload_part(self, req))
             .await
     }
 

@@ -1,8 +1,9 @@
 """Real S3 clients against a running minicluster's gateway.
 
 Run by .ci/run: aws-cli (mb, multipart cp up, ranged parallel cp down, ls,
-rm) and boto3 (every Range rule on GET and HEAD, ListObjectsV2 paging,
-DeleteObjects, a presigned GET with requests, and a wrong secret -> 403).
+rm, checksums) and boto3 (every Range rule on GET and HEAD, ListObjectsV2
+paging, DeleteObjects, a presigned GET with requests, a wrong secret -> 403,
+checksums as trailers and per part, conditional writes).
 Reads the gateway address and keys from target/minicluster/cluster.json.
 Prints "N passed, M failed" and exits non-zero on any failure.
 """
@@ -316,7 +317,59 @@ def presigned_and_auth():
               and e.response["Error"]["Code"] == "SignatureDoesNotMatch", str(e.response))
 
 
-for step in (aws_cli, ranges, listing_and_delete, more_operations, presigned_and_auth):
+def integrity_and_conditions():
+    s3 = client()
+    s3.create_bucket(Bucket="integ")
+    with tempfile.TemporaryDirectory() as d:
+        hello = os.path.join(d, "hello.txt")
+        with open(hello, "wb") as f:
+            f.write(b"hello\n")
+        # The issue's example: the real CRC32 of "hello\n" is NjowIA==.
+        r = aws("s3api", "put-object", "--bucket", "integ", "--key", "k", "--body", hello, "--checksum-crc32", "AAAAAA==")
+        check("aws put-object wrong --checksum-crc32 -> BadDigest", r.returncode != 0 and "BadDigest" in r.stderr, r.stderr)
+        r = aws("s3api", "head-object", "--bucket", "integ", "--key", "k")
+        check("nothing stored after BadDigest", r.returncode != 0, r.stdout)
+        r = aws("s3api", "put-object", "--bucket", "integ", "--key", "k", "--body", hello, "--checksum-crc32", "NjowIA==")
+        check("aws put-object right --checksum-crc32", r.returncode == 0, r.stderr)
+    # boto3 sends CRC32 in an aws-chunked trailer by default; the gateway verifies and returns it.
+    s3.put_object(Bucket="integ", Key="b", Body=b"x" * 100_000, ChecksumAlgorithm="SHA256")
+    got = s3.get_object(Bucket="integ", Key="b", ChecksumMode="ENABLED")
+    got["Body"].read()
+    check("boto3 SHA256 round trip", "ChecksumSHA256" in got, str({k: v for k, v in got.items() if k.startswith("Checksum")}))
+    head = s3.head_object(Bucket="integ", Key="k", ChecksumMode="ENABLED")
+    check("head-object returns the stored CRC32", head.get("ChecksumCRC32") == "NjowIA==", str(head))
+    # Conditional writes.
+    s3.put_object(Bucket="integ", Key="once", Body=b"1", IfNoneMatch="*")
+    try:
+        s3.put_object(Bucket="integ", Key="once", Body=b"2", IfNoneMatch="*")
+        check("If-None-Match: * on an existing key -> 412", False, "no error")
+    except ClientError as e:
+        check("If-None-Match: * on an existing key -> 412",
+              e.response["ResponseMetadata"]["HTTPStatusCode"] == 412, str(e.response))
+    etag = s3.head_object(Bucket="integ", Key="once")["ETag"]
+    s3.put_object(Bucket="integ", Key="once", Body=b"3", IfMatch=etag)
+    check("If-Match with the current ETag writes", s3.get_object(Bucket="integ", Key="once")["Body"].read() == b"3")
+    try:
+        s3.put_object(Bucket="integ", Key="once", Body=b"4", IfMatch=etag)
+        check("If-Match with an old ETag -> 412", False, "no error")
+    except ClientError as e:
+        check("If-Match with an old ETag -> 412", e.response["ResponseMetadata"]["HTTPStatusCode"] == 412, str(e.response))
+    # A multipart upload with a full-object CRC32 checksum (aws-cli / SDK style).
+    up = s3.create_multipart_upload(Bucket="integ", Key="mp", ChecksumAlgorithm="CRC32", ChecksumType="FULL_OBJECT")
+    p1 = os.urandom(5 * 1024 * 1024)
+    p2 = b"tail"
+    parts = []
+    for n, body in ((1, p1), (2, p2)):
+        r = s3.upload_part(Bucket="integ", Key="mp", UploadId=up["UploadId"], PartNumber=n, Body=body, ChecksumAlgorithm="CRC32")
+        parts.append({"PartNumber": n, "ETag": r["ETag"], "ChecksumCRC32": r["ChecksumCRC32"]})
+    done = s3.complete_multipart_upload(Bucket="integ", Key="mp", UploadId=up["UploadId"], MultipartUpload={"Parts": parts})
+    import zlib
+    import base64
+    want = base64.b64encode(zlib.crc32(p1 + p2).to_bytes(4, "big")).decode()
+    check("multipart full-object CRC32", done.get("ChecksumCRC32") == want, f"{done.get('ChecksumCRC32')} != {want}")
+
+
+for step in (aws_cli, ranges, listing_and_delete, more_operations, presigned_and_auth, integrity_and_conditions):
     try:
         step()
     except Exception as e:  # a crash in one step is a failure, not the end of the run

@@ -29,7 +29,9 @@ pub fn http(
     }
     req.push_str("\r\n");
     s.write_all(req.as_bytes()).expect("write");
-    s.write_all(body).expect("write body");
+    // A server may answer (and close) before the whole body is sent, as it does for a request
+    // it refuses from its headers alone: read its answer either way.
+    let _ = s.write_all(body);
     let mut raw = Vec::new();
     // A cut stream ends with an error or EOF: keep what arrived.
     let _ = s.read_to_end(&mut raw);
@@ -147,17 +149,53 @@ impl Signer {
         self.send_with(method, path, query, headers, body, false)
     }
 
-    /// As [`send`](Self::send), with the body sent as signed aws-chunked
-    /// chunks (`STREAMING-AWS4-HMAC-SHA256-PAYLOAD`) when `streaming`.
-    pub fn send_with(
+    /// Sends `body` as an unsigned aws-chunked stream with a trailer
+    /// (`STREAMING-UNSIGNED-PAYLOAD-TRAILER`, as current aws-cli and the SDKs
+    /// send checksums): `trailer` is (name, value) sent after the last chunk
+    /// and announced in `x-amz-trailer`. `decoded_len` is the length declared
+    /// in `x-amz-decoded-content-length` (normally `body.len()`).
+    pub fn send_trailer(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+        headers: &[(&str, &str)],
+        body: &[u8],
+        trailer: (&str, &str),
+        decoded_len: usize,
+    ) -> (u16, Vec<(String, String)>, Vec<u8>) {
+        let mut payload = Vec::new();
+        for piece in body.chunks(64 * 1024) {
+            payload.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+            payload.extend_from_slice(piece);
+            payload.extend_from_slice(b"\r\n");
+        }
+        payload.extend_from_slice(format!("0\r\n{}:{}\r\n\r\n", trailer.0, trailer.1).as_bytes());
+        let decoded = decoded_len.to_string();
+        let mut hs: Vec<(&str, &str)> = headers.to_vec();
+        hs.push(("content-encoding", "aws-chunked"));
+        hs.push(("x-amz-decoded-content-length", &decoded));
+        hs.push(("x-amz-trailer", trailer.0));
+        self.send_raw(
+            "PUT",
+            path,
+            query,
+            &hs,
+            &payload,
+            "STREAMING-UNSIGNED-PAYLOAD-TRAILER",
+        )
+    }
+
+    /// Signs a request for `method path?query` with `headers` (plus host, date, payload hash
+    /// and `content_length`), whose payload hash is `payload_hash`.
+    fn sign(
         &self,
         method: &str,
         path: &str,
         query: &[(&str, &str)],
         headers: &[(&str, &str)],
-        body: &[u8],
-        streaming: bool,
-    ) -> (u16, Vec<(String, String)>, Vec<u8>) {
+        payload_hash: &str,
+        content_length: usize,
+    ) -> Signed {
         let (amz_date, date) = self.now();
         let scope = format!("{date}/us-east-1/s3/aws4_request");
         let mut q: Vec<(String, String)> = query
@@ -170,35 +208,14 @@ impl Signer {
             .map(|(k, v)| format!("{k}={v}"))
             .collect::<Vec<_>>()
             .join("&");
-        let payload_hash = if streaming {
-            "STREAMING-AWS4-HMAC-SHA256-PAYLOAD".to_string()
-        } else {
-            sha256_hex(body)
-        };
         let mut hs: Vec<(String, String)> = headers
             .iter()
             .map(|(k, v)| (k.to_ascii_lowercase(), v.trim().to_string()))
             .collect();
         hs.push(("host".into(), self.addr.to_string()));
         hs.push(("x-amz-date".into(), amz_date.clone()));
-        hs.push(("x-amz-content-sha256".into(), payload_hash.clone()));
-        let chunk = 64 * 1024;
-        let encoded_len = |n: usize| format!("{n:x};chunk-signature=").len() + 64 + 2 + n + 2;
-        if streaming {
-            hs.push(("content-encoding".into(), "aws-chunked".into()));
-            hs.push((
-                "x-amz-decoded-content-length".into(),
-                body.len().to_string(),
-            ));
-            let total: usize = body
-                .chunks(chunk)
-                .map(|c| encoded_len(c.len()))
-                .sum::<usize>()
-                + encoded_len(0);
-            hs.push(("content-length".into(), total.to_string()));
-        } else {
-            hs.push(("content-length".into(), body.len().to_string()));
-        }
+        hs.push(("x-amz-content-sha256".into(), payload_hash.to_string()));
+        hs.push(("content-length".into(), content_length.to_string()));
         hs.sort();
         let canonical_headers: String = hs.iter().map(|(k, v)| format!("{k}:{v}\n")).collect();
         let signed: String = hs
@@ -220,45 +237,125 @@ impl Signer {
             "AWS4-HMAC-SHA256 Credential={}/{scope}, SignedHeaders={signed}, Signature={signature}",
             self.access_key
         );
-        let payload = if streaming {
-            let mut out = Vec::new();
-            let mut prev = signature.clone();
-            let empty = sha256_hex(b"");
-            let pieces: Vec<&[u8]> = body
-                .chunks(chunk)
-                .chain(std::iter::once(&b""[..]))
-                .collect();
-            for piece in pieces {
-                let s = format!(
-                    "AWS4-HMAC-SHA256-PAYLOAD\n{amz_date}\n{scope}\n{prev}\n{empty}\n{}",
-                    sha256_hex(piece)
-                );
-                let sig = hex::encode(hmac(&key, &s));
-                out.extend_from_slice(
-                    format!("{:x};chunk-signature={sig}\r\n", piece.len()).as_bytes(),
-                );
-                out.extend_from_slice(piece);
-                out.extend_from_slice(b"\r\n");
-                prev = sig;
-            }
-            out
-        } else {
-            body.to_vec()
-        };
         let target = if canonical_query.is_empty() {
             uri_encode(path, true)
         } else {
             format!("{}?{canonical_query}", uri_encode(path, true))
         };
-        let mut req_headers: Vec<(String, String)> = hs
+        let mut headers: Vec<(String, String)> = hs
             .into_iter()
             .filter(|(k, _)| k != "host" && k != "content-length")
             .collect();
-        req_headers.push(("authorization".into(), auth));
-        let refs: Vec<(&str, &str)> = req_headers
+        headers.push(("authorization".into(), auth));
+        Signed {
+            headers,
+            target,
+            signature,
+            key,
+            amz_date,
+            scope,
+        }
+    }
+
+    /// Signs with `payload_hash` and sends `payload` as it is.
+    fn send_raw(
+        &self,
+        method: &str,
+        path: &str,
+        query: &[(&str, &str)],
+        headers: &[(&str, &str)],
+        payload: &[u8],
+        payload_hash: &str,
+    ) -> (u16, Vec<(String, String)>, Vec<u8>) {
+        let signed = self.sign(method, path, query, headers, payload_hash, payload.len());
+        signed.send(self.addr, method, payload)
+    }
+
+    /// As [`send`](Self::send), with the body sent as signed aws-chunked
+    /// chunks (`STREAMING-AWS4-HMAC-SHA256-PAYLOAD`) when `streaming`.
+    pub fn send_with(
+        &self,
+        method: &str,
+        path: &str,
+        query: &[(&str, &str)],
+        headers: &[(&str, &str)],
+        body: &[u8],
+        streaming: bool,
+    ) -> (u16, Vec<(String, String)>, Vec<u8>) {
+        if !streaming {
+            return self.send_raw(method, path, query, headers, body, &sha256_hex(body));
+        }
+        let chunk = 64 * 1024;
+        let encoded_len = |n: usize| format!("{n:x};chunk-signature=").len() + 64 + 2 + n + 2;
+        let total: usize = body
+            .chunks(chunk)
+            .map(|c| encoded_len(c.len()))
+            .sum::<usize>()
+            + encoded_len(0);
+        let decoded = body.len().to_string();
+        let mut hs: Vec<(&str, &str)> = headers.to_vec();
+        hs.push(("content-encoding", "aws-chunked"));
+        hs.push(("x-amz-decoded-content-length", &decoded));
+        let signed = self.sign(
+            method,
+            path,
+            query,
+            &hs,
+            "STREAMING-AWS4-HMAC-SHA256-PAYLOAD",
+            total,
+        );
+        let mut out = Vec::new();
+        let mut prev = signed.signature.clone();
+        let empty = sha256_hex(b"");
+        let pieces: Vec<&[u8]> = body
+            .chunks(chunk)
+            .chain(std::iter::once(&b""[..]))
+            .collect();
+        for piece in pieces {
+            let s = format!(
+                "AWS4-HMAC-SHA256-PAYLOAD\n{}\n{}\n{prev}\n{empty}\n{}",
+                signed.amz_date,
+                signed.scope,
+                sha256_hex(piece)
+            );
+            let sig = hex::encode(hmac(&signed.key, &s));
+            out.extend_from_slice(
+                format!("{:x};chunk-signature={sig}\r\n", piece.len()).as_bytes(),
+            );
+            out.extend_from_slice(piece);
+            out.extend_from_slice(b"\r\n");
+            prev = sig;
+        }
+        signed.send(self.addr, method, &out)
+    }
+}
+
+/// A signed request, ready to send.
+struct Signed {
+    /// Headers to send (the signed ones but host and content-length, plus authorization).
+    headers: Vec<(String, String)>,
+    /// Path and canonical query.
+    target: String,
+    /// The request's signature (the seed of chunk signatures).
+    signature: String,
+    /// The signing key.
+    key: Vec<u8>,
+    amz_date: String,
+    scope: String,
+}
+
+impl Signed {
+    fn send(
+        &self,
+        addr: SocketAddr,
+        method: &str,
+        payload: &[u8],
+    ) -> (u16, Vec<(String, String)>, Vec<u8>) {
+        let refs: Vec<(&str, &str)> = self
+            .headers
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        http(self.addr, method, &target, &refs, &payload)
+        http(addr, method, &self.target, &refs, payload)
     }
 }
