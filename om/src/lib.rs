@@ -24,6 +24,7 @@
 
 mod block_reports;
 mod clock;
+mod completed;
 mod conditions;
 mod decommission;
 mod deletion;
@@ -45,6 +46,7 @@ mod sessions;
 
 pub use block_reports::{BlockReport, MAX_CHECKS_PER_PASS, MAX_REPORTED_BLOCKS};
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use completed::COMPLETION_RETRY_WINDOW;
 pub use decommission::OperationalState;
 pub use deletion::{DELETE_BATCH, run_block_deleting_service};
 pub use error::OmError;

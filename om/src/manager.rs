@@ -312,6 +312,8 @@ impl OzoneManager {
             txn.open_table(DELETION_LOG)?;
             txn.open_table(OPEN_GROUPS)?;
             txn.open_table(crate::decommission::OP_STATES)?;
+            txn.open_table(crate::completed::COMPLETED)?;
+            txn.open_table(crate::completed::COMPLETED_BY_TIME)?;
         }
         txn.commit()?;
         let lost = reclaim_lost_sessions(&db)?;

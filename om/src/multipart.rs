@@ -334,9 +334,11 @@ impl OzoneManager {
         let txn = self.db.begin_write()?;
         let u: MultipartUpload = {
             let t = txn.open_table(UPLOADS)?;
-            let v = t
-                .get(upload_id)?
-                .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()))?;
+            let Some(v) = t.get(upload_id)? else {
+                // A retry of a completion that succeeded gets the same answer.
+                return crate::completed::answer(&txn, upload_id, parts)?
+                    .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()));
+            };
             decode::<pb::MultipartUploadInfo, _>(v.value(), "multipart upload")?
         };
         if parts.is_empty() {
@@ -408,6 +410,7 @@ impl OzoneManager {
         // are logged for deletion.
         {
             txn.open_table(UPLOADS)?.remove(upload_id)?;
+            crate::completed::record(&txn, upload_id, &info, parts)?;
             log_key_groups(&txn, &info.bucket, &info.name)?;
             txn.open_table(KEYS)?.insert(
                 (info.bucket.as_str(), info.name.as_str()),

@@ -50,6 +50,12 @@ async fn run_lease_reaper(
             Ok(Err(e)) => tracing::warn!(error = %e, "expiring open-key sessions failed"),
             Err(e) => tracing::warn!(error = %e, "lease reaper task failed"),
         }
+        let om2 = Arc::clone(&om);
+        match tokio::task::spawn_blocking(move || om2.prune_completed_uploads()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "pruning completed uploads failed"),
+            Err(e) => tracing::warn!(error = %e, "completed-upload pruning task failed"),
+        }
     }
 }
 

@@ -27,7 +27,7 @@ use crate::Gateway;
 use crate::conditional::{Conditions, Precondition, if_range_holds};
 use crate::error::to_s3;
 use crate::metrics::GatewayMetrics;
-use crate::object_meta::{CONTENT_TYPE, PART_SIZES, USER_META, etag_of, timestamp};
+use crate::object_meta::{CONTENT_TYPE, PART_SIZES, SYSTEM_HEADERS, USER_META, etag_of, timestamp};
 use crate::range::{self, Resolved};
 
 /// The custom route serving GetObject and HeadObject.
@@ -222,6 +222,13 @@ impl ObjectReadRoute {
                 .get(CONTENT_TYPE)
                 .map_or("binary/octet-stream", String::as_str),
         );
+        for name in SYSTEM_HEADERS {
+            if name != CONTENT_TYPE
+                && let Some(v) = info.metadata.get(name)
+            {
+                set(&mut headers, name, v);
+            }
+        }
         for (k, v) in &info.metadata {
             if k.starts_with(USER_META)
                 && let Ok(name) = http::HeaderName::from_bytes(k.as_bytes())

@@ -302,6 +302,26 @@ impl Claims {
     }
 }
 
+/// Largest single PUT and largest part, bytes: 5 GiB (Amazon's limits).
+pub(crate) const MAX_BODY: u64 = 5 * 1024 * 1024 * 1024;
+
+impl Claims {
+    /// Refuses a declared length over [`MAX_BODY`] with 400 `EntityTooLarge`, before any byte
+    /// is read (the length is checked again against what arrives).
+    ///
+    /// # Errors
+    /// As said.
+    pub(crate) fn check_size(&self) -> S3Result<()> {
+        match self.declared_len {
+            Some(n) if n > MAX_BODY => Err(s3_error!(
+                EntityTooLarge,
+                "Your proposed upload exceeds the maximum allowed object size: {n} bytes, at most {MAX_BODY}"
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// A body as received and verified.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Received {
@@ -348,6 +368,12 @@ pub(crate) async fn receive(
         while let Some(chunk) = body.next().await {
             let chunk =
                 chunk.map_err(|e| s3_error!(IncompleteBody, "reading the request body: {e}"))?;
+            if n.saturating_add(chunk.len() as u64) > MAX_BODY {
+                return Err(s3_error!(
+                    EntityTooLarge,
+                    "the body exceeds {MAX_BODY} bytes"
+                ));
+            }
             md5.update(&chunk);
             hasher.update(&chunk);
             writer.write(&chunk).await.map_err(to_s3)?;

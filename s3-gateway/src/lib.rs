@@ -21,6 +21,7 @@
 //!
 //! Layering: uses `ec-client` only (never datanodes or the om directly).
 
+mod buckets;
 mod conditional;
 mod error;
 mod get;
@@ -31,6 +32,7 @@ mod multipart;
 mod object_meta;
 pub mod objects;
 pub mod range;
+mod unsupported;
 mod write_conditions;
 
 use std::net::SocketAddr;
@@ -172,6 +174,7 @@ impl S3Gateway {
         let gw = Gateway::new(client, config.max_request_buffer);
         let metrics = Arc::clone(&gw.metrics);
         let mut builder = S3ServiceBuilder::new(gw.clone());
+        builder.set_validation(buckets::BucketNames);
         if let Some((ak, sk)) = &config.credentials {
             builder.set_auth(Credentials {
                 access_key: ak.clone(),

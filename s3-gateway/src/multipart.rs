@@ -84,7 +84,8 @@ pub(crate) async fn create(
     gw: &Gateway,
     i: dto::CreateMultipartUploadInput,
 ) -> S3Result<S3Response<dto::CreateMultipartUploadOutput>> {
-    let mut meta = object_metadata(i.content_type.as_deref(), i.metadata.as_ref());
+    crate::object_meta::check_user_metadata(i.metadata.as_ref())?;
+    let mut meta = object_metadata(crate::object_meta::system_metadata!(i), i.metadata.as_ref());
     let checksum = upload_checksum(i.checksum_algorithm.as_ref(), i.checksum_type.as_ref())?;
     if let Some((a, ty)) = checksum {
         meta.insert(CHECKSUM_ALGORITHM.to_string(), a.name().to_string());
@@ -130,6 +131,7 @@ pub(crate) async fn upload_part(
         required.unwrap_or(Algorithm::Crc64Nvme),
         required,
     )?;
+    claims.check_size()?;
     let mut w = gw
         .client()
         .upload_part(&i.upload_id, part_number)
@@ -187,11 +189,78 @@ fn object_checksum(
     }
 }
 
+/// (part number, ETag without quotes) of each part a Complete lists, in order.
+fn listed_parts(listed: &[dto::CompletedPart]) -> S3Result<Vec<(u32, String)>> {
+    if listed.is_empty() {
+        return Err(s3_error!(MalformedXML, "the part list is empty"));
+    }
+    listed
+        .iter()
+        .map(|p| {
+            let number = p
+                .part_number
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| s3_error!(InvalidPart, "a part has no part number"))?;
+            match &p.e_tag {
+                Some(ETag::Strong(s) | ETag::Weak(s)) => {
+                    Ok((number, s.trim_matches('"').to_string()))
+                }
+                None => Err(s3_error!(InvalidPart, "part {number} has no ETag")),
+            }
+        })
+        .collect()
+}
+
+/// The answer to a Complete the om already carried out (a retry after a lost response): the
+/// key that completion made, with its ETag and checksum, as Amazon answers such a retry.
+///
+/// # Errors
+/// 404 `NoSuchUpload` when there is no such completion for this key and part list.
+async fn completed_before(
+    gw: &Gateway,
+    i: dto::CompleteMultipartUploadInput,
+) -> S3Result<S3Response<dto::CompleteMultipartUploadOutput>> {
+    let listed = i.multipart_upload.and_then(|m| m.parts).unwrap_or_default();
+    let parts = listed_parts(&listed)?;
+    let key = gw
+        .client()
+        .complete_multipart_upload(&i.upload_id, &parts, MIN_PART_SIZE, BTreeMap::new())
+        .await
+        .map_err(to_s3)?;
+    if key.bucket != *i.bucket || key.name != *i.key {
+        return Err(s3_error!(
+            NoSuchUpload,
+            "upload {} is not for {}/{}",
+            i.upload_id,
+            i.bucket,
+            i.key
+        ));
+    }
+    let mut out = dto::CompleteMultipartUploadOutput {
+        bucket: Some(key.bucket.clone()),
+        key: Some(key.name.clone()),
+        e_tag: Some(ETag::Strong(crate::object_meta::etag_of(&key))),
+        location: Some(format!("/{}/{}", key.bucket, key.name)),
+        ..Default::default()
+    };
+    if let Some((a, value, ty)) = stored(&key.metadata) {
+        set_checksum!(out, a, value.to_string());
+        out.checksum_type = Some(dto::ChecksumType::from(ty.to_string()));
+    }
+    Ok(S3Response::new(out))
+}
+
 pub(crate) async fn complete(
     gw: &Gateway,
     i: dto::CompleteMultipartUploadInput,
 ) -> S3Result<S3Response<dto::CompleteMultipartUploadOutput>> {
-    let u = upload_of(gw, &i.upload_id, &i.bucket, &i.key).await?;
+    let u = match upload_of(gw, &i.upload_id, &i.bucket, &i.key).await {
+        Ok(u) => u,
+        Err(e) if *e.code() == s3s::S3ErrorCode::NoSuchUpload => {
+            return completed_before(gw, i).await;
+        }
+        Err(e) => return Err(e),
+    };
     let condition = crate::write_conditions::write_condition(
         gw,
         &i.bucket,
@@ -201,23 +270,13 @@ pub(crate) async fn complete(
     )
     .await?;
     let listed = i.multipart_upload.and_then(|m| m.parts).unwrap_or_default();
-    if listed.is_empty() {
-        return Err(s3_error!(MalformedXML, "the part list is empty"));
-    }
-    let mut parts = Vec::with_capacity(listed.len());
+    let parts = listed_parts(&listed)?;
     let mut digests = Vec::with_capacity(listed.len() * 16);
     let mut checksums = Vec::with_capacity(listed.len());
     let mut total = 0u64;
-    for p in &listed {
-        let number = p
-            .part_number
-            .and_then(|n| u32::try_from(n).ok())
-            .ok_or_else(|| s3_error!(InvalidPart, "a part has no part number"))?;
-        let etag = match &p.e_tag {
-            Some(ETag::Strong(s) | ETag::Weak(s)) => s.trim_matches('"').to_string(),
-            None => return Err(s3_error!(InvalidPart, "part {number} has no ETag")),
-        };
-        let bin = hex::decode(&etag)
+    for (p, (number, etag)) in listed.iter().zip(&parts) {
+        let number = *number;
+        let bin = hex::decode(etag)
             .ok()
             .ok_or_else(|| s3_error!(InvalidPart, "part {number} has a malformed ETag"))?;
         digests.extend_from_slice(&bin);
@@ -240,7 +299,6 @@ pub(crate) async fn complete(
                 checksums.push((a, digest, held.size));
             }
         }
-        parts.push((number, etag));
     }
     if let Some(declared) = i.mpu_object_size
         && u64::try_from(declared).ok() != Some(total)

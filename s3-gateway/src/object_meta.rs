@@ -42,17 +42,118 @@ pub(crate) fn etag_of(info: &KeyInfo) -> String {
     hex::encode(h.finalize())
 }
 
-/// Object metadata to store from a request's content type and user metadata.
+/// The system-defined metadata headers an object keeps and GET/HEAD return (Amazon S3 User
+/// Guide, "System-defined object metadata"): the header name is also the metadata key.
+pub(crate) const SYSTEM_HEADERS: [&str; 6] = [
+    CONTENT_TYPE,
+    "cache-control",
+    "content-disposition",
+    "content-encoding",
+    "content-language",
+    "expires",
+];
+
+/// The system-defined metadata of a request: its `Content-Type`, `Cache-Control`,
+/// `Content-Disposition`, `Content-Encoding` (without the `aws-chunked` transfer coding, which
+/// is not the object's), `Content-Language` and `Expires` (as an HTTP date).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SystemMetadata(pub(crate) Vec<(&'static str, String)>);
+
+/// [`SystemMetadata`] of an S3 input that has the six fields (PutObject, CopyObject,
+/// CreateMultipartUpload).
+macro_rules! system_metadata {
+    ($i:expr) => {
+        $crate::object_meta::SystemMetadata::new(
+            $i.content_type.as_deref(),
+            $i.cache_control.as_deref(),
+            $i.content_disposition.as_deref(),
+            $i.content_encoding.as_deref(),
+            $i.content_language.as_deref(),
+            $i.expires.as_ref(),
+        )
+    };
+}
+pub(crate) use system_metadata;
+
+impl SystemMetadata {
+    pub(crate) fn new(
+        content_type: Option<&str>,
+        cache_control: Option<&str>,
+        disposition: Option<&str>,
+        encoding: Option<&str>,
+        language: Option<&str>,
+        expires: Option<&Timestamp>,
+    ) -> Self {
+        let encoding = encoding.map(|e| {
+            e.split(',')
+                .map(str::trim)
+                .filter(|c| !c.eq_ignore_ascii_case("aws-chunked") && !c.is_empty())
+                .collect::<Vec<_>>()
+                .join(",")
+        });
+        let expires = expires.and_then(|t| {
+            let mut buf = Vec::new();
+            t.format(dto::TimestampFormat::HttpDate, &mut buf).ok()?;
+            String::from_utf8(buf).ok()
+        });
+        let values = [
+            content_type.map(str::to_string),
+            cache_control.map(str::to_string),
+            disposition.map(str::to_string),
+            encoding,
+            language.map(str::to_string),
+            expires,
+        ];
+        Self(
+            SYSTEM_HEADERS
+                .into_iter()
+                .zip(values)
+                .filter_map(|(k, v)| v.filter(|v| !v.is_empty()).map(|v| (k, v)))
+                .collect(),
+        )
+    }
+}
+
+/// Object metadata to store from a request's system-defined and user metadata.
 pub(crate) fn object_metadata(
-    content_type: Option<&str>,
+    system: SystemMetadata,
     user: Option<&dto::Metadata>,
 ) -> BTreeMap<String, String> {
-    let mut meta = BTreeMap::new();
-    if let Some(ct) = content_type {
-        meta.insert(CONTENT_TYPE.to_string(), ct.to_string());
-    }
+    let mut meta: BTreeMap<String, String> = system
+        .0
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
     for (k, v) in user.into_iter().flatten() {
         meta.insert(format!("{USER_META}{}", k.to_ascii_lowercase()), v.clone());
     }
     meta
+}
+
+/// Most bytes of user-defined metadata (names and values, UTF-8) one object may carry: 2 KB,
+/// Amazon's limit on `x-amz-meta-*` in a PUT request header.
+pub(crate) const MAX_USER_METADATA: usize = 2 * 1024;
+
+/// Refuses user metadata over [`MAX_USER_METADATA`] with 400 `MetadataTooLarge`.
+pub(crate) fn check_user_metadata(user: Option<&dto::Metadata>) -> s3s::S3Result<()> {
+    let size: usize = user
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| k.len() + v.len())
+        .sum();
+    if size > MAX_USER_METADATA {
+        return Err(s3s::s3_error!(
+            MetadataTooLarge,
+            "Your metadata headers exceed the maximum allowed metadata size: {size} bytes, at most {MAX_USER_METADATA}"
+        ));
+    }
+    Ok(())
+}
+
+/// The owner every object and bucket here has (the gateway's one key pair).
+pub(crate) fn owner() -> dto::Owner {
+    dto::Owner {
+        display_name: Some("ozone".into()),
+        id: Some("ozone".into()),
+    }
 }

@@ -2,7 +2,7 @@
 //! listings (v1, v2, versions), PUT, DELETE (one or many) and COPY.
 //! GET and HEAD object live in [`crate::get`]; multipart in [`crate::multipart`].
 
-use ec_client::{BucketOptions, ClientError, KeyInfo};
+use ec_client::{ClientError, KeyInfo};
 use md5::{Digest, Md5};
 use s3s::dto::{self, ETag, Timestamp};
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
@@ -14,11 +14,17 @@ use crate::integrity::{
     set_checksum,
 };
 use crate::listing::{self, Encoding, Page};
-use crate::object_meta::{ETAG, PART_SIZES, etag_of, object_metadata, timestamp};
+use crate::object_meta::{
+    ETAG, PART_SIZES, check_user_metadata, etag_of, object_metadata, owner, system_metadata,
+    timestamp,
+};
+use crate::unsupported::refuse_unsupported;
 use crate::write_conditions::{commit_error, delete_condition, header_condition, write_condition};
 
-fn s3_object(k: &KeyInfo, enc: Encoding) -> dto::Object {
+/// A listed object; with its owner when `with_owner` (v1 always, v2 with `fetch-owner=true`).
+fn s3_object(k: &KeyInfo, enc: Encoding, with_owner: bool) -> dto::Object {
     dto::Object {
+        owner: with_owner.then(owner),
         key: Some(enc.s(k.name.clone())),
         size: i64::try_from(k.length).ok(),
         e_tag: Some(ETag::Strong(etag_of(k))),
@@ -129,29 +135,10 @@ impl Gateway {
 impl S3 for Gateway {
     async fn list_buckets(
         &self,
-        _req: S3Request<dto::ListBucketsInput>,
+        req: S3Request<dto::ListBucketsInput>,
     ) -> S3Result<S3Response<dto::ListBucketsOutput>> {
-        self.tracked("ListBuckets", async {
-            let buckets = self.client().list_buckets().await.map_err(to_s3)?;
-            Ok(S3Response::new(dto::ListBucketsOutput {
-                buckets: Some(
-                    buckets
-                        .into_iter()
-                        .map(|b| dto::Bucket {
-                            name: Some(b.name),
-                            creation_date: Some(timestamp(b.created_unix_ms)),
-                            ..Default::default()
-                        })
-                        .collect(),
-                ),
-                owner: Some(dto::Owner {
-                    display_name: Some("ozone".into()),
-                    id: Some("ozone".into()),
-                }),
-                ..Default::default()
-            }))
-        })
-        .await
+        self.tracked("ListBuckets", crate::buckets::list(self, req.input))
+            .await
     }
 
     async fn create_bucket(
@@ -159,15 +146,20 @@ impl S3 for Gateway {
         req: S3Request<dto::CreateBucketInput>,
     ) -> S3Result<S3Response<dto::CreateBucketOutput>> {
         self.tracked("CreateBucket", async {
-            let bucket = req.input.bucket;
-            self.client()
-                .create_bucket(&bucket, BucketOptions::default())
-                .await
-                .map_err(to_s3)?;
-            Ok(S3Response::new(dto::CreateBucketOutput {
-                location: Some(format!("/{bucket}")),
-            }))
+            refuse_unsupported(&req.headers)?;
+            crate::buckets::create(self, req.input).await
         })
+        .await
+    }
+
+    async fn get_bucket_location(
+        &self,
+        req: S3Request<dto::GetBucketLocationInput>,
+    ) -> S3Result<S3Response<dto::GetBucketLocationOutput>> {
+        self.tracked(
+            "GetBucketLocation",
+            crate::buckets::location(self, req.input),
+        )
         .await
     }
 
@@ -213,27 +205,28 @@ impl S3 for Gateway {
                 (None, None) => String::new(),
             };
             let max = max_keys(i.max_keys);
-            let page = list_page(
-                self,
-                &i.bucket,
-                &prefix,
-                i.delimiter.as_deref(),
-                &after,
-                max,
-            )
-            .await?;
+            // An empty `delimiter=` is no delimiter, and is not echoed.
+            let delimiter = i.delimiter.clone().filter(|d| !d.is_empty());
+            let page =
+                list_page(self, &i.bucket, &prefix, delimiter.as_deref(), &after, max).await?;
             let count = page.objects.len() + page.prefixes.len();
+            let with_owner = i.fetch_owner.unwrap_or(false);
             Ok(S3Response::new(dto::ListObjectsV2Output {
                 name: Some(i.bucket),
                 prefix: enc.o(i.prefix),
-                delimiter: enc.o(i.delimiter),
+                delimiter: enc.o(delimiter),
                 max_keys: i32::try_from(max).ok(),
                 key_count: i32::try_from(count).ok(),
                 continuation_token: i.continuation_token,
                 start_after: enc.o(i.start_after),
                 is_truncated: Some(page.next.is_some()),
                 next_continuation_token: page.next,
-                contents: Some(page.objects.iter().map(|k| s3_object(k, enc)).collect()),
+                contents: Some(
+                    page.objects
+                        .iter()
+                        .map(|k| s3_object(k, enc, with_owner))
+                        .collect(),
+                ),
                 common_prefixes: Some(common_prefixes(page.prefixes, enc)),
                 encoding_type: i.encoding_type,
                 ..Default::default()
@@ -252,30 +245,26 @@ impl S3 for Gateway {
             let prefix = i.prefix.clone().unwrap_or_default();
             let after = i.marker.clone().unwrap_or_default();
             let max = max_keys(i.max_keys);
-            let page = list_page(
-                self,
-                &i.bucket,
-                &prefix,
-                i.delimiter.as_deref(),
-                &after,
-                max,
-            )
-            .await?;
+            let delimiter = i.delimiter.clone().filter(|d| !d.is_empty());
+            let page =
+                list_page(self, &i.bucket, &prefix, delimiter.as_deref(), &after, max).await?;
             let truncated = page.next.is_some();
             Ok(S3Response::new(dto::ListObjectsOutput {
                 name: Some(i.bucket),
                 prefix: enc.o(i.prefix),
-                delimiter: enc.o(i.delimiter.clone()),
-                marker: enc.o(i.marker),
+                delimiter: enc.o(delimiter.clone()),
+                // Always present in v1, empty when the request sent none.
+                marker: enc.o(Some(i.marker.unwrap_or_default())),
                 max_keys: i32::try_from(max).ok(),
                 is_truncated: Some(truncated),
                 // S3 sends NextMarker only with a delimiter; clients use the last key otherwise.
-                next_marker: if i.delimiter.is_some() {
-                    page.next
-                } else {
-                    None
-                },
-                contents: Some(page.objects.iter().map(|k| s3_object(k, enc)).collect()),
+                next_marker: if delimiter.is_some() { page.next } else { None },
+                contents: Some(
+                    page.objects
+                        .iter()
+                        .map(|k| s3_object(k, enc, true))
+                        .collect(),
+                ),
                 common_prefixes: Some(common_prefixes(page.prefixes, enc)),
                 encoding_type: i.encoding_type,
                 ..Default::default()
@@ -343,9 +332,12 @@ impl S3 for Gateway {
         req: S3Request<dto::PutObjectInput>,
     ) -> S3Result<S3Response<dto::PutObjectOutput>> {
         self.tracked("PutObject", async {
+            refuse_unsupported(&req.headers)?;
             let claims = Claims::from_headers(&req.headers, Algorithm::Crc64Nvme, None)?;
+            claims.check_size()?;
             let trailers = req.trailing_headers;
             let i = req.input;
+            check_user_metadata(i.metadata.as_ref())?;
             let condition = write_condition(
                 self,
                 &i.bucket,
@@ -354,7 +346,7 @@ impl S3 for Gateway {
                 i.if_none_match.as_ref(),
             )
             .await?;
-            let mut meta = object_metadata(i.content_type.as_deref(), i.metadata.as_ref());
+            let mut meta = object_metadata(system_metadata!(i), i.metadata.as_ref());
             let mut w = self
                 .client()
                 .create_key(&i.bucket, &i.key, None)
@@ -418,6 +410,14 @@ impl S3 for Gateway {
         self.tracked("DeleteObjects", async {
             let i = req.input;
             self.client().bucket(&i.bucket).await.map_err(to_s3)?;
+            // Amazon's limit: at most 1,000 keys per request.
+            if i.delete.objects.len() > 1000 {
+                return Err(s3_error!(
+                    MalformedXML,
+                    "a DeleteObjects request names {} keys; at most 1000",
+                    i.delete.objects.len()
+                ));
+            }
             let quiet = i.delete.quiet.unwrap_or(false);
             let mut deleted = Vec::new();
             let mut errors = Vec::new();
@@ -456,6 +456,7 @@ impl S3 for Gateway {
         req: S3Request<dto::CopyObjectInput>,
     ) -> S3Result<S3Response<dto::CopyObjectOutput>> {
         self.tracked("CopyObject", async {
+            refuse_unsupported(&req.headers)?;
             let if_match = header_condition(&req.headers, "if-match")?;
             let if_none_match = header_condition(&req.headers, "if-none-match")?;
             let i = req.input;
@@ -473,12 +474,36 @@ impl S3 for Gateway {
                 if_none_match.as_ref(),
             )
             .await?;
-            let replace = i
-                .metadata_directive
-                .as_ref()
-                .is_some_and(|d| d.as_str() == dto::MetadataDirective::REPLACE);
+            let replace = match i.metadata_directive.as_ref().map(|d| d.as_str()) {
+                None | Some(dto::MetadataDirective::COPY) => false,
+                Some(dto::MetadataDirective::REPLACE) => true,
+                Some(other) => {
+                    return Err(s3_error!(InvalidArgument, "Unknown metadata directive: {other}"));
+                }
+            };
+            if replace {
+                check_user_metadata(i.metadata.as_ref())?;
+            }
+            // Amazon refuses a copy onto itself that changes nothing.
+            if **bucket == *i.bucket
+                && **key == *i.key
+                && !replace
+                && i.checksum_algorithm.is_none()
+            {
+                return Err(s3_error!(
+                    InvalidRequest,
+                    "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes."
+                ));
+            }
+            if src.len() > crate::integrity::MAX_BODY {
+                return Err(s3_error!(
+                    InvalidRequest,
+                    "The specified copy source is larger than the maximum allowable size for a copy source: {}",
+                    crate::integrity::MAX_BODY
+                ));
+            }
             let mut meta = if replace {
-                object_metadata(i.content_type.as_deref(), i.metadata.as_ref())
+                object_metadata(system_metadata!(i), i.metadata.as_ref())
             } else {
                 src.info().metadata.clone()
             };
@@ -544,10 +569,10 @@ impl S3 for Gateway {
         &self,
         req: S3Request<dto::CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<dto::CreateMultipartUploadOutput>> {
-        self.tracked(
-            "CreateMultipartUpload",
-            crate::multipart::create(self, req.input),
-        )
+        self.tracked("CreateMultipartUpload", async {
+            refuse_unsupported(&req.headers)?;
+            crate::multipart::create(self, req.input).await
+        })
         .await
     }
 

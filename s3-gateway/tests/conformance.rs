@@ -1,0 +1,156 @@
+//! Conformance details a client relies on, each one a kind the gateway now handles as Amazon
+//! does: retries of idempotent requests, documented limits, bucket naming, self-copies,
+//! system-defined metadata, listing fields, bucket re-creation, headers it does not implement.
+
+mod common;
+
+use base64::Engine;
+use common::{Signer, header};
+use md5::{Digest, Md5};
+use minicluster::{MiniCluster, MiniClusterConfig, S3_ACCESS_KEY, S3_SECRET_KEY};
+
+type Answer = (u16, Vec<(String, String)>, Vec<u8>);
+
+async fn signed_cluster() -> (MiniCluster, Signer) {
+    let mut c = MiniCluster::start(MiniClusterConfig::default())
+        .await
+        .expect("cluster");
+    let addr = c.start_s3_gateway(0, true).await.expect("gateway");
+    let s = Signer {
+        addr,
+        access_key: S3_ACCESS_KEY.into(),
+        secret_key: S3_SECRET_KEY.into(),
+        skew_secs: 0,
+    };
+    (c, s)
+}
+
+fn text(r: &Answer) -> String {
+    String::from_utf8_lossy(&r.2).to_string()
+}
+
+fn code(r: &Answer) -> (u16, String) {
+    let b = text(r);
+    let c = b
+        .split("<Code>")
+        .nth(1)
+        .and_then(|t| t.split("</Code>").next())
+        .unwrap_or("")
+        .to_string();
+    (r.0, c)
+}
+
+fn between(body: &str, open: &str, close: &str) -> Vec<String> {
+    body.split(open)
+        .skip(1)
+        .filter_map(|t| t.split(close).next().map(str::to_string))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_clients_send_are_answered_as_amazon_does() {
+    let (cluster, s) = signed_cluster().await;
+    tokio::task::spawn_blocking(move || {
+        // Bucket naming rules in full; re-creating one's own bucket (us-east-1) is 200.
+        for bad in ["foo.-bar", "foo-.bar", "xn--abc", "abc-s3alias", "192.168.5.4"] {
+            let r = s.send("PUT", &format!("/{bad}"), &[], &[], b"");
+            assert_eq!(code(&r), (400, "InvalidBucketName".into()), "{bad}");
+        }
+        assert_eq!(s.send("PUT", "/conf", &[], &[], b"").0, 200);
+        assert_eq!(s.send("PUT", "/conf", &[], &[], b"").0, 200, "re-created by its owner");
+        let r = s.send("GET", "/conf", &[("location", "")], &[], b"");
+        assert_eq!(r.0, 200, "GetBucketLocation: {}", text(&r));
+        assert!(text(&r).contains("LocationConstraint"), "{}", text(&r));
+        assert_eq!(s.send("PUT", "/conf2", &[], &[], b"").0, 200);
+        let r = s.send("GET", "/", &[("max-buckets", "1")], &[], b"");
+        let body = text(&r);
+        assert_eq!(between(&body, "<Name>", "</Name>"), vec!["conf"], "{body}");
+        let token = between(&body, "<ContinuationToken>", "</ContinuationToken>");
+        assert_eq!(token.len(), 1, "{body}");
+        let r = s.send("GET", "/", &[("max-buckets", "1"), ("continuation-token", &token[0])], &[], b"");
+        assert_eq!(between(&text(&r), "<Name>", "</Name>"), vec!["conf2"], "{}", text(&r));
+
+        // System-defined metadata is stored and returned.
+        let sys = [
+            ("cache-control", "max-age=60"),
+            ("content-disposition", "attachment; filename=\"a.txt\""),
+            ("content-encoding", "gzip"),
+            ("content-language", "de-CH"),
+            ("expires", "Wed, 21 Oct 2037 07:28:00 GMT"),
+        ];
+        assert_eq!(s.send("PUT", "/conf/sys", &[], &sys, b"body").0, 200);
+        for method in ["HEAD", "GET"] {
+            let r = s.send(method, "/conf/sys", &[], &[], b"");
+            for (name, value) in sys {
+                assert_eq!(header(&r.1, name), Some(value), "{method} {name}");
+            }
+        }
+
+        // Limits: 1,001 keys in one DeleteObjects; user metadata over 2 KB.
+        let xml: String = std::iter::once("<Delete>".to_string())
+            .chain((0..1001).map(|n| format!("<Object><Key>k{n}</Key></Object>")))
+            .chain(std::iter::once("</Delete>".to_string()))
+            .collect();
+        let md5 = base64::engine::general_purpose::STANDARD.encode(Md5::digest(xml.as_bytes()));
+        let r = s.send("POST", "/conf", &[("delete", "")], &[("content-md5", &md5)], xml.as_bytes());
+        assert_eq!(code(&r), (400, "MalformedXML".into()));
+        assert_eq!(s.send("HEAD", "/conf/sys", &[], &[], b"").0, 200, "nothing deleted");
+        let big = "v".repeat(2100);
+        let r = s.send("PUT", "/conf/meta", &[], &[("x-amz-meta-big", &big)], b"x");
+        assert_eq!(code(&r), (400, "MetadataTooLarge".into()));
+
+        // A copy onto itself must change something.
+        let r = s.send("PUT", "/conf/sys", &[], &[("x-amz-copy-source", "/conf/sys")], b"");
+        assert_eq!(code(&r), (400, "InvalidRequest".into()));
+        let r = s.send(
+            "PUT",
+            "/conf/sys",
+            &[],
+            &[("x-amz-copy-source", "/conf/sys"), ("x-amz-metadata-directive", "REPLACE"), ("x-amz-meta-new", "1")],
+            b"",
+        );
+        assert_eq!(r.0, 200, "{}", text(&r));
+        let r = s.send("HEAD", "/conf/sys", &[], &[], b"");
+        assert_eq!(header(&r.1, "x-amz-meta-new"), Some("1"));
+
+        // Headers that would change a write's meaning are refused, not ignored.
+        for h in [("x-amz-server-side-encryption", "AES256"), ("x-amz-acl", "public-read"), ("x-amz-object-lock-mode", "COMPLIANCE")] {
+            let r = s.send("PUT", "/conf/refused", &[], &[h], b"x");
+            assert_eq!(code(&r), (501, "NotImplemented".into()), "{h:?}");
+        }
+        assert_eq!(s.send("HEAD", "/conf/refused", &[], &[], b"").0, 404);
+
+        // Listing fields: v1 always has Marker; an empty delimiter is not echoed; v2 returns
+        // owners when asked.
+        let r = s.send("GET", "/conf", &[], &[], b"");
+        assert!(text(&r).contains("<Marker></Marker>") || text(&r).contains("<Marker/>"), "{}", text(&r));
+        let r = s.send("GET", "/conf", &[("delimiter", "")], &[], b"");
+        assert!(!text(&r).contains("<Delimiter>"), "{}", text(&r));
+        let r = s.send("GET", "/conf", &[("list-type", "2"), ("fetch-owner", "true")], &[], b"");
+        assert!(text(&r).contains("<Owner>"), "{}", text(&r));
+        let r = s.send("GET", "/conf", &[("list-type", "2")], &[], b"");
+        assert!(!text(&r).contains("<Owner>"), "{}", text(&r));
+
+        // A Complete retried after it succeeded gets the same answer; once the key is
+        // rewritten, the upload is gone.
+        let r = s.send("POST", "/conf/mp", &[("uploads", "")], &[], b"");
+        let id = between(&text(&r), "<UploadId>", "</UploadId>")[0].clone();
+        let r = s.send("PUT", "/conf/mp", &[("partNumber", "1"), ("uploadId", &id)], &[], b"only part");
+        let etag = header(&r.1, "etag").expect("etag").to_string();
+        let xml = format!("<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>{etag}</ETag></Part></CompleteMultipartUpload>");
+        let first = s.send("POST", "/conf/mp", &[("uploadId", &id)], &[], xml.as_bytes());
+        assert_eq!(first.0, 200, "{}", text(&first));
+        let again = s.send("POST", "/conf/mp", &[("uploadId", &id)], &[], xml.as_bytes());
+        assert_eq!(again.0, 200, "{}", text(&again));
+        assert_eq!(
+            between(&text(&again), "<ETag>", "</ETag>"),
+            between(&text(&first), "<ETag>", "</ETag>")
+        );
+        assert_eq!(s.send("PUT", "/conf/mp", &[], &[], b"rewritten").0, 200);
+        let r = s.send("POST", "/conf/mp", &[("uploadId", &id)], &[], xml.as_bytes());
+        assert_eq!(code(&r), (404, "NoSuchUpload".into()));
+    })
+    .await
+    .expect("blocking task");
+    cluster.shutdown().await;
+}
