@@ -4,10 +4,12 @@
 //! Models Ozone's `XceiverClientGrpc` (one connection per datanode, reused by
 //! every stream) and `XceiverClientManager` (the cache).
 
+use proto_crate::request_id;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tonic::service::interceptor::InterceptedService;
 
 use bytes::Bytes;
 use proto_crate::wire::datanode as pb;
@@ -137,7 +139,8 @@ impl XceiverClientManager {
 #[derive(Debug, Clone)]
 pub struct XceiverClient {
     address: Arc<str>,
-    inner: DatanodeServiceClient<Channel>,
+    /// Every call carries the current request id ([`request_id::attach`]).
+    inner: DatanodeServiceClient<InterceptedService<Channel, request_id::Attach>>,
     counters: Arc<DatanodeCounters>,
     metrics: Arc<ClientMetrics>,
     rpc_timeout: Duration,
@@ -159,9 +162,12 @@ impl XceiverClient {
             .initial_stream_window_size(8 * 1024 * 1024)
             .initial_connection_window_size(32 * 1024 * 1024);
         let channel = endpoint.connect_lazy();
-        let inner = DatanodeServiceClient::new(channel)
-            .max_decoding_message_size(config.max_message_size)
-            .max_encoding_message_size(config.max_message_size);
+        let inner = DatanodeServiceClient::with_interceptor(
+            channel,
+            request_id::attach as request_id::Attach,
+        )
+        .max_decoding_message_size(config.max_message_size)
+        .max_encoding_message_size(config.max_message_size);
         Ok(Self {
             address: address.into(),
             counters: metrics.datanode(address),

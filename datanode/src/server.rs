@@ -234,6 +234,7 @@ impl Datanode {
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
         let serving = ServingTask::spawn(|stop| {
             Server::builder()
+                .layer(proto_crate::request_id::RequestIdLayer)
                 .max_frame_size(1024 * 1024 - 1)
                 .initial_stream_window_size(8 * 1024 * 1024)
                 .initial_connection_window_size(32 * 1024 * 1024)

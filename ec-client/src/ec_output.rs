@@ -129,7 +129,9 @@ impl EcKeyOutputStream {
                 let (tx, rx) = mpsc::channel(queue_size);
                 Sink::Pipelined {
                     queue: Some(tx),
-                    task: Some(tokio::spawn(flush_stage(writer, rx, Arc::clone(&counters)))),
+                    task: Some(tokio::spawn(proto_crate::request_id::propagate(
+                        flush_stage(writer, rx, Arc::clone(&counters)),
+                    ))),
                 }
             }
         };

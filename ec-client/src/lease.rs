@@ -24,21 +24,23 @@ impl LeaseKeeper {
             return Self(None);
         };
         let period = (lease / 3).max(Duration::from_millis(50));
-        Self(Some(tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(period).await;
-                match om.renew_key(session_id).await {
-                    Ok(()) => {}
-                    Err(ClientError::Om {
-                        code: proto_crate::OmErrorCode::NoSuchSession,
-                        ..
-                    }) => return,
-                    Err(e) => {
-                        tracing::debug!(session = session_id, error = %e, "renewing the lease failed; retrying");
+        Self(Some(tokio::spawn(proto_crate::request_id::propagate(
+            async move {
+                loop {
+                    tokio::time::sleep(period).await;
+                    match om.renew_key(session_id).await {
+                        Ok(()) => {}
+                        Err(ClientError::Om {
+                            code: proto_crate::OmErrorCode::NoSuchSession,
+                            ..
+                        }) => return,
+                        Err(e) => {
+                            tracing::debug!(session = session_id, error = %e, "renewing the lease failed; retrying");
+                        }
                     }
                 }
-            }
-        })))
+            },
+        ))))
     }
 }
 

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
+use proto_crate::request_id;
 use proto_crate::wire::om as pb;
 use proto_crate::wire::om::ozone_manager_service_client::OzoneManagerServiceClient;
 use proto_crate::{
@@ -11,6 +12,7 @@ use proto_crate::{
     PartInfo, ProtocolError, ReplicationConfig, WriteCondition,
 };
 use tonic::Status;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::session::{OpenedKey, SessionGrant, Undo, guarded, open_guarded};
@@ -19,7 +21,8 @@ use crate::{ClientError, Result};
 /// A connected om client (Ozone's `OzoneManagerProtocolClientSideTranslatorPB`, reduced).
 #[derive(Debug, Clone)]
 pub(crate) struct OmClient {
-    inner: OzoneManagerServiceClient<Channel>,
+    /// Every call carries the current request id ([`request_id::attach`]).
+    inner: OzoneManagerServiceClient<InterceptedService<Channel, request_id::Attach>>,
     timeout: Duration,
     /// Random per connected client: the om bounds the sessions one client
     /// holds open by this id.
@@ -120,8 +123,11 @@ impl OmClient {
         })?;
         let id: u128 = rand::random();
         Ok(Self {
-            inner: OzoneManagerServiceClient::new(channel)
-                .max_decoding_message_size(64 * 1024 * 1024),
+            inner: OzoneManagerServiceClient::with_interceptor(
+                channel,
+                request_id::attach as request_id::Attach,
+            )
+            .max_decoding_message_size(64 * 1024 * 1024),
             timeout,
             client_id: format!("{id:032x}"),
         })

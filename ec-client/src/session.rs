@@ -73,7 +73,9 @@ impl Drop for Guard {
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let om = self.om.clone();
             let undo = self.undo.clone();
-            handle.spawn(async move { undo.run(&om).await });
+            handle.spawn(proto_crate::request_id::propagate(async move {
+                undo.run(&om).await;
+            }));
         }
     }
 }
@@ -111,12 +113,12 @@ where
 {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let om = om.clone();
-    tokio::spawn(async move {
+    tokio::spawn(proto_crate::request_id::propagate(async move {
         let answer = call.await.map(|(v, undo)| (v, Guard::new(om, undo)));
         // A send to a dropped receiver hands the value back, and dropping
         // it undoes; a value left unreceived is dropped with the channel.
         let _ = tx.send(answer);
-    });
+    }));
     rx.await
         .map_err(|_| ClientError::TaskLost("the om call creating a session or upload".into()))?
 }

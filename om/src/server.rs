@@ -77,6 +77,7 @@ impl OmServer {
         let admin = OmAdminServiceServer::new(OmAdminGrpc::new(Arc::clone(&om)));
         let serving = ServingTask::spawn(|stop| {
             Server::builder()
+                .layer(proto_crate::request_id::RequestIdLayer)
                 .add_service(svc)
                 .add_service(admin)
                 .serve_with_incoming_shutdown(incoming, stop.wait())

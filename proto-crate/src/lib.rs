@@ -22,6 +22,7 @@ mod error;
 mod logging;
 mod metadata;
 mod om_code;
+pub mod request_id;
 mod result;
 mod rpc_kind;
 mod serving;

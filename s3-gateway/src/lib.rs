@@ -32,6 +32,7 @@ mod multipart;
 mod object_meta;
 pub mod objects;
 pub mod range;
+mod request_ids;
 mod unsupported;
 mod write_conditions;
 
@@ -46,6 +47,7 @@ pub use multipart::MIN_PART_SIZE;
 use proto_crate::ServingTask;
 use s3s::auth::{S3Auth, SecretKey};
 use s3s::service::S3ServiceBuilder;
+use tracing::Instrument;
 
 /// How to run a gateway.
 #[derive(Debug, Clone)]
@@ -208,16 +210,39 @@ impl S3Gateway {
                         let service = service.clone();
                         let counted = Arc::clone(&metrics_for_loop);
                         // Count every response, including s3s's own rejections.
-                        let svc = hyper::service::service_fn(move |req| {
+                        // Every request: an id (answered, logged, sent on to the om and
+                        // datanodes), and a count of its answer, s3s's own rejections included.
+                        let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                             let service = service.clone();
                             let counted = Arc::clone(&counted);
-                            async move {
-                                let r = hyper::service::Service::call(&service, req).await;
-                                if let Ok(resp) = &r {
-                                    counted.response(resp.status().as_u16());
+                            let id = request_ids::new_id();
+                            let span = tracing::info_span!(
+                                "s3",
+                                request_id = %id,
+                                method = %req.method(),
+                                path = %req.uri().path()
+                            );
+                            let refusal = request_ids::refuse_long_presigned(req.uri());
+                            let scoped = Some(Arc::clone(&id));
+                            let work = async move {
+                                let mut r = match refusal {
+                                    Some(resp) => Ok(resp),
+                                    None => hyper::service::Service::call(&service, req).await,
+                                };
+                                if let Ok(resp) = &mut r {
+                                    request_ids::stamp(resp, &id);
+                                    let status = resp.status().as_u16();
+                                    counted.response(status);
+                                    if status >= 500 {
+                                        tracing::warn!(status, "s3 request failed");
+                                    } else {
+                                        tracing::debug!(status, "s3 request");
+                                    }
                                 }
                                 r
-                            }
+                            };
+                            proto_crate::request_id::scope(scoped, work)
+                                .instrument(span)
                         });
                         tokio::spawn(async move {
                             let io = hyper_util::rt::TokioIo::new(stream);

@@ -1,0 +1,110 @@
+//! Every answer carries a request id (`x-amz-request-id`, and `x-amz-id-2` as Amazon sends
+//! both), error bodies name it in `<RequestId>`, the request is logged under it, and every om
+//! and datanode RPC the request causes carries it as gRPC metadata
+//! ([`proto_crate::request_id`]). Presigned URLs valid longer than a week are refused here, as
+//! Amazon refuses them (s3s accepts any `X-Amz-Expires`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use http::{HeaderValue, StatusCode};
+use s3s::{Body, HttpResponse};
+
+/// Longest validity of a presigned URL, seconds (SigV4 query authentication: seven days).
+pub(crate) const MAX_PRESIGNED_EXPIRES: u64 = 604_800;
+
+/// A new request id: 16 upper-case hex digits, unique within the process (a counter) and
+/// unlikely to repeat across restarts (seeded from the clock).
+pub(crate) fn new_id() -> Arc<str> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let seed = *SEED.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    // A bijective mix of seed + n: distinct counters give distinct ids.
+    let mut x = seed.wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^= x >> 31;
+    Arc::from(format!("{x:016X}"))
+}
+
+/// The refusal of a presigned request valid for more than [`MAX_PRESIGNED_EXPIRES`], if this
+/// is one (403 `AuthorizationQueryParametersError`).
+pub(crate) fn refuse_long_presigned(uri: &http::Uri) -> Option<HttpResponse> {
+    let query = uri.query()?;
+    let expires = query.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k == "X-Amz-Expires").then_some(v)
+    })?;
+    if expires
+        .parse::<u64>()
+        .is_ok_and(|e| e <= MAX_PRESIGNED_EXPIRES)
+    {
+        return None;
+    }
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>AuthorizationQueryParametersError</Code><Message>X-Amz-Expires must be less than a week (in seconds) that is {MAX_PRESIGNED_EXPIRES}</Message></Error>"
+    );
+    let mut resp = HttpResponse::new(Body::from(body));
+    *resp.status_mut() = StatusCode::FORBIDDEN;
+    resp.headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/xml"));
+    Some(resp)
+}
+
+/// Stamps `resp` with request id `id`: the headers, and `<RequestId>` in an XML error body
+/// that lacks one.
+pub(crate) fn stamp(resp: &mut HttpResponse, id: &str) {
+    if let Ok(v) = HeaderValue::from_str(id) {
+        resp.headers_mut().insert("x-amz-request-id", v.clone());
+        resp.headers_mut().insert("x-amz-id-2", v);
+    }
+    if resp.status().as_u16() < 400 {
+        return;
+    }
+    let Some(bytes) = resp.body().bytes() else {
+        return;
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    if text.contains("<RequestId>") {
+        return;
+    }
+    let Some(at) = text.rfind("</Error>") else {
+        return;
+    };
+    let stamped = format!("{}<RequestId>{id}</RequestId>{}", &text[..at], &text[at..]);
+    if let Ok(len) = HeaderValue::from_str(&stamped.len().to_string())
+        && resp.headers().contains_key("content-length")
+    {
+        resp.headers_mut().insert("content-length", len);
+    }
+    *resp.body_mut() = Body::from(stamped);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_distinct_and_errors_name_them() {
+        let ids: std::collections::HashSet<Arc<str>> = (0..1000).map(|_| new_id()).collect();
+        assert_eq!(ids.len(), 1000);
+        let mut resp = HttpResponse::new(Body::from(
+            "<?xml version=\"1.0\"?><Error><Code>NoSuchKey</Code></Error>".to_string(),
+        ));
+        *resp.status_mut() = StatusCode::NOT_FOUND;
+        stamp(&mut resp, "ABC");
+        let body = resp.body().bytes().expect("buffered");
+        assert!(String::from_utf8_lossy(&body).ends_with("<RequestId>ABC</RequestId></Error>"));
+        assert_eq!(
+            resp.headers()
+                .get("x-amz-request-id")
+                .and_then(|v| v.to_str().ok()),
+            Some("ABC")
+        );
+    }
+}
