@@ -158,7 +158,7 @@ impl IndexStreams {
     /// The cached stream of replica index `r`, created on first use.
     fn stream(&self, r: ReplicaIndex) -> std::result::Result<&Arc<BlockInputStream>, EcReadError> {
         let slot = self.streams.get(r.unit()).ok_or_else(|| {
-            EcReadError::Fatal(ClientError::InvalidArgument(format!(
+            EcReadError::Fatal(ClientError::Internal(format!(
                 "replica index {r} out of range"
             )))
         })?;

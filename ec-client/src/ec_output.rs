@@ -254,7 +254,7 @@ impl EcKeyOutputStream {
         if finished {
             let e = match self.join_flush_task().await {
                 Err(e) => e,
-                Ok(_) => ClientError::InvalidArgument("flush stage ended before close".into()),
+                Ok(_) => ClientError::Internal("flush stage ended before close".into()),
             };
             return Err(self.state.fail(e));
         }
@@ -263,7 +263,7 @@ impl EcKeyOutputStream {
 
     async fn join_flush_task(&mut self) -> FlushOutcome {
         let Sink::Pipelined { queue, task } = &mut self.sink else {
-            return Err(ClientError::InvalidArgument(
+            return Err(ClientError::Internal(
                 "serial writer has no flush task".into(),
             ));
         };
@@ -272,9 +272,7 @@ impl EcKeyOutputStream {
         // close), the handle is still here and the writer's drop aborts the
         // task, instead of a detached flush stage writing on.
         let Some(t) = task.as_mut() else {
-            return Err(ClientError::InvalidArgument(
-                "flush stage already joined".into(),
-            ));
+            return Err(ClientError::Internal("flush stage already joined".into()));
         };
         let outcome = t.await;
         *task = None;
@@ -322,7 +320,7 @@ impl EcKeyOutputStream {
                     // The flush task is gone: it ended with an error.
                     let e = match self.join_flush_task().await {
                         Err(e) => e,
-                        Ok(_) => ClientError::InvalidArgument("flush stage ended early".into()),
+                        Ok(_) => ClientError::Internal("flush stage ended early".into()),
                     };
                     return Err(self.state.fail(e));
                 }
@@ -369,7 +367,7 @@ impl EcKeyOutputStream {
         };
         let (groups, acked) = flushed.map_err(|e| self.state.fail(e))?;
         if acked != self.written {
-            return Err(ClientError::InvalidArgument(format!(
+            return Err(ClientError::Internal(format!(
                 "{} bytes written but {acked} acknowledged",
                 self.written
             )));

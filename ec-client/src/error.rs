@@ -120,6 +120,11 @@ pub enum ClientError {
     /// A bad argument from the caller.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// An invariant of the client broke — a bug, or an om answer that breaks the protocol's
+    /// promises (a group without an index it must have, lengths that overflow) — never the
+    /// caller's fault; an S3 gateway answers 500 `InternalError`.
+    #[error("internal error: {0}")]
+    Internal(String),
     /// The om call timed out.
     #[error("om {op} timed out after {after:?}")]
     OmTimeout {
@@ -191,6 +196,7 @@ impl ClientError {
             | Self::UnexpectedEof { .. }
             | Self::Unsupported(_)
             | Self::InvalidArgument(_)
+            | Self::Internal(_)
             | Self::TaskLost(_) => false,
         }
     }

@@ -80,10 +80,7 @@ impl KeyReader {
             };
             groups.push((offset, reader));
             offset = offset.checked_add(g.length).ok_or_else(|| {
-                ClientError::InvalidArgument(format!(
-                    "block group lengths of {} overflow u64",
-                    info.name
-                ))
+                ClientError::Internal(format!("block group lengths of {} overflow u64", info.name))
             })?;
         }
         Ok(Self { info, groups })

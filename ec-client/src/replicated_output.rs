@@ -242,7 +242,7 @@ impl ReplicatedKeyOutputStream {
         }
         self.block
             .as_mut()
-            .ok_or_else(|| ClientError::InvalidArgument("no open block".into()))
+            .ok_or_else(|| ClientError::Internal("no open block".into()))
     }
 
     /// Ends the open block at its committed length; `eof` sends a closing

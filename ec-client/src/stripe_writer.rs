@@ -165,7 +165,7 @@ impl StripeWriter {
             let mut streams = Vec::with_capacity(self.ec.total());
             for ri in self.ec.replica_indexes() {
                 let node = group.pipeline.nodes_for(ri).next().ok_or_else(|| {
-                    ClientError::InvalidArgument(format!(
+                    ClientError::Internal(format!(
                         "om allocated group {} without replica index {ri}",
                         group.id()
                     ))
@@ -186,7 +186,7 @@ impl StripeWriter {
         }
         self.group
             .as_mut()
-            .ok_or_else(|| ClientError::InvalidArgument("no open block group".into()))
+            .ok_or_else(|| ClientError::Internal("no open block group".into()))
     }
 
     /// Writes one stripe, rewriting it on a new group after failures.
@@ -226,11 +226,7 @@ impl StripeWriter {
                     self.excluded.extend(failed_uuids);
                     self.close_group_at_acked();
                     let cause = first.map_or_else(
-                        || {
-                            ClientError::InvalidArgument(
-                                "a stripe write failed without an error".into(),
-                            )
-                        },
+                        || ClientError::Internal("a stripe write failed without an error".into()),
                         ClientError::from,
                     );
                     if attempts > self.max_retries {

@@ -87,6 +87,23 @@ mod tests {
         );
     }
 
+    /// Caller errors and internal errors stay apart all the way up: a broken invariant of
+    /// the client (a length mismatch in a writer) or a panicked stage is the server's fault.
+    #[test]
+    fn internal_failures_are_server_errors() {
+        let code = |e: ClientError| to_s3(e).code().clone();
+        let mismatch = ClientError::Internal("5 bytes written but 4 acknowledged".into());
+        assert_eq!(code(aborted(mismatch)), S3ErrorCode::InternalError);
+        assert_eq!(
+            code(ClientError::TaskLost("the EC flush stage: panicked".into())),
+            S3ErrorCode::InternalError
+        );
+        assert_eq!(
+            code(ClientError::InvalidArgument("bad range".into())),
+            S3ErrorCode::InvalidArgument
+        );
+    }
+
     #[test]
     fn the_message_keeps_the_cause() {
         let e = to_s3(aborted(om(OmErrorCode::NotEnoughDatanodes)));
