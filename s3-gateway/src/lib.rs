@@ -21,8 +21,10 @@
 //!
 //! Layering: uses `ec-client` only (never datanodes or the om directly).
 
+mod attributes;
 mod buckets;
 mod conditional;
+mod copy;
 mod error;
 mod get;
 mod integrity;

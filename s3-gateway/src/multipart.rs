@@ -21,7 +21,7 @@ use crate::object_meta::{ETAG, object_metadata, timestamp};
 pub const MIN_PART_SIZE: u64 = 5 * 1024 * 1024;
 
 /// Checks the upload belongs to `bucket/key` (S3 answers NoSuchUpload otherwise).
-async fn upload_of(
+pub(crate) async fn upload_of(
     gw: &Gateway,
     upload_id: &str,
     bucket: &str,
@@ -108,7 +108,7 @@ pub(crate) async fn create(
 }
 
 /// The algorithm an upload was created with, if it named one.
-fn upload_algorithm(u: &ec_client::MultipartUpload) -> Option<Algorithm> {
+pub(crate) fn upload_algorithm(u: &ec_client::MultipartUpload) -> Option<Algorithm> {
     u.metadata
         .get(CHECKSUM_ALGORITHM)
         .and_then(|a| Algorithm::parse(a))
@@ -331,6 +331,11 @@ pub(crate) async fn complete(
         meta.insert(CHECKSUM_ALGORITHM.to_string(), a.name().to_string());
         meta.insert(CHECKSUM_VALUE.to_string(), value.clone());
         meta.insert(CHECKSUM_TYPE.to_string(), (*ty).to_string());
+        let sums: Vec<String> = checksums.iter().map(|(_, d, _)| b64(d)).collect();
+        meta.insert(
+            crate::object_meta::PART_CHECKSUMS.to_string(),
+            sums.join(","),
+        );
     }
     // The om records the part sizes itself, from the parts it stitches.
     let key = gw

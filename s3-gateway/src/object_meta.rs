@@ -16,6 +16,9 @@ pub(crate) const ETAG: &str = "etag";
 pub(crate) const CONTENT_TYPE: &str = "content-type";
 /// Metadata key prefix of user metadata (`x-amz-meta-*`).
 pub(crate) const USER_META: &str = "x-amz-meta-";
+/// Metadata key of a multipart object's part checksums (comma-separated base64, in part
+/// order, of the object's checksum algorithm), recorded at Complete when every part has one.
+pub(crate) const PART_CHECKSUMS: &str = "mpu-part-checksums";
 /// Metadata key of a multipart object's part sizes (comma-separated bytes).
 pub(crate) const PART_SIZES: &str = ec_client::MULTIPART_PART_SIZES_KEY;
 

@@ -3,23 +3,18 @@
 //! GET and HEAD object live in [`crate::get`]; multipart in [`crate::multipart`].
 
 use ec_client::{ClientError, KeyInfo};
-use md5::{Digest, Md5};
-use s3s::dto::{self, ETag, Timestamp};
-use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
+use s3s::dto::{self, ETag};
+use s3s::{S3, S3Request, S3Response, S3Result, s3_error};
 
 use crate::Gateway;
 use crate::error::to_s3;
-use crate::integrity::{
-    Algorithm, CHECKSUM_ALGORITHM, CHECKSUM_TYPE, CHECKSUM_VALUE, Claims, Hasher, b64, receive,
-    set_checksum,
-};
+use crate::integrity::{Algorithm, Claims, b64, receive, set_checksum};
 use crate::listing::{self, Encoding, Page};
 use crate::object_meta::{
-    ETAG, PART_SIZES, check_user_metadata, etag_of, object_metadata, owner, system_metadata,
-    timestamp,
+    ETAG, check_user_metadata, etag_of, object_metadata, owner, system_metadata, timestamp,
 };
 use crate::unsupported::refuse_unsupported;
-use crate::write_conditions::{commit_error, delete_condition, header_condition, write_condition};
+use crate::write_conditions::{commit_error, delete_condition, write_condition};
 
 /// A listed object; with its owner when `with_owner` (v1 always, v2 with `fetch-owner=true`).
 fn s3_object(k: &KeyInfo, enc: Encoding, with_owner: bool) -> dto::Object {
@@ -62,42 +57,6 @@ async fn list_page(
         batch,
     )
     .await
-}
-
-/// `x-amz-copy-source-if-*`: a failing condition on the source is 412
-/// PreconditionFailed (If-Match compares strongly; dates in whole seconds).
-fn check_copy_conditions(i: &dto::CopyObjectInput, src: &KeyInfo) -> S3Result<()> {
-    let etag = etag_of(src);
-    let modified = i64::try_from(src.created_unix_ms / 1000).unwrap_or(i64::MAX);
-    let secs = |t: &Timestamp| {
-        let t: time::OffsetDateTime = t.clone().into();
-        t.unix_timestamp()
-    };
-    let matches = |c: &dto::ETagCondition, strong: bool| match c {
-        dto::ETagCondition::Any => true,
-        dto::ETagCondition::ETag(ETag::Strong(v)) => v.trim_matches('"') == etag,
-        dto::ETagCondition::ETag(ETag::Weak(v)) => !strong && v.trim_matches('"') == etag,
-    };
-    let failed = i
-        .copy_source_if_match
-        .as_ref()
-        .is_some_and(|c| !matches(c, true))
-        || i.copy_source_if_none_match
-            .as_ref()
-            .is_some_and(|c| matches(c, false))
-        || i.copy_source_if_unmodified_since
-            .as_ref()
-            .is_some_and(|t| modified > secs(t))
-        || i.copy_source_if_modified_since
-            .as_ref()
-            .is_some_and(|t| modified <= secs(t));
-    if failed {
-        return Err(s3_error!(
-            PreconditionFailed,
-            "At least one of the pre-conditions you specified did not hold"
-        ));
-    }
-    Ok(())
 }
 
 fn common_prefixes(prefixes: Vec<String>, enc: Encoding) -> Vec<dto::CommonPrefix> {
@@ -149,6 +108,17 @@ impl S3 for Gateway {
             refuse_unsupported(&req.headers)?;
             crate::buckets::create(self, req.input).await
         })
+        .await
+    }
+
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<dto::GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<dto::GetObjectAttributesOutput>> {
+        self.tracked(
+            "GetObjectAttributes",
+            crate::attributes::get(self, req.input),
+        )
         .await
     }
 
@@ -455,114 +425,8 @@ impl S3 for Gateway {
         &self,
         req: S3Request<dto::CopyObjectInput>,
     ) -> S3Result<S3Response<dto::CopyObjectOutput>> {
-        self.tracked("CopyObject", async {
-            refuse_unsupported(&req.headers)?;
-            let if_match = header_condition(&req.headers, "if-match")?;
-            let if_none_match = header_condition(&req.headers, "if-none-match")?;
-            let i = req.input;
-            let dto::CopySource::Bucket { bucket, key, .. } = &i.copy_source else {
-                return Err(s3_error!(NotImplemented, "copy from an access point"));
-            };
-            let src = self.client().open_key(bucket, key).await.map_err(to_s3)?;
-            self.metrics().key_lookup();
-            check_copy_conditions(&i, src.info())?;
-            let condition = write_condition(
-                self,
-                &i.bucket,
-                &i.key,
-                if_match.as_ref(),
-                if_none_match.as_ref(),
-            )
-            .await?;
-            let replace = match i.metadata_directive.as_ref().map(|d| d.as_str()) {
-                None | Some(dto::MetadataDirective::COPY) => false,
-                Some(dto::MetadataDirective::REPLACE) => true,
-                Some(other) => {
-                    return Err(s3_error!(InvalidArgument, "Unknown metadata directive: {other}"));
-                }
-            };
-            if replace {
-                check_user_metadata(i.metadata.as_ref())?;
-            }
-            // Amazon refuses a copy onto itself that changes nothing.
-            if **bucket == *i.bucket
-                && **key == *i.key
-                && !replace
-                && i.checksum_algorithm.is_none()
-            {
-                return Err(s3_error!(
-                    InvalidRequest,
-                    "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes."
-                ));
-            }
-            if src.len() > crate::integrity::MAX_BODY {
-                return Err(s3_error!(
-                    InvalidRequest,
-                    "The specified copy source is larger than the maximum allowable size for a copy source: {}",
-                    crate::integrity::MAX_BODY
-                ));
-            }
-            let mut meta = if replace {
-                object_metadata(system_metadata!(i), i.metadata.as_ref())
-            } else {
-                src.info().metadata.clone()
-            };
-            let mut w = self
-                .client()
-                .create_key(&i.bucket, &i.key, None)
-                .await
-                .map_err(to_s3)?;
-            let mut md5 = Md5::new();
-            // The copy is one object: its checksum is computed afresh (a multipart source's
-            // composite checksum does not describe it), in the algorithm asked for.
-            let algorithm = match &i.checksum_algorithm {
-                Some(a) => Algorithm::parse(a.as_str()).ok_or_else(|| {
-                    s3_error!(
-                        InvalidRequest,
-                        "Checksum algorithm provided is unsupported."
-                    )
-                })?,
-                None => Algorithm::Crc64Nvme,
-            };
-            let mut checksum = Hasher::new(algorithm);
-            let step = self.max_buffer();
-            let mut at = 0u64;
-            while at < src.len() {
-                let chunk = src.read_range(at, step).await.map_err(to_s3)?;
-                if chunk.is_empty() {
-                    return Err(S3Error::with_message(
-                        S3ErrorCode::InternalError,
-                        "source ended early",
-                    ));
-                }
-                md5.update(&chunk);
-                checksum.update(&chunk);
-                w.write(&chunk).await.map_err(to_s3)?;
-                at += chunk.len() as u64;
-            }
-            // A copy keeps the source's ETag form only for single-part objects;
-            // the copy is one object, so its ETag is the MD5 of its bytes.
-            let etag = hex::encode(md5.finalize());
-            meta.insert(ETAG.to_string(), etag.clone());
-            meta.remove(PART_SIZES);
-            let digest = checksum.finish();
-            meta.insert(CHECKSUM_ALGORITHM.to_string(), algorithm.name().to_string());
-            meta.insert(CHECKSUM_VALUE.to_string(), b64(&digest));
-            meta.insert(CHECKSUM_TYPE.to_string(), "FULL_OBJECT".to_string());
-            let info = match condition {
-                Some(c) => w.close_if(meta, c).await.map_err(commit_error)?,
-                None => w.close_with(meta).await.map_err(to_s3)?,
-            };
-            Ok(S3Response::new(dto::CopyObjectOutput {
-                copy_object_result: Some(dto::CopyObjectResult {
-                    e_tag: Some(ETag::Strong(etag)),
-                    last_modified: Some(timestamp(info.created_unix_ms)),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }))
-        })
-        .await
+        self.tracked("CopyObject", crate::copy::copy_object(self, req))
+            .await
     }
 
     async fn create_multipart_upload(
@@ -581,6 +445,14 @@ impl S3 for Gateway {
         req: S3Request<dto::UploadPartInput>,
     ) -> S3Result<S3Response<dto::UploadPartOutput>> {
         self.tracked("UploadPart", crate::multipart::upload_part(self, req))
+            .await
+    }
+
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<dto::UploadPartCopyInput>,
+    ) -> S3Result<S3Response<dto::UploadPartCopyOutput>> {
+        self.tracked("UploadPartCopy", crate::copy::upload_part_copy(self, req))
             .await
     }
 

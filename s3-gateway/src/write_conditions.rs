@@ -159,3 +159,54 @@ pub(crate) fn commit_error(e: ClientError) -> S3Error {
         to_s3(e)
     }
 }
+
+/// The `x-amz-copy-source-if-*` headers of a CopyObject or UploadPartCopy.
+pub(crate) struct CopySourceConditions<'a> {
+    pub(crate) copy_source_if_match: Option<&'a ETagCondition>,
+    pub(crate) copy_source_if_none_match: Option<&'a ETagCondition>,
+    pub(crate) copy_source_if_unmodified_since: Option<&'a Timestamp>,
+    pub(crate) copy_source_if_modified_since: Option<&'a Timestamp>,
+}
+
+/// [`CopySourceConditions`] of an input that has the four fields.
+macro_rules! copy_source_conditions {
+    ($i:expr) => {
+        $crate::write_conditions::CopySourceConditions {
+            copy_source_if_match: $i.copy_source_if_match.as_ref(),
+            copy_source_if_none_match: $i.copy_source_if_none_match.as_ref(),
+            copy_source_if_unmodified_since: $i.copy_source_if_unmodified_since.as_ref(),
+            copy_source_if_modified_since: $i.copy_source_if_modified_since.as_ref(),
+        }
+    };
+}
+pub(crate) use copy_source_conditions;
+
+/// `x-amz-copy-source-if-*`: a failing condition on the source is 412
+/// PreconditionFailed (If-Match compares strongly; dates in whole seconds).
+pub(crate) fn check_copy_source(i: CopySourceConditions<'_>, src: &KeyInfo) -> S3Result<()> {
+    let etag = etag_of(src);
+    let modified = i64::try_from(src.created_unix_ms / 1000).unwrap_or(i64::MAX);
+    let secs = |t: &Timestamp| {
+        let t: time::OffsetDateTime = t.clone().into();
+        t.unix_timestamp()
+    };
+    let matches = |c: &ETagCondition, strong: bool| match c {
+        ETagCondition::Any => true,
+        ETagCondition::ETag(ETag::Strong(v)) => v.trim_matches('"') == etag,
+        ETagCondition::ETag(ETag::Weak(v)) => !strong && v.trim_matches('"') == etag,
+    };
+    let failed = i.copy_source_if_match.is_some_and(|c| !matches(c, true))
+        || i.copy_source_if_none_match
+            .is_some_and(|c| matches(c, false))
+        || i.copy_source_if_unmodified_since
+            .is_some_and(|t| modified > secs(t))
+        || i.copy_source_if_modified_since
+            .is_some_and(|t| modified <= secs(t));
+    if failed {
+        return Err(s3_error!(
+            PreconditionFailed,
+            "At least one of the pre-conditions you specified did not hold"
+        ));
+    }
+    Ok(())
+}

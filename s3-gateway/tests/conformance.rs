@@ -154,3 +154,70 @@ async fn requests_clients_send_are_answered_as_amazon_does() {
     .expect("blocking task");
     cluster.shutdown().await;
 }
+
+/// UploadPartCopy (ranges of another object become parts, copied inside the cluster) and
+/// GetObjectAttributes (size, ETag, checksum and parts from the record).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upload_part_copy_and_object_attributes() {
+    let (cluster, s) = signed_cluster().await;
+    tokio::task::spawn_blocking(move || {
+        assert_eq!(s.send("PUT", "/opsb", &[], &[], b"").0, 200);
+        let src = common::data(6 * 1024 * 1024 + 17);
+        assert_eq!(s.send("PUT", "/opsb/src", &[], &[], &src).0, 200);
+        let r = s.send("POST", "/opsb/dst", &[("uploads", "")], &[], b"");
+        let id = between(&text(&r), "<UploadId>", "</UploadId>")[0].clone();
+        let split = 5 * 1024 * 1024;
+        let mut etags = Vec::new();
+        for (n, range) in [("1", format!("bytes=0-{}", split - 1)), ("2", format!("bytes={split}-{}", src.len() - 1))] {
+            let r = s.send(
+                "PUT",
+                "/opsb/dst",
+                &[("partNumber", n), ("uploadId", &id)],
+                &[("x-amz-copy-source", "/opsb/src"), ("x-amz-copy-source-range", &range)],
+                b"",
+            );
+            assert_eq!(r.0, 200, "UploadPartCopy {n}: {}", text(&r));
+            let etag = between(&text(&r), "<ETag>", "</ETag>")[0].replace("&quot;", "\"");
+            etags.push(etag);
+        }
+        let r = s.send(
+            "PUT",
+            "/opsb/dst",
+            &[("partNumber", "3"), ("uploadId", &id)],
+            &[("x-amz-copy-source", "/opsb/src"), ("x-amz-copy-source-range", "bytes=5-1")],
+            b"",
+        );
+        assert_eq!(code(&r), (400, "InvalidArgument".into()));
+        let xml = format!(
+            "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>{}</ETag></Part><Part><PartNumber>2</PartNumber><ETag>{}</ETag></Part></CompleteMultipartUpload>",
+            etags[0], etags[1]
+        );
+        let r = s.send("POST", "/opsb/dst", &[("uploadId", &id)], &[], xml.as_bytes());
+        assert_eq!(r.0, 200, "{}", text(&r));
+        let r = s.send("GET", "/opsb/dst", &[], &[], b"");
+        assert!(common::dechunk(&r.2, &r.1) == src, "the copied parts make the source");
+
+        let r = s.send(
+            "GET",
+            "/opsb/dst",
+            &[("attributes", "")],
+            &[("x-amz-object-attributes", "ETag,ObjectSize,Checksum,ObjectParts,StorageClass")],
+            b"",
+        );
+        assert_eq!(r.0, 200, "{}", text(&r));
+        let body = text(&r);
+        assert_eq!(between(&body, "<ObjectSize>", "</ObjectSize>"), vec![src.len().to_string()]);
+        assert_eq!(between(&body, "<PartsCount>", "</PartsCount>"), vec!["2"], "{body}");
+        assert_eq!(between(&body, "<Size>", "</Size>"), vec![split.to_string(), (src.len() - split).to_string()]);
+        assert_eq!(between(&body, "<StorageClass>", "</StorageClass>"), vec!["STANDARD"]);
+        assert!(body.contains("<ChecksumCRC64NVME>"), "{body}");
+        assert!(body.contains("<ETag>"), "{body}");
+        let r = s.send("GET", "/opsb/src", &[("attributes", "")], &[("x-amz-object-attributes", "ObjectSize")], b"");
+        let body = text(&r);
+        assert_eq!(between(&body, "<ObjectSize>", "</ObjectSize>"), vec![src.len().to_string()], "{body}");
+        assert!(!body.contains("<ETag>"), "only what was asked: {body}");
+    })
+    .await
+    .expect("blocking task");
+    cluster.shutdown().await;
+}

@@ -1,0 +1,238 @@
+//! The copies: CopyObject and UploadPartCopy. The gateway reads the source (a range of it for
+//! a part) through the client and writes it as the destination, in steps of its request
+//! buffer, computing the MD5 ETag and a checksum as it goes; nothing passes through the S3
+//! client.
+
+use std::collections::BTreeMap;
+
+use md5::{Digest, Md5};
+use s3s::dto::{self, ETag};
+use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
+
+use crate::Gateway;
+use crate::error::to_s3;
+use crate::integrity::{
+    Algorithm, CHECKSUM_ALGORITHM, CHECKSUM_TYPE, CHECKSUM_VALUE, Hasher, b64, set_checksum,
+};
+use crate::object_meta::{
+    ETAG, PART_CHECKSUMS, PART_SIZES, check_user_metadata, object_metadata, system_metadata,
+    timestamp,
+};
+use crate::unsupported::refuse_unsupported;
+use crate::write_conditions::{
+    check_copy_source, commit_error, copy_source_conditions, header_condition, write_condition,
+};
+
+/// CopyObject: the source read and written again by the gateway (one object, its ETag the MD5
+/// of its bytes and its checksum computed afresh), honouring the copy-source conditions, the
+/// destination's write conditions, the metadata directive and Amazon's self-copy rule.
+pub(crate) async fn copy_object(
+    gw: &Gateway,
+    req: S3Request<dto::CopyObjectInput>,
+) -> S3Result<S3Response<dto::CopyObjectOutput>> {
+    refuse_unsupported(&req.headers)?;
+    let if_match = header_condition(&req.headers, "if-match")?;
+    let if_none_match = header_condition(&req.headers, "if-none-match")?;
+    let i = req.input;
+    let dto::CopySource::Bucket { bucket, key, .. } = &i.copy_source else {
+        return Err(s3_error!(NotImplemented, "copy from an access point"));
+    };
+    let src = gw.client().open_key(bucket, key).await.map_err(to_s3)?;
+    gw.metrics().key_lookup();
+    check_copy_source(copy_source_conditions!(i), src.info())?;
+    let condition = write_condition(
+        gw,
+        &i.bucket,
+        &i.key,
+        if_match.as_ref(),
+        if_none_match.as_ref(),
+    )
+    .await?;
+    let replace = match i.metadata_directive.as_ref().map(|d| d.as_str()) {
+        None | Some(dto::MetadataDirective::COPY) => false,
+        Some(dto::MetadataDirective::REPLACE) => true,
+        Some(other) => {
+            return Err(s3_error!(
+                InvalidArgument,
+                "Unknown metadata directive: {other}"
+            ));
+        }
+    };
+    if replace {
+        check_user_metadata(i.metadata.as_ref())?;
+    }
+    // Amazon refuses a copy onto itself that changes nothing.
+    if **bucket == *i.bucket && **key == *i.key && !replace && i.checksum_algorithm.is_none() {
+        return Err(s3_error!(
+            InvalidRequest,
+            "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes."
+        ));
+    }
+    if src.len() > crate::integrity::MAX_BODY {
+        return Err(s3_error!(
+            InvalidRequest,
+            "The specified copy source is larger than the maximum allowable size for a copy source: {}",
+            crate::integrity::MAX_BODY
+        ));
+    }
+    let mut meta = if replace {
+        object_metadata(system_metadata!(i), i.metadata.as_ref())
+    } else {
+        src.info().metadata.clone()
+    };
+    let mut w = gw
+        .client()
+        .create_key(&i.bucket, &i.key, None)
+        .await
+        .map_err(to_s3)?;
+    let mut md5 = Md5::new();
+    // The copy is one object: its checksum is computed afresh (a multipart source's
+    // composite checksum does not describe it), in the algorithm asked for.
+    let algorithm = match &i.checksum_algorithm {
+        Some(a) => Algorithm::parse(a.as_str()).ok_or_else(|| {
+            s3_error!(
+                InvalidRequest,
+                "Checksum algorithm provided is unsupported."
+            )
+        })?,
+        None => Algorithm::Crc64Nvme,
+    };
+    let mut checksum = Hasher::new(algorithm);
+    let step = gw.max_buffer();
+    let mut at = 0u64;
+    while at < src.len() {
+        let chunk = src.read_range(at, step).await.map_err(to_s3)?;
+        if chunk.is_empty() {
+            return Err(S3Error::with_message(
+                S3ErrorCode::InternalError,
+                "source ended early",
+            ));
+        }
+        md5.update(&chunk);
+        checksum.update(&chunk);
+        w.write(&chunk).await.map_err(to_s3)?;
+        at += chunk.len() as u64;
+    }
+    // A copy keeps the source's ETag form only for single-part objects;
+    // the copy is one object, so its ETag is the MD5 of its bytes.
+    let etag = hex::encode(md5.finalize());
+    meta.insert(ETAG.to_string(), etag.clone());
+    meta.remove(PART_SIZES);
+    meta.remove(PART_CHECKSUMS);
+    let digest = checksum.finish();
+    meta.insert(CHECKSUM_ALGORITHM.to_string(), algorithm.name().to_string());
+    meta.insert(CHECKSUM_VALUE.to_string(), b64(&digest));
+    meta.insert(CHECKSUM_TYPE.to_string(), "FULL_OBJECT".to_string());
+    let info = match condition {
+        Some(c) => w.close_if(meta, c).await.map_err(commit_error)?,
+        None => w.close_with(meta).await.map_err(to_s3)?,
+    };
+    Ok(S3Response::new(dto::CopyObjectOutput {
+        copy_object_result: Some(dto::CopyObjectResult {
+            e_tag: Some(ETag::Strong(etag)),
+            last_modified: Some(timestamp(info.created_unix_ms)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }))
+}
+
+/// The byte range an `x-amz-copy-source-range` names in a source of `size` bytes (the whole
+/// source when absent).
+///
+/// # Errors
+/// 400 `InvalidArgument` for anything but `bytes=first-last` inside the source.
+fn copy_range(range: Option<&str>, size: u64) -> S3Result<std::ops::Range<u64>> {
+    let Some(r) = range else {
+        return Ok(0..size);
+    };
+    let bad = || {
+        s3_error!(
+            InvalidArgument,
+            "The x-amz-copy-source-range value must be of the form bytes=first-last where first and last are the zero-based offsets of the first and last bytes to copy, inside a source of {size} bytes"
+        )
+    };
+    let (first, last) = r
+        .trim()
+        .strip_prefix("bytes=")
+        .and_then(|s| s.split_once('-'))
+        .ok_or_else(bad)?;
+    let first: u64 = first.parse().map_err(|_| bad())?;
+    let last: u64 = last.parse().map_err(|_| bad())?;
+    if first > last || last >= size {
+        return Err(bad());
+    }
+    Ok(first..last + 1)
+}
+
+/// UploadPartCopy: a part made of (a range of) another object, copied by the gateway from the
+/// source's datanodes to the part's without a round trip through the client; the part gets
+/// its MD5 ETag and a checksum of the upload's algorithm (CRC64NVME when it named none), as an
+/// uploaded part does.
+pub(crate) async fn upload_part_copy(
+    gw: &Gateway,
+    req: s3s::S3Request<dto::UploadPartCopyInput>,
+) -> S3Result<S3Response<dto::UploadPartCopyOutput>> {
+    crate::unsupported::refuse_unsupported(&req.headers)?;
+    let i = req.input;
+    let part_number = u32::try_from(i.part_number)
+        .ok()
+        .filter(|n| (1..=10_000).contains(n))
+        .ok_or_else(|| s3_error!(InvalidArgument, "part number must be between 1 and 10000"))?;
+    let u = crate::multipart::upload_of(gw, &i.upload_id, &i.bucket, &i.key).await?;
+    let dto::CopySource::Bucket { bucket, key, .. } = &i.copy_source else {
+        return Err(s3_error!(NotImplemented, "copy from an access point"));
+    };
+    let src = gw.client().open_key(bucket, key).await.map_err(to_s3)?;
+    gw.metrics().key_lookup();
+    crate::write_conditions::check_copy_source(
+        crate::write_conditions::copy_source_conditions!(i),
+        src.info(),
+    )?;
+    let range = copy_range(i.copy_source_range.as_deref(), src.len())?;
+    if range.end - range.start > crate::integrity::MAX_BODY {
+        return Err(s3_error!(
+            InvalidRequest,
+            "The specified copy source is larger than the maximum allowable size for a copy source: {}",
+            crate::integrity::MAX_BODY
+        ));
+    }
+    let algorithm = crate::multipart::upload_algorithm(&u).unwrap_or(Algorithm::Crc64Nvme);
+    let mut w = gw
+        .client()
+        .upload_part(&i.upload_id, part_number)
+        .await
+        .map_err(to_s3)?;
+    let mut md5 = Md5::new();
+    let mut checksum = crate::integrity::Hasher::new(algorithm);
+    let step = gw.max_buffer();
+    let mut at = range.start;
+    while at < range.end {
+        let n = step.min(range.end - at);
+        let chunk = src.read_range(at, n).await.map_err(to_s3)?;
+        if chunk.is_empty() {
+            return Err(s3_error!(InternalError, "the copy source ended early"));
+        }
+        md5.update(&chunk);
+        checksum.update(&chunk);
+        w.write(&chunk).await.map_err(to_s3)?;
+        at += chunk.len() as u64;
+    }
+    let etag = hex::encode(md5.finalize());
+    let digest = checksum.finish();
+    let meta = BTreeMap::from([
+        (CHECKSUM_ALGORITHM.to_string(), algorithm.name().to_string()),
+        (CHECKSUM_VALUE.to_string(), b64(&digest)),
+    ]);
+    let part = w.close_part_with(&etag, meta).await.map_err(to_s3)?;
+    let mut result = dto::CopyPartResult {
+        e_tag: Some(ETag::Strong(etag)),
+        last_modified: Some(timestamp(part.modified_unix_ms)),
+        ..Default::default()
+    };
+    set_checksum!(result, algorithm, b64(&digest));
+    Ok(S3Response::new(dto::UploadPartCopyOutput {
+        copy_part_result: Some(result),
+        ..Default::default()
+    }))
+}
