@@ -330,6 +330,26 @@ impl Client {
         self.shared.om.delete_key(bucket, key, None).await
     }
 
+    /// Replaces the metadata entries of `bucket/key` whose names start with `prefix` by
+    /// `entries` (each inside the prefix), atomically in the om; the key's data, length and
+    /// generation stay (the S3 gateway keeps object tags this way). Returns the key.
+    ///
+    /// # Errors
+    /// [`ClientError::KeyNotFound`]; [`ClientError::Om`] with `INVALID_ARGUMENT` for an entry
+    /// outside the prefix; om failures.
+    pub async fn set_key_metadata(
+        &self,
+        bucket: &str,
+        key: &str,
+        prefix: &str,
+        entries: BTreeMap<String, String>,
+    ) -> Result<KeyInfo> {
+        self.shared
+            .om
+            .set_key_metadata(bucket, key, prefix, entries)
+            .await
+    }
+
     /// Deletes `bucket/key` provided `condition` holds for it in the om's deletion
     /// transaction (S3's DeleteObject `If-Match`).
     ///

@@ -519,6 +519,31 @@ impl OmClient {
             .collect::<std::result::Result<_, _>>()?)
     }
 
+    pub(crate) async fn set_key_metadata(
+        &self,
+        bucket: &str,
+        key: &str,
+        prefix: &str,
+        entries: BTreeMap<String, String>,
+    ) -> Result<KeyInfo> {
+        let mut c = self.inner.clone();
+        let r = self
+            .call(
+                "SetKeyMetadata",
+                c.set_key_metadata(pb::SetKeyMetadataRequest {
+                    bucket: bucket.to_string(),
+                    key: key.to_string(),
+                    prefix: prefix.to_string(),
+                    entries: entries.into_iter().collect(),
+                }),
+            )
+            .await
+            .map_err(|e| key_not_found(e, bucket, key))?;
+        Ok(r.key
+            .ok_or(ProtocolError::MissingField("key"))?
+            .try_into()?)
+    }
+
     pub(crate) async fn delete_key(
         &self,
         bucket: &str,

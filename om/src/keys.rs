@@ -2,7 +2,7 @@
 
 use proto_crate::wire::om as pb;
 use proto_crate::{BlockLocation, KeyInfo};
-use redb::ReadableDatabase;
+use redb::{ReadableDatabase, ReadableTable};
 
 use crate::group_owner::GroupOwner;
 use crate::manager::{KEYS, decode};
@@ -191,6 +191,52 @@ impl OzoneManager {
         txn.commit()?;
         self.deletions_changed();
         Ok(())
+    }
+
+    /// Replaces the metadata entries of `bucket/key` whose names start with `prefix` by
+    /// `entries`, in one transaction; data, length and generation stay (S3 object tags
+    /// change neither the ETag nor the version).
+    ///
+    /// # Errors
+    /// [`OmError::KeyNotFound`]; [`OmError::InvalidArgument`] for an empty prefix or an entry
+    /// outside it; database errors.
+    pub fn set_key_metadata(
+        &self,
+        bucket: &str,
+        key: &str,
+        prefix: &str,
+        entries: std::collections::BTreeMap<String, String>,
+    ) -> Result<KeyInfo> {
+        if prefix.is_empty() {
+            return Err(OmError::InvalidArgument("an empty metadata prefix".into()));
+        }
+        if let Some(k) = entries.keys().find(|k| !k.starts_with(prefix)) {
+            return Err(OmError::InvalidArgument(format!(
+                "metadata entry `{k}` is outside prefix `{prefix}`"
+            )));
+        }
+        let txn = self.db.begin_write()?;
+        let info = {
+            let mut t = txn.open_table(KEYS)?;
+            let found = match t.get((bucket, key))? {
+                Some(v) => Some(decode::<pb::KeyInfo, KeyInfo>(v.value(), "key")?),
+                None => None,
+            };
+            let Some(mut k) = found else {
+                drop(t);
+                drop(txn);
+                return Err(self.missing_key(bucket, key));
+            };
+            k.metadata.retain(|name, _| !name.starts_with(prefix));
+            k.metadata.extend(entries);
+            t.insert(
+                (bucket, key),
+                prost::Message::encode_to_vec(&pb::KeyInfo::from(k.clone())).as_slice(),
+            )?;
+            k
+        };
+        txn.commit()?;
+        Ok(info)
     }
 
     /// Deletes a committed key; its block groups are logged for deletion in

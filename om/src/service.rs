@@ -314,6 +314,26 @@ impl OzoneManagerService for OmGrpcService {
         Ok(Response::new(pb::DeleteKeyResponse {}))
     }
 
+    async fn set_key_metadata(
+        &self,
+        req: Request<pb::SetKeyMetadataRequest>,
+    ) -> Result<Response<pb::SetKeyMetadataResponse>, Status> {
+        let req = req.into_inner();
+        let k = self
+            .run(move |om| {
+                om.set_key_metadata(
+                    &req.bucket,
+                    &req.key,
+                    &req.prefix,
+                    req.entries.into_iter().collect(),
+                )
+            })
+            .await?;
+        Ok(Response::new(pb::SetKeyMetadataResponse {
+            key: Some(k.into()),
+        }))
+    }
+
     async fn initiate_multipart_upload(
         &self,
         req: Request<pb::InitiateMultipartUploadRequest>,

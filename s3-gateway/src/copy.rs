@@ -31,6 +31,12 @@ pub(crate) async fn copy_object(
     req: S3Request<dto::CopyObjectInput>,
 ) -> S3Result<S3Response<dto::CopyObjectOutput>> {
     refuse_unsupported(&req.headers)?;
+    let req_tags = crate::tagging::from_headers(&req.headers)?;
+    let req_tagging_directive = req
+        .headers
+        .get("x-amz-tagging-directive")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().to_ascii_uppercase());
     let if_match = header_condition(&req.headers, "if-match")?;
     let if_none_match = header_condition(&req.headers, "if-none-match")?;
     let i = req.input;
@@ -80,6 +86,19 @@ pub(crate) async fn copy_object(
     } else {
         src.info().metadata.clone()
     };
+    // Tags follow their own directive: the source's (COPY, the default) or the request's.
+    meta.retain(|k, _| !k.starts_with(crate::tagging::TAG_PREFIX));
+    let tags = match req_tagging_directive.as_deref() {
+        None | Some("COPY") => crate::tagging::of(&src.info().metadata),
+        Some("REPLACE") => req_tags,
+        Some(other) => {
+            return Err(s3_error!(
+                InvalidArgument,
+                "Unknown tagging directive: {other}"
+            ));
+        }
+    };
+    meta.extend(tags);
     let mut w = gw
         .client()
         .create_key(&i.bucket, &i.key, None)

@@ -222,6 +222,14 @@ impl ObjectReadRoute {
                 .get(CONTENT_TYPE)
                 .map_or("binary/octet-stream", String::as_str),
         );
+        let tags = info
+            .metadata
+            .keys()
+            .filter(|k| k.starts_with(crate::tagging::TAG_PREFIX))
+            .count();
+        if tags > 0 {
+            set(&mut headers, "x-amz-tagging-count", &tags.to_string());
+        }
         for name in SYSTEM_HEADERS {
             if name != CONTENT_TYPE
                 && let Some(v) = info.metadata.get(name)

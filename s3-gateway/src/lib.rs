@@ -35,6 +35,7 @@ mod object_meta;
 pub mod objects;
 pub mod range;
 mod request_ids;
+mod tagging;
 mod unsupported;
 mod write_conditions;
 

@@ -83,9 +83,11 @@ fn upload_checksum(
 pub(crate) async fn create(
     gw: &Gateway,
     i: dto::CreateMultipartUploadInput,
+    tags: BTreeMap<String, String>,
 ) -> S3Result<S3Response<dto::CreateMultipartUploadOutput>> {
     crate::object_meta::check_user_metadata(i.metadata.as_ref())?;
     let mut meta = object_metadata(crate::object_meta::system_metadata!(i), i.metadata.as_ref());
+    meta.extend(tags);
     let checksum = upload_checksum(i.checksum_algorithm.as_ref(), i.checksum_type.as_ref())?;
     if let Some((a, ty)) = checksum {
         meta.insert(CHECKSUM_ALGORITHM.to_string(), a.name().to_string());

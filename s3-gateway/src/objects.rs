@@ -122,6 +122,33 @@ impl S3 for Gateway {
         .await
     }
 
+    async fn put_object_tagging(
+        &self,
+        req: S3Request<dto::PutObjectTaggingInput>,
+    ) -> S3Result<S3Response<dto::PutObjectTaggingOutput>> {
+        self.tracked("PutObjectTagging", crate::tagging::put(self, req.input))
+            .await
+    }
+
+    async fn get_object_tagging(
+        &self,
+        req: S3Request<dto::GetObjectTaggingInput>,
+    ) -> S3Result<S3Response<dto::GetObjectTaggingOutput>> {
+        self.tracked("GetObjectTagging", crate::tagging::get(self, req.input))
+            .await
+    }
+
+    async fn delete_object_tagging(
+        &self,
+        req: S3Request<dto::DeleteObjectTaggingInput>,
+    ) -> S3Result<S3Response<dto::DeleteObjectTaggingOutput>> {
+        self.tracked(
+            "DeleteObjectTagging",
+            crate::tagging::delete(self, req.input),
+        )
+        .await
+    }
+
     async fn get_bucket_location(
         &self,
         req: S3Request<dto::GetBucketLocationInput>,
@@ -305,6 +332,7 @@ impl S3 for Gateway {
             refuse_unsupported(&req.headers)?;
             let claims = Claims::from_headers(&req.headers, Algorithm::Crc64Nvme, None)?;
             claims.check_size()?;
+            let tags = crate::tagging::from_headers(&req.headers)?;
             let trailers = req.trailing_headers;
             let i = req.input;
             check_user_metadata(i.metadata.as_ref())?;
@@ -317,6 +345,7 @@ impl S3 for Gateway {
             )
             .await?;
             let mut meta = object_metadata(system_metadata!(i), i.metadata.as_ref());
+            meta.extend(tags);
             let mut w = self
                 .client()
                 .create_key(&i.bucket, &i.key, None)
@@ -435,7 +464,8 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<dto::CreateMultipartUploadOutput>> {
         self.tracked("CreateMultipartUpload", async {
             refuse_unsupported(&req.headers)?;
-            crate::multipart::create(self, req.input).await
+            let tags = crate::tagging::from_headers(&req.headers)?;
+            crate::multipart::create(self, req.input, tags).await
         })
         .await
     }

@@ -14,8 +14,7 @@ fn unsupported(name: &str, value: &str) -> bool {
         "x-amz-acl" => !v.eq_ignore_ascii_case("private"),
         "x-amz-storage-class" => !v.eq_ignore_ascii_case("STANDARD"),
         "x-amz-bucket-object-lock-enabled" => v.eq_ignore_ascii_case("true"),
-        "x-amz-tagging-directive" => v.eq_ignore_ascii_case("REPLACE"),
-        "x-amz-tagging" | "x-amz-website-redirect-location" | "x-amz-write-offset-bytes" => true,
+        "x-amz-website-redirect-location" | "x-amz-write-offset-bytes" => true,
         n => {
             n.starts_with("x-amz-grant-")
                 || n.starts_with("x-amz-object-lock-")
@@ -61,8 +60,8 @@ mod tests {
         assert!(unsupported("x-amz-object-lock-mode", "GOVERNANCE"));
         assert!(!unsupported("x-amz-storage-class", "STANDARD"));
         assert!(unsupported("x-amz-storage-class", "GLACIER"));
-        assert!(unsupported("x-amz-tagging", "a=b"));
-        assert!(!unsupported("x-amz-tagging-directive", "COPY"));
+        assert!(!unsupported("x-amz-tagging", "a=b"), "tags are kept");
+        assert!(unsupported("x-amz-website-redirect-location", "/x"));
         assert!(!unsupported("x-amz-meta-color", "red"));
         assert!(!unsupported("content-type", "text/plain"));
     }

@@ -221,3 +221,97 @@ async fn upload_part_copy_and_object_attributes() {
     .expect("blocking task");
     cluster.shutdown().await;
 }
+
+/// Object tags: set at PUT, replaced and deleted in place (the ETag stays), counted by HEAD,
+/// copied or replaced by CopyObject's tagging directive, and limited as Amazon limits them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn object_tags() {
+    let (cluster, s) = signed_cluster().await;
+    tokio::task::spawn_blocking(move || {
+        assert_eq!(s.send("PUT", "/tagb", &[], &[], b"").0, 200);
+        let r = s.send(
+            "PUT",
+            "/tagb/k",
+            &[],
+            &[("x-amz-tagging", "a=1&b=two%20words")],
+            b"data",
+        );
+        assert_eq!(r.0, 200, "{}", text(&r));
+        let etag = header(&r.1, "etag").expect("etag").to_string();
+        let head = s.send("HEAD", "/tagb/k", &[], &[], b"");
+        assert_eq!(header(&head.1, "x-amz-tagging-count"), Some("2"));
+        let r = s.send("GET", "/tagb/k", &[("tagging", "")], &[], b"");
+        let body = text(&r);
+        assert_eq!(between(&body, "<Key>", "</Key>"), vec!["a", "b"], "{body}");
+        assert_eq!(
+            between(&body, "<Value>", "</Value>"),
+            vec!["1", "two words"],
+            "{body}"
+        );
+
+        let xml = b"<Tagging><TagSet><Tag><Key>c</Key><Value>3</Value></Tag></TagSet></Tagging>";
+        let md5 = base64::engine::general_purpose::STANDARD.encode(Md5::digest(xml));
+        let r = s.send(
+            "PUT",
+            "/tagb/k",
+            &[("tagging", "")],
+            &[("content-md5", &md5)],
+            xml,
+        );
+        assert_eq!(r.0, 200, "{}", text(&r));
+        let r = s.send("GET", "/tagb/k", &[("tagging", "")], &[], b"");
+        assert_eq!(between(&text(&r), "<Key>", "</Key>"), vec!["c"]);
+        let head = s.send("HEAD", "/tagb/k", &[], &[], b"");
+        assert_eq!(
+            header(&head.1, "etag"),
+            Some(etag.as_str()),
+            "tags change no data"
+        );
+
+        // CopyObject: the source's tags by default, the request's with REPLACE.
+        let r = s.send(
+            "PUT",
+            "/tagb/copy",
+            &[],
+            &[("x-amz-copy-source", "/tagb/k")],
+            b"",
+        );
+        assert_eq!(r.0, 200, "{}", text(&r));
+        let r = s.send("GET", "/tagb/copy", &[("tagging", "")], &[], b"");
+        assert_eq!(between(&text(&r), "<Key>", "</Key>"), vec!["c"]);
+        let r = s.send(
+            "PUT",
+            "/tagb/copy2",
+            &[],
+            &[
+                ("x-amz-copy-source", "/tagb/k"),
+                ("x-amz-tagging-directive", "REPLACE"),
+                ("x-amz-tagging", "d=4"),
+            ],
+            b"",
+        );
+        assert_eq!(r.0, 200, "{}", text(&r));
+        let r = s.send("GET", "/tagb/copy2", &[("tagging", "")], &[], b"");
+        assert_eq!(between(&text(&r), "<Key>", "</Key>"), vec!["d"]);
+
+        let r = s.send("DELETE", "/tagb/k", &[("tagging", "")], &[], b"");
+        assert_eq!(r.0 / 100, 2, "{}", text(&r));
+        let head = s.send("HEAD", "/tagb/k", &[], &[], b"");
+        assert_eq!(header(&head.1, "x-amz-tagging-count"), None);
+        assert_eq!(head.0, 200, "the object stays");
+
+        let eleven: Vec<String> = (0..11).map(|n| format!("k{n}=v")).collect();
+        let r = s.send(
+            "PUT",
+            "/tagb/many",
+            &[],
+            &[("x-amz-tagging", &eleven.join("&"))],
+            b"x",
+        );
+        assert_eq!(code(&r), (400, "InvalidTag".into()));
+        assert_eq!(s.send("HEAD", "/tagb/many", &[], &[], b"").0, 404);
+    })
+    .await
+    .expect("blocking task");
+    cluster.shutdown().await;
+}
