@@ -151,6 +151,16 @@ pub(crate) fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
+/// The header a client sends to claim the `algorithm` (`CRC32`, `CRC32C`, `CRC64NVME`, `SHA1`
+/// or `SHA256`, any case) checksum of `data`, and its value (base64 of the digest, big-endian
+/// for CRCs), as the SDKs compute it. `None` for an unknown algorithm. For tools that send
+/// checksums (the S3 benchmark).
+#[must_use]
+pub fn checksum_header(algorithm: &str, data: &[u8]) -> Option<(&'static str, String)> {
+    let a = Algorithm::parse(algorithm)?;
+    Some((a.header(), b64(&a.digest(data))))
+}
+
 /// Decodes a checksum value of `a` given in `field`.
 ///
 /// # Errors

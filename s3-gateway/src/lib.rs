@@ -45,6 +45,7 @@ use std::time::Duration;
 
 use ec_client::Client;
 pub use error::to_s3;
+pub use integrity::checksum_header;
 pub use metrics::{GatewayMetrics, GatewaySnapshot};
 pub use multipart::MIN_PART_SIZE;
 use proto_crate::ServingTask;

@@ -7,10 +7,11 @@ use std::net::SocketAddr;
 use anyhow::Context;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
-/// A response: status code and body.
+/// A response: status code, headers (names lower-cased) and body.
 #[derive(Debug)]
 pub(crate) struct Response {
     pub(crate) status: u16,
+    pub(crate) headers: Vec<(String, String)>,
     pub(crate) body: Vec<u8>,
 }
 
@@ -45,6 +46,7 @@ pub(crate) async fn request(
         .and_then(|s| s.parse().ok())
         .with_context(|| format!("{method} {path}: bad status line {:?}", line.trim()))?;
     let mut length = None;
+    let mut headers = Vec::new();
     loop {
         line.clear();
         stream.read_line(&mut line).await?;
@@ -52,13 +54,18 @@ pub(crate) async fn request(
         if l.is_empty() {
             break;
         }
-        if let Some((k, v)) = l.split_once(':')
-            && k.eq_ignore_ascii_case("content-length")
-        {
-            length = Some(v.trim().parse::<usize>()?);
+        if let Some((k, v)) = l.split_once(':') {
+            if k.eq_ignore_ascii_case("content-length") {
+                length = Some(v.trim().parse::<usize>()?);
+            }
+            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
         }
     }
     let mut body = vec![0u8; length.unwrap_or(0)];
     stream.read_exact(&mut body).await?;
-    Ok(Response { status, body })
+    Ok(Response {
+        status,
+        headers,
+        body,
+    })
 }

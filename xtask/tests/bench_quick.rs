@@ -165,6 +165,26 @@ fn quick_bench_counts() {
     }
     assert_eq!(s3["config"]["key_lookups"], 20, "one key lookup per GET");
     assert!(s3["ratios"]["last GET / first GET"].is_number());
+    for (workload, mode) in [
+        ("put-plain", "single"),
+        ("put-crc32c", "single"),
+        ("put-crc64nvme", "single"),
+        ("put-sha256", "single"),
+        ("mpu-plain", "multipart"),
+        ("mpu-crc32c", "multipart"),
+    ] {
+        let r = find(&s3, workload, mode);
+        assert_eq!(r["ops"], 2, "{workload}: two rounds");
+        assert!(r["mb_per_sec"].is_number(), "{workload}");
+    }
+    for ratio in [
+        "put-crc32c/put-plain (MB/s)",
+        "put-crc64nvme/put-plain (MB/s)",
+        "put-sha256/put-plain (MB/s)",
+        "mpu-crc32c/mpu-plain (MB/s)",
+    ] {
+        assert!(s3["ratios"][ratio].is_number(), "{ratio}");
+    }
 
     let repair: Value = serde_json::from_str(
         &std::fs::read_to_string(dir.path().join("quick-repair.json")).expect("repair json"),

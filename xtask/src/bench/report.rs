@@ -197,20 +197,23 @@ impl Report {
     pub(crate) fn s3_table(&self) -> String {
         let mut t = Table::new(&[
             "workload",
-            "GETs",
+            "mode",
+            "requests",
             "first ms",
             "median ms",
             "last ms",
             "MB/s",
             "ReadChunk",
         ]);
+        let ms = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1}"));
         for r in &self.rows {
             t.row(vec![
                 r.workload.clone(),
+                r.mode.clone(),
                 r.ops.to_string(),
-                format!("{:.1}", r.first_ms.unwrap_or(0.0)),
-                format!("{:.1}", r.median_ms.unwrap_or(0.0)),
-                format!("{:.1}", r.last_ms.unwrap_or(0.0)),
+                ms(r.first_ms),
+                ms(r.median_ms),
+                ms(r.last_ms),
                 format!("{:.1}", r.mb_per_sec),
                 r.rpcs.get("ReadChunk").copied().unwrap_or(0).to_string(),
             ]);

@@ -1,8 +1,13 @@
-//! The `s3` suite: one object read back as consecutive ranged GETs over
-//! HTTP through the S3 gateway. Ozone once served a ranged GET by reading
-//! and discarding everything before the range, so each GET of a 1000 MB
-//! object in 20 MB ranges took longer than the one before; a gateway that
-//! seeks keeps the last GET as fast as the first.
+//! The `s3` suite, over HTTP through the S3 gateway:
+//!
+//! - one object read back as consecutive ranged GETs. Ozone once served a ranged GET by
+//!   reading and discarding everything before the range, so each GET of a 1000 MB object in
+//!   20 MB ranges took longer than the one before; a gateway that seeks keeps the last GET as
+//!   fast as the first.
+//! - single PUTs and two-part multipart uploads of the same bytes, plain and with a checksum
+//!   the client claims (CRC32C, CRC64NVME, SHA256), side by side: the ratios are the cost of
+//!   verification. A plain PUT is not free of checksums: the gateway computes MD5 (the ETag)
+//!   and CRC64NVME (stored) for every body.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -118,6 +123,19 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
         rows: vec![row],
         ratios: Default::default(),
     };
+    report.rows.extend(put_rows(s, &client).await?);
+    for a in ["crc32c", "crc64nvme", "sha256"] {
+        report.mb_ratio(
+            &format!("put-{a}/put-plain (MB/s)"),
+            (&format!("put-{a}"), "single"),
+            ("put-plain", "single"),
+        );
+    }
+    report.mb_ratio(
+        "mpu-crc32c/mpu-plain (MB/s)",
+        ("mpu-crc32c", "multipart"),
+        ("mpu-plain", "multipart"),
+    );
     if let (Some(f), Some(l)) = (times.first(), times.last())
         && !f.is_zero()
     {
@@ -127,4 +145,155 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
         );
     }
     Ok(report)
+}
+
+/// Sends `body` as an object PUT with `headers`; fails unless 200.
+async fn put(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+) -> anyhow::Result<crate::http::Response> {
+    let r = crate::http::request(addr, "PUT", path, headers, body).await?;
+    if r.status != 200 {
+        bail!(
+            "PUT {path}: status {}: {}",
+            r.status,
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+    Ok(r)
+}
+
+/// A two-part multipart upload of `body` (halves), each part claiming its `algorithm`
+/// checksum when given (the upload created with it, FULL_OBJECT).
+async fn multipart(
+    addr: SocketAddr,
+    path: &str,
+    body: &[u8],
+    algorithm: Option<&str>,
+) -> anyhow::Result<()> {
+    let create: Vec<(&str, String)> = match algorithm {
+        Some(a) => vec![
+            ("x-amz-checksum-algorithm", a.to_ascii_uppercase()),
+            ("x-amz-checksum-type", "FULL_OBJECT".into()),
+        ],
+        None => Vec::new(),
+    };
+    let r = crate::http::request(addr, "POST", &format!("{path}?uploads"), &create, &[]).await?;
+    let text = String::from_utf8_lossy(&r.body).to_string();
+    let id = text
+        .split("<UploadId>")
+        .nth(1)
+        .and_then(|t| t.split("</UploadId>").next())
+        .with_context(|| format!("CreateMultipartUpload {path}: {text}"))?
+        .to_string();
+    let half = body.len() / 2;
+    let mut xml = String::from("<CompleteMultipartUpload>");
+    for (n, part) in [(1, &body[..half]), (2, &body[half..])] {
+        let headers: Vec<(&str, String)> = algorithm
+            .and_then(|a| s3_gateway::checksum_header(a, part))
+            .into_iter()
+            .collect();
+        let r = put(
+            addr,
+            &format!("{path}?partNumber={n}&uploadId={id}"),
+            &headers,
+            part,
+        )
+        .await?;
+        let etag = r
+            .headers
+            .iter()
+            .find(|(k, _)| k == "etag")
+            .map(|(_, v)| v.clone())
+            .context("UploadPart answered no ETag")?;
+        xml.push_str(&format!(
+            "<Part><PartNumber>{n}</PartNumber><ETag>{etag}</ETag></Part>"
+        ));
+    }
+    xml.push_str("</CompleteMultipartUpload>");
+    let r = crate::http::request(
+        addr,
+        "POST",
+        &format!("{path}?uploadId={id}"),
+        &[],
+        xml.as_bytes(),
+    )
+    .await?;
+    if r.status != 200 {
+        bail!("CompleteMultipartUpload {path}: status {}", r.status);
+    }
+    Ok(())
+}
+
+/// Single PUTs and multipart uploads, plain and with claimed checksums, interleaved round by
+/// round so that the machine's noise falls on all of them alike.
+async fn put_rows(s: &Settings, client: &ec_client::Client) -> anyhow::Result<Vec<super::Row>> {
+    let size: usize = if s.quick { 12 << 20 } else { 100_000_000 };
+    let rounds = if s.quick { 2 } else { 4 };
+    let mut body = vec![0u8; size];
+    pattern::fill(11, 0, &mut body);
+    let gw = s3_gateway::S3Gateway::start(
+        client.clone(),
+        s3_gateway::GatewayConfig::new(([127, 0, 0, 1], 0).into(), "bench", "bench").without_auth(),
+    )
+    .await
+    .context("starting the gateway")?;
+    let addr = gw.address();
+    let singles: [(&str, Option<&str>); 4] = [
+        ("put-plain", None),
+        ("put-crc32c", Some("crc32c")),
+        ("put-crc64nvme", Some("crc64nvme")),
+        ("put-sha256", Some("sha256")),
+    ];
+    let uploads: [(&str, Option<&str>); 2] = [("mpu-plain", None), ("mpu-crc32c", Some("crc32c"))];
+    // The client computes its checksum before the clock starts, as an SDK streaming from a
+    // file it already hashed would not, but the gateway's work is what is measured.
+    let claims: Vec<Vec<(&str, String)>> = singles
+        .iter()
+        .map(|(_, a)| {
+            a.and_then(|a| s3_gateway::checksum_header(a, &body))
+                .into_iter()
+                .collect()
+        })
+        .collect();
+    let mut times = vec![Duration::ZERO; singles.len() + uploads.len()];
+    let mut lats: Vec<Latencies> = (0..times.len()).map(|_| Latencies::default()).collect();
+    for round in 0..rounds {
+        for (i, ((name, _), headers)) in singles.iter().zip(&claims).enumerate() {
+            let t = Instant::now();
+            put(addr, &format!("/{BUCKET}/{name}-{round}"), headers, &body).await?;
+            times[i] += t.elapsed();
+            lats[i].push(t.elapsed());
+        }
+        for (j, (name, a)) in uploads.iter().enumerate() {
+            let t = Instant::now();
+            multipart(addr, &format!("/{BUCKET}/{name}-{round}"), &body, *a).await?;
+            times[singles.len() + j] += t.elapsed();
+            lats[singles.len() + j].push(t.elapsed());
+        }
+    }
+    gw.shutdown().await;
+    let none = client.metrics().since(&client.metrics());
+    let bytes = (size * rounds) as u64;
+    let names = singles
+        .iter()
+        .map(|(n, _)| (*n, "single"))
+        .chain(uploads.iter().map(|(n, _)| (*n, "multipart")));
+    Ok(names
+        .enumerate()
+        .map(|(i, (name, mode))| {
+            super::report::row(
+                name,
+                mode,
+                1,
+                rounds as u64,
+                bytes,
+                times[i],
+                &lats[i],
+                &none,
+            )
+        })
+        .collect())
 }
