@@ -9,7 +9,7 @@ use s3s::{S3Response, S3Result, s3_error};
 use crate::Gateway;
 use crate::error::to_s3;
 use crate::integrity::{set_checksum, stored};
-use crate::object_meta::{PART_CHECKSUMS, PART_SIZES, etag_of, timestamp};
+use crate::object_meta::{PART_CHECKSUMS, PART_NUMBERS, PART_SIZES, etag_of, timestamp};
 
 pub(crate) async fn get(
     gw: &Gateway,
@@ -68,27 +68,36 @@ pub(crate) async fn get(
             .get(PART_CHECKSUMS)
             .map(|s| s.split(',').collect())
             .unwrap_or_default();
+        // The numbers the parts were uploaded under (positions for objects completed before
+        // they were recorded).
+        let numbers: Vec<i32> = k
+            .metadata
+            .get(PART_NUMBERS)
+            .map(|s| s.split(',').filter_map(|n| n.parse().ok()).collect())
+            .filter(|n: &Vec<i32>| n.len() == sizes.len())
+            .unwrap_or_else(|| (1..=i32::try_from(sizes.len()).unwrap_or(i32::MAX)).collect());
         let marker = i.part_number_marker.unwrap_or(0).max(0);
         let max = i.max_parts.map_or(1000, |m| m.clamp(1, 1000));
-        let after: Vec<(i32, u64)> = sizes
+        let after: Vec<(usize, i32, u64)> = sizes
             .iter()
+            .zip(&numbers)
             .enumerate()
-            .filter_map(|(n, s)| Some((i32::try_from(n + 1).ok()?, *s)))
-            .filter(|(n, _)| *n > marker)
+            .map(|(at, (s, n))| (at, *n, *s))
+            .filter(|(_, n, _)| *n > marker)
             .collect();
         let take = usize::try_from(max).unwrap_or(1000);
         let truncated = after.len() > take;
-        let shown: Vec<(i32, u64)> = after.into_iter().take(take).collect();
+        let shown: Vec<(usize, i32, u64)> = after.into_iter().take(take).collect();
         let parts = shown
             .iter()
-            .map(|(n, size)| {
+            .map(|(at, n, size)| {
                 let mut p = dto::ObjectPart {
                     part_number: Some(*n),
                     size: i64::try_from(*size).ok(),
                     ..Default::default()
                 };
                 if let Some((a, ..)) = checksum
-                    && let Some(v) = usize::try_from(*n - 1).ok().and_then(|i| sums.get(i))
+                    && let Some(v) = sums.get(*at)
                 {
                     set_checksum!(p, a, (*v).to_string());
                 }
@@ -98,7 +107,7 @@ pub(crate) async fn get(
         out.object_parts = Some(dto::GetObjectAttributesParts {
             total_parts_count: i32::try_from(sizes.len()).ok(),
             part_number_marker: Some(marker),
-            next_part_number_marker: shown.last().map(|(n, _)| *n).filter(|_| truncated),
+            next_part_number_marker: shown.last().map(|(_, n, _)| *n).filter(|_| truncated),
             max_parts: Some(max),
             is_truncated: Some(truncated),
             parts: Some(parts),

@@ -124,9 +124,9 @@ pub(crate) async fn list(
     }))
 }
 
-/// CreateBucket. Re-creating a bucket one owns is 200 in us-east-1 and 409
-/// `BucketAlreadyOwnedByYou` for another location constraint, as Amazon answers (every bucket
-/// here has the one owner the gateway's key pair stands for).
+/// CreateBucket. Re-creating a bucket one owns is 200, as Amazon answers in us-east-1 (every
+/// bucket here has the one owner the gateway's key pair stands for); a location constraint
+/// other than us-east-1 is 400 `InvalidLocationConstraint`.
 pub(crate) async fn create(
     gw: &Gateway,
     i: dto::CreateBucketInput,
@@ -137,6 +137,16 @@ pub(crate) async fn create(
         .and_then(|c| c.location_constraint)
         .map(|c| c.as_str().to_string())
         .filter(|c| !c.is_empty());
+    // Every bucket here is in the one region the gateway serves: creating one elsewhere would
+    // be a promise not kept.
+    if let Some(c) = constraint.as_deref()
+        && c != REGION
+    {
+        return Err(s3_error!(
+            InvalidLocationConstraint,
+            "The specified location-constraint is not valid: this endpoint serves {REGION} only"
+        ));
+    }
     match gw
         .client()
         .create_bucket(&bucket, BucketOptions::default())
@@ -146,7 +156,7 @@ pub(crate) async fn create(
         Err(ClientError::Om {
             code: OmErrorCode::BucketAlreadyExists,
             ..
-        }) if constraint.as_deref().is_none_or(|c| c == REGION) => {}
+        }) => {}
         Err(e) => return Err(to_s3(e)),
     }
     Ok(S3Response::new(dto::CreateBucketOutput {

@@ -23,6 +23,50 @@ use crate::write_conditions::{
     check_copy_source, commit_error, copy_source_conditions, header_condition, write_condition,
 };
 
+/// The source's stored full-object checksum, checked while a whole source is copied: a copy
+/// never gives bytes that do not match their source's checksum a fresh, valid-looking one.
+struct SourceCheck {
+    algorithm: Algorithm,
+    want: Vec<u8>,
+    hasher: Hasher,
+}
+
+impl SourceCheck {
+    /// The check for copying `range` of `src`, when it is the whole source and the source
+    /// has a full-object checksum.
+    fn of(src: &ec_client::KeyInfo, range: &std::ops::Range<u64>) -> Option<Self> {
+        let (algorithm, value, ty) = crate::integrity::stored(&src.metadata)?;
+        if ty != "FULL_OBJECT" || *range != (0..src.length) {
+            return None;
+        }
+        let want = crate::integrity::decode_value(algorithm, value, "the stored checksum").ok()?;
+        Some(Self {
+            algorithm,
+            want,
+            hasher: Hasher::new(algorithm),
+        })
+    }
+
+    fn update(&mut self, chunk: &[u8]) {
+        self.hasher.update(chunk);
+    }
+
+    /// # Errors
+    /// 500 `InternalError` when the bytes read do not match.
+    fn finish(self) -> S3Result<()> {
+        if self.hasher.finish() == self.want {
+            return Ok(());
+        }
+        Err(S3Error::with_message(
+            S3ErrorCode::InternalError,
+            format!(
+                "the copy source's bytes do not match its stored {} checksum; nothing was written",
+                self.algorithm.name()
+            ),
+        ))
+    }
+}
+
 /// CopyObject: the source read and written again by the gateway (one object, its ETag the MD5
 /// of its bytes and its checksum computed afresh), honouring the copy-source conditions, the
 /// destination's write conditions, the metadata directive and Amazon's self-copy rule.
@@ -40,9 +84,20 @@ pub(crate) async fn copy_object(
     let if_match = header_condition(&req.headers, "if-match")?;
     let if_none_match = header_condition(&req.headers, "if-none-match")?;
     let i = req.input;
-    let dto::CopySource::Bucket { bucket, key, .. } = &i.copy_source else {
+    let dto::CopySource::Bucket {
+        bucket,
+        key,
+        version_id,
+    } = &i.copy_source
+    else {
         return Err(s3_error!(NotImplemented, "copy from an access point"));
     };
+    if version_id.as_deref().is_some_and(|v| v != "null") {
+        return Err(s3_error!(
+            InvalidArgument,
+            "Invalid version id specified: this bucket is not versioned"
+        ));
+    }
     let src = gw.client().open_key(bucket, key).await.map_err(to_s3)?;
     gw.metrics().key_lookup();
     check_copy_source(copy_source_conditions!(i), src.info())?;
@@ -117,6 +172,7 @@ pub(crate) async fn copy_object(
         None => Algorithm::Crc64Nvme,
     };
     let mut checksum = Hasher::new(algorithm);
+    let mut source_check = SourceCheck::of(src.info(), &(0..src.len()));
     let step = gw.max_buffer();
     let mut at = 0u64;
     while at < src.len() {
@@ -129,6 +185,9 @@ pub(crate) async fn copy_object(
         }
         md5.update(&chunk);
         checksum.update(&chunk);
+        if let Some(c) = source_check.as_mut() {
+            c.update(&chunk);
+        }
         w.write(&chunk).await.map_err(to_s3)?;
         at += chunk.len() as u64;
     }
@@ -138,13 +197,17 @@ pub(crate) async fn copy_object(
     meta.insert(ETAG.to_string(), etag.clone());
     meta.remove(PART_SIZES);
     meta.remove(PART_CHECKSUMS);
+    meta.remove(crate::object_meta::PART_NUMBERS);
     let digest = checksum.finish();
+    if let Some(c) = source_check {
+        c.finish()?;
+    }
     meta.insert(CHECKSUM_ALGORITHM.to_string(), algorithm.name().to_string());
     meta.insert(CHECKSUM_VALUE.to_string(), b64(&digest));
     meta.insert(CHECKSUM_TYPE.to_string(), "FULL_OBJECT".to_string());
     let info = match condition {
         Some(c) => w.close_if(meta, c).await.map_err(commit_error)?,
-        None => w.close_with(meta).await.map_err(to_s3)?,
+        None => w.close_with(meta).await.map_err(commit_error)?,
     };
     Ok(S3Response::new(dto::CopyObjectOutput {
         copy_object_result: Some(dto::CopyObjectResult {
@@ -199,9 +262,20 @@ pub(crate) async fn upload_part_copy(
         .filter(|n| (1..=10_000).contains(n))
         .ok_or_else(|| s3_error!(InvalidArgument, "part number must be between 1 and 10000"))?;
     let u = crate::multipart::upload_of(gw, &i.upload_id, &i.bucket, &i.key).await?;
-    let dto::CopySource::Bucket { bucket, key, .. } = &i.copy_source else {
+    let dto::CopySource::Bucket {
+        bucket,
+        key,
+        version_id,
+    } = &i.copy_source
+    else {
         return Err(s3_error!(NotImplemented, "copy from an access point"));
     };
+    if version_id.as_deref().is_some_and(|v| v != "null") {
+        return Err(s3_error!(
+            InvalidArgument,
+            "Invalid version id specified: this bucket is not versioned"
+        ));
+    }
     let src = gw.client().open_key(bucket, key).await.map_err(to_s3)?;
     gw.metrics().key_lookup();
     crate::write_conditions::check_copy_source(
@@ -224,6 +298,7 @@ pub(crate) async fn upload_part_copy(
         .map_err(to_s3)?;
     let mut md5 = Md5::new();
     let mut checksum = crate::integrity::Hasher::new(algorithm);
+    let mut source_check = SourceCheck::of(src.info(), &range);
     let step = gw.max_buffer();
     let mut at = range.start;
     while at < range.end {
@@ -234,16 +309,22 @@ pub(crate) async fn upload_part_copy(
         }
         md5.update(&chunk);
         checksum.update(&chunk);
+        if let Some(c) = source_check.as_mut() {
+            c.update(&chunk);
+        }
         w.write(&chunk).await.map_err(to_s3)?;
         at += chunk.len() as u64;
     }
     let etag = hex::encode(md5.finalize());
     let digest = checksum.finish();
+    if let Some(c) = source_check {
+        c.finish()?;
+    }
     let meta = BTreeMap::from([
         (CHECKSUM_ALGORITHM.to_string(), algorithm.name().to_string()),
         (CHECKSUM_VALUE.to_string(), b64(&digest)),
     ]);
-    let part = w.close_part_with(&etag, meta).await.map_err(to_s3)?;
+    let part = w.close_part_with(&etag, meta).await.map_err(commit_error)?;
     let mut result = dto::CopyPartResult {
         e_tag: Some(ETag::Strong(etag)),
         last_modified: Some(timestamp(part.modified_unix_ms)),

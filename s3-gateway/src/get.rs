@@ -164,6 +164,8 @@ impl ObjectReadRoute {
         let Some((bucket, key)) = object_of(&req.uri) else {
             return Err(s3_error!(InvalidRequest, "not an object path"));
         };
+        // SSE-C headers ask for a decryption this gateway cannot do.
+        crate::unsupported::refuse_unsupported(&req.headers)?;
         let query = query_pairs(&req.uri);
         let get = |name: &str| {
             query

@@ -376,8 +376,7 @@ pub(crate) async fn receive(
     let mut n = 0u64;
     if let Some(mut body) = body {
         while let Some(chunk) = body.next().await {
-            let chunk =
-                chunk.map_err(|e| s3_error!(IncompleteBody, "reading the request body: {e}"))?;
+            let chunk = chunk.map_err(|e| body_error(&*e))?;
             if n.saturating_add(chunk.len() as u64) > MAX_BODY {
                 return Err(s3_error!(
                     EntityTooLarge,
@@ -447,6 +446,36 @@ pub(crate) async fn receive(
         algorithm: claims.algorithm,
         digest,
     })
+}
+
+/// The S3 error for a request body that failed while it was read. s3s verifies the payload's
+/// SHA-256 and the aws-chunked signatures as the body streams, and its error types are private:
+/// they are told apart by what they say. A payload whose hash is not the signed one is 400
+/// `XAmzContentSHA256Mismatch`, a chunk whose signature is wrong 403 `SignatureDoesNotMatch`;
+/// anything else (the connection cut, a malformed chunk) 400 `IncompleteBody`.
+fn body_error(e: &(dyn std::error::Error + 'static)) -> s3s::S3Error {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    if text.contains("Sha256Mismatch") {
+        let mut e = s3s::S3Error::with_message(
+            s3s::S3ErrorCode::Custom("XAmzContentSHA256Mismatch".into()),
+            "The provided 'x-amz-content-sha256' header does not match what was computed.",
+        );
+        e.set_status_code(http::StatusCode::BAD_REQUEST);
+        e
+    } else if text.contains("SignatureMismatch") {
+        s3_error!(
+            SignatureDoesNotMatch,
+            "The chunk signature we calculated does not match the signature you provided."
+        )
+    } else {
+        s3_error!(IncompleteBody, "reading the request body: {text}")
+    }
 }
 
 /// The full-object CRC of parts whose CRCs (big-endian digests) and lengths are `parts`, in

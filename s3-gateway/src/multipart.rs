@@ -120,6 +120,7 @@ pub(crate) async fn upload_part(
     gw: &Gateway,
     req: s3s::S3Request<dto::UploadPartInput>,
 ) -> S3Result<S3Response<dto::UploadPartOutput>> {
+    crate::unsupported::refuse_unsupported(&req.headers)?;
     let trailers = req.trailing_headers;
     let i = req.input;
     let part_number = u32::try_from(i.part_number)
@@ -148,7 +149,9 @@ pub(crate) async fn upload_part(
         ),
         (CHECKSUM_VALUE.to_string(), b64(&got.digest)),
     ]);
-    w.close_part_with(&got.md5_hex, meta).await.map_err(to_s3)?;
+    w.close_part_with(&got.md5_hex, meta)
+        .await
+        .map_err(crate::write_conditions::commit_error)?;
     let mut out = dto::UploadPartOutput {
         e_tag: Some(ETag::Strong(got.md5_hex.clone())),
         ..Default::default()
@@ -256,12 +259,25 @@ pub(crate) async fn complete(
     gw: &Gateway,
     i: dto::CompleteMultipartUploadInput,
 ) -> S3Result<S3Response<dto::CompleteMultipartUploadOutput>> {
-    let u = match upload_of(gw, &i.upload_id, &i.bucket, &i.key).await {
-        Ok(u) => u,
-        Err(e) if *e.code() == s3s::S3ErrorCode::NoSuchUpload => {
-            return completed_before(gw, i).await;
+    // Only an upload that no longer exists may be a completion being retried (the om then
+    // answers from its record of completions and changes nothing); one that exists for
+    // another key is simply not this request's.
+    let u = match gw.client().list_parts(&i.upload_id).await {
+        Ok(u) if u.bucket == *i.bucket && u.key == *i.key => u,
+        Ok(_) => {
+            return Err(s3_error!(
+                NoSuchUpload,
+                "upload {} is not for {}/{}",
+                i.upload_id,
+                i.bucket,
+                i.key
+            ));
         }
-        Err(e) => return Err(e),
+        Err(ec_client::ClientError::Om {
+            code: ec_client::OmErrorCode::NoSuchUpload,
+            ..
+        }) => return completed_before(gw, i).await,
+        Err(e) => return Err(to_s3(e)),
     };
     let condition = crate::write_conditions::write_condition(
         gw,
@@ -315,6 +331,21 @@ pub(crate) async fn complete(
     } else {
         None
     };
+    // A claim that cannot be checked is refused, never accepted unchecked.
+    for other in Algorithm::ALL {
+        if get_checksum!(i, other).is_some() && checksum.as_ref().is_none_or(|(a, ..)| *a != other)
+        {
+            return Err(s3_error!(
+                InvalidRequest,
+                "The {} checksum you specified cannot be checked: the object's checksum is {}",
+                other.name(),
+                checksum
+                    .as_ref()
+                    .map_or("not computed (its parts' checksums differ)", |(a, ..)| a
+                        .name())
+            ));
+        }
+    }
     if let Some((a, value, _)) = &checksum
         && let Some(claimed) = get_checksum!(i, *a)
         && claimed.trim() != value.as_str()
@@ -329,6 +360,11 @@ pub(crate) async fn complete(
     let etag = format!("{}-{}", hex::encode(Md5::digest(&digests)), parts.len());
     let mut meta = BTreeMap::new();
     meta.insert(ETAG.to_string(), etag.clone());
+    let numbers: Vec<String> = parts.iter().map(|(n, _)| n.to_string()).collect();
+    meta.insert(
+        crate::object_meta::PART_NUMBERS.to_string(),
+        numbers.join(","),
+    );
     if let Some((a, value, ty)) = &checksum {
         meta.insert(CHECKSUM_ALGORITHM.to_string(), a.name().to_string());
         meta.insert(CHECKSUM_VALUE.to_string(), value.clone());

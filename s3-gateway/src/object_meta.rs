@@ -16,6 +16,9 @@ pub(crate) const ETAG: &str = "etag";
 pub(crate) const CONTENT_TYPE: &str = "content-type";
 /// Metadata key prefix of user metadata (`x-amz-meta-*`).
 pub(crate) const USER_META: &str = "x-amz-meta-";
+/// Metadata key of a multipart object's part numbers as uploaded (comma-separated, in part
+/// order), recorded at Complete: GetObjectAttributes reports them.
+pub(crate) const PART_NUMBERS: &str = "mpu-part-numbers";
 /// Metadata key of a multipart object's part checksums (comma-separated base64, in part
 /// order, of the object's checksum algorithm), recorded at Complete when every part has one.
 pub(crate) const PART_CHECKSUMS: &str = "mpu-part-checksums";

@@ -59,6 +59,40 @@ async fn list_page(
     .await
 }
 
+/// The conditions a deletion carries (DeleteObject's headers, or one DeleteObjects entry).
+struct DeleteConditions<'a> {
+    if_match: Option<&'a dto::ETagCondition>,
+    modified: Option<&'a dto::Timestamp>,
+    size: Option<i64>,
+}
+
+/// Deletes `bucket/key` provided its conditions hold (checked again in the om's deletion
+/// transaction). A missing key is fine, as in S3, unless a condition named it; a version
+/// other than `null` does not exist here.
+async fn delete_one(
+    gw: &Gateway,
+    bucket: &str,
+    key: &str,
+    version: Option<&str>,
+    c: DeleteConditions<'_>,
+) -> S3Result<()> {
+    if version.is_some_and(|v| v != "null") {
+        return Err(s3_error!(
+            InvalidArgument,
+            "Invalid version id specified: this bucket is not versioned"
+        ));
+    }
+    let condition = delete_condition(gw, bucket, key, c.if_match, c.modified, c.size).await?;
+    let deleted = match condition {
+        Some(c) => gw.client().delete_key_if(bucket, key, c).await,
+        None => gw.client().delete_key(bucket, key).await,
+    };
+    match deleted {
+        Ok(()) | Err(ClientError::KeyNotFound { .. }) => Ok(()),
+        Err(e) => Err(commit_error(e)),
+    }
+}
+
 fn common_prefixes(prefixes: Vec<String>, enc: Encoding) -> Vec<dto::CommonPrefix> {
     prefixes
         .into_iter()
@@ -358,7 +392,7 @@ impl S3 for Gateway {
             meta.extend(got.metadata());
             match condition {
                 Some(c) => w.close_if(meta, c).await.map_err(commit_error)?,
-                None => w.close_with(meta).await.map_err(to_s3)?,
+                None => w.close_with(meta).await.map_err(commit_error)?,
             };
             let mut out = dto::PutObjectOutput {
                 e_tag: Some(ETag::Strong(etag)),
@@ -378,25 +412,20 @@ impl S3 for Gateway {
         req: S3Request<dto::DeleteObjectInput>,
     ) -> S3Result<S3Response<dto::DeleteObjectOutput>> {
         self.tracked("DeleteObject", async {
+            refuse_unsupported(&req.headers)?;
             let i = req.input;
-            let condition = delete_condition(
+            delete_one(
                 self,
                 &i.bucket,
                 &i.key,
-                i.if_match.as_ref(),
-                i.if_match_last_modified_time.as_ref(),
-                i.if_match_size,
+                i.version_id.as_deref(),
+                DeleteConditions {
+                    if_match: i.if_match.as_ref(),
+                    modified: i.if_match_last_modified_time.as_ref(),
+                    size: i.if_match_size,
+                },
             )
             .await?;
-            let deleted = match condition {
-                Some(c) => self.client().delete_key_if(&i.bucket, &i.key, c).await,
-                None => self.client().delete_key(&i.bucket, &i.key).await,
-            };
-            match deleted {
-                // Deleting a missing key succeeds in S3 (the bucket must exist).
-                Ok(()) | Err(ClientError::KeyNotFound { .. }) => {}
-                Err(e) => return Err(commit_error(e)),
-            }
             Ok(S3Response::new(dto::DeleteObjectOutput::default()))
         })
         .await
@@ -421,8 +450,23 @@ impl S3 for Gateway {
             let mut deleted = Vec::new();
             let mut errors = Vec::new();
             for obj in i.delete.objects {
-                match self.client().delete_key(&i.bucket, &obj.key).await {
-                    Ok(()) | Err(ClientError::KeyNotFound { .. }) => {
+                // Each object's own conditions (`<ETag>`, `<LastModifiedTime>`, `<Size>`)
+                // hold for it as they would for a DeleteObject.
+                let if_match = obj.e_tag.clone().map(dto::ETagCondition::ETag);
+                let outcome = delete_one(
+                    self,
+                    &i.bucket,
+                    &obj.key,
+                    obj.version_id.as_deref(),
+                    DeleteConditions {
+                        if_match: if_match.as_ref(),
+                        modified: obj.last_modified_time.as_ref(),
+                        size: obj.size,
+                    },
+                )
+                .await;
+                match outcome {
+                    Ok(()) => {
                         if !quiet {
                             deleted.push(dto::DeletedObject {
                                 key: Some(obj.key),
@@ -431,7 +475,6 @@ impl S3 for Gateway {
                         }
                     }
                     Err(e) => {
-                        let e = to_s3(e);
                         errors.push(dto::Error {
                             key: Some(obj.key),
                             code: Some(e.code().as_str().to_string()),
@@ -490,10 +533,10 @@ impl S3 for Gateway {
         &self,
         req: S3Request<dto::CompleteMultipartUploadInput>,
     ) -> S3Result<S3Response<dto::CompleteMultipartUploadOutput>> {
-        self.tracked(
-            "CompleteMultipartUpload",
-            crate::multipart::complete(self, req.input),
-        )
+        self.tracked("CompleteMultipartUpload", async {
+            refuse_unsupported(&req.headers)?;
+            crate::multipart::complete(self, req.input).await
+        })
         .await
     }
 

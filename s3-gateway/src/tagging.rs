@@ -110,10 +110,22 @@ fn tag_set(meta: &BTreeMap<String, String>) -> Vec<dto::Tag> {
         .collect()
 }
 
+/// Refuses a version other than `null` (buckets here are not versioned).
+fn not_versioned(version: Option<&str>) -> S3Result<()> {
+    if version.is_some_and(|v| v != "null") {
+        return Err(s3_error!(
+            InvalidArgument,
+            "Invalid version id specified: this bucket is not versioned"
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) async fn put(
     gw: &Gateway,
     i: dto::PutObjectTaggingInput,
 ) -> S3Result<S3Response<dto::PutObjectTaggingOutput>> {
+    not_versioned(i.version_id.as_deref())?;
     let tags: Vec<(String, String)> = i
         .tagging
         .tag_set
@@ -134,6 +146,7 @@ pub(crate) async fn get(
     gw: &Gateway,
     i: dto::GetObjectTaggingInput,
 ) -> S3Result<S3Response<dto::GetObjectTaggingOutput>> {
+    not_versioned(i.version_id.as_deref())?;
     let k = gw
         .client()
         .key_info(&i.bucket, &i.key)
@@ -149,6 +162,7 @@ pub(crate) async fn delete(
     gw: &Gateway,
     i: dto::DeleteObjectTaggingInput,
 ) -> S3Result<S3Response<dto::DeleteObjectTaggingOutput>> {
+    not_versioned(i.version_id.as_deref())?;
     gw.client()
         .set_key_metadata(&i.bucket, &i.key, TAG_PREFIX, BTreeMap::new())
         .await

@@ -19,6 +19,7 @@ fn unsupported(name: &str, value: &str) -> bool {
             n.starts_with("x-amz-grant-")
                 || n.starts_with("x-amz-object-lock-")
                 || n.starts_with("x-amz-server-side-encryption")
+                || n.starts_with("x-amz-copy-source-server-side-encryption")
         }
     }
 }
@@ -61,6 +62,10 @@ mod tests {
         assert!(!unsupported("x-amz-storage-class", "STANDARD"));
         assert!(unsupported("x-amz-storage-class", "GLACIER"));
         assert!(!unsupported("x-amz-tagging", "a=b"), "tags are kept");
+        assert!(unsupported(
+            "x-amz-copy-source-server-side-encryption-customer-key",
+            "k"
+        ));
         assert!(unsupported("x-amz-website-redirect-location", "/x"));
         assert!(!unsupported("x-amz-meta-color", "red"));
         assert!(!unsupported("content-type", "text/plain"));

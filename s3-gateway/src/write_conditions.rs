@@ -147,9 +147,22 @@ pub(crate) async fn delete_condition(
 }
 
 /// Maps a failed commit or deletion: the om's condition refusal is 409
-/// `ConditionalRequestConflict` (another write won between the check and the commit); the
-/// rest as [`to_s3`].
+/// `ConditionalRequestConflict` (another write won between the check and the commit); the om
+/// refusing a commit's arguments (groups it did not allocate, lengths that do not add up) is
+/// 500 `InternalError` — the request was validated before anything was written, so that is
+/// the client library breaking the protocol, not the caller; the rest as [`to_s3`].
 pub(crate) fn commit_error(e: ClientError) -> S3Error {
+    if let ClientError::Om {
+        code: ec_client::OmErrorCode::InvalidArgument,
+        message,
+        ..
+    } = e.root()
+    {
+        return S3Error::with_message(
+            S3ErrorCode::InternalError,
+            format!("the om refused the commit: {message}"),
+        );
+    }
     if e.is_condition_failed() {
         S3Error::with_message(
             S3ErrorCode::ConditionalRequestConflict,
@@ -195,13 +208,22 @@ pub(crate) fn check_copy_source(i: CopySourceConditions<'_>, src: &KeyInfo) -> S
         ETagCondition::ETag(ETag::Strong(v)) => v.trim_matches('"') == etag,
         ETagCondition::ETag(ETag::Weak(v)) => !strong && v.trim_matches('"') == etag,
     };
-    let failed = i.copy_source_if_match.is_some_and(|c| !matches(c, true))
-        || i.copy_source_if_none_match
-            .is_some_and(|c| matches(c, false))
-        || i.copy_source_if_unmodified_since
-            .is_some_and(|t| modified > secs(t))
-        || i.copy_source_if_modified_since
-            .is_some_and(|t| modified <= secs(t));
+    // An entity-tag condition decides alone when present (Amazon: if-match true with
+    // if-unmodified-since false copies; if-none-match false with if-modified-since true is
+    // 412), as RFC 9110 ignores the date when the tag condition is there.
+    let match_failed = match i.copy_source_if_match {
+        Some(c) => !matches(c, true),
+        None => i
+            .copy_source_if_unmodified_since
+            .is_some_and(|t| modified > secs(t)),
+    };
+    let none_match_failed = match i.copy_source_if_none_match {
+        Some(c) => matches(c, false),
+        None => i
+            .copy_source_if_modified_since
+            .is_some_and(|t| modified <= secs(t)),
+    };
+    let failed = match_failed || none_match_failed;
     if failed {
         return Err(s3_error!(
             PreconditionFailed,

@@ -86,7 +86,9 @@ async fn requests_clients_send_are_answered_as_amazon_does() {
             }
         }
 
-        // Limits: 1,001 keys in one DeleteObjects; user metadata over 2 KB.
+        // Limits: 1,001 keys in one DeleteObjects (k0 among them stays); user metadata over
+        // 2 KB.
+        assert_eq!(s.send("PUT", "/conf/k0", &[], &[], b"k0").0, 200);
         let xml: String = std::iter::once("<Delete>".to_string())
             .chain((0..1001).map(|n| format!("<Object><Key>k{n}</Key></Object>")))
             .chain(std::iter::once("</Delete>".to_string()))
@@ -94,7 +96,26 @@ async fn requests_clients_send_are_answered_as_amazon_does() {
         let md5 = base64::engine::general_purpose::STANDARD.encode(Md5::digest(xml.as_bytes()));
         let r = s.send("POST", "/conf", &[("delete", "")], &[("content-md5", &md5)], xml.as_bytes());
         assert_eq!(code(&r), (400, "MalformedXML".into()));
-        assert_eq!(s.send("HEAD", "/conf/sys", &[], &[], b"").0, 200, "nothing deleted");
+        assert_eq!(s.send("HEAD", "/conf/k0", &[], &[], b"").0, 200, "nothing deleted");
+
+        // DeleteObjects honours each entry's ETag condition.
+        let k0 = s.send("HEAD", "/conf/k0", &[], &[], b"");
+        let etag = header(&k0.1, "etag").expect("etag").to_string();
+        assert_eq!(s.send("PUT", "/conf/k1", &[], &[], b"k1").0, 200);
+        let xml = format!(
+            "<Delete><Object><Key>k0</Key><ETag>\"0123\"</ETag></Object><Object><Key>k1</Key></Object></Delete>"
+        );
+        let md5 = base64::engine::general_purpose::STANDARD.encode(Md5::digest(xml.as_bytes()));
+        let r = s.send("POST", "/conf", &[("delete", "")], &[("content-md5", &md5)], xml.as_bytes());
+        assert_eq!(r.0, 200, "{}", text(&r));
+        assert_eq!(between(&text(&r), "<Code>", "</Code>"), vec!["PreconditionFailed"], "{}", text(&r));
+        assert_eq!(s.send("HEAD", "/conf/k0", &[], &[], b"").0, 200, "its ETag did not match");
+        assert_eq!(s.send("HEAD", "/conf/k1", &[], &[], b"").0, 404);
+        let xml = format!("<Delete><Object><Key>k0</Key><ETag>{etag}</ETag></Object></Delete>");
+        let md5 = base64::engine::general_purpose::STANDARD.encode(Md5::digest(xml.as_bytes()));
+        let r = s.send("POST", "/conf", &[("delete", "")], &[("content-md5", &md5)], xml.as_bytes());
+        assert_eq!(r.0, 200, "{}", text(&r));
+        assert_eq!(s.send("HEAD", "/conf/k0", &[], &[], b"").0, 404);
         let big = "v".repeat(2100);
         let r = s.send("PUT", "/conf/meta", &[], &[("x-amz-meta-big", &big)], b"x");
         assert_eq!(code(&r), (400, "MetadataTooLarge".into()));
@@ -149,6 +170,28 @@ async fn requests_clients_send_are_answered_as_amazon_does() {
         assert_eq!(s.send("PUT", "/conf/mp", &[], &[], b"rewritten").0, 200);
         let r = s.send("POST", "/conf/mp", &[("uploadId", &id)], &[], xml.as_bytes());
         assert_eq!(code(&r), (404, "NoSuchUpload".into()));
+
+        // A Complete sent for another key must not complete the upload (under its own key).
+        let r = s.send("POST", "/conf/mp2", &[("uploads", "")], &[], b"");
+        let id = between(&text(&r), "<UploadId>", "</UploadId>")[0].clone();
+        let r = s.send("PUT", "/conf/mp2", &[("partNumber", "1"), ("uploadId", &id)], &[], b"part of mp2");
+        let etag = header(&r.1, "etag").expect("etag").to_string();
+        let xml = format!("<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>{etag}</ETag></Part></CompleteMultipartUpload>");
+        let r = s.send("POST", "/conf/elsewhere", &[("uploadId", &id)], &[], xml.as_bytes());
+        assert_eq!(code(&r), (404, "NoSuchUpload".into()));
+        assert_eq!(s.send("HEAD", "/conf/mp2", &[], &[], b"").0, 404, "not completed");
+        assert_eq!(s.send("HEAD", "/conf/elsewhere", &[], &[], b"").0, 404);
+        // A checksum claim the object's checksum cannot answer is refused.
+        let r = s.send(
+            "POST",
+            "/conf/mp2",
+            &[("uploadId", &id)],
+            &[("x-amz-checksum-sha256", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=")],
+            xml.as_bytes(),
+        );
+        assert_eq!(code(&r), (400, "InvalidRequest".into()));
+        let r = s.send("POST", "/conf/mp2", &[("uploadId", &id)], &[], xml.as_bytes());
+        assert_eq!(r.0, 200, "{}", text(&r));
     })
     .await
     .expect("blocking task");
