@@ -102,9 +102,7 @@ async fn requests_clients_send_are_answered_as_amazon_does() {
         let k0 = s.send("HEAD", "/conf/k0", &[], &[], b"");
         let etag = header(&k0.1, "etag").expect("etag").to_string();
         assert_eq!(s.send("PUT", "/conf/k1", &[], &[], b"k1").0, 200);
-        let xml = format!(
-            "<Delete><Object><Key>k0</Key><ETag>\"0123\"</ETag></Object><Object><Key>k1</Key></Object></Delete>"
-        );
+        let xml = "<Delete><Object><Key>k0</Key><ETag>\"0123\"</ETag></Object><Object><Key>k1</Key></Object></Delete>".to_string();
         let md5 = base64::engine::general_purpose::STANDARD.encode(Md5::digest(xml.as_bytes()));
         let r = s.send("POST", "/conf", &[("delete", "")], &[("content-md5", &md5)], xml.as_bytes());
         assert_eq!(r.0, 200, "{}", text(&r));
