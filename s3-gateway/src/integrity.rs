@@ -448,6 +448,82 @@ pub(crate) async fn receive(
     })
 }
 
+/// Largest XML request body verified in memory (DeleteObjects of 1,000 long keys fits).
+pub(crate) const MAX_XML_BODY: usize = 4 * 1024 * 1024;
+
+/// Which claims describe the small XML body of a request the gateway parses, if it is one:
+/// DeleteObjects and PutObjectTagging (`Content-MD5` and `x-amz-checksum-*`), and
+/// CompleteMultipartUpload (`Content-MD5` only — its `x-amz-checksum-*` claims the completed
+/// object's checksum, checked in `multipart`). `Some(true)`: all claims are the body's.
+pub(crate) fn xml_body(method: &http::Method, uri: &http::Uri) -> Option<bool> {
+    let keys: Vec<&str> = uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .map(|kv| kv.split_once('=').map_or(kv, |(k, _)| k))
+        .collect();
+    match *method {
+        http::Method::POST if keys.contains(&"delete") => Some(true),
+        http::Method::POST if keys.contains(&"uploadId") => Some(false),
+        http::Method::PUT if keys.contains(&"tagging") => Some(true),
+        _ => None,
+    }
+}
+
+/// Whether `h` makes an integrity claim about the body (`checksums`: the `x-amz-checksum-*`
+/// headers count too).
+pub(crate) fn claims_anything(h: &HeaderMap, checksums: bool) -> bool {
+    h.contains_key("content-md5")
+        || (checksums && Algorithm::ALL.iter().any(|a| h.contains_key(a.header())))
+}
+
+/// Verifies the integrity claims of a whole, buffered body: `Content-MD5`, the declared
+/// length, and (`checksums`) one `x-amz-checksum-*` header.
+///
+/// # Errors
+/// As [`receive`] does for a streamed body; a trailer claim is `InvalidRequest` (such bodies
+/// are not streamed).
+pub(crate) fn verify_buffered(h: &HeaderMap, body: &[u8], checksums: bool) -> S3Result<()> {
+    let claims = if checksums {
+        Claims::from_headers(h, Algorithm::Crc64Nvme, None)?
+    } else {
+        let mut only_md5 = HeaderMap::new();
+        for name in ["content-md5", "content-length"] {
+            if let Some(v) = h.get(name) {
+                only_md5.insert(name, v.clone());
+            }
+        }
+        Claims::from_headers(&only_md5, Algorithm::Crc64Nvme, None)?
+    };
+    if claims.declared_len.is_some_and(|n| n != body.len() as u64) {
+        return Err(s3_error!(
+            IncompleteBody,
+            "You did not provide the number of bytes specified by the Content-Length HTTP header"
+        ));
+    }
+    if let Some(m) = &claims.content_md5
+        && m.as_slice() != Md5::digest(body).as_slice()
+    {
+        return Err(s3_error!(
+            BadDigest,
+            "The Content-MD5 you specified did not match what we received."
+        ));
+    }
+    match &claims.source {
+        Source::Computed => Ok(()),
+        Source::Header(d) if *d == claims.algorithm.digest(body) => Ok(()),
+        Source::Header(_) => Err(s3_error!(
+            BadDigest,
+            "The {} you specified did not match the calculated checksum.",
+            claims.algorithm.name()
+        )),
+        Source::Trailer => Err(s3_error!(
+            InvalidRequest,
+            "a checksum trailer on a request that is not streamed"
+        )),
+    }
+}
+
 /// The S3 error for a request body that failed while it was read. s3s verifies the payload's
 /// SHA-256 and the aws-chunked signatures as the body streams, and its error types are private:
 /// they are told apart by what they say. A payload whose hash is not the signed one is 400

@@ -231,7 +231,10 @@ impl S3Gateway {
                             let work = async move {
                                 let mut r = match refusal {
                                     Some(resp) => Ok(resp),
-                                    None => hyper::service::Service::call(&service, req).await,
+                                    None => match request_ids::checked_xml_body(req.map(s3s::Body::from)).await {
+                                        Ok(req) => service.call(req).await,
+                                        Err(refused) => Ok(refused),
+                                    },
                                 };
                                 if let Ok(resp) = &mut r {
                                     request_ids::stamp(resp, &id);

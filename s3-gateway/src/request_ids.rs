@@ -56,6 +56,57 @@ pub(crate) fn refuse_long_presigned(uri: &http::Uri) -> Option<HttpResponse> {
     Some(resp)
 }
 
+/// A request whose small XML body carries integrity claims (DeleteObjects, Complete,
+/// PutObjectTagging; s3s parses those bodies and checks none of their claims), with the body
+/// buffered and verified; any other request as it is. The refusal is the answer to send.
+pub(crate) async fn checked_xml_body(
+    req: s3s::HttpRequest,
+) -> Result<s3s::HttpRequest, HttpResponse> {
+    use crate::integrity::{MAX_XML_BODY, claims_anything, verify_buffered, xml_body};
+    let streamed = req
+        .headers()
+        .get("content-encoding")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("aws-chunked"));
+    let Some(checksums) = xml_body(req.method(), req.uri()) else {
+        return Ok(req);
+    };
+    if streamed || !claims_anything(req.headers(), checksums) {
+        return Ok(req);
+    }
+    let (parts, mut body) = req.into_parts();
+    let bytes = match body.store_all_limited(MAX_XML_BODY).await {
+        Ok(b) => b,
+        Err(e) => {
+            return Err(error_response(&s3s::s3_error!(
+                MaxMessageLengthExceeded,
+                "the request body could not be read whole (at most {MAX_XML_BODY} bytes): {e}"
+            )));
+        }
+    };
+    if let Err(e) = verify_buffered(&parts.headers, &bytes, checksums) {
+        return Err(error_response(&e));
+    }
+    Ok(s3s::HttpRequest::from_parts(parts, Body::from(bytes)))
+}
+
+/// An S3 error as an HTTP answer (XML body, its status).
+fn error_response(e: &s3s::S3Error) -> HttpResponse {
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{}</Code><Message>{}</Message></Error>",
+        e.code().as_str(),
+        e.message()
+            .unwrap_or("")
+            .replace('&', "&amp;")
+            .replace('<', "&lt;")
+    );
+    let mut resp = HttpResponse::new(Body::from(body));
+    *resp.status_mut() = e.status_code().unwrap_or(StatusCode::BAD_REQUEST);
+    resp.headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/xml"));
+    resp
+}
+
 /// Stamps `resp` with request id `id`: the headers, and `<RequestId>` in an XML error body
 /// that lacks one.
 pub(crate) fn stamp(resp: &mut HttpResponse, id: &str) {

@@ -114,6 +114,18 @@ async fn requests_clients_send_are_answered_as_amazon_does() {
         let r = s.send("POST", "/conf", &[("delete", "")], &[("content-md5", &md5)], xml.as_bytes());
         assert_eq!(r.0, 200, "{}", text(&r));
         assert_eq!(s.send("HEAD", "/conf/k0", &[], &[], b"").0, 404);
+        // The integrity claims of an XML body are verified before it is acted on.
+        assert_eq!(s.send("PUT", "/conf/k2", &[], &[], b"k2").0, 200);
+        let xml = "<Delete><Object><Key>k2</Key></Object></Delete>";
+        let wrong = base64::engine::general_purpose::STANDARD.encode(Md5::digest(b"another body"));
+        let r = s.send("POST", "/conf", &[("delete", "")], &[("content-md5", &wrong)], xml.as_bytes());
+        assert_eq!(code(&r), (400, "BadDigest".into()));
+        let r = s.send("POST", "/conf", &[("delete", "")], &[("x-amz-checksum-crc32", "AAAAAA==")], xml.as_bytes());
+        assert_eq!(code(&r), (400, "BadDigest".into()));
+        assert_eq!(s.send("HEAD", "/conf/k2", &[], &[], b"").0, 200, "nothing deleted");
+        let tagging = b"<Tagging><TagSet><Tag><Key>x</Key><Value>1</Value></Tag></TagSet></Tagging>";
+        let r = s.send("PUT", "/conf/k2", &[("tagging", "")], &[("content-md5", &wrong)], tagging);
+        assert_eq!(code(&r), (400, "BadDigest".into()));
         let big = "v".repeat(2100);
         let r = s.send("PUT", "/conf/meta", &[], &[("x-amz-meta-big", &big)], b"x");
         assert_eq!(code(&r), (400, "MetadataTooLarge".into()));
