@@ -7,37 +7,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{Signer, dechunk, header};
-use minicluster::{MiniCluster, MiniClusterConfig, S3_ACCESS_KEY, S3_SECRET_KEY};
-
-async fn signed_cluster() -> (MiniCluster, Signer) {
-    let mut c = MiniCluster::start(MiniClusterConfig::default())
-        .await
-        .expect("cluster");
-    let addr = c.start_s3_gateway(0, true).await.expect("gateway");
-    let s = Signer {
-        addr,
-        access_key: S3_ACCESS_KEY.into(),
-        secret_key: S3_SECRET_KEY.into(),
-        skew_secs: 0,
-    };
-    (c, s)
-}
-
-fn body(r: &(u16, Vec<(String, String)>, Vec<u8>)) -> String {
-    String::from_utf8_lossy(&r.2).to_string()
-}
-
-fn code(r: &(u16, Vec<(String, String)>, Vec<u8>)) -> (u16, String) {
-    let b = body(r);
-    let c = b
-        .split("<Code>")
-        .nth(1)
-        .and_then(|t| t.split("</Code>").next())
-        .unwrap_or("")
-        .to_string();
-    (r.0, c)
-}
+use common::{code, dechunk, header, signed_cluster, text};
 
 /// Each header on each write: what holds is written, what does not is refused with Amazon's
 /// code and leaves the object as it was.
@@ -53,7 +23,7 @@ async fn conditions_on_put_copy_complete_and_delete() {
         // If-None-Match: * creates once.
         let star = [("if-none-match", "*")];
         let r = s.send("PUT", "/cwb/k", &[], &star, b"first");
-        assert_eq!(r.0, 200, "{}", body(&r));
+        assert_eq!(r.0, 200, "{}", text(&r));
         let first_etag = header(&r.1, "etag").expect("etag").to_string();
         let r = s.send("PUT", "/cwb/k", &[], &star, b"second");
         assert_eq!(code(&r), (412, "PreconditionFailed".into()));
@@ -67,7 +37,7 @@ async fn conditions_on_put_copy_complete_and_delete() {
         let r = s.send("PUT", "/cwb/missing", &[], &[("if-match", "*")], b"x");
         assert_eq!(code(&r), (404, "NoSuchKey".into()));
         let r = s.send("PUT", "/cwb/k", &[], &[("if-match", &first_etag)], b"second");
-        assert_eq!(r.0, 200, "{}", body(&r));
+        assert_eq!(r.0, 200, "{}", text(&r));
         let second_etag = header(&r.1, "etag").expect("etag").to_string();
         let r = s.send("PUT", "/cwb/k", &[], &[("if-match", &first_etag)], b"third");
         assert_eq!(code(&r), (412, "PreconditionFailed".into()), "the old ETag no longer matches");
@@ -80,13 +50,13 @@ async fn conditions_on_put_copy_complete_and_delete() {
         assert_eq!(code(&r), (412, "PreconditionFailed".into()));
         assert_eq!(get("other"), (200, b"other".to_vec()));
         let r = s.send("PUT", "/cwb/fresh", &[], &copy, b"");
-        assert_eq!(r.0, 200, "{}", body(&r));
+        assert_eq!(r.0, 200, "{}", text(&r));
         assert_eq!(get("fresh"), (200, b"second".to_vec()));
 
         // CompleteMultipartUpload with If-None-Match: * onto an existing key: refused, and the
         // upload stays for a retry without the header.
         let r = s.send("POST", "/cwb/k", &[("uploads", "")], &[], b"");
-        let b = body(&r);
+        let b = text(&r);
         let id = b
             .split("<UploadId>")
             .nth(1)
@@ -102,7 +72,7 @@ async fn conditions_on_put_copy_complete_and_delete() {
         assert_eq!(code(&r), (412, "PreconditionFailed".into()));
         assert_eq!(get("k"), (200, b"second".to_vec()));
         let r = s.send("POST", "/cwb/k", &[("uploadId", &id)], &[("if-match", &second_etag)], xml.as_bytes());
-        assert_eq!(r.0, 200, "{}", body(&r));
+        assert_eq!(r.0, 200, "{}", text(&r));
         assert_eq!(get("k"), (200, b"part".to_vec()));
 
         // DeleteObject If-Match.
@@ -114,7 +84,7 @@ async fn conditions_on_put_copy_complete_and_delete() {
         let other = s.send("HEAD", "/cwb/other", &[], &[], b"");
         let etag = header(&other.1, "etag").expect("etag").to_string();
         let r = s.send("DELETE", "/cwb/other", &[], &[("if-match", &etag), ("x-amz-if-match-size", "5")], b"");
-        assert_eq!(r.0, 204, "{}", body(&r));
+        assert_eq!(r.0, 204, "{}", text(&r));
         assert_eq!(get("other").0, 404);
     })
     .await
@@ -161,5 +131,42 @@ async fn sixteen_concurrent_create_only_puts_have_one_winner() {
     .await
     .expect("get");
     assert!(got == vec![w; 100_000], "the object is the winner's");
+    cluster.shutdown().await;
+}
+
+/// The om's own check, not only the gateway's: a create-only PUT that found no key on arrival
+/// is refused at its commit (409 `ConditionalRequestConflict`) when another writer created the
+/// key while its body was still arriving; the other writer's object stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_only_put_that_loses_during_its_upload_is_refused_by_the_om() {
+    let (cluster, s) = signed_cluster().await;
+    let om = Arc::clone(cluster.om());
+    let handle = tokio::runtime::Handle::current();
+    let s = Arc::new(s);
+    let (r, got) = tokio::task::spawn_blocking(move || {
+        assert_eq!(s.send("PUT", "/late", &[], &[], b"").0, 200);
+        let body = vec![7u8; 3 * 1024 * 1024];
+        let r = s.send_paused("/late/k", &[("if-none-match", "*")], &body, || {
+            // The paused PUT passed the gateway's check and opened its om session...
+            handle.block_on(async {
+                let mut open = om.watch_open_sessions();
+                tokio::time::timeout(std::time::Duration::from_secs(30), async {
+                    while *open.borrow_and_update() == 0 {
+                        open.changed().await.expect("om alive");
+                    }
+                })
+                .await
+                .expect("the paused PUT opened its session");
+            });
+            // ...when another writer creates the key.
+            assert_eq!(s.send("PUT", "/late/k", &[], &[], b"winner").0, 200);
+        });
+        let g = s.send("GET", "/late/k", &[], &[], b"");
+        (r, dechunk(&g.2, &g.1))
+    })
+    .await
+    .expect("requests");
+    assert_eq!(code(&r), (409, "ConditionalRequestConflict".into()));
+    assert_eq!(got, b"winner");
     cluster.shutdown().await;
 }

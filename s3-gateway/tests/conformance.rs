@@ -5,47 +5,8 @@
 mod common;
 
 use base64::Engine;
-use common::{Signer, header};
+use common::{between, code, header, signed_cluster, text};
 use md5::{Digest, Md5};
-use minicluster::{MiniCluster, MiniClusterConfig, S3_ACCESS_KEY, S3_SECRET_KEY};
-
-type Answer = (u16, Vec<(String, String)>, Vec<u8>);
-
-async fn signed_cluster() -> (MiniCluster, Signer) {
-    let mut c = MiniCluster::start(MiniClusterConfig::default())
-        .await
-        .expect("cluster");
-    let addr = c.start_s3_gateway(0, true).await.expect("gateway");
-    let s = Signer {
-        addr,
-        access_key: S3_ACCESS_KEY.into(),
-        secret_key: S3_SECRET_KEY.into(),
-        skew_secs: 0,
-    };
-    (c, s)
-}
-
-fn text(r: &Answer) -> String {
-    String::from_utf8_lossy(&r.2).to_string()
-}
-
-fn code(r: &Answer) -> (u16, String) {
-    let b = text(r);
-    let c = b
-        .split("<Code>")
-        .nth(1)
-        .and_then(|t| t.split("</Code>").next())
-        .unwrap_or("")
-        .to_string();
-    (r.0, c)
-}
-
-fn between(body: &str, open: &str, close: &str) -> Vec<String> {
-    body.split(open)
-        .skip(1)
-        .filter_map(|t| t.split(close).next().map(str::to_string))
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_clients_send_are_answered_as_amazon_does() {

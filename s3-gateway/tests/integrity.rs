@@ -7,35 +7,7 @@
 mod common;
 
 use base64::Engine;
-use common::{Signer, dechunk, header};
-use minicluster::{MiniCluster, MiniClusterConfig, S3_ACCESS_KEY, S3_SECRET_KEY};
-
-type Answer = (u16, Vec<(String, String)>, Vec<u8>);
-
-async fn signed_cluster() -> (MiniCluster, Signer) {
-    let mut c = MiniCluster::start(MiniClusterConfig::default())
-        .await
-        .expect("cluster");
-    let addr = c.start_s3_gateway(0, true).await.expect("gateway");
-    let s = Signer {
-        addr,
-        access_key: S3_ACCESS_KEY.into(),
-        secret_key: S3_SECRET_KEY.into(),
-        skew_secs: 0,
-    };
-    (c, s)
-}
-
-fn code(r: &Answer) -> (u16, String) {
-    let b = String::from_utf8_lossy(&r.2).to_string();
-    let c = b
-        .split("<Code>")
-        .nth(1)
-        .and_then(|t| t.split("</Code>").next())
-        .unwrap_or("")
-        .to_string();
-    (r.0, c)
-}
+use common::{between, code, dechunk, header, signed_cluster, text};
 
 fn b64(b: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(b)
@@ -47,14 +19,6 @@ fn crc32(b: &[u8]) -> Vec<u8> {
 
 fn crc32c(b: &[u8]) -> Vec<u8> {
     crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, b).to_be_bytes()[4..].to_vec()
-}
-
-fn between(body: &[u8], open: &str, close: &str) -> Vec<String> {
-    String::from_utf8_lossy(body)
-        .split(open)
-        .skip(1)
-        .filter_map(|t| t.split(close).next().map(str::to_string))
-        .collect()
 }
 
 /// Single PUTs: header and trailer checksums, Content-MD5, declared lengths.
@@ -218,7 +182,7 @@ async fn multipart_checksums_per_part_and_for_the_object() {
             let r = s.send("POST", &key, &[("uploads", "")], &[("x-amz-checksum-algorithm", algorithm), ("x-amz-checksum-type", ty)], b"");
             assert_eq!(r.0, 200, "{}", String::from_utf8_lossy(&r.2));
             assert_eq!(header(&r.1, "x-amz-checksum-algorithm"), Some(algorithm));
-            let id = between(&r.2, "<UploadId>", "</UploadId>")[0].clone();
+            let id = between(&text(&r), "<UploadId>", "</UploadId>")[0].clone();
             let up = |n: &str, body: &[u8], h: &[(&str, &str)]| {
                 s.send("PUT", &key, &[("partNumber", n), ("uploadId", &id)], h, body)
             };
@@ -239,7 +203,7 @@ async fn multipart_checksums_per_part_and_for_the_object() {
             }
             let r = s.send("GET", &key, &[("uploadId", &id)], &[], b"");
             let tag = format!("Checksum{algorithm}");
-            assert_eq!(between(&r.2, &format!("<{tag}>"), &format!("</{tag}>")), sums, "ListParts");
+            assert_eq!(between(&text(&r), &format!("<{tag}>"), &format!("</{tag}>")), sums, "ListParts");
             let xml = |second_sum: &str| format!(
                 "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>{}</ETag><{tag}>{}</{tag}></Part><Part><PartNumber>2</PartNumber><ETag>{}</ETag><{tag}>{second_sum}</{tag}></Part></CompleteMultipartUpload>",
                 etags[0], sums[0], etags[1]
@@ -257,7 +221,7 @@ async fn multipart_checksums_per_part_and_for_the_object() {
             } else {
                 b64(&digest(&whole))
             };
-            assert_eq!(between(&r.2, &format!("<{tag}>"), &format!("</{tag}>")), vec![want.clone()]);
+            assert_eq!(between(&text(&r), &format!("<{tag}>"), &format!("</{tag}>")), vec![want.clone()]);
             let r = s.send("HEAD", &key, &[], &[("x-amz-checksum-mode", "ENABLED")], b"");
             assert_eq!(header(&r.1, &header_name), Some(want.as_str()), "{ty}");
             assert_eq!(header(&r.1, "x-amz-checksum-type"), Some(ty));

@@ -19,6 +19,20 @@ pub fn http(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    exchange(addr, method, path, headers, body, body.len(), || {})
+}
+
+/// As [`http`], sending the body's first `pause_at` bytes, then calling `between`, then the
+/// rest.
+fn exchange(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    pause_at: usize,
+    between: impl FnOnce(),
+) -> (u16, Vec<(String, String)>, Vec<u8>) {
     let mut s = TcpStream::connect(addr).expect("connect");
     let mut req = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
@@ -31,7 +45,17 @@ pub fn http(
     s.write_all(req.as_bytes()).expect("write");
     // A server may answer (and close) before the whole body is sent, as it does for a request
     // it refuses from its headers alone: read its answer either way.
-    let _ = s.write_all(body);
+    let (first, rest) = body.split_at(pause_at.min(body.len()));
+    let _ = s.write_all(first);
+    let _ = s.flush();
+    between();
+    let _ = s.write_all(rest);
+    read_answer(&mut s)
+}
+
+/// Reads a whole HTTP/1.1 answer (the server closes the connection): (status, headers
+/// lower-cased, body as received).
+fn read_answer(s: &mut TcpStream) -> (u16, Vec<(String, String)>, Vec<u8>) {
     let mut raw = Vec::new();
     // A cut stream ends with an error or EOF: keep what arrived.
     let _ = s.read_to_end(&mut raw);
@@ -257,6 +281,32 @@ impl Signer {
         }
     }
 
+    /// Signs `PUT path` with `headers` and sends `body` in two halves, calling `between` after
+    /// the first: a request the gateway is in the middle of while something else happens.
+    pub fn send_paused(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        between: impl FnOnce(),
+    ) -> (u16, Vec<(String, String)>, Vec<u8>) {
+        let signed = self.sign("PUT", path, &[], headers, &sha256_hex(body), body.len());
+        let refs: Vec<(&str, &str)> = signed
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        exchange(
+            self.addr,
+            "PUT",
+            &signed.target,
+            &refs,
+            body,
+            body.len() / 2,
+            between,
+        )
+    }
+
     /// Signs with `payload_hash` and sends `payload` as it is.
     fn send_raw(
         &self,
@@ -358,4 +408,47 @@ impl Signed {
             .collect();
         http(addr, method, &self.target, &refs, payload)
     }
+}
+
+/// An exchange's answer: (status, headers lower-cased, body).
+pub type Answer = (u16, Vec<(String, String)>, Vec<u8>);
+
+/// A minicluster with its S3 gateway (SigV4 required), and a signer with its key pair.
+pub async fn signed_cluster() -> (minicluster::MiniCluster, Signer) {
+    let mut c = minicluster::MiniCluster::start(minicluster::MiniClusterConfig::default())
+        .await
+        .expect("cluster");
+    let addr = c.start_s3_gateway(0, true).await.expect("gateway");
+    let s = Signer {
+        addr,
+        access_key: minicluster::S3_ACCESS_KEY.into(),
+        secret_key: minicluster::S3_SECRET_KEY.into(),
+        skew_secs: 0,
+    };
+    (c, s)
+}
+
+/// An answer's body as text.
+pub fn text(r: &Answer) -> String {
+    String::from_utf8_lossy(&r.2).to_string()
+}
+
+/// An answer's status and the `<Code>` of its XML error body (empty when none).
+pub fn code(r: &Answer) -> (u16, String) {
+    let b = text(r);
+    let c = b
+        .split("<Code>")
+        .nth(1)
+        .and_then(|t| t.split("</Code>").next())
+        .unwrap_or("")
+        .to_string();
+    (r.0, c)
+}
+
+/// The texts between each `open` and the next `close` in `body`, in order.
+pub fn between(body: &str, open: &str, close: &str) -> Vec<String> {
+    body.split(open)
+        .skip(1)
+        .filter_map(|t| t.split(close).next().map(str::to_string))
+        .collect()
 }
