@@ -10,11 +10,12 @@ use std::time::Duration;
 
 use common::{
     STRIPE, data, ec_bucket, node_of, plant, read_all, replicated_bucket, ri, test_config,
+    wait_repair,
 };
 use datanode::RpcKind;
 use ec_client::Client;
 use minicluster::{MiniCluster, MiniClusterConfig};
-use om::{NodeState, RepairStatus};
+use om::NodeState;
 
 /// `n` datanodes reporting their blocks every `reports`, an om service interval of 100 ms.
 async fn cluster(n: usize, reports: Duration) -> (MiniCluster, Client) {
@@ -29,26 +30,6 @@ async fn cluster(n: usize, reports: Duration) -> (MiniCluster, Client) {
     .expect("minicluster");
     let client = cluster.client_with(test_config()).await.expect("client");
     (cluster, client)
-}
-
-async fn wait_repair(cluster: &MiniCluster, pred: impl Fn(&RepairStatus) -> bool) -> RepairStatus {
-    let mut passes = cluster.om().watch_repair_passes();
-    tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            let s = cluster.om().repair_status();
-            if pred(&s) {
-                return s;
-            }
-            passes.changed().await.expect("om alive");
-        }
-    })
-    .await
-    .unwrap_or_else(|_| {
-        panic!(
-            "the ReplicationManager did not reach the expected state within 60 s: {:?}",
-            cluster.om().repair_status()
-        )
-    })
 }
 
 /// The file of block (container id, local id) on datanode `n`.

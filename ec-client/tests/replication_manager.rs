@@ -9,11 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{
-    STRIPE, data, ec_bucket, node_of, read_all, replicated_bucket, ri, test_config, wait_statuses,
+    STRIPE, data, ec_bucket, node_of, read_all, replicated_bucket, ri, test_config, wait_repair,
+    wait_statuses,
 };
 use ec_client::Client;
 use minicluster::{MiniCluster, MiniClusterConfig};
-use om::{DatanodeStatus, ManualClock, NodeState, RepairStatus};
+use om::{DatanodeStatus, ManualClock, NodeState};
 
 /// A cluster of `n` datanodes whose om runs on `clock`, with second-scale liveness and a fast
 /// service interval.
@@ -34,29 +35,6 @@ async fn cluster(n: usize, clock: &Arc<ManualClock>) -> (MiniCluster, Client) {
     .expect("minicluster");
     let client = cluster.client_with(test_config()).await.expect("client");
     (cluster, client)
-}
-
-async fn wait_repair(
-    cluster: &MiniCluster,
-    mut pred: impl FnMut(&RepairStatus) -> bool,
-) -> RepairStatus {
-    let mut passes = cluster.om().watch_repair_passes();
-    tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            let s = cluster.om().repair_status();
-            if pred(&s) {
-                return s;
-            }
-            passes.changed().await.expect("om alive");
-        }
-    })
-    .await
-    .unwrap_or_else(|_| {
-        panic!(
-            "the ReplicationManager did not reach the expected state within 60 s: {:?}",
-            cluster.om().repair_status()
-        )
-    })
 }
 
 /// Steps the om's clock past the dead interval in two steps (each shorter than it, so the

@@ -67,6 +67,34 @@ impl SourceCheck {
     }
 }
 
+/// The copy source: its bucket and key, opened for reading.
+///
+/// # Errors
+/// 501 for an access point; 400 `InvalidArgument` for a version other than `null`; lookup
+/// failures.
+async fn open_source(
+    gw: &Gateway,
+    source: &dto::CopySource,
+) -> S3Result<(String, String, ec_client::KeyInputStream)> {
+    let dto::CopySource::Bucket {
+        bucket,
+        key,
+        version_id,
+    } = source
+    else {
+        return Err(s3_error!(NotImplemented, "copy from an access point"));
+    };
+    if version_id.as_deref().is_some_and(|v| v != "null") {
+        return Err(s3_error!(
+            InvalidArgument,
+            "Invalid version id specified: this bucket is not versioned"
+        ));
+    }
+    let src = gw.client().open_key(bucket, key).await.map_err(to_s3)?;
+    gw.metrics().key_lookup();
+    Ok((bucket.to_string(), key.to_string(), src))
+}
+
 /// CopyObject: the source read and written again by the gateway (one object, its ETag the MD5
 /// of its bytes and its checksum computed afresh), honouring the copy-source conditions, the
 /// destination's write conditions, the metadata directive and Amazon's self-copy rule.
@@ -84,22 +112,7 @@ pub(crate) async fn copy_object(
     let if_match = header_condition(&req.headers, "if-match")?;
     let if_none_match = header_condition(&req.headers, "if-none-match")?;
     let i = req.input;
-    let dto::CopySource::Bucket {
-        bucket,
-        key,
-        version_id,
-    } = &i.copy_source
-    else {
-        return Err(s3_error!(NotImplemented, "copy from an access point"));
-    };
-    if version_id.as_deref().is_some_and(|v| v != "null") {
-        return Err(s3_error!(
-            InvalidArgument,
-            "Invalid version id specified: this bucket is not versioned"
-        ));
-    }
-    let src = gw.client().open_key(bucket, key).await.map_err(to_s3)?;
-    gw.metrics().key_lookup();
+    let (bucket, key, src) = open_source(gw, &i.copy_source).await?;
     check_copy_source(copy_source_conditions!(i), src.info())?;
     let condition = write_condition(
         gw,
@@ -123,7 +136,7 @@ pub(crate) async fn copy_object(
         check_user_metadata(i.metadata.as_ref())?;
     }
     // Amazon refuses a copy onto itself that changes nothing.
-    if **bucket == *i.bucket && **key == *i.key && !replace && i.checksum_algorithm.is_none() {
+    if *bucket == *i.bucket && *key == *i.key && !replace && i.checksum_algorithm.is_none() {
         return Err(s3_error!(
             InvalidRequest,
             "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes."
@@ -262,22 +275,7 @@ pub(crate) async fn upload_part_copy(
         .filter(|n| (1..=10_000).contains(n))
         .ok_or_else(|| s3_error!(InvalidArgument, "part number must be between 1 and 10000"))?;
     let u = crate::multipart::upload_of(gw, &i.upload_id, &i.bucket, &i.key).await?;
-    let dto::CopySource::Bucket {
-        bucket,
-        key,
-        version_id,
-    } = &i.copy_source
-    else {
-        return Err(s3_error!(NotImplemented, "copy from an access point"));
-    };
-    if version_id.as_deref().is_some_and(|v| v != "null") {
-        return Err(s3_error!(
-            InvalidArgument,
-            "Invalid version id specified: this bucket is not versioned"
-        ));
-    }
-    let src = gw.client().open_key(bucket, key).await.map_err(to_s3)?;
-    gw.metrics().key_lookup();
+    let (_, _, src) = open_source(gw, &i.copy_source).await?;
     crate::write_conditions::check_copy_source(
         crate::write_conditions::copy_source_conditions!(i),
         src.info(),

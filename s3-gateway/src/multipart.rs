@@ -241,10 +241,15 @@ async fn completed_before(
             i.key
         ));
     }
+    Ok(S3Response::new(completed(&key)))
+}
+
+/// The answer to a completion that made `key`: its ETag and stored checksum, as recorded.
+fn completed(key: &ec_client::KeyInfo) -> dto::CompleteMultipartUploadOutput {
     let mut out = dto::CompleteMultipartUploadOutput {
         bucket: Some(key.bucket.clone()),
         key: Some(key.name.clone()),
-        e_tag: Some(ETag::Strong(crate::object_meta::etag_of(&key))),
+        e_tag: Some(ETag::Strong(crate::object_meta::etag_of(key))),
         location: Some(format!("/{}/{}", key.bucket, key.name)),
         ..Default::default()
     };
@@ -252,7 +257,7 @@ async fn completed_before(
         set_checksum!(out, a, value.to_string());
         out.checksum_type = Some(dto::ChecksumType::from(ty.to_string()));
     }
-    Ok(S3Response::new(out))
+    out
 }
 
 pub(crate) async fn complete(
@@ -381,18 +386,7 @@ pub(crate) async fn complete(
         .complete_multipart_upload_if(&i.upload_id, &parts, MIN_PART_SIZE, meta, condition)
         .await
         .map_err(crate::write_conditions::commit_error)?;
-    let mut out = dto::CompleteMultipartUploadOutput {
-        bucket: Some(key.bucket.clone()),
-        key: Some(key.name.clone()),
-        e_tag: Some(ETag::Strong(etag)),
-        location: Some(format!("/{}/{}", key.bucket, key.name)),
-        ..Default::default()
-    };
-    if let Some((a, value, ty)) = checksum {
-        set_checksum!(out, a, value);
-        out.checksum_type = Some(dto::ChecksumType::from(ty.to_string()));
-    }
-    Ok(S3Response::new(out))
+    Ok(S3Response::new(completed(&key)))
 }
 
 pub(crate) async fn abort(

@@ -292,3 +292,28 @@ pub async fn plant(
 ) {
     plant_with(store, b, bytes, std::collections::BTreeMap::new()).await;
 }
+
+/// Waits (on the om's pass counter, no polling) until the ReplicationManager's status
+/// satisfies `pred`; panics after 60 s.
+pub async fn wait_repair(
+    cluster: &MiniCluster,
+    mut pred: impl FnMut(&om::RepairStatus) -> bool,
+) -> om::RepairStatus {
+    let mut passes = cluster.om().watch_repair_passes();
+    tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        loop {
+            let s = cluster.om().repair_status();
+            if pred(&s) {
+                return s;
+            }
+            passes.changed().await.expect("om alive");
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "the ReplicationManager did not reach the expected state within 60 s: {:?}",
+            cluster.om().repair_status()
+        )
+    })
+}
