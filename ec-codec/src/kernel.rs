@@ -1,6 +1,7 @@
-//! Bulk kernels: multiply cells by GF(2^8) constants and accumulate, driving
-//! `reed_solomon_erasure::galois_8`'s slice routines. Coefficients 0 and 1 (common in
-//! systematic decode matrices) take plain copy/xor paths that the compiler vectorises.
+//! Bulk kernels: multiply cells by GF(2^8) constants and accumulate. [`Kernel::Auto`] runs the
+//! vectorised split-table kernel (`simd.rs`) where the CPU has it; the scalar kernel drives
+//! `reed_solomon_erasure::galois_8`'s slice routines, with coefficients 0 and 1 (common in
+//! systematic decode matrices) on plain copy/xor paths that the compiler vectorises.
 
 use reed_solomon_erasure::galois_8 as gf;
 
@@ -36,11 +37,45 @@ pub(crate) fn xor_into(input: &[u8], out: &mut [u8]) {
     }
 }
 
-/// `outputs[i] = sum_j coeffs[i * inputs.len() + j] * inputs[j]` over GF(2^8).
+/// Which GF(2^8) bulk kernel a codec runs. Both give the same bytes; they differ in speed
+/// only (`cargo xtask bench codec` compares them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Kernel {
+    /// The vectorised split-table kernel where the CPU has it (AVX2 on x86-64), else scalar.
+    #[default]
+    Auto,
+    /// Scalar table lookups only.
+    Scalar,
+}
+
+impl Kernel {
+    /// Whether this CPU runs the vectorised kernel (AVX2 on x86-64); without it
+    /// [`Kernel::Auto`] is the scalar kernel.
+    #[must_use]
+    pub fn simd_available() -> bool {
+        crate::simd::available()
+    }
+}
+
+/// `outputs[i] = sum_j coeffs[i * inputs.len() + j] * inputs[j]` over GF(2^8), with `kernel`.
 ///
 /// All slices must be `len` bytes long, `inputs` non-empty, and `coeffs` hold
 /// `outputs.len() * inputs.len()` entries; callers validate shapes first.
-pub(crate) fn apply_matrix(coeffs: &[u8], inputs: &[&[u8]], outputs: &mut [&mut [u8]], len: usize) {
+pub(crate) fn apply_matrix(
+    kernel: Kernel,
+    coeffs: &[u8],
+    inputs: &[&[u8]],
+    outputs: &mut [&mut [u8]],
+    len: usize,
+) {
+    if kernel == Kernel::Auto && crate::simd::apply_matrix(coeffs, inputs, outputs, len) {
+        return;
+    }
+    apply_matrix_scalar(coeffs, inputs, outputs, len);
+}
+
+/// The scalar kernel of [`apply_matrix`].
+fn apply_matrix_scalar(coeffs: &[u8], inputs: &[&[u8]], outputs: &mut [&mut [u8]], len: usize) {
     let n_in = inputs.len();
     debug_assert!(n_in > 0);
     debug_assert_eq!(coeffs.len(), n_in * outputs.len());
@@ -80,7 +115,8 @@ mod tests {
         let mut out = vec![0u8; 0];
         mul_into(9, &[], &mut out);
         mul_add_into(9, &[], &mut out);
-        apply_matrix(&[3, 4], &[&[], &[]], &mut [&mut []], 0);
+        apply_matrix(Kernel::Scalar, &[3, 4], &[&[], &[]], &mut [&mut []], 0);
+        apply_matrix(Kernel::Auto, &[3, 4], &[&[], &[]], &mut [&mut []], 0);
     }
 
     /// apply_matrix computes a matrix-vector product per byte.
@@ -91,10 +127,12 @@ mod tests {
         let mut o1 = vec![0u8; a.len()];
         let mut o2 = vec![0u8; a.len()];
         let coeffs = [2, 1, 0, 0x8e];
-        apply_matrix(&coeffs, &[&a, &b], &mut [&mut o1, &mut o2], a.len());
-        for i in 0..a.len() {
-            assert_eq!(o1[i], gf::mul(2, a[i]) ^ b[i]);
-            assert_eq!(o2[i], gf::mul(0x8e, b[i]));
+        for kernel in [Kernel::Scalar, Kernel::Auto] {
+            apply_matrix(kernel, &coeffs, &[&a, &b], &mut [&mut o1, &mut o2], a.len());
+            for i in 0..a.len() {
+                assert_eq!(o1[i], gf::mul(2, a[i]) ^ b[i], "{kernel:?}");
+                assert_eq!(o2[i], gf::mul(0x8e, b[i]), "{kernel:?}");
+            }
         }
     }
 }

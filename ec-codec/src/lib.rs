@@ -21,7 +21,9 @@
 //! This crate does no I/O, spawns no tasks and must not depend on any other workspace crate
 //! (`proto-crate`, `block-stream`, `ec-client`, ...): they depend on it. Field arithmetic and
 //! the bulk GF(2^8) slice kernels come from `reed-solomon-erasure`'s `galois_8` module; its
-//! `ReedSolomon` type is deliberately not used, since its matrix differs from ISA-L's.
+//! `ReedSolomon` type is deliberately not used, since its matrix differs from ISA-L's. The bulk
+//! kernel is ours where the CPU allows: a vectorised split-table multiply ([`Kernel`]).
+//! That one module (`simd.rs`) is the crate's only `unsafe`.
 
 mod coder;
 mod config;
@@ -31,11 +33,13 @@ mod layout;
 mod matrix;
 mod replica_index;
 mod rs;
+mod simd;
 mod xor;
 
 pub use coder::ErasureCoder;
 pub use config::{EcCodec, EcReplicationConfig, MAX_CELL_SIZE, MAX_UNITS};
 pub use error::EcError;
+pub use kernel::Kernel;
 pub use layout::{BlockGroupLayout, CellLocation, CellSpan, CellSpans};
 pub use replica_index::ReplicaIndex;
 pub use rs::RsCodec;

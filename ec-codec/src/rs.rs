@@ -4,7 +4,7 @@
 use crate::coder::{check_encode, check_reconstruct};
 use crate::config::{EcCodec, check_units};
 use crate::error::EcError;
-use crate::kernel::apply_matrix;
+use crate::kernel::{Kernel, apply_matrix};
 use crate::matrix::Matrix;
 
 /// A systematic Reed-Solomon coder for `d` data and `p` parity units.
@@ -24,6 +24,8 @@ pub struct RsCodec {
     parity: usize,
     /// `(d + p) x d` generator: identity rows, then the parity rows.
     generator: Matrix,
+    /// The bulk kernel (default [`Kernel::Auto`]).
+    kernel: Kernel,
 }
 
 impl RsCodec {
@@ -43,7 +45,15 @@ impl RsCodec {
             data,
             parity,
             generator: Matrix::cauchy_generator(data, parity),
+            kernel: Kernel::Auto,
         }
+    }
+
+    /// The same coder running `kernel` (the bytes are the same; benchmarks compare speeds).
+    #[must_use]
+    pub fn with_kernel(mut self, kernel: Kernel) -> Self {
+        self.kernel = kernel;
+        self
     }
 
     /// Number of data units `d`.
@@ -78,7 +88,7 @@ impl RsCodec {
     pub fn encode(&self, data: &[&[u8]], parity: &mut [&mut [u8]]) -> Result<(), EcError> {
         let len = check_encode(self.data, self.parity, data, parity)?;
         let parity_rows = &self.generator.as_slice()[self.data * self.data..];
-        apply_matrix(parity_rows, data, parity, len);
+        apply_matrix(self.kernel, parity_rows, data, parity, len);
         Ok(())
     }
 
@@ -121,7 +131,7 @@ impl RsCodec {
         // Row w of (generator rows of `wanted`) * inverse maps the chosen units to unit w.
         let decode = self.generator.select_rows(wanted).mul(&inverse);
         let inputs: Vec<&[u8]> = chosen.iter().filter_map(|&i| units[i]).collect();
-        apply_matrix(decode.as_slice(), &inputs, out, len);
+        apply_matrix(self.kernel, decode.as_slice(), &inputs, out, len);
         Ok(())
     }
 }

@@ -186,6 +186,28 @@ fn quick_bench_counts() {
         assert!(s3["ratios"][ratio].is_number(), "{ratio}");
     }
 
+    let codec: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("quick-codec.json")).expect("codec json"),
+    )
+    .expect("codec JSON parses");
+    for scheme in ["rs-3-2", "rs-6-3", "rs-10-4"] {
+        for op in ["encode", "decode"] {
+            for cell in ["64k", "1m"] {
+                let w = format!("{scheme} {op} {cell}");
+                for mode in ["simd", "scalar"] {
+                    assert!(
+                        find(&codec, &w, mode)["mb_per_sec"].is_number(),
+                        "{w} {mode}"
+                    );
+                }
+                assert!(
+                    codec["ratios"][format!("{w} simd/scalar")].is_number(),
+                    "{w} ratio"
+                );
+            }
+        }
+    }
+
     let repair: Value = serde_json::from_str(
         &std::fs::read_to_string(dir.path().join("quick-repair.json")).expect("repair json"),
     )

@@ -1,6 +1,7 @@
 //! `cargo xtask bench [pread|write|all]`: measure modes side by side in one
 //! run on one minicluster, print Markdown tables, write JSON.
 
+mod codec;
 mod pread;
 mod repair;
 mod report;
@@ -32,6 +33,8 @@ pub(crate) enum Suite {
     /// Rebuild of one datanode's share of rs-3-2 keys vs a sequential read of them (on a
     /// six-datanode cluster of its own).
     Repair,
+    /// Reed-Solomon encode and 2-erasure decode GB/s, vectorised vs scalar kernel.
+    Codec,
     /// Every suite.
     All,
 }
@@ -132,12 +135,14 @@ pub(crate) async fn run(args: BenchArgs, runtime: crate::RuntimeFlavor) -> anyho
             Suite::Vectored,
             Suite::S3,
             Suite::Repair,
+            Suite::Codec,
         ],
         Suite::Pread => &[Suite::Pread],
         Suite::Write => &[Suite::Write],
         Suite::Vectored => &[Suite::Vectored],
         Suite::S3 => &[Suite::S3],
         Suite::Repair => &[Suite::Repair],
+        Suite::Codec => &[Suite::Codec],
     };
     let result = async {
         for suite in suites {
@@ -147,6 +152,7 @@ pub(crate) async fn run(args: BenchArgs, runtime: crate::RuntimeFlavor) -> anyho
                 Suite::Vectored => vectored::run(&settings).await?,
                 Suite::S3 => s3::run(&settings).await?,
                 Suite::Repair => repair::run(&settings).await?,
+                Suite::Codec => codec::run(&settings).await?,
                 Suite::All => continue,
             };
             let table = match suite {
