@@ -244,11 +244,20 @@ async fn unreferenced_replicas_are_deleted_but_not_an_open_sessions() {
         .index();
     let store = cluster.datanodes()[n].node().expect("running").store();
     plant(store, pending, b"not committed yet").await;
+    // A block id the om allocated (below its next id) that nothing references: local id 0
+    // is never handed out, so nothing ever will.
     let orphan = proto_crate::BlockId {
+        container_id: info.block_groups[0].container_id,
+        local_id: 0,
+        replica_index: Some(ri(1)),
+    };
+    // One the om never allocated (a restored om database would see such blocks): kept.
+    let unknown = proto_crate::BlockId {
         container_id: info.block_groups[0].container_id,
         local_id: u64::MAX / 2,
         replica_index: Some(ri(1)),
     };
+    plant(store, unknown, b"from a newer om").await;
     plant(store, orphan, b"an orphan").await;
 
     let s = wait_repair(&cluster, |s| s.orphan_replicas >= 1).await;
@@ -267,6 +276,7 @@ async fn unreferenced_replicas_are_deleted_but_not_an_open_sessions() {
     wait_reports(&cluster, &mut reports, 3).await;
     assert_eq!(om.repair_status().orphan_replicas, 1);
     assert_eq!(store.get_block(pending).expect("kept").size, 17);
+    assert_eq!(store.get_block(unknown).expect("kept").size, 15);
     assert!(read_all(&client, "b", "k").await == src);
     cluster.shutdown().await;
 }

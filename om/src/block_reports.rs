@@ -91,13 +91,34 @@ struct Inner {
     held: HashMap<((u64, u64), DatanodeId), Instant>,
     /// Candidates the datanodes answered about.
     checked: u64,
-    /// Replicas the last orphan sweep found unreferenced.
-    suspects: BTreeSet<((u64, u64), DatanodeId)>,
+    /// Replicas the last orphan sweep found unreferenced, with when the report that listed
+    /// them then was received.
+    suspects: HashMap<((u64, u64), DatanodeId), Instant>,
     /// Replicas logged for deletion as orphans.
     orphans: u64,
     /// Reports received when the last orphan sweep ran.
     swept_at: u64,
+    /// When the last orphan sweep ran.
+    last_sweep: Option<Instant>,
+    /// Datanodes whose report stream is being received.
+    streaming: std::collections::HashSet<DatanodeId>,
 }
+
+/// A report stream being received; ends it when dropped.
+#[derive(Debug)]
+pub(crate) struct StreamGuard {
+    reports: Arc<BlockReports>,
+    uuid: DatanodeId,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.reports.lock().streaming.remove(&self.uuid);
+    }
+}
+
+/// A reported replica: (container id, local id) and its datanode.
+pub(crate) type Replica = ((u64, u64), DatanodeId);
 
 /// A location to check: absent from its datanode's last report.
 #[derive(Debug, Clone)]
@@ -138,10 +159,15 @@ impl BlockReports {
         self.lock().held.get(&k) == Some(&c.report)
     }
 
-    /// After a complete scan: forgets what no longer applies — missing locations that are no
-    /// longer recorded (`recorded(block, datanode)` is false: repaired or deleted) and checks
-    /// made against a report since replaced.
-    pub(crate) fn prune(&self, recorded: impl Fn(&(u64, u64), &DatanodeId) -> bool) {
+    /// After a complete scan: forgets what no longer applies — missing locations the scan
+    /// knew of (`seen`) but no longer found recorded (`still_missing` lacks them: repaired or
+    /// deleted), and checks made against a report since replaced. Locations found missing
+    /// while the scan ran are kept for the next pass.
+    pub(crate) fn prune(
+        &self,
+        seen: &BTreeSet<((u64, u64), DatanodeId)>,
+        still_missing: &BTreeSet<((u64, u64), DatanodeId)>,
+    ) {
         let mut inner = self.lock();
         let Inner {
             reports,
@@ -149,8 +175,33 @@ impl BlockReports {
             held,
             ..
         } = &mut *inner;
-        missing.retain(|(b, d)| recorded(b, d));
+        missing.retain(|e| !seen.contains(e) || still_missing.contains(e));
         held.retain(|(_, d), at| reports.get(d).is_some_and(|r| r.received == *at));
+    }
+
+    /// Locations found missing, as (block, datanode) pairs.
+    pub(crate) fn missing_pairs(&self) -> BTreeSet<((u64, u64), DatanodeId)> {
+        self.lock().missing.clone()
+    }
+
+    /// Starts receiving a report stream from `uuid`: one at a time per datanode.
+    ///
+    /// # Errors
+    /// [`OmError::InvalidArgument`] while another stream of that datanode runs.
+    pub(crate) fn begin_stream(
+        self: &Arc<Self>,
+        uuid: &DatanodeId,
+    ) -> Result<StreamGuard, OmError> {
+        let mut inner = self.lock();
+        if !inner.streaming.insert(uuid.clone()) {
+            return Err(OmError::InvalidArgument(format!(
+                "a block report from {uuid} is already being received"
+            )));
+        }
+        Ok(StreamGuard {
+            reports: Arc::clone(self),
+            uuid: uuid.clone(),
+        })
     }
 
     /// Missing locations known, candidates checked and orphans logged since the om started.
@@ -159,29 +210,43 @@ impl BlockReports {
         (inner.missing.len() as u64, inner.checked, inner.orphans)
     }
 
-    /// Whether a report arrived since the last orphan sweep; if so, the sweep is due and
-    /// this marks it done.
-    pub(crate) fn sweep_due(&self) -> bool {
+    /// Whether an orphan sweep is due at `now`: a report arrived since the last one, and at
+    /// least `gap` passed (a sweep reads every key; reports of many datanodes must not make it
+    /// run on every pass). Marks it done when due.
+    pub(crate) fn sweep_due(&self, now: Instant, gap: Duration) -> bool {
         let received = *self.received.borrow();
         let mut inner = self.lock();
-        if inner.swept_at == received {
+        if inner.swept_at == received
+            || inner
+                .last_sweep
+                .is_some_and(|at| now.saturating_duration_since(at) < gap)
+        {
             return false;
         }
         inner.swept_at = received;
+        inner.last_sweep = Some(now);
         true
     }
 
-    /// Of the replicas a sweep found `unreferenced`, the ones the previous sweep found
-    /// unreferenced too (orphans); the rest become the suspects of the next sweep.
-    pub(crate) fn confirm_orphans(
-        &self,
-        unreferenced: BTreeSet<((u64, u64), DatanodeId)>,
-    ) -> Vec<((u64, u64), DatanodeId)> {
+    /// Of the replicas a sweep found `unreferenced` (each with when the report listing it was
+    /// received), the orphans: those the previous sweep found unreferenced too, in an older
+    /// report of the same datanode. The rest become the suspects of the next sweep.
+    pub(crate) fn confirm_orphans(&self, unreferenced: Vec<(Replica, Instant)>) -> Vec<Replica> {
         let mut inner = self.lock();
-        let (orphans, suspects): (Vec<_>, Vec<_>) = unreferenced
-            .into_iter()
-            .partition(|r| inner.suspects.contains(r));
-        inner.suspects = suspects.into_iter().collect();
+        let mut orphans = Vec::new();
+        let mut suspects = HashMap::new();
+        for (replica, report) in unreferenced {
+            match inner.suspects.get(&replica) {
+                Some(first) if *first < report => orphans.push(replica),
+                Some(first) => {
+                    suspects.insert(replica, *first);
+                }
+                None => {
+                    suspects.insert(replica, report);
+                }
+            }
+        }
+        inner.suspects = suspects;
         orphans
     }
 
@@ -262,6 +327,10 @@ impl OzoneManager {
                 .collect();
             let mut inner = self.block_reports.lock();
             inner.reports.retain(|d, _| registered.contains(d));
+            // A block the datanode lists again is not missing there any more.
+            inner
+                .missing
+                .retain(|(b, d)| *d != datanode.uuid || !report.contains(*b));
             inner.reports.insert(datanode.uuid.clone(), report);
         }
         self.block_reports.received.send_modify(|n| *n += 1);
@@ -320,5 +389,47 @@ impl OzoneManager {
             }
         }
         found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn replica(l: u64, d: u128) -> ((u64, u64), DatanodeId) {
+        ((1, l), DatanodeId::from_u128(d))
+    }
+
+    /// A location found missing while a scan ran survives that scan's prune; one the scan knew
+    /// of and no longer found recorded goes.
+    #[test]
+    fn prune_keeps_what_the_scan_did_not_see() {
+        let r = BlockReports::default();
+        r.lock().missing.insert(replica(1, 1));
+        let seen = r.missing_pairs();
+        r.lock().missing.insert(replica(2, 1)); // found by a check during the scan
+        r.prune(&seen, &BTreeSet::new());
+        assert_eq!(r.missing_pairs(), BTreeSet::from([replica(2, 1)]));
+    }
+
+    /// An orphan needs two sweeps, the second on a newer report of its datanode.
+    #[test]
+    fn an_orphan_needs_a_newer_report() {
+        let r = BlockReports::default();
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(1);
+        assert!(r.confirm_orphans(vec![(replica(1, 1), t0)]).is_empty());
+        assert!(
+            r.confirm_orphans(vec![(replica(1, 1), t0)]).is_empty(),
+            "the same report twice is not two looks"
+        );
+        assert_eq!(
+            r.confirm_orphans(vec![(replica(1, 1), t1)]),
+            vec![replica(1, 1)]
+        );
+        // A replica referenced again in between starts over.
+        assert!(r.confirm_orphans(vec![(replica(2, 1), t0)]).is_empty());
+        assert!(r.confirm_orphans(vec![]).is_empty());
+        assert!(r.confirm_orphans(vec![(replica(2, 1), t1)]).is_empty());
     }
 }

@@ -184,6 +184,14 @@ impl OzoneManager {
                 }
             }
             crate::deletion::log_locations(&txn, g.container_id, g.local_id, &replaced)?;
+            if !added.is_empty() {
+                // The orphan sweep compares this counter before it logs anything.
+                let mut counters = txn.open_table(crate::manager::COUNTERS)?;
+                let n = counters
+                    .get(crate::orphans::LOCATIONS_ADDED)?
+                    .map_or(0, |v| v.value());
+                counters.insert(crate::orphans::LOCATIONS_ADDED, n + 1)?;
+            }
             g.pipeline.locations = kept;
             g.pipeline.locations.extend(added.iter().cloned());
             Ok(())

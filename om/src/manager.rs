@@ -252,7 +252,7 @@ pub struct OzoneManager {
     /// The ReplicationManager's state.
     pub(crate) repair: crate::replication_manager::RepairState,
     /// The datanodes' last block reports and what checking them found.
-    pub(crate) block_reports: crate::block_reports::BlockReports,
+    pub(crate) block_reports: Arc<crate::block_reports::BlockReports>,
     /// Exclusive ownership of the data dir; released with the om.
     _lock: DirLock,
 }
@@ -368,7 +368,7 @@ impl OzoneManager {
             uploads_open: tokio::sync::watch::Sender::new(0),
             deletion_wakeup: Arc::new(tokio::sync::Notify::new()),
             repair: crate::replication_manager::RepairState::default(),
-            block_reports: crate::block_reports::BlockReports::default(),
+            block_reports: Arc::default(),
             _lock: lock,
         };
         om.deletions_changed();

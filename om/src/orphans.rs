@@ -13,6 +13,17 @@
 //! repaired when the pass began or when the sweep ended are skipped). Requiring a second sweep
 //! guards against a record moving between tables in ways this reasoning missed: a wrong
 //! deletion loses data, a late one only costs space.
+//!
+//! Guards, each because a wrong deletion is unrecoverable:
+//! - the second sweep must see the replica in a *newer* report of its datanode than the first;
+//! - a location added after the snapshot (a repair or `add_replica` commit, counted in
+//!   [`LOCATIONS_ADDED`]) voids the sweep: it logs nothing that round;
+//! - a block id at or past the om's next allocation is never an orphan — it was allocated by
+//!   an om whose records this one lacks (a database restored from a backup): that is alarmed,
+//!   not deleted;
+//! - a datanode where more than a tenth of the reported blocks (and over 100) look orphaned
+//!   gets nothing deleted and an alarm instead, and one sweep deletes at most
+//!   [`MAX_ORPHANS_PER_SWEEP`] replicas.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -21,11 +32,20 @@ use proto_crate::{BlockGroup, BlockLocation, DatanodeId, ReplicaIndex};
 use redb::{ReadableDatabase, ReadableTable};
 
 use crate::deletion::{DELETION_LOG, OPEN_GROUPS};
-use crate::manager::{KEYS, UPLOADS, decode};
+use crate::manager::{COUNTERS, KEYS, UPLOADS, decode};
 use crate::{OmError, OzoneManager};
 
-/// One reported replica: (container id, local id) and its datanode.
-type Replica = ((u64, u64), DatanodeId);
+use crate::block_reports::Replica;
+
+/// Most replicas one sweep logs for deletion.
+pub const MAX_ORPHANS_PER_SWEEP: usize = 10_000;
+/// Counter (in the `counters` table) of location additions by repair and `add_replica`.
+pub(crate) const LOCATIONS_ADDED: &str = "locations_added";
+
+/// A counter's value in a table of the `counters` kind (0 when unset).
+fn counter(t: &impl ReadableTable<&'static str, u64>, name: &str) -> Result<u64, OmError> {
+    Ok(t.get(name)?.map_or(0, |v| v.value()))
+}
 
 /// Calls `mark(datanode uuid, block)` for every location of `g`.
 fn mark_group(g: &BlockGroup, mark: &mut impl FnMut(&str, (u64, u64))) {
@@ -57,8 +77,11 @@ impl OzoneManager {
                 m[i] = true;
             }
         };
-        {
+        let (added_before, next_local_id) = {
             let read = self.db.begin_read()?;
+            let counters = read.open_table(COUNTERS)?;
+            let added = counter(&counters, LOCATIONS_ADDED)?;
+            let next_local = counter(&counters, "next_local_id")?;
             for entry in read.open_table(KEYS)?.iter()? {
                 let (_, v) = entry?;
                 let k = decode::<pb::KeyInfo, proto_crate::KeyInfo>(v.value(), "key")?;
@@ -84,25 +107,60 @@ impl OzoneManager {
                 let (uuid, c, l) = k.value();
                 mark(uuid, (c, l));
             }
-        }
+            (added, next_local)
+        };
         let repairing_now = self.repair.running_blocks();
-        let mut unreferenced: BTreeSet<Replica> = BTreeSet::new();
+        let mut unreferenced: Vec<(Replica, std::time::Instant)> = Vec::new();
         let mut index_of: HashMap<Replica, u32> = HashMap::new();
+        let mut from_the_future = 0usize;
         for (d, m) in &marks {
             let r = &reports[*d];
             for (&(c, l, ri), &seen) in r.blocks.iter().zip(m) {
                 if seen || repairing.contains(&(c, l)) || repairing_now.contains(&(c, l)) {
                     continue;
                 }
-                unreferenced.insert(((c, l), (*d).clone()));
+                if next_local_id > 0 && l >= next_local_id {
+                    from_the_future += 1;
+                    continue;
+                }
+                unreferenced.push((((c, l), (*d).clone()), r.received));
                 index_of.insert(((c, l), (*d).clone()), ri);
             }
         }
-        let orphans = self.block_reports.confirm_orphans(unreferenced);
+        if from_the_future > 0 {
+            tracing::error!(
+                blocks = from_the_future,
+                next_local_id,
+                "datanodes report blocks this om never allocated (was its database restored?); not deleting them"
+            );
+        }
+        let mut orphans = self.block_reports.confirm_orphans(unreferenced);
+        // A datanode where a large share of the blocks look orphaned points at the om's
+        // records, not at the datanode: alarm, delete nothing there.
+        let mut per_datanode: HashMap<DatanodeId, usize> = HashMap::new();
+        for (_, d) in &orphans {
+            *per_datanode.entry(d.clone()).or_default() += 1;
+        }
+        let suspicious: BTreeSet<DatanodeId> = per_datanode
+            .into_iter()
+            .filter(|(d, n)| *n > 100 && *n * 10 > reports.get(d).map_or(0, |r| r.len()))
+            .map(|(d, n)| {
+                tracing::error!(datanode = %d, orphans = n,
+                    "too many unreferenced replicas on one datanode; deleting none of them");
+                d
+            })
+            .collect();
+        orphans.retain(|(_, d)| !suspicious.contains(d));
+        orphans.truncate(MAX_ORPHANS_PER_SWEEP);
         if orphans.is_empty() {
             return Ok(0);
         }
         let txn = self.db.begin_write()?;
+        // A location added since the snapshot (repair, add_replica) may name one of these:
+        // log nothing this round.
+        if counter(&txn.open_table(COUNTERS)?, LOCATIONS_ADDED)? != added_before {
+            return Ok(0);
+        }
         let mut logged = 0;
         for replica in &orphans {
             let ((c, l), d) = replica;

@@ -175,6 +175,8 @@ struct Scan {
     candidates: Vec<crate::block_reports::Candidate>,
     /// Locations known missing that are still recorded.
     still_missing: BTreeSet<((u64, u64), DatanodeId)>,
+    /// The last key scanned when the per-pass cap cut the scan short.
+    resume_after: Option<(String, String)>,
 }
 
 /// Why a group is not retried yet.
@@ -222,6 +224,8 @@ struct Inner {
     unreferenced: BTreeSet<DatanodeId>,
     /// The picture of the last complete scan that found nothing to do, and when it ran.
     clean: Option<(Picture, Instant)>,
+    /// Where the next pass continues a scan the per-pass cap cut short.
+    resume: Option<(String, String)>,
 }
 
 impl RepairState {
@@ -395,6 +399,10 @@ impl OzoneManager {
 
         let reports = self.block_reports.snapshot();
         let missing = self.block_reports.missing();
+        let seen_missing = self.block_reports.missing_pairs();
+        // A pass cut short by the per-pass cap is continued by the next one, so groups late
+        // in key order are not starved by many early ones.
+        let resume_from = self.repair.lock().resume.take();
         let om = Arc::clone(self);
         let readable = live.clone();
         let scan = tokio::task::spawn_blocking(move || {
@@ -420,8 +428,13 @@ impl OzoneManager {
                             && readable.contains(u)
                             && !r.contains(b)
                         {
+                            // Asked at its registered address now, not the one recorded
+                            // with the key (a datanode may have moved).
+                            let Some(datanode) = om.datanode(u.as_str()) else {
+                                continue;
+                            };
                             let c = crate::block_reports::Candidate {
-                                datanode: l.datanode.clone(),
+                                datanode,
                                 block: g.block_id(l.replica_index),
                                 report: r.received,
                             };
@@ -440,16 +453,19 @@ impl OzoneManager {
                     scan.deficits.push(d);
                 }
             };
-            for u in om.uploads()? {
-                for p in &u.parts {
-                    let owner = GroupOwner::Part {
-                        upload_id: u.upload_id.clone(),
-                        part_number: p.part_number,
-                    };
-                    visit(&mut scan, owner, u.replication, &p.block_groups);
+            if resume_from.is_none() {
+                for u in om.uploads()? {
+                    for p in &u.parts {
+                        let owner = GroupOwner::Part {
+                            upload_id: u.upload_id.clone(),
+                            part_number: p.part_number,
+                        };
+                        visit(&mut scan, owner, u.replication, &p.block_groups);
+                    }
                 }
             }
-            let mut after = None;
+            let resumed = resume_from.is_some();
+            let mut after = resume_from;
             loop {
                 let page = om.keys_page(after.as_ref(), SCAN_PAGE)?;
                 for k in &page {
@@ -462,10 +478,12 @@ impl OzoneManager {
                 }
                 after = Some((last.bucket.clone(), last.name.clone()));
                 if scan.actionable >= MAX_DEFICITS_PER_PASS {
+                    scan.resume_after = after;
                     return Ok::<_, OmError>(scan);
                 }
             }
-            scan.complete = true;
+            // Complete only when one pass saw every part and key.
+            scan.complete = !resumed;
             Ok(scan)
         })
         .await??;
@@ -476,12 +494,15 @@ impl OzoneManager {
             complete,
             candidates,
             still_missing,
+            resume_after,
         } = scan;
+        self.repair.lock().resume = resume_after;
         if complete {
             self.finish_decommissions(&referenced)?;
-            self.block_reports
-                .prune(|b, d| still_missing.contains(&(*b, d.clone())));
-            if self.block_reports.sweep_due() {
+            self.block_reports.prune(&seen_missing, &still_missing);
+            // At most one sweep per ten service intervals.
+            let gap = self.config.service_interval.saturating_mul(10);
+            if self.block_reports.sweep_due(now, gap) {
                 // Before this pass starts repairs: every repair that could commit during
                 // the sweep is in `running` already.
                 let om = Arc::clone(self);

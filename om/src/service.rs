@@ -107,15 +107,29 @@ impl OzoneManagerService for OmGrpcService {
         let mut pages = req.into_inner();
         let mut datanode: Option<DatanodeDetails> = None;
         let mut blocks: Vec<(u64, u64, u32)> = Vec::new();
+        let mut _stream = None;
         // Only a stream that ends cleanly is a complete report; an error drops what came.
         while let Some(page) = pages.message().await? {
             if datanode.is_none() {
-                datanode = Some(
-                    page.datanode
-                        .ok_or(ProtocolError::MissingField("datanode"))
-                        .and_then(DatanodeDetails::try_from)
-                        .map_err(bad)?,
+                let d = page
+                    .datanode
+                    .ok_or(ProtocolError::MissingField("datanode"))
+                    .and_then(DatanodeDetails::try_from)
+                    .map_err(bad)?;
+                // Refused at the first page, before anything is buffered: a datanode the om
+                // does not know there, or one already streaming a report.
+                if self.om.datanode(&d.uuid).as_ref() != Some(&d) {
+                    return Err(Status::from(OmError::InvalidArgument(format!(
+                        "block report from {d}, which is not registered at that address"
+                    ))));
+                }
+                _stream = Some(
+                    self.om
+                        .block_reports
+                        .begin_stream(&d.uuid)
+                        .map_err(Status::from)?,
                 );
+                datanode = Some(d);
             }
             if blocks.len().saturating_add(page.blocks.len()) > crate::MAX_REPORTED_BLOCKS {
                 return Err(Status::from(OmError::InvalidArgument(format!(

@@ -128,6 +128,8 @@ pub struct ContainerStore {
     pub(crate) used_bytes: AtomicU64,
     /// When tombstones were last pruned, unix ms.
     pub(crate) last_prune_ms: AtomicU64,
+    /// Blocks the last block scan found gone or short (dropped if the next scan agrees).
+    pub(crate) lost_suspects: Mutex<std::collections::HashSet<BlockKey>>,
     /// What start-up recovery reclaimed.
     recovery: crate::recovery::RecoveryReport,
     /// Exclusive ownership of the data dir, released with the store.
@@ -191,6 +193,7 @@ impl ContainerStore {
             files: Arc::new(FileCache::new(options.max_open_files)),
             used_bytes: AtomicU64::new(used),
             last_prune_ms: AtomicU64::new(0),
+            lost_suspects: Mutex::default(),
             recovery,
             _lock: lock,
         };
