@@ -130,6 +130,41 @@ impl KeyReader {
 
 type Fetch = Pin<Box<dyn Future<Output = (u64, Result<Bytes>)> + Send>>;
 
+/// The next read-ahead window, fetched on a task of its own while the caller consumes the
+/// current one (sequential reads only); aborted when dropped.
+struct Prefetch {
+    /// Key offset the window starts at.
+    start: u64,
+    task: tokio::task::JoinHandle<Result<Bytes>>,
+}
+
+impl Drop for Prefetch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Starts fetching the read-ahead window at key offset `start` (up to the next multiple of
+/// `read_ahead`, at most `len`) on a task of its own; `None` at the end of the key or outside
+/// a runtime.
+fn spawn_window(
+    reader: &Arc<KeyReader>,
+    start: u64,
+    read_ahead: u64,
+    len: u64,
+) -> Option<Prefetch> {
+    if start >= len {
+        return None;
+    }
+    let rt = tokio::runtime::Handle::try_current().ok()?;
+    let end = ((start / read_ahead + 1) * read_ahead).min(len);
+    let reader = Arc::clone(reader);
+    let task = rt.spawn(proto_crate::request_id::propagate(async move {
+        reader.read_range(start, end - start).await
+    }));
+    Some(Prefetch { start, task })
+}
+
 /// A readable key: positioned reads on `&self`, sequential reads and seeks on
 /// `&mut self` (`AsyncRead + AsyncSeek`).
 pub struct KeyInputStream {
@@ -145,6 +180,12 @@ pub struct KeyInputStream {
     /// (`Mutex::get_mut`, never locked); the mutex just makes the stream `Sync`
     /// so that `Arc<KeyInputStream>` can be shared for positioned reads.
     pending: std::sync::Mutex<Option<Fetch>>,
+    /// The window after the one being fetched, in flight at the same time: started when a
+    /// fetch continued the previous one or began the key (a sequential reader). With the
+    /// buffer, at most three windows (three times `read_ahead` bytes) are held.
+    prefetch: std::sync::Mutex<Option<Prefetch>>,
+    /// Where the last sequential fetch ended (key offset), to tell a sequential reader.
+    fetched_to: Option<u64>,
 }
 
 impl std::fmt::Debug for KeyInputStream {
@@ -171,6 +212,8 @@ impl KeyInputStream {
             buffer: Bytes::new(),
             buffer_start: 0,
             pending: std::sync::Mutex::new(None),
+            prefetch: std::sync::Mutex::new(None),
+            fetched_to: None,
         })
     }
 
@@ -187,6 +230,8 @@ impl KeyInputStream {
             buffer: Bytes::new(),
             buffer_start: 0,
             pending: std::sync::Mutex::new(None),
+            prefetch: std::sync::Mutex::new(None),
+            fetched_to: None,
         }
     }
 
@@ -348,14 +393,40 @@ impl AsyncRead for KeyInputStream {
                 .get_mut()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             if pending.is_none() {
-                // Fetch up to the next read-ahead boundary so successive
-                // fetches stay aligned (to cells, when the size is a multiple).
                 let start = this.pos;
-                let end = ((start / this.read_ahead + 1) * this.read_ahead).min(len);
-                let reader = Arc::clone(&this.reader);
-                *pending = Some(Box::pin(async move {
-                    (start, reader.read_range(start, end - start).await)
-                }));
+                let prefetched = this
+                    .prefetch
+                    .get_mut()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take();
+                match prefetched {
+                    // The window already in flight: take it over, and start the one after
+                    // it, so that two windows are always on their way to a sequential reader.
+                    Some(mut p) if p.start == start => {
+                        let end = ((start / this.read_ahead + 1) * this.read_ahead).min(len);
+                        *this
+                            .prefetch
+                            .get_mut()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                            spawn_window(&this.reader, end, this.read_ahead, len);
+                        *pending = Some(Box::pin(async move {
+                            let r = (&mut p.task).await.unwrap_or_else(|e| {
+                                Err(ClientError::TaskLost(format!("a read-ahead fetch: {e}")))
+                            });
+                            (start, r)
+                        }));
+                    }
+                    // Any other (dropped, so aborted): fetch up to the next read-ahead
+                    // boundary so successive fetches stay aligned (to cells, when the size
+                    // is a multiple).
+                    _ => {
+                        let end = ((start / this.read_ahead + 1) * this.read_ahead).min(len);
+                        let reader = Arc::clone(&this.reader);
+                        *pending = Some(Box::pin(async move {
+                            (start, reader.read_range(start, end - start).await)
+                        }));
+                    }
+                }
             }
             let Some(fut) = pending.as_mut() else {
                 continue;
@@ -375,8 +446,21 @@ impl AsyncRead for KeyInputStream {
                             )));
                         }
                         Ok(bytes) => {
+                            let end = start + bytes.len() as u64;
+                            let sequential = this.fetched_to == Some(start)
+                                || (this.fetched_to.is_none() && start == 0);
                             this.buffer = bytes;
                             this.buffer_start = start;
+                            this.fetched_to = Some(end);
+                            // A reader that continued where the last fetch ended (or began the
+                            // key) reads on: fetch the next window while it consumes this one.
+                            let slot = this
+                                .prefetch
+                                .get_mut()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner);
+                            if sequential && slot.is_none() {
+                                *slot = spawn_window(&this.reader, end, this.read_ahead, len);
+                            }
                         }
                         Err(e) => return Poll::Ready(Err(e.into())),
                     }
