@@ -172,6 +172,7 @@ fn quick_bench_counts() {
         ("put-sha256", "single"),
         ("mpu-plain", "multipart"),
         ("mpu-crc32c", "multipart"),
+        ("put-direct", "client"),
     ] {
         let r = find(&s3, workload, mode);
         assert_eq!(r["ops"], 2, "{workload}: two rounds");
@@ -182,6 +183,7 @@ fn quick_bench_counts() {
         "put-crc64nvme/put-plain (MB/s)",
         "put-sha256/put-plain (MB/s)",
         "mpu-crc32c/mpu-plain (MB/s)",
+        "put gateway/direct (MB/s)",
     ] {
         assert!(s3["ratios"][ratio].is_number(), "{ratio}");
     }

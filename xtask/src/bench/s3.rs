@@ -5,8 +5,9 @@
 //!   20 MB ranges took longer than the one before; a gateway that seeks keeps the last GET as
 //!   fast as the first.
 //! - single PUTs and two-part multipart uploads of the same bytes, plain and with a checksum
-//!   the client claims (CRC32C, CRC64NVME, SHA256), side by side: the ratios are the cost of
-//!   verification. A plain PUT is not free of checksums: the gateway computes MD5 (the ETag)
+//!   the client claims (CRC32C, CRC64NVME, SHA256), and the same bytes written straight
+//!   through the client library, side by side: the ratios are the cost of verification and of
+//!   the gateway (`put gateway/direct`). A plain PUT is not free of checksums: the gateway computes MD5 (the ETag)
 //!   and CRC64NVME (stored) for every body.
 
 use std::net::SocketAddr;
@@ -136,6 +137,11 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
         ("mpu-crc32c", "multipart"),
         ("mpu-plain", "multipart"),
     );
+    report.mb_ratio(
+        "put gateway/direct (MB/s)",
+        ("put-plain", "single"),
+        ("put-direct", "client"),
+    );
     if let (Some(f), Some(l)) = (times.first(), times.last())
         && !f.is_zero()
     {
@@ -258,7 +264,10 @@ async fn put_rows(s: &Settings, client: &ec_client::Client) -> anyhow::Result<Ve
                 .collect()
         })
         .collect();
-    let mut times = vec![Duration::ZERO; singles.len() + uploads.len()];
+    // The same bytes written straight through the client library (no HTTP, no gateway), in
+    // the same rounds: what the gateway's PUT is measured against.
+    let direct_at = singles.len() + uploads.len();
+    let mut times = vec![Duration::ZERO; direct_at + 1];
     let mut lats: Vec<Latencies> = (0..times.len()).map(|_| Latencies::default()).collect();
     for round in 0..rounds {
         for (i, ((name, _), headers)) in singles.iter().zip(&claims).enumerate() {
@@ -273,6 +282,13 @@ async fn put_rows(s: &Settings, client: &ec_client::Client) -> anyhow::Result<Ve
             times[singles.len() + j] += t.elapsed();
             lats[singles.len() + j].push(t.elapsed());
         }
+        let t = Instant::now();
+        client
+            .put_key(BUCKET, &format!("put-direct-{round}"), None, &body)
+            .await
+            .context("a direct client write")?;
+        times[direct_at] += t.elapsed();
+        lats[direct_at].push(t.elapsed());
     }
     gw.shutdown().await;
     let none = client.metrics().since(&client.metrics());
@@ -280,7 +296,8 @@ async fn put_rows(s: &Settings, client: &ec_client::Client) -> anyhow::Result<Ve
     let names = singles
         .iter()
         .map(|(n, _)| (*n, "single"))
-        .chain(uploads.iter().map(|(n, _)| (*n, "multipart")));
+        .chain(uploads.iter().map(|(n, _)| (*n, "multipart")))
+        .chain(std::iter::once(("put-direct", "client")));
     Ok(names
         .enumerate()
         .map(|(i, (name, mode))| {
