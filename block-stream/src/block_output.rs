@@ -3,13 +3,14 @@
 //! Models Ozone's `BlockOutputStream`: each chunk goes out as a WriteChunk with
 //! its checksums to every location at once; PutBlock then commits the
 //! cumulative chunk list (and metadata such as `blockGroupLength`) on every
-//! location. An EC writer drives one of these per replica index.
+//! location, as a [`BlockCommit`] says (published, synced, or closed). An EC
+//! writer drives one of these per replica index.
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use futures::future::try_join_all;
-use proto_crate::{BlockData, BlockId, ChecksumType, ChunkInfo};
+use proto_crate::{BlockCommit, BlockData, BlockId, ChecksumType, ChunkInfo};
 
 use crate::{BlockStreamError, Result, WriteOrigin, XceiverClient, checksum};
 
@@ -122,40 +123,83 @@ impl BlockOutputStream {
     }
 
     /// Commits the chunks written so far with `metadata` on every location in
-    /// parallel (durable when it returns); on success
+    /// parallel, as `commit` says (visible to reads when it returns; durable
+    /// too unless [`BlockCommit::Flush`]); on success
     /// [`committed`](Self::committed) becomes [`written`](Self::written).
-    /// `eof` marks the block's last PutBlock.
+    /// [`BlockCommit::Close`] is the block's last PutBlock.
     ///
     /// # Errors
     /// The first location's failure; `committed` is then unchanged.
     pub async fn put_block(
         &mut self,
         metadata: &BTreeMap<String, String>,
-        eof: bool,
+        commit: BlockCommit,
+    ) -> Result<()> {
+        let chunks = self.chunks.clone();
+        self.commit_chunks(chunks, self.written, metadata, commit)
+            .await
+    }
+
+    /// Closes the block durably at `len` bytes: a [`BlockCommit::Close`] of
+    /// the chunks that end at or before `len`. What a writer giving up on the
+    /// block after a failed chunk does, so that its acknowledged prefix is
+    /// durable and the unacknowledged tail is dropped on the datanodes (which
+    /// accept a close below a length only published by
+    /// [`BlockCommit::Flush`], never below a durable one).
+    ///
+    /// # Errors
+    /// [`BlockStreamError::InvalidArgument`] when `len` is past
+    /// [`written`](Self::written) or inside a chunk; the first location's
+    /// failure.
+    pub async fn close_at(&mut self, len: u64, metadata: &BTreeMap<String, String>) -> Result<()> {
+        let chunks: Vec<ChunkInfo> = self
+            .chunks
+            .iter()
+            .take_while(|c| c.end() <= len)
+            .cloned()
+            .collect();
+        if len > self.written || chunks.last().map_or(0, ChunkInfo::end) != len {
+            return Err(BlockStreamError::InvalidArgument(format!(
+                "block {}: cannot close at {len} bytes ({} written, chunks end at {:?})",
+                self.block_id,
+                self.written,
+                self.chunks.iter().map(ChunkInfo::end).collect::<Vec<_>>()
+            )));
+        }
+        self.commit_chunks(chunks, len, metadata, BlockCommit::Close)
+            .await
+    }
+
+    async fn commit_chunks(
+        &mut self,
+        chunks: Vec<ChunkInfo>,
+        size: u64,
+        metadata: &BTreeMap<String, String>,
+        commit: BlockCommit,
     ) -> Result<()> {
         let data = BlockData {
             block_id: self.block_id,
-            chunks: self.chunks.clone(),
-            size: self.written,
+            chunks,
+            size,
             metadata: metadata.clone(),
         };
         let committed = try_join_all(
             self.locations
                 .iter()
-                .map(|l| l.put_block_from(self.origin, data.clone(), eof)),
+                .map(|l| l.put_block_from(self.origin, data.clone(), commit)),
         )
         .await?;
         for (loc, len) in self.locations.iter().zip(committed) {
-            if len != self.written {
+            if len != size {
                 return Err(BlockStreamError::CommitMismatch {
                     block: self.block_id,
                     datanode: loc.address().to_string(),
-                    expected: self.written,
+                    expected: size,
                     committed: len,
                 });
             }
         }
-        self.committed = self.written;
+        self.committed = size;
         Ok(())
     }
 }

@@ -14,7 +14,7 @@ use tonic::service::interceptor::InterceptedService;
 use bytes::Bytes;
 use proto_crate::wire::datanode as pb;
 use proto_crate::wire::datanode::datanode_service_client::DatanodeServiceClient;
-use proto_crate::{BlockData, BlockId, ChunkInfo, ResultCode, result_code};
+use proto_crate::{BlockCommit, BlockData, BlockId, ChunkInfo, ResultCode, result_code};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
@@ -367,13 +367,15 @@ impl XceiverClient {
         Ok(())
     }
 
-    /// PutBlock: commits `data` (full chunk list and metadata); durable when it
-    /// returns. Returns the committed block length in bytes.
+    /// PutBlock: commits `data` (full chunk list and metadata) as `commit`
+    /// says — visible to reads when it returns, and durable too for
+    /// [`BlockCommit::Sync`] and [`BlockCommit::Close`] (see `BlockCommit`).
+    /// Returns the committed block length in bytes.
     ///
     /// # Errors
     /// Result codes and transport failures.
-    pub async fn put_block(&self, data: BlockData, eof: bool) -> Result<u64> {
-        self.put_block_from(WriteOrigin::Client, data, eof).await
+    pub async fn put_block(&self, data: BlockData, commit: BlockCommit) -> Result<u64> {
+        self.put_block_from(WriteOrigin::Client, data, commit).await
     }
 
     /// [`put_block`](Self::put_block) on behalf of `origin`.
@@ -384,10 +386,11 @@ impl XceiverClient {
         &self,
         origin: WriteOrigin,
         data: BlockData,
-        eof: bool,
+        commit: BlockCommit,
     ) -> Result<u64> {
         let mut c = self.inner.clone();
         let block = data.block_id;
+        let (eof, sync) = commit.flags();
         let resp = self
             .call(
                 RpcKind::PutBlock,
@@ -395,6 +398,7 @@ impl XceiverClient {
                 c.put_block(pb::PutBlockRequest {
                     block_data: Some(data.into()),
                     eof,
+                    sync,
                     repair: origin == WriteOrigin::Repair,
                 }),
             )

@@ -32,7 +32,9 @@ use bytes::Bytes;
 use ec_codec::{BlockGroupLayout, EcError, EcReplicationConfig, ReplicaIndex};
 use futures::future::join_all;
 use proto_crate::wire::datanode as pb;
-use proto_crate::{BLOCK_GROUP_LENGTH_KEY, BlockId, ChecksumType, ReplicationConfig, ResultCode};
+use proto_crate::{
+    BLOCK_GROUP_LENGTH_KEY, BlockCommit, BlockId, ChecksumType, ReplicationConfig, ResultCode,
+};
 use tokio::sync::Semaphore;
 
 /// Reconstructions one datanode runs at once by default; more wait.
@@ -475,7 +477,7 @@ impl EcReconstructionCoordinator {
             cmd.group_length.to_string(),
         );
         for (index, address, w) in &mut writers {
-            w.put_block(&meta, true)
+            w.put_block(&meta, BlockCommit::Close)
                 .await
                 .map_err(|source| ReconstructionError::Target {
                     index: *index,

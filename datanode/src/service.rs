@@ -126,7 +126,7 @@ impl DatanodeService for DatanodeGrpcService {
     ) -> Result<Response<pb::PutBlockResponse>, Status> {
         self.metrics.record(RpcKind::PutBlock);
         let req = req.into_inner();
-        let eof = req.eof;
+        let commit = proto_crate::BlockCommit::from_flags(req.eof, req.sync);
         let data = req
             .block_data
             .ok_or(ProtocolError::MissingField("block_data"))
@@ -139,7 +139,7 @@ impl DatanodeService for DatanodeGrpcService {
         if req.repair && data.chunks.is_empty() {
             self.store.revive(data.block_id).await?;
         }
-        let len = self.store.put_block(data, eof).await?;
+        let len = self.store.put_block(data, commit).await?;
         Ok(Response::new(pb::PutBlockResponse {
             committed_block_length: len,
         }))

@@ -73,6 +73,7 @@ async fn put(c: &mut DatanodeServiceClient<Channel>, local_id: u64, data: Vec<u8
             .into(),
         ),
         eof: true,
+        sync: true,
         repair: false,
     })
     .await
@@ -307,6 +308,7 @@ async fn delete_blocks_frees_space_refuses_rewrites_and_survives_restart() {
             .into(),
         ),
         eof: true,
+        sync: true,
         repair: true,
     })
     .await

@@ -359,7 +359,7 @@ impl EcKeyOutputStream {
                 task: None,
             },
         ) {
-            Sink::Serial(writer) => Ok(writer.finish().await),
+            Sink::Serial(writer) => writer.finish().await,
             sink @ Sink::Pipelined { .. } => {
                 self.sink = sink;
                 self.join_flush_task().await
@@ -391,7 +391,7 @@ async fn flush_stage(
         while let Some(stripe) = rx.recv().await {
             writer.write_stripe(&stripe).await?;
         }
-        Ok(writer.finish().await)
+        writer.finish().await
     }
     .await;
     counters.note_flush_stage_ended();

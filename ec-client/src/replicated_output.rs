@@ -3,7 +3,9 @@
 //! Models Ozone's `KeyOutputStream` over Ratis/standalone pipelines, reduced:
 //! the caller's bytes are cut into chunks (`replicated_chunk_size`, default
 //! 4 MiB); each chunk goes to every replica of the current block in parallel,
-//! then PutBlock commits it on all of them. A block holds at most the
+//! then a syncing PutBlock (`BlockCommit::Sync`) commits it durably on all of
+//! them, as a Ratis pipeline's log makes each write durable on the replicas
+//! before acknowledging it. A block holds at most the
 //! bucket's block size. When any replica fails, its datanode is excluded,
 //! the block is closed at its last acknowledged length, a new block is
 //! allocated and the chunk is rewritten there.
@@ -13,7 +15,7 @@ use std::sync::Arc;
 
 use block_stream::BlockOutputStream;
 use bytes::Bytes;
-use proto_crate::{BlockGroup, DatanodeId, KeyInfo};
+use proto_crate::{BlockCommit, BlockGroup, DatanodeId, KeyInfo};
 
 use crate::client::ClientShared;
 use crate::lease::LeaseKeeper;
@@ -127,8 +129,9 @@ impl ReplicatedKeyOutputStream {
         Ok(())
     }
 
-    /// Writes the buffered bytes as one chunk now (Ozone's `hflush`: the
-    /// bytes are committed on every replica when this returns).
+    /// Writes the buffered bytes as one chunk now (Ozone's `hsync`: the
+    /// bytes are committed and durable on every replica when this returns;
+    /// every chunk's PutBlock syncs).
     ///
     /// # Errors
     /// As [`write`](Self::write).
@@ -170,7 +173,7 @@ impl ReplicatedKeyOutputStream {
             };
             let result = async {
                 block.stream.write_chunk(data.clone()).await?;
-                block.stream.put_block(&BTreeMap::new(), false).await
+                block.stream.put_block(&BTreeMap::new(), BlockCommit::Sync).await
             }
             .await;
             let block_full = block.stream.written() >= block_size;
@@ -255,7 +258,7 @@ impl ReplicatedKeyOutputStream {
             if eof
                 && len > 0
                 && len == b.stream.written()
-                && let Err(e) = b.stream.put_block(&BTreeMap::new(), true).await
+                && let Err(e) = b.stream.put_block(&BTreeMap::new(), BlockCommit::Close).await
             {
                 tracing::warn!(block = %b.group.id(), error = %e, "closing PutBlock failed");
             }

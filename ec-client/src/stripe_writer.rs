@@ -4,15 +4,19 @@
 //! as a WriteChunk to its replica index's datanode — all at once, or one
 //! after another in serial mode — then PutBlock commits the cumulative chunk
 //! list with `blockGroupLength` on all d+p indexes (indexes past the data get
-//! an empty record). A full group (d × block size data bytes) is closed with
-//! an eof PutBlock and the om allocates the next.
+//! an empty record). These per-stripe PutBlocks are `BlockCommit::Flush`:
+//! published on the datanodes, not synced. A full group (d × block size data
+//! bytes) is closed with an eof PutBlock (`BlockCommit::Close`: synced and
+//! durable) and the om allocates the next; so is the last group at `close`.
 //!
 //! When a stripe fails on any index (unavailable, deadline, error code) the
-//! writer excludes the failed datanodes, closes the group at its last
-//! acknowledged length (what the last successful PutBlock recorded; a group
-//! with nothing acknowledged is dropped), allocates a new group and rewrites
-//! the whole stripe there — up to `ec_write_retries` times (Ozone's
-//! `EcKeyOutputStream` stripe-retry behaviour).
+//! writer excludes the failed datanodes, seals the group at its last
+//! acknowledged length (a closing PutBlock of what the last fully successful
+//! stripe committed, on every index that did not fail; a group with nothing
+//! acknowledged is dropped), allocates a new group and rewrites the whole
+//! stripe there — up to `ec_write_retries` times (Ozone's
+//! `EcKeyOutputStream` stripe-retry behaviour). A group kept in the key is
+//! durable on at least d indexes, or the write fails.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -22,7 +26,7 @@ use block_stream::{BlockOutputStream, BlockStreamError};
 use bytes::Bytes;
 use ec_codec::{EcReplicationConfig, ReplicaIndex};
 use futures::future::join_all;
-use proto_crate::{BLOCK_GROUP_LENGTH_KEY, BlockGroup, DatanodeId};
+use proto_crate::{BLOCK_GROUP_LENGTH_KEY, BlockCommit, BlockGroup, DatanodeId};
 
 use crate::client::ClientShared;
 use crate::{ClientError, Result};
@@ -99,8 +103,10 @@ struct OpenGroup {
     group: BlockGroup,
     /// One stream per replica index 1..=d+p.
     streams: Vec<BlockOutputStream>,
-    /// Data bytes acknowledged (committed by PutBlock).
+    /// Data bytes acknowledged (committed by PutBlock on every index).
     acked: u64,
+    /// Each index's block length when `acked` was acknowledged.
+    acked_lens: Vec<u64>,
     /// Whether the last PutBlock carried eof.
     closed: bool,
 }
@@ -179,6 +185,7 @@ impl StripeWriter {
             }
             self.group = Some(OpenGroup {
                 group,
+                acked_lens: vec![0; streams.len()],
                 streams,
                 acked: 0,
                 closed: false,
@@ -221,14 +228,16 @@ impl StripeWriter {
                 Err(failures) => {
                     attempts += 1;
                     let failed_uuids = self.failed_uuids(&failures);
+                    let failed_indexes: BTreeSet<usize> =
+                        failures.iter().map(|(i, _)| *i).collect();
                     let first = failures.into_iter().next().map(|(_, e)| e);
                     tracing::debug!(stripe = stripe.seq, ?failed_uuids, error = ?first, "stripe write failed; rewriting on a new group");
                     self.excluded.extend(failed_uuids);
-                    self.close_group_at_acked();
                     let cause = first.map_or_else(
                         || ClientError::Internal("a stripe write failed without an error".into()),
                         ClientError::from,
                     );
+                    self.seal_group_at_acked(&failed_indexes).await?;
                     if attempts > self.max_retries {
                         return Err(ClientError::WriteFailed {
                             stripe: stripe.seq,
@@ -288,9 +297,14 @@ impl StripeWriter {
         }
         let length = group.acked + stripe.len;
         let eof = length >= capacity;
+        let commit = if eof {
+            BlockCommit::Close
+        } else {
+            BlockCommit::Flush
+        };
         let mut meta = BTreeMap::new();
         meta.insert(BLOCK_GROUP_LENGTH_KEY.to_string(), length.to_string());
-        let results = join_all(group.streams.iter_mut().map(|s| s.put_block(&meta, eof))).await;
+        let results = join_all(group.streams.iter_mut().map(|s| s.put_block(&meta, commit))).await;
         failures.extend(
             results
                 .into_iter()
@@ -301,6 +315,7 @@ impl StripeWriter {
             return Err(failures);
         }
         group.acked = length;
+        group.acked_lens = group.streams.iter().map(BlockOutputStream::committed).collect();
         group.closed = eof;
         Ok(())
     }
@@ -322,10 +337,69 @@ impl StripeWriter {
             .collect()
     }
 
-    /// Gives up on the open group: it keeps what its last PutBlock
-    /// acknowledged (nothing, if nothing was, in which case it is dropped).
-    fn close_group_at_acked(&mut self) {
+    /// Gives up on the open group after a failed stripe: it keeps what the
+    /// last fully acknowledged stripe committed (nothing, if nothing was, in
+    /// which case it is dropped), made durable by a closing PutBlock at that
+    /// length on every index not in `failed`.
+    ///
+    /// # Errors
+    /// [`ClientError::WriteFailed`] when fewer than d indexes closed: the
+    /// group's acknowledged bytes are not durable and cannot be rewritten.
+    async fn seal_group_at_acked(&mut self, failed: &BTreeSet<usize>) -> Result<()> {
+        if let Some(g) = self.group.as_mut()
+            && g.acked > 0
+            && !g.closed
+        {
+            let mut meta = BTreeMap::new();
+            meta.insert(BLOCK_GROUP_LENGTH_KEY.to_string(), g.acked.to_string());
+            let closing = g
+                .streams
+                .iter_mut()
+                .zip(&g.acked_lens)
+                .enumerate()
+                .filter(|(i, _)| !failed.contains(i))
+                .map(|(_, (s, len))| s.close_at(*len, &meta));
+            let results = join_all(closing).await;
+            Self::require_durable(&self.ec, g, results, self.acked)?;
+            g.closed = true;
+        }
         self.finish_group();
+        Ok(())
+    }
+
+    /// Checks that at least d indexes of `g` closed durably (logging the
+    /// others: the om's ReplicationManager rebuilds an index whose datanode
+    /// later reports it missing).
+    fn require_durable(
+        ec: &EcReplicationConfig,
+        g: &OpenGroup,
+        results: Vec<block_stream::Result<()>>,
+        key_offset: u64,
+    ) -> Result<()> {
+        let mut closed = 0;
+        let mut last_error = None;
+        for r in results {
+            match r {
+                Ok(()) => closed += 1,
+                Err(e) => {
+                    tracing::warn!(block = %g.group.id(), error = %e, "closing PutBlock failed");
+                    last_error = Some(e);
+                }
+            }
+        }
+        if closed >= ec.data() {
+            return Ok(());
+        }
+        Err(ClientError::WriteFailed {
+            stripe: key_offset / ec.stripe_size(),
+            attempts: 1,
+            excluded: Vec::new(),
+            previous: None,
+            cause: Box::new(last_error.map_or_else(
+                || ClientError::Internal("no index of the group could be closed".into()),
+                ClientError::from,
+            )),
+        })
     }
 
     fn finish_group(&mut self) {
@@ -339,25 +413,30 @@ impl StripeWriter {
         }
     }
 
-    /// Closes the open group with an eof PutBlock (if its last one was not)
-    /// and returns every group with its acknowledged length, and the total.
-    pub(crate) async fn finish(mut self) -> (Vec<BlockGroup>, u64) {
+    /// Closes the open group with an eof PutBlock (if its last one was not),
+    /// which makes its bytes durable, and returns every group with its
+    /// acknowledged length, and the total.
+    ///
+    /// # Errors
+    /// [`ClientError::WriteFailed`] when fewer than d indexes of the open
+    /// group closed (its bytes are not durable; the key must not commit).
+    pub(crate) async fn finish(mut self) -> Result<(Vec<BlockGroup>, u64)> {
         if let Some(g) = self.group.as_mut()
             && !g.closed
             && g.acked > 0
         {
             let mut meta = BTreeMap::new();
             meta.insert(BLOCK_GROUP_LENGTH_KEY.to_string(), g.acked.to_string());
-            // Every byte is already committed by the last PutBlock; a datanode
-            // that misses the closing one keeps its block open, losing nothing.
-            for r in join_all(g.streams.iter_mut().map(|s| s.put_block(&meta, true))).await {
-                if let Err(e) = r {
-                    tracing::warn!(block = %g.group.id(), error = %e, "closing PutBlock failed");
-                }
-            }
+            let results = join_all(
+                g.streams
+                    .iter_mut()
+                    .map(|s| s.put_block(&meta, BlockCommit::Close)),
+            )
+            .await;
+            Self::require_durable(&self.ec, g, results, self.acked)?;
             g.closed = true;
         }
         self.finish_group();
-        (self.finished, self.acked)
+        Ok((self.finished, self.acked))
     }
 }

@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    CELL, STRIPE, check_stored_lengths, data, ec_bucket, failure_config, read_all,
+    CELL, STRIPE, check_stored_lengths, check_stored_lengths_after_losses, data, ec_bucket, failure_config, read_all,
     replicated_bucket, ri,
 };
 use datanode::{FaultKind, FaultRule, RpcKind};
@@ -150,7 +150,7 @@ async fn datanode_failing_after_one_stripe_for_each_index() {
             .await
             .expect("restart");
         assert!(read_all(&client, "b", &key).await == src, "index {r}");
-        check_stored_lengths(&info).await;
+        check_stored_lengths_after_losses(&info, &[uuid]).await;
     }
     cluster.shutdown().await;
 }
@@ -169,11 +169,13 @@ async fn two_failures_with_a_partial_stripe_and_parity_failures() {
         wait_flushed(&w, 2).await;
         let group = ec(&w).current_block_group().expect("group");
         let mut stopped = Vec::new();
+        let mut lost = Vec::new();
         for r in failing {
             let uuid = &group.pipeline.nodes_for(ri(r)).next().expect("node").uuid;
             let n = cluster.datanode_by_uuid(uuid).expect("dn").index();
             cluster.datanode_mut(n).expect("dn").stop().await;
             stopped.push(n);
+            lost.push(uuid.clone());
         }
         let info = w.close().await.expect("close");
         assert_eq!(info.block_groups.len(), 2, "{key}");
@@ -192,7 +194,7 @@ async fn two_failures_with_a_partial_stripe_and_parity_failures() {
                 .expect("restart");
         }
         assert!(read_all(&client, "b", key).await == src, "{key}");
-        check_stored_lengths(&info).await;
+        check_stored_lengths_after_losses(&info, &lost).await;
     }
     cluster.shutdown().await;
 }

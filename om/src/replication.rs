@@ -83,7 +83,7 @@ pub(crate) async fn copy_block(
     }
     let size = data.size;
     let committed = dst
-        .put_block_from(WriteOrigin::Repair, data, true)
+        .put_block_from(WriteOrigin::Repair, data, proto_crate::BlockCommit::Close)
         .await
         .map_err(|e| failed(target, e))?;
     if committed != size {

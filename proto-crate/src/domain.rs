@@ -208,6 +208,54 @@ impl From<ChunkInfo> for dn::ChunkInfo {
     }
 }
 
+/// What a PutBlock asks of the datanode (`PutBlockRequest.eof` and `.sync`
+/// in `datanode.proto`). Ozone's datanode syncs neither chunk files nor block
+/// metadata by default (`hdds.container.chunk.write.sync=false`); here the
+/// close of a block, and an explicit hsync, are durable, and intermediate
+/// commits are not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockCommit {
+    /// The record is visible to reads on the datanode when the PutBlock
+    /// returns; nothing is synced, and a datanode restart rolls the block
+    /// back to its last durable record (the per-stripe commit of an EC
+    /// write, each chunk of a replicated write).
+    Flush,
+    /// The block file and the record are durable when the PutBlock returns;
+    /// the block stays open for writes (a replicated writer's `hsync`).
+    Sync,
+    /// As [`Sync`](Self::Sync), and the block is closed: later WriteChunks
+    /// and PutBlocks to it are refused (Ozone's `eof` PutBlock).
+    Close,
+}
+
+impl BlockCommit {
+    /// The `(eof, sync)` flags of a `PutBlockRequest` asking for this commit.
+    #[must_use]
+    pub fn flags(self) -> (bool, bool) {
+        match self {
+            Self::Flush => (false, false),
+            Self::Sync => (false, true),
+            Self::Close => (true, true),
+        }
+    }
+
+    /// The commit a `PutBlockRequest`'s `eof` and `sync` flags ask for.
+    #[must_use]
+    pub fn from_flags(eof: bool, sync: bool) -> Self {
+        match (eof, sync) {
+            (true, _) => Self::Close,
+            (false, true) => Self::Sync,
+            (false, false) => Self::Flush,
+        }
+    }
+
+    /// Whether the datanode must make the record durable before answering.
+    #[must_use]
+    pub fn is_durable(self) -> bool {
+        !matches!(self, Self::Flush)
+    }
+}
+
 /// A block's committed state as recorded at PutBlock: its chunk list (sorted by
 /// offset, contiguous from 0), committed size and metadata such as
 /// [`BLOCK_GROUP_LENGTH_KEY`] (Ozone's `BlockData`).

@@ -3,10 +3,17 @@
 //! metadata ([`BlockData`]: chunk list with checksums, size, metadata) in a
 //! redb database at `DATA_DIR/metadata.redb`.
 //!
-//! Durability: WriteChunk writes to the page cache; PutBlock fsyncs the block
-//! file, then commits the metadata in a durable redb transaction, and only then
-//! answers. On open, committed metadata is loaded back into memory, so a
-//! restarted datanode serves every block it acknowledged.
+//! Durability (ARCHITECTURE.md): WriteChunk writes to the page cache. A
+//! plain PutBlock ([`Flush`](proto_crate::BlockCommit::Flush), the per-stripe commit of an EC
+//! write) publishes its record in memory only: reads see it at once, and a
+//! restart rolls the block back to its last durable record. A syncing or
+//! closing PutBlock ([`Sync`](proto_crate::BlockCommit::Sync),
+//! [`Close`](proto_crate::BlockCommit::Close)) fsyncs
+//! the block file, then commits the record in a durable redb transaction
+//! shared with the other durable PutBlocks of its batch (group commit,
+//! `group_commit.rs`), and only then answers. On open, durable records are
+//! loaded back into memory and block files are cut to them, so a restarted
+//! datanode serves every block whose close or hsync it acknowledged.
 //!
 //! Reads never touch the database: committed metadata and open file handles
 //! are cached in memory, and data is read with positioned reads (`pread`) so
@@ -61,6 +68,10 @@ pub(crate) const TOMBSTONE_TTL_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 pub const MAX_READ_LEN: u64 = 32 * 1024 * 1024;
 
 pub(crate) type BlockKey = (u64, u64);
+/// Committed block records by block, as reads see them.
+pub(crate) type CommittedMap = RwLock<HashMap<BlockKey, Arc<BlockData>>>;
+/// Write state of the blocks being written, by block.
+pub(crate) type OpenMap = Mutex<HashMap<BlockKey, Arc<tokio::sync::Mutex<OpenBlock>>>>;
 
 pub(crate) fn key(b: BlockId) -> BlockKey {
     (b.container_id, b.local_id)
@@ -77,6 +88,10 @@ pub(crate) struct OpenBlock {
     /// Whether the container directory was synced since this block's file
     /// was created.
     dir_synced: bool,
+    /// Length of the block's durable record (0 without one): a close may
+    /// cut the block below a length only published in memory, never below
+    /// this.
+    durable_len: u64,
 }
 
 /// Tunables of a [`ContainerStore`].
@@ -105,8 +120,10 @@ impl StoreOptions {
     }
 }
 
-/// Usage figures of a store, as heartbeats report them.
+/// Usage figures of a store, as heartbeats report them, and the counts of
+/// its durable path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct StoreStats {
     /// Committed bytes of every block stored.
     pub used_bytes: u64,
@@ -114,6 +131,14 @@ pub struct StoreStats {
     pub blocks: u64,
     /// Block files held open for reading by the cache.
     pub open_files: u64,
+    /// Block files `fdatasync`ed by durable (syncing or closing) PutBlocks
+    /// since the store was opened.
+    pub block_file_syncs: u64,
+    /// Database transactions that made block records durable since the
+    /// store was opened (one per group-commit batch).
+    pub record_commits: u64,
+    /// Block records made durable since the store was opened.
+    pub durable_records: u64,
 }
 
 /// The containers and blocks of one datanode.
@@ -122,10 +147,12 @@ pub struct ContainerStore {
     pub(crate) root: PathBuf,
     pub(crate) db: Arc<Database>,
     containers: RwLock<std::collections::HashSet<u64>>,
-    pub(crate) committed: RwLock<HashMap<BlockKey, Arc<BlockData>>>,
-    pub(crate) open: Mutex<HashMap<BlockKey, Arc<tokio::sync::Mutex<OpenBlock>>>>,
+    pub(crate) committed: Arc<CommittedMap>,
+    pub(crate) open: Arc<OpenMap>,
     pub(crate) files: Arc<FileCache>,
-    pub(crate) used_bytes: AtomicU64,
+    pub(crate) used_bytes: Arc<AtomicU64>,
+    /// Batches durable PutBlocks (`group_commit.rs`).
+    committer: group_commit::GroupCommitter,
     /// When tombstones were last pruned, unix ms.
     pub(crate) last_prune_ms: AtomicU64,
     /// Blocks the last block scan found gone or short (dropped if the next scan agrees).
@@ -184,14 +211,17 @@ impl ContainerStore {
         // request is served.
         let recovery = crate::recovery::reclaim_uncommitted(root, &committed, &tombstoned)?;
         let used = committed.values().map(|d: &Arc<BlockData>| d.size).sum();
+        let db = Arc::new(db);
+        let files = Arc::new(FileCache::new(options.max_open_files));
         let store = Self {
             root: root.to_path_buf(),
-            db: Arc::new(db),
+            committer: group_commit::GroupCommitter::new(Arc::clone(&db), Arc::clone(&files)),
+            db,
             containers: RwLock::new(containers),
-            committed: RwLock::new(committed),
-            open: Mutex::new(HashMap::new()),
-            files: Arc::new(FileCache::new(options.max_open_files)),
-            used_bytes: AtomicU64::new(used),
+            committed: Arc::new(RwLock::new(committed)),
+            open: Arc::new(Mutex::new(HashMap::new())),
+            files,
+            used_bytes: Arc::new(AtomicU64::new(used)),
             last_prune_ms: AtomicU64::new(0),
             lost_suspects: Mutex::default(),
             recovery,
@@ -213,10 +243,14 @@ impl ContainerStore {
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .len() as u64;
+        let c = &self.committer.counters;
         StoreStats {
             used_bytes: self.used_bytes.load(Ordering::Relaxed),
             blocks,
             open_files: self.files.len() as u64,
+            block_file_syncs: c.file_syncs.load(Ordering::Relaxed),
+            record_commits: c.db_commits.load(Ordering::Relaxed),
+            durable_records: c.records.load(Ordering::Relaxed),
         }
     }
 
@@ -460,6 +494,7 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(|e| DatanodeError::io("a blocking storage task", std::io::Error::other(e)))?
 }
 
+mod group_commit;
 mod scan;
 mod write;
 

@@ -2,7 +2,7 @@
 //! WriteChunk/PutBlock rules.
 
 use super::*;
-use proto_crate::{ChecksumData, ChecksumType};
+use proto_crate::{BlockCommit, ChecksumData, ChecksumType};
 
 fn id(ri: u32) -> BlockId {
     BlockId {
@@ -51,7 +51,7 @@ async fn write_commit_read_and_reopen() {
             Err(DatanodeError::NoSuchBlock { .. })
         ));
         let size = s
-            .put_block(block(2, vec![chunk(0, 5), chunk(5, 6)]), false)
+            .put_block(block(2, vec![chunk(0, 5), chunk(5, 6)]), BlockCommit::Sync)
             .await
             .expect("store operation on a temp dir");
         assert_eq!(size, 11);
@@ -119,7 +119,7 @@ async fn write_chunk_must_continue_the_block() {
             .await,
         Err(DatanodeError::ReplicaIndexMismatch { .. })
     ));
-    s.put_block(block(1, vec![chunk(0, 3)]), false)
+    s.put_block(block(1, vec![chunk(0, 3)]), BlockCommit::Sync)
         .await
         .expect("store operation on a temp dir");
     // Rewriting the committed prefix is refused.
@@ -130,7 +130,7 @@ async fn write_chunk_must_continue_the_block() {
     ));
     // A PutBlock claiming unwritten bytes is refused.
     assert!(
-        s.put_block(block(1, vec![chunk(0, 3), chunk(3, 4)]), false)
+        s.put_block(block(1, vec![chunk(0, 3), chunk(3, 4)]), BlockCommit::Sync)
             .await
             .is_err()
     );
@@ -145,7 +145,7 @@ async fn write_chunk_must_continue_the_block() {
         metadata: BTreeMap::new(),
     };
     assert_eq!(
-        s.put_block(empty, true)
+        s.put_block(empty, BlockCommit::Close)
             .await
             .expect("store operation on a temp dir"),
         0
@@ -154,7 +154,7 @@ async fn write_chunk_must_continue_the_block() {
     s.write_chunk(id(1), &chunk(3, 1), Bytes::from_static(b"d"))
         .await
         .expect("store operation on a temp dir");
-    s.put_block(block(1, vec![chunk(0, 3), chunk(3, 1)]), true)
+    s.put_block(block(1, vec![chunk(0, 3), chunk(3, 1)]), BlockCommit::Close)
         .await
         .expect("store operation on a temp dir");
     assert!(matches!(
@@ -200,7 +200,7 @@ async fn reopen_reclaims_bytes_no_put_block_committed() {
         s.write_chunk(id(2), &chunk(0, 5), Bytes::from_static(b"hello"))
             .await
             .expect("write");
-        s.put_block(block(2, vec![chunk(0, 5)]), false)
+        s.put_block(block(2, vec![chunk(0, 5)]), BlockCommit::Sync)
             .await
             .expect("commit");
         s.write_chunk(id(2), &chunk(5, 6), Bytes::from_static(b" world"))
@@ -246,7 +246,7 @@ async fn reopen_reclaims_bytes_no_put_block_committed() {
     s.write_chunk(id(2), &chunk(5, 3), Bytes::from_static(b"!!!"))
         .await
         .expect("continue after recovery");
-    s.put_block(block(2, vec![chunk(0, 5), chunk(5, 3)]), true)
+    s.put_block(block(2, vec![chunk(0, 5), chunk(5, 3)]), BlockCommit::Close)
         .await
         .expect("commit");
     assert_eq!(
@@ -281,7 +281,7 @@ async fn commit(s: &ContainerStore, b: BlockId, bytes: &'static [u8]) {
             chunks,
             metadata: BTreeMap::new(),
         },
-        true,
+        BlockCommit::Close,
     )
     .await
     .expect("put block");
@@ -361,4 +361,155 @@ async fn a_mass_disappearance_drops_nothing() {
         assert_eq!(scan.present.len(), 5);
     }
     assert_eq!(s.stats().blocks, 20, "every record kept");
+}
+
+/// What each PutBlock guarantees: a Flush publishes its record for reads at
+/// once but syncs nothing, so a restart rolls the block back to its last
+/// durable (Sync) record and cuts the file there; no file sync or record
+/// commit is counted for it.
+#[tokio::test]
+async fn a_flushed_record_is_visible_at_once_and_rolled_back_by_a_restart() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    {
+        let s = ContainerStore::open(dir.path()).expect("open");
+        s.write_chunk(id(2), &chunk(0, 5), Bytes::from_static(b"hello"))
+            .await
+            .expect("write");
+        s.put_block(block(2, vec![chunk(0, 5)]), BlockCommit::Sync)
+            .await
+            .expect("sync");
+        let synced = s.stats();
+        assert_eq!(
+            (synced.block_file_syncs, synced.record_commits, synced.durable_records),
+            (1, 1, 1)
+        );
+        s.write_chunk(id(2), &chunk(5, 6), Bytes::from_static(b" world"))
+            .await
+            .expect("write");
+        s.put_block(block(2, vec![chunk(0, 5), chunk(5, 6)]), BlockCommit::Flush)
+            .await
+            .expect("flush");
+        assert_eq!(s.get_block(id(2)).expect("published").size, 11);
+        assert_eq!(
+            &s.read(id(2), &chunk(5, 6), 5, 6).await.expect("flushed bytes")[..],
+            b" world"
+        );
+        let flushed = s.stats();
+        assert_eq!(
+            (flushed.block_file_syncs, flushed.record_commits, flushed.used_bytes),
+            (1, 1, 11),
+            "a Flush touches no disk"
+        );
+    }
+    let s = ContainerStore::open(dir.path()).expect("reopen");
+    assert_eq!(s.get_block(id(2)).expect("durable record").size, 5);
+    assert_eq!(s.recovery().tails_truncated, 1);
+    let len = std::fs::metadata(dir.path().join("containers/7/42.block"))
+        .expect("block file")
+        .len();
+    assert_eq!(len, 5, "the file is cut to the durable record");
+    // The block goes on from its durable length.
+    s.write_chunk(id(2), &chunk(5, 1), Bytes::from_static(b"!"))
+        .await
+        .expect("continue");
+    s.put_block(block(2, vec![chunk(0, 5), chunk(5, 1)]), BlockCommit::Close)
+        .await
+        .expect("close");
+}
+
+/// A close may cut a block below a length that was only published (a writer
+/// sealing a block group at its last acknowledged stripe) — the file is cut
+/// too — but never below a durable length.
+#[tokio::test]
+async fn a_close_rolls_back_published_bytes_but_never_durable_ones() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let s = ContainerStore::open(dir.path()).expect("open");
+    s.write_chunk(id(1), &chunk(0, 3), Bytes::from_static(b"abc"))
+        .await
+        .expect("write");
+    s.put_block(block(1, vec![chunk(0, 3)]), BlockCommit::Sync)
+        .await
+        .expect("sync");
+    s.write_chunk(id(1), &chunk(3, 2), Bytes::from_static(b"de"))
+        .await
+        .expect("write");
+    s.write_chunk(id(1), &chunk(5, 2), Bytes::from_static(b"fg"))
+        .await
+        .expect("write");
+    s.put_block(
+        block(1, vec![chunk(0, 3), chunk(3, 2), chunk(5, 2)]),
+        BlockCommit::Flush,
+    )
+    .await
+    .expect("flush");
+    // Below the durable length: refused, and nothing changes.
+    assert!(matches!(
+        s.put_block(block(1, vec![]), BlockCommit::Close).await,
+        Err(DatanodeError::InvalidArgument(_))
+    ));
+    // A Flush below the published length is refused too.
+    assert!(matches!(
+        s.put_block(block(1, vec![chunk(0, 3), chunk(3, 2)]), BlockCommit::Flush)
+            .await,
+        Err(DatanodeError::InvalidArgument(_))
+    ));
+    assert_eq!(s.get_block(id(1)).expect("record").size, 7);
+    assert_eq!(s.stats().used_bytes, 7);
+    let size = s
+        .put_block(block(1, vec![chunk(0, 3), chunk(3, 2)]), BlockCommit::Close)
+        .await
+        .expect("close at the acknowledged length");
+    assert_eq!(size, 5);
+    assert_eq!(s.get_block(id(1)).expect("closed record").size, 5);
+    assert_eq!(s.stats().used_bytes, 5);
+    let len = std::fs::metadata(dir.path().join("containers/7/42.block"))
+        .expect("block file")
+        .len();
+    assert_eq!(len, 5, "the unacknowledged tail is cut at close");
+    assert!(matches!(
+        s.write_chunk(id(1), &chunk(5, 1), Bytes::from_static(b"x"))
+            .await,
+        Err(DatanodeError::BlockClosed { .. })
+    ));
+}
+
+/// Group commit: durable PutBlocks that arrive while a batch is being synced
+/// share the next batch's database commit. On this single-threaded runtime
+/// the first of eight concurrent closes runs alone and the other seven queue
+/// behind it, so the eight cost eight file syncs and two record commits.
+#[tokio::test]
+async fn concurrent_closes_share_one_record_commit() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let s = ContainerStore::open(dir.path()).expect("open");
+    s.create_container(7).await.expect("container");
+    let ids: Vec<BlockId> = (0..8).map(|i| other(100 + i, 1)).collect();
+    for b in &ids {
+        s.write_chunk(*b, &chunk(0, 4), Bytes::from_static(b"data"))
+            .await
+            .expect("write");
+    }
+    let closes = ids.iter().map(|b| {
+        s.put_block(
+            BlockData {
+                block_id: *b,
+                size: 4,
+                chunks: vec![chunk(0, 4)],
+                metadata: BTreeMap::new(),
+            },
+            BlockCommit::Close,
+        )
+    });
+    for r in futures::future::join_all(closes).await {
+        assert_eq!(r.expect("close"), 4);
+    }
+    let st = s.stats();
+    assert_eq!(
+        (st.block_file_syncs, st.durable_records, st.record_commits),
+        (8, 8, 2)
+    );
+    drop(s);
+    let s = ContainerStore::open(dir.path()).expect("reopen");
+    for b in &ids {
+        assert_eq!(s.get_block(*b).expect("durable").size, 4);
+    }
 }

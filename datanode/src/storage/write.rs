@@ -1,21 +1,23 @@
 //! The write side of the container store: WriteChunk (a block file
-//! written at an offset, uncommitted until PutBlock) and PutBlock (fsync,
-//! then the metadata commit). See the parent module for the layout and the
-//! durability rules.
+//! written at an offset, uncommitted until PutBlock) and PutBlock (published
+//! in memory, or synced and committed durably through the group committer).
+//! See the parent module for the layout and the durability rules.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use prost::Message;
 use proto_crate::wire::datanode as pb;
-use proto_crate::{BlockData, BlockId, ChunkInfo};
+use proto_crate::{BlockCommit, BlockData, BlockId, ChunkInfo};
 use redb::ReadableDatabase;
 
+use super::group_commit::DurableCommit;
 use super::{
-    BLOCKS, CLOSED, ContainerStore, DELETED, MAX_READ_LEN, OpenBlock, Result, blocking, key,
+    BLOCKS, CLOSED, CommittedMap, ContainerStore, DELETED, MAX_READ_LEN, OpenBlock, OpenMap, Result,
+    blocking, key,
 };
 use crate::DatanodeError;
 
@@ -37,21 +39,30 @@ impl ContainerStore {
         let replica_index = self
             .committed_block(b)
             .map_or(b.replica_index, |d| d.block_id.replica_index);
-        let dir_synced = self.committed_block(b).is_some_and(|d| d.size > 0);
-        let (closed, deleted) = {
+        let (closed, deleted, durable) = {
             let read = self.db.begin_read()?;
             (
                 read.open_table(CLOSED)?.get(key(b))?.is_some(),
                 read.open_table(DELETED)?.get(key(b))?.is_some(),
+                read.open_table(BLOCKS)?.get(key(b))?.is_some(),
             )
         };
+        // A new write state means no PutBlock published a record since the
+        // last durable one (or the restart), so the record in memory, if
+        // durable, is the durable one. Its commit synced the directory.
+        let durable_len = if durable {
+            self.committed_block(b).map_or(0, |d| d.size)
+        } else {
+            0
+        };
+        let dir_synced = durable_len > 0;
         let ob = Arc::new(tokio::sync::Mutex::new(OpenBlock {
             replica_index,
             file_len,
             closed,
             deleted,
-            // A block with committed data had its directory synced by that commit.
             dir_synced,
+            durable_len,
         }));
         open.insert(key(b), Arc::clone(&ob));
         Ok(ob)
@@ -123,22 +134,29 @@ impl ContainerStore {
         Ok(())
     }
 
-    /// Commits `data` (chunk list, size, metadata) for its block: fsyncs the
-    /// block file, then records the metadata durably. Returns the committed
-    /// length in bytes. A block with no chunks (an EC index past the data) is
-    /// recorded with size 0 and no file.
+    /// Commits `data` (chunk list, size, metadata) for its block as `commit`
+    /// asks: [`BlockCommit::Flush`] publishes the record for reads at once
+    /// and syncs nothing (a restart rolls the block back to its last durable
+    /// record); [`BlockCommit::Sync`] and [`BlockCommit::Close`] fsync the
+    /// block file and commit the record durably (batched with concurrent
+    /// ones, `group_commit.rs`) before returning; `Close` also closes the
+    /// block and cuts its file to `data.size` when more was written. Returns
+    /// the committed length in bytes. A block with no chunks (an EC index
+    /// past the data) is recorded with size 0 and no file.
     ///
     /// # Errors
     /// [`DatanodeError::InvalidArgument`] for a chunk list that is not
-    /// contiguous from 0 or a size the file does not hold;
-    /// [`DatanodeError::ReplicaIndexMismatch`]; I/O and database errors.
-    pub async fn put_block(&self, data: BlockData, eof: bool) -> Result<u64> {
+    /// contiguous from 0, a size the file does not hold, or one below what
+    /// is already committed; [`DatanodeError::ReplicaIndexMismatch`];
+    /// [`DatanodeError::BlockClosed`]; [`DatanodeError::BlockDeleted`]; I/O
+    /// and database errors (the block's state is then unchanged).
+    pub async fn put_block(&self, data: BlockData, commit: BlockCommit) -> Result<u64> {
         let b = data.block_id;
         data.validate_chunks()
             .map_err(|e| DatanodeError::InvalidArgument(format!("PutBlock of {b}: {e}")))?;
         self.create_container(b.container_id).await?;
         let ob_handle = self.open_block(b)?;
-        let mut ob = ob_handle.lock().await;
+        let mut ob = ob_handle.lock_owned().await;
         check_writable(&ob, b)?;
         if data.size > ob.file_len {
             return Err(DatanodeError::InvalidArgument(format!(
@@ -146,63 +164,96 @@ impl ContainerStore {
                 data.size, ob.file_len
             )));
         }
-        let committed = self.committed_block(b).map_or(0, |d| d.size);
-        if data.size < committed {
+        let close = commit == BlockCommit::Close;
+        // A close may roll back what was only published (a writer sealing a
+        // block at its last acknowledged stripe); nothing goes below what is
+        // durable.
+        let floor = if close {
+            ob.durable_len
+        } else {
+            self.committed_block(b).map_or(0, |d| d.size)
+        };
+        if data.size < floor {
             return Err(DatanodeError::InvalidArgument(format!(
-                "PutBlock of {b} commits {} bytes, less than the {committed} already committed",
+                "PutBlock of {b} commits {} bytes, less than the {floor} already committed",
                 data.size
             )));
         }
-        // The fsyncs and the durable commit run on the blocking pool.
-        let path = (data.size > 0).then(|| self.block_path(b));
-        // The first commit of a block also syncs its directory, so that the
-        // file's directory entry is as durable as its metadata.
-        let dir = (data.size > 0 && !ob.dir_synced).then(|| self.container_dir(b.container_id));
-        let encoded = pb::BlockData::from(data.clone()).encode_to_vec();
-        let db = Arc::clone(&self.db);
-        let files = Arc::clone(&self.files);
-        blocking(move || {
-            if let Some(path) = path {
-                files
-                    .retry_on_emfile(|| File::open(&path).and_then(|f| f.sync_data()))
-                    .map_err(|e| DatanodeError::io(format!("syncing block {b}"), e))?;
-            }
-            if let Some(d) = dir {
-                files
-                    .retry_on_emfile(|| File::open(&d).and_then(|f| f.sync_all()))
-                    .map_err(|e| DatanodeError::io(format!("syncing {}", d.display()), e))?;
-            }
-            let txn = db.begin_write()?;
-            txn.open_table(BLOCKS)?.insert(key(b), encoded.as_slice())?;
-            if eof {
-                txn.open_table(CLOSED)?.insert(key(b), ())?;
-            }
-            txn.commit()?;
-            Ok(())
-        })
-        .await?;
-        if data.size > 0 {
-            ob.dir_synced = true;
-        }
-        ob.closed = eof;
         let size = data.size;
+        let publisher = Publisher {
+            committed: Arc::clone(&self.committed),
+            open: Arc::clone(&self.open),
+            used_bytes: Arc::clone(&self.used_bytes),
+        };
+        if !commit.is_durable() {
+            publisher.publish(&mut ob, data, false);
+            return Ok(size);
+        }
+        // A close below what was written drops the tail (a writer that gave
+        // up on a stripe closes at its last acknowledged length).
+        let truncate_to = (close && size < ob.file_len).then_some(size);
+        let file = (size > 0 || truncate_to.is_some()).then(|| self.block_path(b));
+        // The first durable commit of a block also syncs its directory, so
+        // that the file's directory entry is as durable as its record.
+        let dir = (size > 0 && !ob.dir_synced).then(|| self.container_dir(b.container_id));
+        let record = pb::BlockData::from(data.clone()).encode_to_vec();
+        self.committer
+            .commit(DurableCommit {
+                block: b,
+                record,
+                close,
+                file,
+                truncate_to,
+                dir,
+                guard: ob,
+                publish: Box::new(move |ob: &mut OpenBlock| {
+                    if size > 0 {
+                        ob.dir_synced = true;
+                    }
+                    ob.durable_len = size;
+                    if let Some(len) = truncate_to {
+                        ob.file_len = len;
+                    }
+                    publisher.publish(ob, data, close);
+                }),
+            })
+            .await?;
+        Ok(size)
+    }
+}
+
+/// Publishes a committed record in memory: the committed map reads use,
+/// the store's used bytes, the block's write state (dropped at close).
+struct Publisher {
+    committed: Arc<CommittedMap>,
+    open: Arc<OpenMap>,
+    used_bytes: Arc<AtomicU64>,
+}
+
+impl Publisher {
+    fn publish(&self, ob: &mut OpenBlock, data: BlockData, close: bool) {
+        let b = data.block_id;
+        let size = data.size;
+        ob.closed = close;
         let previous = self
             .committed
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(key(b), Arc::new(data));
-        self.used_bytes
-            .fetch_add(size - previous.map_or(0, |p| p.size), Ordering::Relaxed);
-        if eof {
+        let before = previous.map_or(0, |p| p.size);
+        if size >= before {
+            self.used_bytes.fetch_add(size - before, Ordering::Relaxed);
+        } else {
+            self.used_bytes.fetch_sub(before - size, Ordering::Relaxed);
+        }
+        if close {
             // A closed block takes no more writes: its write state is
             // dropped (a later write re-reads `closed` from the database).
-            drop(ob);
             self.open
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .remove(&key(b));
         }
-        Ok(size)
     }
 }
 

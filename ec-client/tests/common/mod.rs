@@ -186,6 +186,18 @@ pub async fn heal(cluster: &mut MiniCluster, n: usize) {
 /// Asserts that every internal block of every group of `info` (EC) has the
 /// committed length ARCHITECTURE.md's layout formulas give, on each of its locations.
 pub async fn check_stored_lengths(info: &ec_client::KeyInfo) {
+    check_stored_lengths_after_losses(info, &[]).await;
+}
+
+/// As [`check_stored_lengths`], except that the blocks on the datanodes in
+/// `lost` (restarted after they failed mid-write, before the group's close
+/// made anything durable there) must be gone: a restart rolls back what a
+/// per-stripe PutBlock only published, and the om's ReplicationManager
+/// rebuilds such an index once the datanode reports it missing.
+pub async fn check_stored_lengths_after_losses(
+    info: &ec_client::KeyInfo,
+    lost: &[proto_crate::DatanodeId],
+) {
     let ReplicationConfig::Ec(ec) = info.replication else {
         panic!("not an EC key");
     };
@@ -195,6 +207,15 @@ pub async fn check_stored_lengths(info: &ec_client::KeyInfo) {
             let r = loc.replica_index.expect("an EC location has an index");
             let dn =
                 block_stream::XceiverClientManager::direct(&loc.datanode.address).expect("client");
+            if lost.contains(&loc.datanode.uuid) {
+                let gone = dn.get_committed_block_length(g.block_id(r)).await;
+                assert!(
+                    gone.is_err(),
+                    "group {} index {r} on a datanode restarted mid-write still has {gone:?}",
+                    g.local_id
+                );
+                continue;
+            }
             let len = dn
                 .get_committed_block_length(g.block_id(r))
                 .await
@@ -278,7 +299,7 @@ pub async fn plant_with(
                 chunks: vec![chunk],
                 metadata,
             },
-            true,
+            proto_crate::BlockCommit::Close,
         )
         .await
         .expect("put block");
