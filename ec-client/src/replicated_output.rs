@@ -173,7 +173,10 @@ impl ReplicatedKeyOutputStream {
             };
             let result = async {
                 block.stream.write_chunk(data.clone()).await?;
-                block.stream.put_block(&BTreeMap::new(), BlockCommit::Sync).await
+                block
+                    .stream
+                    .put_block(&BTreeMap::new(), BlockCommit::Sync)
+                    .await
             }
             .await;
             let block_full = block.stream.written() >= block_size;
@@ -258,7 +261,10 @@ impl ReplicatedKeyOutputStream {
             if eof
                 && len > 0
                 && len == b.stream.written()
-                && let Err(e) = b.stream.put_block(&BTreeMap::new(), BlockCommit::Close).await
+                && let Err(e) = b
+                    .stream
+                    .put_block(&BTreeMap::new(), BlockCommit::Close)
+                    .await
             {
                 tracing::warn!(block = %b.group.id(), error = %e, "closing PutBlock failed");
             }

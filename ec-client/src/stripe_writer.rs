@@ -315,7 +315,11 @@ impl StripeWriter {
             return Err(failures);
         }
         group.acked = length;
-        group.acked_lens = group.streams.iter().map(BlockOutputStream::committed).collect();
+        group.acked_lens = group
+            .streams
+            .iter()
+            .map(BlockOutputStream::committed)
+            .collect();
         group.closed = eof;
         Ok(())
     }

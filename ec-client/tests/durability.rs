@@ -94,7 +94,9 @@ async fn a_group_given_up_is_sealed_durably_at_its_acknowledged_length() {
     ec_bucket(&client, "b", 64 * CELL).await;
     let src = data(3 * STRIPE, 11);
     let mut w = client.create_key("b", "k", None).await.expect("create");
-    w.write(&src[..STRIPE as usize]).await.expect("first stripe");
+    w.write(&src[..STRIPE as usize])
+        .await
+        .expect("first stripe");
     wait_flushed(&w, 1).await;
     let KeyOutputStream::Ec(ec) = &w else {
         panic!("expected an EC writer");
@@ -120,7 +122,12 @@ async fn a_group_given_up_is_sealed_durably_at_its_acknowledged_length() {
         .pipeline
         .locations
         .iter()
-        .map(|l| cluster.datanode_by_uuid(&l.datanode.uuid).expect("dn").index())
+        .map(|l| {
+            cluster
+                .datanode_by_uuid(&l.datanode.uuid)
+                .expect("dn")
+                .index()
+        })
         .collect();
     for n in first {
         let dn = cluster.datanode_mut(n).expect("dn");

@@ -7,8 +7,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    CELL, STRIPE, check_stored_lengths, check_stored_lengths_after_losses, data, ec_bucket, failure_config, read_all,
-    replicated_bucket, ri,
+    CELL, STRIPE, check_stored_lengths, check_stored_lengths_after_losses, data, ec_bucket,
+    failure_config, read_all, replicated_bucket, ri,
 };
 use datanode::{FaultKind, FaultRule, RpcKind};
 use ec_client::{Client, ClientError, EcWriteMode, KeyOutputStream, ReplicationConfig};

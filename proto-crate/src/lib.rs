@@ -51,8 +51,8 @@ pub mod wire {
 pub use datanode_id::DatanodeId;
 pub use dir_lock::{DirLock, DirLockError, LOCK_FILE};
 pub use domain::{
-    BLOCK_GROUP_LENGTH_KEY, BlockCommit, BlockData, BlockGroup, BlockId, BlockLocation, ChecksumData,
-    ChecksumType, ChunkInfo, DatanodeDetails, Pipeline, ReplicationConfig,
+    BLOCK_GROUP_LENGTH_KEY, BlockCommit, BlockData, BlockGroup, BlockId, BlockLocation,
+    ChecksumData, ChecksumType, ChunkInfo, DatanodeDetails, Pipeline, ReplicationConfig,
 };
 pub use ec_codec::{EcReplicationConfig, ReplicaIndex};
 pub use error::ProtocolError;

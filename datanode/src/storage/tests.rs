@@ -380,7 +380,11 @@ async fn a_flushed_record_is_visible_at_once_and_rolled_back_by_a_restart() {
             .expect("sync");
         let synced = s.stats();
         assert_eq!(
-            (synced.block_file_syncs, synced.record_commits, synced.durable_records),
+            (
+                synced.block_file_syncs,
+                synced.record_commits,
+                synced.durable_records
+            ),
             (1, 1, 1)
         );
         s.write_chunk(id(2), &chunk(5, 6), Bytes::from_static(b" world"))
@@ -391,12 +395,18 @@ async fn a_flushed_record_is_visible_at_once_and_rolled_back_by_a_restart() {
             .expect("flush");
         assert_eq!(s.get_block(id(2)).expect("published").size, 11);
         assert_eq!(
-            &s.read(id(2), &chunk(5, 6), 5, 6).await.expect("flushed bytes")[..],
+            &s.read(id(2), &chunk(5, 6), 5, 6)
+                .await
+                .expect("flushed bytes")[..],
             b" world"
         );
         let flushed = s.stats();
         assert_eq!(
-            (flushed.block_file_syncs, flushed.record_commits, flushed.used_bytes),
+            (
+                flushed.block_file_syncs,
+                flushed.record_commits,
+                flushed.used_bytes
+            ),
             (1, 1, 11),
             "a Flush touches no disk"
         );

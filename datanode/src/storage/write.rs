@@ -16,8 +16,8 @@ use redb::ReadableDatabase;
 
 use super::group_commit::DurableCommit;
 use super::{
-    BLOCKS, CLOSED, CommittedMap, ContainerStore, DELETED, MAX_READ_LEN, OpenBlock, OpenMap, Result,
-    blocking, key,
+    BLOCKS, CLOSED, CommittedMap, ContainerStore, DELETED, MAX_READ_LEN, OpenBlock, OpenMap,
+    Result, blocking, key,
 };
 use crate::DatanodeError;
 

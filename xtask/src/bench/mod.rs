@@ -77,6 +77,10 @@ pub(crate) struct Settings {
     pub(crate) external: bool,
     /// `--size` as given (suites with their own default size use it only then).
     pub(crate) size_given: Option<u64>,
+    /// A directory on the datanodes' file system (the in-process cluster's
+    /// data dir), for rows that measure the disk itself; `None` for an
+    /// external cluster.
+    pub(crate) scratch_dir: Option<std::path::PathBuf>,
 }
 
 impl Settings {
@@ -122,6 +126,9 @@ pub(crate) async fn run(args: BenchArgs, runtime: crate::RuntimeFlavor) -> anyho
         runtime,
         external: args.om.is_some(),
         size_given: args.size,
+        scratch_dir: cluster
+            .as_ref()
+            .map(|c| c.base_dir().join("bench-disk-limit")),
         om: match (&args.om, &cluster) {
             (Some(om), _) => om.clone(),
             (None, Some(c)) => c.om_address(),

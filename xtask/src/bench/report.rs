@@ -149,8 +149,20 @@ impl Report {
     /// Records `name` = MB/s of row `a` / MB/s of row `b` (each a (workload, mode) pair),
     /// rounded to 3 decimals, when both rows exist.
     pub(crate) fn mb_ratio(&mut self, name: &str, a: (&str, &str), b: (&str, &str)) {
+        self.scaled_mb_ratio(name, a, b, 1.0);
+    }
+
+    /// `a`'s MB/s × `scale` over `b`'s (rows that count different bytes:
+    /// user bytes against bytes stored).
+    pub(crate) fn scaled_mb_ratio(
+        &mut self,
+        name: &str,
+        a: (&str, &str),
+        b: (&str, &str),
+        scale: f64,
+    ) {
         if let (Some(x), Some(y)) = (self.find(a.0, a.1), self.find(b.0, b.1)) {
-            let r = x.mb_per_sec / y.mb_per_sec.max(1e-9);
+            let r = x.mb_per_sec * scale / y.mb_per_sec.max(1e-9);
             self.ratios
                 .insert(name.into(), (r * 1000.0).round() / 1000.0);
         }
