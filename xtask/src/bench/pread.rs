@@ -165,8 +165,19 @@ async fn measure_raw(
     );
     let dn = raw.client(&node.address)?;
     let block = dn.get_block(g.block_id(ReplicaIndex::FIRST)).await?;
-    for (i, (name, size, pattern)) in WORKLOADS.iter().enumerate() {
-        let offs = offsets(*pattern, s.ops, *size, block.size, 200 + i as u64);
+    // The four workloads, and 1 MiB reads (whole cells here) beside
+    // `random-pread-1m`, with as many ops as that row.
+    let one_mib = ("random-pread-1m", 1u64 << 20, Pattern::Random);
+    let ops_of = |name: &str| {
+        if name == one_mib.0 {
+            (s.ops / 4).max(1)
+        } else {
+            s.ops
+        }
+    };
+    for (i, (name, size, pattern)) in WORKLOADS.iter().chain([&one_mib]).enumerate() {
+        let ops = ops_of(name);
+        let offs = offsets(*pattern, ops, *size, block.size, 200 + i as u64);
         let mut lat = Latencies::default();
         let before = raw.metrics().snapshot();
         let start = Instant::now();
@@ -190,8 +201,8 @@ async fn measure_raw(
             name,
             "raw-readchunk",
             1,
-            s.ops,
-            s.ops * size,
+            ops,
+            ops * size,
             elapsed,
             &lat,
             &rpcs,
@@ -394,6 +405,12 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
             "reuse",
         );
     }
+    report.ratio(
+        "random-pread-1m reuse/raw-readchunk",
+        "random-pread-1m",
+        "reuse",
+        "raw-readchunk",
+    );
     report.ratio(
         "random-pread-1m parallel/serial cells",
         "random-pread-1m",
