@@ -310,7 +310,7 @@ impl XceiverClient {
                 Some(block),
                 c.read_chunk(pb::ReadChunkRequest {
                     block_id: Some(block.into()),
-                    chunk: Some(chunk.clone().into()),
+                    chunk: Some(chunk.to_read_wire()),
                     offset,
                     len,
                 }),

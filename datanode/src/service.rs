@@ -88,7 +88,11 @@ impl DatanodeService for DatanodeGrpcService {
         self.metrics.record(RpcKind::ReadChunk);
         let req = req.into_inner();
         let id = block_id(req.block_id)?;
-        let chunk = chunk(req.chunk)?;
+        let chunk = req
+            .chunk
+            .ok_or(ProtocolError::MissingField("chunk"))
+            .and_then(ChunkInfo::from_read_wire)
+            .map_err(bad)?;
         self.faults.before(RpcKind::ReadChunk, Some(id)).await?;
         // Oversized reads are charged nothing: the store refuses them
         // before allocating.

@@ -182,17 +182,57 @@ impl ChunkInfo {
 impl TryFrom<dn::ChunkInfo> for ChunkInfo {
     type Error = ProtocolError;
     fn try_from(c: dn::ChunkInfo) -> Result<Self, ProtocolError> {
-        if c.offset.checked_add(c.len).is_none() {
-            return Err(ProtocolError::InvalidField {
-                field: "chunk.len",
-                reason: "offset + len overflows u64".into(),
-            });
-        }
+        check_extent(&c)?;
         Ok(Self {
             name: c.chunk_name,
             offset: c.offset,
             len: c.len,
             checksum: required(c.checksum_data, "chunk.checksum_data")?.try_into()?,
+        })
+    }
+}
+
+fn check_extent(c: &dn::ChunkInfo) -> Result<(), ProtocolError> {
+    if c.offset.checked_add(c.len).is_none() {
+        return Err(ProtocolError::InvalidField {
+            field: "chunk.len",
+            reason: "offset + len overflows u64".into(),
+        });
+    }
+    Ok(())
+}
+
+impl ChunkInfo {
+    /// The chunk as a ReadChunk request names it: name, offset and length,
+    /// with no checksum list (`ReadChunkRequest.chunk` in `datanode.proto`:
+    /// the datanode does not verify reads, the client does).
+    #[must_use]
+    pub fn to_read_wire(&self) -> dn::ChunkInfo {
+        dn::ChunkInfo {
+            chunk_name: self.name.clone(),
+            offset: self.offset,
+            len: self.len,
+            checksum_data: None,
+        }
+    }
+
+    /// The chunk a ReadChunk request names: its extent (name, offset,
+    /// length); a checksum list, if sent, is ignored and
+    /// [`ChecksumType::None`] recorded instead.
+    ///
+    /// # Errors
+    /// [`ProtocolError::InvalidField`] when offset + len overflows.
+    pub fn from_read_wire(c: dn::ChunkInfo) -> Result<Self, ProtocolError> {
+        check_extent(&c)?;
+        Ok(Self {
+            name: c.chunk_name,
+            offset: c.offset,
+            len: c.len,
+            checksum: ChecksumData {
+                ty: ChecksumType::None,
+                bytes_per_checksum: 0,
+                checksums: Vec::new(),
+            },
         })
     }
 }

@@ -52,6 +52,49 @@ pub(crate) struct Row {
     pub(crate) read_chunks_per_call: Option<f64>,
 }
 
+/// Merges the rows of several rounds of the same measurements: rows with the
+/// same workload, mode and threads become one (first-seen order) whose ops,
+/// seconds, bytes and counts are the rounds' sums; p50 is the median of the
+/// rounds' p50s and p99 the largest p99 (the individual latencies are not
+/// kept). Rows of one round come back unchanged.
+pub(crate) fn merge_rounds(rows: Vec<Row>) -> Vec<Row> {
+    let mut merged: Vec<(Row, Vec<u64>)> = Vec::new();
+    for r in rows {
+        let same = merged
+            .iter_mut()
+            .find(|(m, _)| m.workload == r.workload && m.mode == r.mode && m.threads == r.threads);
+        let Some((m, p50s)) = same else {
+            let p50 = r.p50_us;
+            merged.push((r, vec![p50]));
+            continue;
+        };
+        let bytes = m.mb_per_sec * m.seconds + r.mb_per_sec * r.seconds;
+        m.ops += r.ops;
+        m.seconds += r.seconds;
+        m.ops_per_sec = m.ops as f64 / m.seconds.max(1e-9);
+        m.mb_per_sec = bytes / m.seconds.max(1e-9);
+        p50s.push(r.p50_us);
+        m.p99_us = m.p99_us.max(r.p99_us);
+        for (k, v) in r.rpcs {
+            *m.rpcs.entry(k).or_default() += v;
+        }
+        let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        };
+        m.cells_touched = add(m.cells_touched, r.cells_touched);
+        m.readers_created = add(m.readers_created, r.readers_created);
+    }
+    merged
+        .into_iter()
+        .map(|(mut m, mut p50s)| {
+            p50s.sort_unstable();
+            m.p50_us = p50s[p50s.len() / 2];
+            m
+        })
+        .collect()
+}
+
 /// Latencies of individual ops, microseconds.
 #[derive(Debug, Default)]
 pub(crate) struct Latencies(Vec<u64>);
