@@ -1,16 +1,20 @@
 //! Start-up of a datanode's store: loading the committed records, and
 //! recovering block files after a crash.
 //!
-//! WriteChunk writes a block file without syncing it; only PutBlock makes
-//! bytes part of a block (fsync, then the metadata commit). A datanode
-//! killed between the two leaves bytes on disk that no committed record
-//! covers:
-//! - a block file with no committed metadata at all (the writer never got a
-//!   PutBlock answer, so the om never recorded the block here): the file is
-//!   removed;
-//! - a committed block whose file is longer than its committed size (chunks
-//!   written after the last PutBlock): the file is truncated to the
-//!   committed size, so the uncommitted tail is neither served nor counted.
+//! WriteChunk writes a block file without syncing it; only a durable
+//! PutBlock (sync or eof: fsync, then the record's commit) makes bytes part
+//! of a block across a restart. A publishing PutBlock (an EC writer's
+//! per-stripe commit) is held in memory only. A datanode stopped or killed
+//! before a block's durable PutBlock thus leaves bytes on disk that no
+//! durable record covers:
+//! - a block file with no durable record at all (its writer got at most
+//!   publishing answers; a key commits only after a close, so such a block
+//!   belongs to a write that never completed here, and the om's
+//!   ReplicationManager rebuilds it from the other indexes if the key did
+//!   commit without this index closing): the file is removed;
+//! - a block whose file is longer than its durable record (chunks written
+//!   or published after the last durable PutBlock): the file is truncated to
+//!   the record's size, so the tail is neither served nor counted.
 //!
 //! Reads never went past the committed size anyway (see
 //! `ContainerStore::read`); recovery reclaims the space and makes the file

@@ -6,8 +6,9 @@
 //! list with `blockGroupLength` on all d+p indexes (indexes past the data get
 //! an empty record). These per-stripe PutBlocks are `BlockCommit::Flush`:
 //! published on the datanodes, not synced. A full group (d × block size data
-//! bytes) is closed with an eof PutBlock (`BlockCommit::Close`: synced and
-//! durable) and the om allocates the next; so is the last group at `close`.
+//! bytes) is closed, once its last stripe is acknowledged everywhere, with an
+//! eof PutBlock (`BlockCommit::Close`: synced and durable; at least d indexes
+//! must close) and the om allocates the next; so is the last group at `close`.
 //!
 //! When a stripe fails on any index (unavailable, deadline, error code) the
 //! writer excludes the failed datanodes, seals the group at its last
@@ -107,8 +108,6 @@ struct OpenGroup {
     acked: u64,
     /// Each index's block length when `acked` was acknowledged.
     acked_lens: Vec<u64>,
-    /// Whether the last PutBlock carried eof.
-    closed: bool,
 }
 
 /// Writes encoded stripes into block groups, surviving datanode failures.
@@ -188,7 +187,6 @@ impl StripeWriter {
                 acked_lens: vec![0; streams.len()],
                 streams,
                 acked: 0,
-                closed: false,
             });
         }
         self.group
@@ -223,8 +221,13 @@ impl StripeWriter {
                 }
                 Err(e) => return Err(e),
             };
-            match Self::try_write(group, stripe, parallel, capacity).await {
-                Ok(()) => break,
+            match Self::try_write(group, stripe, parallel).await {
+                Ok(()) => {
+                    if self.group.as_ref().is_some_and(|g| g.acked >= capacity) {
+                        self.close_open_group().await?;
+                    }
+                    break;
+                }
                 Err(failures) => {
                     attempts += 1;
                     let failed_uuids = self.failed_uuids(&failures);
@@ -237,7 +240,8 @@ impl StripeWriter {
                         || ClientError::Internal("a stripe write failed without an error".into()),
                         ClientError::from,
                     );
-                    self.seal_group_at_acked(&failed_indexes).await?;
+                    self.seal_group_at_acked(&failed_indexes, attempts, &cause)
+                        .await?;
                     if attempts > self.max_retries {
                         return Err(ClientError::WriteFailed {
                             stripe: stripe.seq,
@@ -254,19 +258,16 @@ impl StripeWriter {
         }
         self.acked += stripe.len;
         self.counters.note_flushed();
-        if self.group.as_ref().is_some_and(|g| g.closed) {
-            self.finish_group();
-        }
         Ok(())
     }
 
-    /// WriteChunks then PutBlock on every index; returns the failed
-    /// (replica index, error) pairs, or `Ok` when all succeeded.
+    /// WriteChunks then a publishing PutBlock on every index; returns the
+    /// failed (0-based stream index, error) pairs, or `Ok` when all
+    /// succeeded.
     async fn try_write(
         group: &mut OpenGroup,
         stripe: &EncodedStripe,
         parallel: bool,
-        capacity: u64,
     ) -> std::result::Result<(), Vec<(usize, BlockStreamError)>> {
         let mut failures = Vec::new();
         {
@@ -296,15 +297,18 @@ impl StripeWriter {
             return Err(failures);
         }
         let length = group.acked + stripe.len;
-        let eof = length >= capacity;
-        let commit = if eof {
-            BlockCommit::Close
-        } else {
-            BlockCommit::Flush
-        };
         let mut meta = BTreeMap::new();
         meta.insert(BLOCK_GROUP_LENGTH_KEY.to_string(), length.to_string());
-        let results = join_all(group.streams.iter_mut().map(|s| s.put_block(&meta, commit))).await;
+        // Published only, also for the stripe that fills the group: its
+        // close follows once every index acknowledged it, so that a failure
+        // here leaves no index closed past what the group keeps.
+        let results = join_all(
+            group
+                .streams
+                .iter_mut()
+                .map(|s| s.put_block(&meta, BlockCommit::Flush)),
+        )
+        .await;
         failures.extend(
             results
                 .into_iter()
@@ -320,7 +324,6 @@ impl StripeWriter {
             .iter()
             .map(BlockOutputStream::committed)
             .collect();
-        group.closed = eof;
         Ok(())
     }
 
@@ -347,12 +350,17 @@ impl StripeWriter {
     /// length on every index not in `failed`.
     ///
     /// # Errors
-    /// [`ClientError::WriteFailed`] when fewer than d indexes closed: the
-    /// group's acknowledged bytes are not durable and cannot be rewritten.
-    async fn seal_group_at_acked(&mut self, failed: &BTreeSet<usize>) -> Result<()> {
+    /// [`ClientError::WriteFailed`] naming `cause` (the stripe's failure)
+    /// when fewer than d indexes closed: the group's acknowledged bytes are
+    /// not durable and cannot be rewritten.
+    async fn seal_group_at_acked(
+        &mut self,
+        failed: &BTreeSet<usize>,
+        attempts: u32,
+        cause: &ClientError,
+    ) -> Result<()> {
         if let Some(g) = self.group.as_mut()
             && g.acked > 0
-            && !g.closed
         {
             let mut meta = BTreeMap::new();
             meta.insert(BLOCK_GROUP_LENGTH_KEY.to_string(), g.acked.to_string());
@@ -364,21 +372,62 @@ impl StripeWriter {
                 .filter(|(i, _)| !failed.contains(i))
                 .map(|(_, (s, len))| s.close_at(*len, &meta));
             let results = join_all(closing).await;
-            Self::require_durable(&self.ec, g, results, self.acked)?;
-            g.closed = true;
+            if let Err(e) = Self::require_durable(&self.ec, g, results) {
+                return Err(ClientError::WriteFailed {
+                    stripe: self.acked / self.ec.stripe_size(),
+                    attempts,
+                    excluded: self.excluded.iter().cloned().collect(),
+                    previous: Some(cause.to_string()),
+                    cause: Box::new(e),
+                });
+            }
         }
         self.finish_group();
         Ok(())
     }
 
-    /// Checks that at least d indexes of `g` closed durably (logging the
-    /// others: the om's ReplicationManager rebuilds an index whose datanode
+    /// Closes the open group with an eof PutBlock on every index (its bytes
+    /// become durable) and moves it to the finished groups.
+    ///
+    /// # Errors
+    /// [`ClientError::WriteFailed`] when fewer than d indexes closed (the
+    /// group's bytes are not durable; the key must not commit).
+    async fn close_open_group(&mut self) -> Result<()> {
+        if let Some(g) = self.group.as_mut()
+            && g.acked > 0
+        {
+            let mut meta = BTreeMap::new();
+            meta.insert(BLOCK_GROUP_LENGTH_KEY.to_string(), g.acked.to_string());
+            let results = join_all(
+                g.streams
+                    .iter_mut()
+                    .map(|s| s.put_block(&meta, BlockCommit::Close)),
+            )
+            .await;
+            if let Err(e) = Self::require_durable(&self.ec, g, results) {
+                return Err(ClientError::WriteFailed {
+                    stripe: self.acked / self.ec.stripe_size(),
+                    attempts: 1,
+                    excluded: self.excluded.iter().cloned().collect(),
+                    previous: None,
+                    cause: Box::new(e),
+                });
+            }
+        }
+        self.finish_group();
+        Ok(())
+    }
+
+    /// Checks that at least d indexes of `g` closed durably, logging the
+    /// others (the om's ReplicationManager rebuilds an index whose datanode
     /// later reports it missing).
+    ///
+    /// # Errors
+    /// The last closing failure when fewer than d closed.
     fn require_durable(
         ec: &EcReplicationConfig,
         g: &OpenGroup,
         results: Vec<block_stream::Result<()>>,
-        key_offset: u64,
     ) -> Result<()> {
         let mut closed = 0;
         let mut last_error = None;
@@ -394,16 +443,10 @@ impl StripeWriter {
         if closed >= ec.data() {
             return Ok(());
         }
-        Err(ClientError::WriteFailed {
-            stripe: key_offset / ec.stripe_size(),
-            attempts: 1,
-            excluded: Vec::new(),
-            previous: None,
-            cause: Box::new(last_error.map_or_else(
-                || ClientError::Internal("no index of the group could be closed".into()),
-                ClientError::from,
-            )),
-        })
+        Err(last_error.map_or_else(
+            || ClientError::Internal(format!("fewer than d indexes of {} to close", g.group.id())),
+            ClientError::from,
+        ))
     }
 
     fn finish_group(&mut self) {
@@ -417,30 +460,15 @@ impl StripeWriter {
         }
     }
 
-    /// Closes the open group with an eof PutBlock (if its last one was not),
-    /// which makes its bytes durable, and returns every group with its
-    /// acknowledged length, and the total.
+    /// Closes the open group with an eof PutBlock, which makes its bytes
+    /// durable, and returns every group with its acknowledged length, and
+    /// the total.
     ///
     /// # Errors
     /// [`ClientError::WriteFailed`] when fewer than d indexes of the open
     /// group closed (its bytes are not durable; the key must not commit).
     pub(crate) async fn finish(mut self) -> Result<(Vec<BlockGroup>, u64)> {
-        if let Some(g) = self.group.as_mut()
-            && !g.closed
-            && g.acked > 0
-        {
-            let mut meta = BTreeMap::new();
-            meta.insert(BLOCK_GROUP_LENGTH_KEY.to_string(), g.acked.to_string());
-            let results = join_all(
-                g.streams
-                    .iter_mut()
-                    .map(|s| s.put_block(&meta, BlockCommit::Close)),
-            )
-            .await;
-            Self::require_durable(&self.ec, g, results, self.acked)?;
-            g.closed = true;
-        }
-        self.finish_group();
+        self.close_open_group().await?;
         Ok((self.finished, self.acked))
     }
 }

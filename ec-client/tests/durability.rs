@@ -138,3 +138,83 @@ async fn a_group_given_up_is_sealed_durably_at_its_acknowledged_length() {
     assert!(read_all(&client, "b", "k").await == src);
     cluster.shutdown().await;
 }
+
+/// A PutBlock failing on one index at the stripe that fills the group: the
+/// group's other indexes published that stripe but none closed past the
+/// first stripe, so the group is sealed at one stripe and the stripe is
+/// rewritten on a new group (regression: the filling stripe's PutBlocks
+/// closed the blocks at once, the seal was then refused as BlockClosed and
+/// the key failed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_on_the_stripe_that_fills_the_group_is_rewritten() {
+    let (cluster, client) = cluster(7).await;
+    // Two cells per internal block: a group holds two stripes.
+    ec_bucket(&client, "b", 2 * CELL).await;
+    let src = data(3 * STRIPE + 5, 13);
+    let mut w = client.create_key("b", "k", None).await.expect("create");
+    w.write(&src[..STRIPE as usize])
+        .await
+        .expect("first stripe");
+    wait_flushed(&w, 1).await;
+    let KeyOutputStream::Ec(ec) = &w else {
+        panic!("expected an EC writer");
+    };
+    let group = ec.current_block_group().expect("group");
+    let victim = group
+        .pipeline
+        .nodes_for(ri(3))
+        .next()
+        .expect("index 3")
+        .uuid
+        .clone();
+    cluster
+        .datanode_by_uuid(&victim)
+        .expect("dn")
+        .inject(FaultRule::new(RpcKind::PutBlock, FaultKind::Unavailable).expect("rule"));
+    w.write(&src[STRIPE as usize..]).await.expect("rest");
+    let info = w.close().await.expect("close");
+    assert_eq!(info.block_groups[0].length, STRIPE, "sealed at one stripe");
+    assert_eq!(info.length, src.len() as u64);
+    check_stored_lengths(&info).await;
+    assert!(read_all(&client, "b", "k").await == src);
+    cluster.shutdown().await;
+}
+
+/// The closing PutBlock failing on one index (after every stripe was
+/// acknowledged): d or more indexes closed, so the key commits; the failed
+/// index held its bytes only published, and after its datanode restarts the
+/// block is gone (the ReplicationManager's to rebuild) while the key reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_closes_with_one_index_failing_its_close() {
+    let (mut cluster, client) = cluster(5).await;
+    ec_bucket(&client, "b", 64 * CELL).await;
+    let src = data(2 * STRIPE, 17);
+    let mut w = client.create_key("b", "k", None).await.expect("create");
+    w.write(&src).await.expect("write");
+    wait_flushed(&w, 2).await;
+    let KeyOutputStream::Ec(ec) = &w else {
+        panic!("expected an EC writer");
+    };
+    let group = ec.current_block_group().expect("group");
+    let victim = group
+        .pipeline
+        .nodes_for(ri(5))
+        .next()
+        .expect("index 5")
+        .uuid
+        .clone();
+    let n = cluster.datanode_by_uuid(&victim).expect("dn").index();
+    cluster
+        .datanode_mut(n)
+        .expect("dn")
+        .inject(FaultRule::new(RpcKind::PutBlock, FaultKind::Unavailable).expect("rule"));
+    let info = w.close().await.expect("close with four indexes closed");
+    assert_eq!(info.block_groups.len(), 1);
+    assert_eq!(durable_counts(&cluster).1, 4, "four records made durable");
+    let dn = cluster.datanode_mut(n).expect("dn");
+    dn.stop().await;
+    dn.restart().await.expect("restart");
+    check_stored_lengths_after_losses(&info, &[victim]).await;
+    assert!(read_all(&client, "b", "k").await == src);
+    cluster.shutdown().await;
+}

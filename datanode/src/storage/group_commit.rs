@@ -8,14 +8,22 @@
 //! concurrent PutBlocks cost N file syncs and one database commit instead
 //! of N of each.
 //!
-//! Leadership: a PutBlock queues its request and then takes the leader lock;
-//! whoever holds it drains the queue and runs the whole batch on the
-//! blocking pool, answering every request from there. A request is applied
-//! completely once queued — its file sync, its record, and its in-memory
-//! publication — even if the PutBlock that queued it is cancelled, and the
-//! block's write lock travels with it, so a deletion or another write of the
-//! same block waits until the commit is over. Nothing is left half-done for
-//! a later batch to apply out of order.
+//! Leadership: a PutBlock queues its request and spawns a leader task that
+//! takes the leader lock, drains the queue and runs the whole batch on the
+//! blocking pool, answering every request from there; the PutBlock only
+//! awaits its answer. The leader is a task of its own so that cancelling
+//! the PutBlock (a client deadline, a dropped stream) can neither strand its
+//! request in the queue nor release the leader lock while a batch still
+//! runs. A request is applied completely once queued — its file sync, its
+//! record, and its in-memory publication — and the block's write lock
+//! travels with it, so a deletion or another write of the same block waits
+//! until the commit is over.
+//!
+//! Order inside a batch: every block file is synced, then one transaction
+//! commits the records whose files synced, then each record is published in
+//! memory, and only then is a closed block's file cut to its committed
+//! length (best effort: a longer file is cut at the next start anyway), so
+//! a failed sync or commit leaves the block exactly as it was.
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -40,8 +48,9 @@ pub(crate) struct DurableCommit {
     pub(crate) close: bool,
     /// The block file to `fdatasync` (none for a record with no chunks).
     pub(crate) file: Option<PathBuf>,
-    /// Cut the block file to this length first: a close at a length below
-    /// what was written (a writer giving up on a stripe) drops the tail.
+    /// Cut the block file to this length once the record is published: a
+    /// close at a length below what was written (a writer sealing a group
+    /// at its acknowledged stripe) drops the tail.
     pub(crate) truncate_to: Option<u64>,
     /// The container directory to sync (the block's first durable commit,
     /// which makes the file's directory entry durable too).
@@ -68,11 +77,19 @@ pub(crate) struct CommitCounters {
 
 /// Batches durable PutBlocks (see the module doc).
 pub(crate) struct GroupCommitter {
+    inner: Arc<Inner>,
+    pub(crate) counters: Arc<CommitCounters>,
+}
+
+struct Inner {
     queue: Mutex<Vec<(DurableCommit, Waiter)>>,
     leader: tokio::sync::Mutex<()>,
-    db: Arc<Database>,
+    /// The store's database, not owned: a leader task that outlives its
+    /// store (a PutBlock cancelled, then the store closed) must not keep
+    /// the database open, so that the data dir can be opened again.
+    db: std::sync::Weak<Database>,
     files: Arc<FileCache>,
-    pub(crate) counters: Arc<CommitCounters>,
+    counters: Arc<CommitCounters>,
 }
 
 impl std::fmt::Debug for GroupCommitter {
@@ -85,12 +102,16 @@ impl std::fmt::Debug for GroupCommitter {
 
 impl GroupCommitter {
     pub(crate) fn new(db: Arc<Database>, files: Arc<FileCache>) -> Self {
+        let counters = Arc::new(CommitCounters::default());
         Self {
-            queue: Mutex::default(),
-            leader: tokio::sync::Mutex::new(()),
-            db,
-            files,
-            counters: Arc::default(),
+            inner: Arc::new(Inner {
+                queue: Mutex::default(),
+                leader: tokio::sync::Mutex::new(()),
+                db: Arc::downgrade(&db),
+                files,
+                counters: Arc::clone(&counters),
+            }),
+            counters,
         }
     }
 
@@ -103,30 +124,15 @@ impl GroupCommitter {
     /// batch's transaction (no record of the batch is written).
     pub(crate) async fn commit(&self, c: DurableCommit) -> Result<()> {
         let (tx, rx) = oneshot::channel();
-        self.queue
+        self.inner
+            .queue
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push((c, tx));
-        {
-            let _leader = self.leader.lock().await;
-            let batch = std::mem::take(
-                &mut *self
-                    .queue
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner),
-            );
-            if !batch.is_empty() {
-                let db = Arc::clone(&self.db);
-                let files = Arc::clone(&self.files);
-                let counters = Arc::clone(&self.counters);
-                // Runs to its end even if this future is dropped; a panic
-                // there drops the waiters' senders, answered below.
-                let _ = tokio::task::spawn_blocking(move || {
-                    run_batch(&db, &files, &counters, batch);
-                })
-                .await;
-            }
-        }
+        // The leader is a task of its own (see the module doc); it finds
+        // this request in the queue, or an earlier leader already took it.
+        let inner = Arc::clone(&self.inner);
+        tokio::spawn(async move { inner.lead().await });
         rx.await.map_err(|_| {
             DatanodeError::io(
                 "committing a block",
@@ -136,28 +142,55 @@ impl GroupCommitter {
     }
 }
 
+impl Inner {
+    /// Takes the leader lock and runs whatever is queued as one batch.
+    async fn lead(self: Arc<Self>) {
+        let _leader = self.leader.lock().await;
+        let batch = std::mem::take(
+            &mut *self
+                .queue
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        if batch.is_empty() {
+            return;
+        }
+        // The store is gone: dropping the batch answers its waiters with
+        // an error.
+        let Some(db) = self.db.upgrade() else {
+            return;
+        };
+        let this = Arc::clone(&self);
+        // A panic there drops the batch's senders: its waiters get an error.
+        let _ = tokio::task::spawn_blocking(move || {
+            run_batch(db, &this.files, &this.counters, batch);
+        })
+        .await;
+    }
+}
+
 /// Syncs every file of the batch, commits the records whose files synced in
-/// one transaction, publishes them and answers every waiter.
+/// one transaction, publishes them, cuts closed blocks' files to their
+/// committed length and answers every waiter.
 fn run_batch(
-    db: &Database,
+    db: Arc<Database>,
     files: &FileCache,
     counters: &CommitCounters,
     batch: Vec<(DurableCommit, Waiter)>,
 ) {
     let mut synced_dirs = HashSet::new();
     let mut ready = Vec::with_capacity(batch.len());
+    let mut failed = Vec::new();
     for (c, tx) in batch {
         match sync_files(&c, files, counters, &mut synced_dirs) {
             Ok(()) => ready.push((c, tx)),
-            Err(e) => {
-                let _ = tx.send(Err(e));
-            }
+            Err(e) => failed.push((c, tx, e)),
         }
     }
-    if ready.is_empty() {
-        return;
-    }
     let committed = (|| -> Result<()> {
+        if ready.is_empty() {
+            return Ok(());
+        }
         let txn = db.begin_write()?;
         {
             let mut blocks = txn.open_table(BLOCKS)?;
@@ -172,7 +205,15 @@ fn run_batch(
         txn.commit()?;
         Ok(())
     })();
+    // Released before anyone is answered: a caller that closes the store
+    // once its PutBlock returned can open the data dir again at once.
+    drop(db);
+    for (c, tx, e) in failed {
+        drop(c);
+        let _ = tx.send(Err(e));
+    }
     match committed {
+        Ok(()) if ready.is_empty() => {}
         Ok(()) => {
             counters.db_commits.fetch_add(1, Ordering::Relaxed);
             counters
@@ -180,6 +221,16 @@ fn run_batch(
                 .fetch_add(ready.len() as u64, Ordering::Relaxed);
             for (mut c, tx) in ready {
                 (c.publish)(&mut c.guard);
+                if let (Some(path), Some(len)) = (&c.file, c.truncate_to) {
+                    // Best effort: a file longer than its record is cut at
+                    // the next start (recovery.rs), and reads stop at the
+                    // committed length meanwhile.
+                    if let Err(e) = files
+                        .retry_on_emfile(|| File::options().write(true).open(path)?.set_len(len))
+                    {
+                        tracing::warn!(block = %c.block, error = %e, "cutting a closed block's tail");
+                    }
+                }
                 drop(c.guard);
                 let _ = tx.send(Ok(()));
             }
@@ -205,13 +256,7 @@ fn sync_files(
     let b = c.block;
     if let Some(path) = &c.file {
         files
-            .retry_on_emfile(|| {
-                let f = File::options().write(true).open(path)?;
-                if let Some(len) = c.truncate_to {
-                    f.set_len(len)?;
-                }
-                f.sync_data()
-            })
+            .retry_on_emfile(|| File::open(path).and_then(|f| f.sync_data()))
             .map_err(|e| DatanodeError::io(format!("syncing block {b}"), e))?;
         counters.file_syncs.fetch_add(1, Ordering::Relaxed);
     }

@@ -483,10 +483,10 @@ async fn a_close_rolls_back_published_bytes_but_never_durable_ones() {
     ));
 }
 
-/// Group commit: durable PutBlocks that arrive while a batch is being synced
-/// share the next batch's database commit. On this single-threaded runtime
-/// the first of eight concurrent closes runs alone and the other seven queue
-/// behind it, so the eight cost eight file syncs and two record commits.
+/// Group commit: durable PutBlocks queued before a leader drains the queue
+/// share one database commit. On this single-threaded runtime the eight
+/// concurrent closes all queue their requests before any leader task runs,
+/// so they cost eight file syncs and one record commit.
 #[tokio::test]
 async fn concurrent_closes_share_one_record_commit() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -515,7 +515,7 @@ async fn concurrent_closes_share_one_record_commit() {
     let st = s.stats();
     assert_eq!(
         (st.block_file_syncs, st.durable_records, st.record_commits),
-        (8, 8, 2)
+        (8, 8, 1)
     );
     drop(s);
     let s = ContainerStore::open(dir.path()).expect("reopen");

@@ -96,7 +96,11 @@ impl ContainerStore {
         }
         self.create_container(b.container_id).await?;
         let ob = self.open_block(b)?;
-        let mut ob = ob.lock().await;
+        // Owned: the lock goes with the write onto the blocking pool and is
+        // released only when the write is over, even if this request is
+        // cancelled meanwhile (a deletion waiting for the lock then never
+        // races a write that recreates the file it removed).
+        let mut ob = ob.lock_owned().await;
         check_writable(&ob, b)?;
         let committed = self.committed_block(b).map_or(0, |d| d.size);
         if chunk.offset > ob.file_len || chunk.offset < committed {
@@ -110,6 +114,7 @@ impl ContainerStore {
         let path = self.block_path(b);
         let offset = chunk.offset;
         let truncate = offset < ob.file_len;
+        let len = chunk.len;
         let files = Arc::clone(&self.files);
         blocking(move || {
             let f = files
@@ -126,12 +131,12 @@ impl ContainerStore {
                     .map_err(|e| DatanodeError::io(format!("truncating block {b}"), e))?;
             }
             f.write_all_at(&data, offset)
-                .map_err(|e| DatanodeError::io(format!("writing block {b}"), e))
+                .map_err(|e| DatanodeError::io(format!("writing block {b}"), e))?;
+            // Cached read handles stay valid after a truncate (same inode).
+            ob.file_len = offset + len;
+            Ok(())
         })
-        .await?;
-        // Cached read handles stay valid after a truncate (same inode).
-        ob.file_len = offset + chunk.len;
-        Ok(())
+        .await
     }
 
     /// Commits `data` (chunk list, size, metadata) for its block as `commit`
