@@ -54,6 +54,31 @@ async fn wait_flushed(w: &KeyOutputStream, n: u64) {
     .expect("writer alive");
 }
 
+/// Makes every PutBlock fail on the datanode holding index `r` of the
+/// writer's current group; returns that group and the datanode.
+fn fail_put_blocks_of_index(
+    cluster: &MiniCluster,
+    w: &KeyOutputStream,
+    r: u32,
+) -> (proto_crate::BlockGroup, proto_crate::DatanodeId) {
+    let KeyOutputStream::Ec(ec) = w else {
+        panic!("expected an EC writer");
+    };
+    let group = ec.current_block_group().expect("group");
+    let victim = group
+        .pipeline
+        .nodes_for(ri(r))
+        .next()
+        .expect("the index has a datanode")
+        .uuid
+        .clone();
+    cluster
+        .datanode_by_uuid(&victim)
+        .expect("dn")
+        .inject(FaultRule::new(RpcKind::PutBlock, FaultKind::Unavailable).expect("rule"));
+    (group, victim)
+}
+
 /// Four full stripes acknowledged by the datanodes sync nothing; the close
 /// syncs each of the five internal block files once and commits each
 /// record once (one datanode per index, so no batch holds two).
@@ -98,21 +123,7 @@ async fn a_group_given_up_is_sealed_durably_at_its_acknowledged_length() {
         .await
         .expect("first stripe");
     wait_flushed(&w, 1).await;
-    let KeyOutputStream::Ec(ec) = &w else {
-        panic!("expected an EC writer");
-    };
-    let group = ec.current_block_group().expect("group");
-    let victim = group
-        .pipeline
-        .nodes_for(ri(2))
-        .next()
-        .expect("index 2")
-        .uuid
-        .clone();
-    cluster
-        .datanode_by_uuid(&victim)
-        .expect("dn")
-        .inject(FaultRule::new(RpcKind::PutBlock, FaultKind::Unavailable).expect("rule"));
+    let (group, victim) = fail_put_blocks_of_index(&cluster, &w, 2);
     w.write(&src[STRIPE as usize..]).await.expect("rest");
     let info = w.close().await.expect("close");
     assert_eq!(info.block_groups.len(), 2);
@@ -156,21 +167,7 @@ async fn a_failure_on_the_stripe_that_fills_the_group_is_rewritten() {
         .await
         .expect("first stripe");
     wait_flushed(&w, 1).await;
-    let KeyOutputStream::Ec(ec) = &w else {
-        panic!("expected an EC writer");
-    };
-    let group = ec.current_block_group().expect("group");
-    let victim = group
-        .pipeline
-        .nodes_for(ri(3))
-        .next()
-        .expect("index 3")
-        .uuid
-        .clone();
-    cluster
-        .datanode_by_uuid(&victim)
-        .expect("dn")
-        .inject(FaultRule::new(RpcKind::PutBlock, FaultKind::Unavailable).expect("rule"));
+    fail_put_blocks_of_index(&cluster, &w, 3);
     w.write(&src[STRIPE as usize..]).await.expect("rest");
     let info = w.close().await.expect("close");
     assert_eq!(info.block_groups[0].length, STRIPE, "sealed at one stripe");
@@ -192,22 +189,8 @@ async fn a_key_closes_with_one_index_failing_its_close() {
     let mut w = client.create_key("b", "k", None).await.expect("create");
     w.write(&src).await.expect("write");
     wait_flushed(&w, 2).await;
-    let KeyOutputStream::Ec(ec) = &w else {
-        panic!("expected an EC writer");
-    };
-    let group = ec.current_block_group().expect("group");
-    let victim = group
-        .pipeline
-        .nodes_for(ri(5))
-        .next()
-        .expect("index 5")
-        .uuid
-        .clone();
+    let (_, victim) = fail_put_blocks_of_index(&cluster, &w, 5);
     let n = cluster.datanode_by_uuid(&victim).expect("dn").index();
-    cluster
-        .datanode_mut(n)
-        .expect("dn")
-        .inject(FaultRule::new(RpcKind::PutBlock, FaultKind::Unavailable).expect("rule"));
     let info = w.close().await.expect("close with four indexes closed");
     assert_eq!(info.block_groups.len(), 1);
     assert_eq!(durable_counts(&cluster).1, 4, "four records made durable");
