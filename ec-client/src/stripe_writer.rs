@@ -364,15 +364,16 @@ impl StripeWriter {
         {
             let mut meta = BTreeMap::new();
             meta.insert(BLOCK_GROUP_LENGTH_KEY.to_string(), g.acked.to_string());
+            let meta = &meta;
             let closing = g
                 .streams
                 .iter_mut()
                 .zip(&g.acked_lens)
                 .enumerate()
                 .filter(|(i, _)| !failed.contains(i))
-                .map(|(_, (s, len))| s.close_at(*len, &meta));
+                .map(|(i, (s, len))| async move { (i, s.close_at(*len, meta).await) });
             let results = join_all(closing).await;
-            if let Err(e) = Self::require_durable(&self.ec, g, results) {
+            if let Err(e) = self.require_durable(results) {
                 return Err(ClientError::WriteFailed {
                     stripe: self.acked / self.ec.stripe_size(),
                     attempts,
@@ -398,13 +399,15 @@ impl StripeWriter {
         {
             let mut meta = BTreeMap::new();
             meta.insert(BLOCK_GROUP_LENGTH_KEY.to_string(), g.acked.to_string());
+            let meta = &meta;
             let results = join_all(
                 g.streams
                     .iter_mut()
-                    .map(|s| s.put_block(&meta, BlockCommit::Close)),
+                    .enumerate()
+                    .map(|(i, s)| async move { (i, s.put_block(meta, BlockCommit::Close).await) }),
             )
             .await;
-            if let Err(e) = Self::require_durable(&self.ec, g, results) {
+            if let Err(e) = self.require_durable(results) {
                 return Err(ClientError::WriteFailed {
                     stripe: self.acked / self.ec.stripe_size(),
                     attempts: 1,
@@ -418,34 +421,35 @@ impl StripeWriter {
         Ok(())
     }
 
-    /// Checks that at least d indexes of `g` closed durably, logging the
-    /// others (the om's ReplicationManager rebuilds an index whose datanode
-    /// later reports it missing).
+    /// Checks that at least d indexes of the open group closed durably
+    /// (`results`: 0-based stream index and the closing PutBlock's outcome).
+    /// The datanodes whose close failed are logged and excluded from the
+    /// groups allocated next; the om's ReplicationManager rebuilds such an
+    /// index once its datanode reports it missing.
     ///
     /// # Errors
     /// The last closing failure when fewer than d closed.
-    fn require_durable(
-        ec: &EcReplicationConfig,
-        g: &OpenGroup,
-        results: Vec<block_stream::Result<()>>,
-    ) -> Result<()> {
+    fn require_durable(&mut self, results: Vec<(usize, block_stream::Result<()>)>) -> Result<()> {
+        let group = self.group.as_ref().map(|g| g.group.id().to_string());
         let mut closed = 0;
-        let mut last_error = None;
-        for r in results {
+        let mut failures = Vec::new();
+        for (i, r) in results {
             match r {
                 Ok(()) => closed += 1,
                 Err(e) => {
-                    tracing::warn!(block = %g.group.id(), error = %e, "closing PutBlock failed");
-                    last_error = Some(e);
+                    tracing::warn!(block = ?group, error = %e, "closing PutBlock failed");
+                    failures.push((i, e));
                 }
             }
         }
-        if closed >= ec.data() {
+        let failed_uuids = self.failed_uuids(&failures);
+        self.excluded.extend(failed_uuids);
+        if closed >= self.ec.data() {
             return Ok(());
         }
-        Err(last_error.map_or_else(
-            || ClientError::Internal(format!("fewer than d indexes of {} to close", g.group.id())),
-            ClientError::from,
+        Err(failures.pop().map_or_else(
+            || ClientError::Internal(format!("fewer than d indexes of {group:?} to close")),
+            |(_, e)| ClientError::from(e),
         ))
     }
 

@@ -172,6 +172,11 @@ async fn a_failure_on_the_stripe_that_fills_the_group_is_rewritten() {
     let info = w.close().await.expect("close");
     assert_eq!(info.block_groups[0].length, STRIPE, "sealed at one stripe");
     assert_eq!(info.length, src.len() as u64);
+    // Durable records: the sealed group on its four other indexes, the
+    // full second group on five, the 5-byte third group on five (two of
+    // them empty records).
+    assert_eq!(info.block_groups.len(), 3);
+    assert_eq!(durable_counts(&cluster).1, 4 + 5 + 5);
     check_stored_lengths(&info).await;
     assert!(read_all(&client, "b", "k").await == src);
     cluster.shutdown().await;

@@ -21,9 +21,10 @@
 //!
 //! Order inside a batch: every block file is synced, then one transaction
 //! commits the records whose files synced, then each record is published in
-//! memory, and only then is a closed block's file cut to its committed
-//! length (best effort: a longer file is cut at the next start anyway), so
-//! a failed sync or commit leaves the block exactly as it was.
+//! memory (which is when a closed block's file is cut to its committed
+//! length, still under the block's lock; best effort, a longer file is cut
+//! at the next start anyway), so a failed sync or commit leaves the block
+//! exactly as it was.
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -48,17 +49,14 @@ pub(crate) struct DurableCommit {
     pub(crate) close: bool,
     /// The block file to `fdatasync` (none for a record with no chunks).
     pub(crate) file: Option<PathBuf>,
-    /// Cut the block file to this length once the record is published: a
-    /// close at a length below what was written (a writer sealing a group
-    /// at its acknowledged stripe) drops the tail.
-    pub(crate) truncate_to: Option<u64>,
     /// The container directory to sync (the block's first durable commit,
     /// which makes the file's directory entry durable too).
     pub(crate) dir: Option<PathBuf>,
     /// The block's write lock, held until the commit is applied.
     pub(crate) guard: OwnedMutexGuard<OpenBlock>,
     /// Publishes the record in memory once it is durable (the committed map,
-    /// the write state); runs on the batch's thread, under `guard`.
+    /// the write state; a close below what was written also cuts the file's
+    /// tail there); runs on the batch's thread, under `guard`.
     pub(crate) publish: Box<dyn FnOnce(&mut OpenBlock) + Send>,
 }
 
@@ -221,16 +219,6 @@ fn run_batch(
                 .fetch_add(ready.len() as u64, Ordering::Relaxed);
             for (mut c, tx) in ready {
                 (c.publish)(&mut c.guard);
-                if let (Some(path), Some(len)) = (&c.file, c.truncate_to) {
-                    // Best effort: a file longer than its record is cut at
-                    // the next start (recovery.rs), and reads stop at the
-                    // committed length meanwhile.
-                    if let Err(e) = files
-                        .retry_on_emfile(|| File::options().write(true).open(path)?.set_len(len))
-                    {
-                        tracing::warn!(block = %c.block, error = %e, "cutting a closed block's tail");
-                    }
-                }
                 drop(c.guard);
                 let _ = tx.send(Ok(()));
             }

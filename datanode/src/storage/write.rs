@@ -129,6 +129,7 @@ impl ContainerStore {
             if truncate {
                 f.set_len(offset)
                     .map_err(|e| DatanodeError::io(format!("truncating block {b}"), e))?;
+                ob.file_len = offset;
             }
             f.write_all_at(&data, offset)
                 .map_err(|e| DatanodeError::io(format!("writing block {b}"), e))?;
@@ -189,6 +190,7 @@ impl ContainerStore {
             committed: Arc::clone(&self.committed),
             open: Arc::clone(&self.open),
             used_bytes: Arc::clone(&self.used_bytes),
+            files: Arc::clone(&self.files),
         };
         if !commit.is_durable() {
             publisher.publish(&mut ob, data, false);
@@ -197,18 +199,18 @@ impl ContainerStore {
         // A close below what was written drops the tail (a writer that gave
         // up on a stripe closes at its last acknowledged length).
         let truncate_to = (close && size < ob.file_len).then_some(size);
-        let file = (size > 0 || truncate_to.is_some()).then(|| self.block_path(b));
+        let file = (size > 0).then(|| self.block_path(b));
         // The first durable commit of a block also syncs its directory, so
         // that the file's directory entry is as durable as its record.
         let dir = (size > 0 && !ob.dir_synced).then(|| self.container_dir(b.container_id));
         let record = pb::BlockData::from(data.clone()).encode_to_vec();
+        let cut = truncate_to.map(|len| (self.block_path(b), len));
         self.committer
             .commit(DurableCommit {
                 block: b,
                 record,
                 close,
                 file,
-                truncate_to,
                 dir,
                 guard: ob,
                 publish: Box::new(move |ob: &mut OpenBlock| {
@@ -216,10 +218,7 @@ impl ContainerStore {
                         ob.dir_synced = true;
                     }
                     ob.durable_len = size;
-                    if let Some(len) = truncate_to {
-                        ob.file_len = len;
-                    }
-                    publisher.publish(ob, data, close);
+                    publisher.publish_durable(ob, data, close, cut);
                 }),
             })
             .await?;
@@ -233,9 +232,35 @@ struct Publisher {
     committed: Arc<CommittedMap>,
     open: Arc<OpenMap>,
     used_bytes: Arc<AtomicU64>,
+    files: Arc<crate::file_cache::FileCache>,
 }
 
 impl Publisher {
+    /// [`publish`](Self::publish) for a durable commit, cutting a closed
+    /// block's file to its committed length first (`cut`: path and length)
+    /// while the block's write state still guards the file (best effort: a
+    /// file longer than its record is cut at the next start, recovery.rs,
+    /// and reads stop at the committed length meanwhile).
+    fn publish_durable(
+        &self,
+        ob: &mut OpenBlock,
+        data: BlockData,
+        close: bool,
+        cut: Option<(std::path::PathBuf, u64)>,
+    ) {
+        let b = data.block_id;
+        if let Some((path, len)) = cut {
+            match self
+                .files
+                .retry_on_emfile(|| OpenOptions::new().write(true).open(&path)?.set_len(len))
+            {
+                Ok(()) => ob.file_len = len,
+                Err(e) => tracing::warn!(block = %b, error = %e, "cutting a closed block's tail"),
+            }
+        }
+        self.publish(ob, data, close);
+    }
+
     fn publish(&self, ob: &mut OpenBlock, data: BlockData, close: bool) {
         let b = data.block_id;
         let size = data.size;

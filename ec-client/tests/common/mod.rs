@@ -210,8 +210,14 @@ pub async fn check_stored_lengths_after_losses(
             if lost.contains(&loc.datanode.uuid) {
                 let gone = dn.get_committed_block_length(g.block_id(r)).await;
                 assert!(
-                    gone.is_err(),
-                    "group {} index {r} on a datanode restarted mid-write still has {gone:?}",
+                    matches!(
+                        gone,
+                        Err(block_stream::BlockStreamError::Datanode {
+                            code: proto_crate::ResultCode::NoSuchBlock,
+                            ..
+                        })
+                    ),
+                    "group {} index {r} on a datanode restarted mid-write: {gone:?} (expected NO_SUCH_BLOCK)",
                     g.local_id
                 );
                 continue;
