@@ -83,6 +83,15 @@ pub enum DatanodeError {
         /// Block written.
         block: BlockId,
     },
+    /// An earlier fsync of the block's file failed: the kernel may have
+    /// dropped bytes it could not write, so the block takes no more writes
+    /// or commits here until a restart rolls it back to its last durable
+    /// record (the "fsyncgate" rule: a failed fsync is never retried over).
+    #[error("block {block}: an earlier sync of its file failed; it takes no more writes")]
+    SyncFailed {
+        /// Block written.
+        block: BlockId,
+    },
     /// A malformed request.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -132,7 +141,7 @@ impl DatanodeError {
             Self::BlockClosed { .. } => ResultCode::BlockClosed,
             Self::BlockDeleted { .. } => ResultCode::NoSuchBlock,
             Self::InvalidArgument(_) => ResultCode::InvalidArgument,
-            Self::Io { .. } => ResultCode::IoException,
+            Self::Io { .. } | Self::SyncFailed { .. } => ResultCode::IoException,
             Self::DataDirInUse { .. } | Self::Db(_) | Self::CorruptRecord { .. } => {
                 ResultCode::Internal
             }

@@ -183,10 +183,22 @@ async fn an_abandoned_writer_frees_what_it_wrote() {
         .await
         .expect("the session is aborted")
         .expect("om alive");
-    quiesce(&cluster).await;
+    // The om publishes the session count on every change of the deletion
+    // log, so the count can reach 0 an instant before the abort's own
+    // transaction logs the groups: wait on the log's changes until the
+    // files are gone (a write that outlived the abort can only have been
+    // refused or deleted after it), not just for an empty log.
+    let mut pending = cluster.om().watch_pending_deletions();
+    let waited = tokio::time::timeout(Duration::from_secs(60), async {
+        while !(blocks_on_disk(&cluster).is_empty() && *pending.borrow_and_update() == 0) {
+            pending.changed().await.expect("om alive");
+        }
+    })
+    .await;
+    let left = blocks_on_disk(&cluster);
     assert!(
-        blocks_on_disk(&cluster).is_empty(),
-        "nothing of the abandoned write is left"
+        waited.is_ok() && left.is_empty(),
+        "nothing of the abandoned write is left, but {left:?} is"
     );
     cluster.shutdown().await;
 }

@@ -71,6 +71,9 @@ pub(crate) struct CommitCounters {
     pub(crate) db_commits: AtomicU64,
     /// Records made durable.
     pub(crate) records: AtomicU64,
+    /// Tests: how many of the next block-file syncs fail with EIO.
+    #[cfg(test)]
+    pub(crate) fail_file_syncs: AtomicU64,
 }
 
 /// Batches durable PutBlocks (see the module doc).
@@ -179,10 +182,18 @@ fn run_batch(
     let mut synced_dirs = HashSet::new();
     let mut ready = Vec::with_capacity(batch.len());
     let mut failed = Vec::new();
-    for (c, tx) in batch {
+    for (mut c, tx) in batch {
         match sync_files(&c, files, counters, &mut synced_dirs) {
             Ok(()) => ready.push((c, tx)),
-            Err(e) => failed.push((c, tx, e)),
+            Err(e) => {
+                // After a failed fsync the kernel may have dropped the dirty
+                // pages it could not write, and a later fsync can succeed
+                // without them: the block takes no more writes or commits
+                // here (its writer fails over; a restart brings it back to
+                // its last durable record).
+                c.guard.sync_failed = true;
+                failed.push((c, tx, e));
+            }
         }
     }
     let committed = (|| -> Result<()> {
@@ -243,6 +254,17 @@ fn sync_files(
 ) -> Result<()> {
     let b = c.block;
     if let Some(path) = &c.file {
+        #[cfg(test)]
+        if counters
+            .fail_file_syncs
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(DatanodeError::io(
+                format!("syncing block {b}"),
+                std::io::Error::from_raw_os_error(5),
+            ));
+        }
         files
             .retry_on_emfile(|| File::open(path).and_then(|f| f.sync_data()))
             .map_err(|e| DatanodeError::io(format!("syncing block {b}"), e))?;

@@ -92,6 +92,9 @@ pub(crate) struct OpenBlock {
     /// cut the block below a length only published in memory, never below
     /// this.
     durable_len: u64,
+    /// A sync of the block's file failed: its unsynced bytes may be lost
+    /// even if a later sync succeeds, so every write is refused.
+    pub(crate) sync_failed: bool,
 }
 
 /// Tunables of a [`ContainerStore`].
@@ -233,6 +236,16 @@ impl ContainerStore {
             store.remove_block_file(container_id, local_id)?;
         }
         Ok(store)
+    }
+
+    /// Tests: makes the next `n` block-file syncs of durable PutBlocks fail
+    /// with EIO.
+    #[cfg(test)]
+    pub(crate) fn fail_next_file_syncs(&self, n: u64) {
+        self.committer
+            .counters
+            .fail_file_syncs
+            .store(n, Ordering::Relaxed);
     }
 
     /// Usage figures: committed bytes and blocks, open read handles.

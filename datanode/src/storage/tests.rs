@@ -523,3 +523,52 @@ async fn concurrent_closes_share_one_record_commit() {
         assert_eq!(s.get_block(*b).expect("durable").size, 4);
     }
 }
+
+/// A failed fsync is never retried over: the Close that hit it fails, the
+/// block is not recorded as durable, and every later write or commit of the
+/// block is refused (even though the next sync would succeed), so its writer
+/// fails over instead of committing bytes the kernel may have dropped. A
+/// restart rolls the block back to its last durable record.
+#[tokio::test]
+async fn a_failed_sync_is_never_retried_over() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    {
+        let s = ContainerStore::open(dir.path()).expect("open");
+        s.write_chunk(id(1), &chunk(0, 3), Bytes::from_static(b"abc"))
+            .await
+            .expect("write");
+        s.put_block(block(1, vec![chunk(0, 3)]), BlockCommit::Sync)
+            .await
+            .expect("sync");
+        s.write_chunk(id(1), &chunk(3, 2), Bytes::from_static(b"de"))
+            .await
+            .expect("write");
+        s.fail_next_file_syncs(1);
+        let full = || block(1, vec![chunk(0, 3), chunk(3, 2)]);
+        assert!(matches!(
+            s.put_block(full(), BlockCommit::Close).await,
+            Err(DatanodeError::Io { .. })
+        ));
+        assert_eq!(s.get_block(id(1)).expect("durable record").size, 3);
+        assert!(matches!(
+            s.put_block(full(), BlockCommit::Close).await,
+            Err(DatanodeError::SyncFailed { .. })
+        ));
+        assert!(matches!(
+            s.put_block(full(), BlockCommit::Flush).await,
+            Err(DatanodeError::SyncFailed { .. })
+        ));
+        assert!(matches!(
+            s.write_chunk(id(1), &chunk(5, 1), Bytes::from_static(b"f"))
+                .await,
+            Err(DatanodeError::SyncFailed { .. })
+        ));
+        let st = s.stats();
+        assert_eq!((st.block_file_syncs, st.durable_records), (1, 1));
+    }
+    let s = ContainerStore::open(dir.path()).expect("reopen");
+    assert_eq!(s.get_block(id(1)).expect("durable record").size, 3);
+    s.write_chunk(id(1), &chunk(3, 1), Bytes::from_static(b"x"))
+        .await
+        .expect("writable again after the restart");
+}

@@ -63,6 +63,7 @@ impl ContainerStore {
             deleted,
             dir_synced,
             durable_len,
+            sync_failed: false,
         }));
         open.insert(key(b), Arc::clone(&ob));
         Ok(ob)
@@ -290,6 +291,9 @@ impl Publisher {
 fn check_writable(ob: &OpenBlock, b: BlockId) -> Result<()> {
     if ob.deleted {
         return Err(DatanodeError::BlockDeleted { block: b });
+    }
+    if ob.sync_failed {
+        return Err(DatanodeError::SyncFailed { block: b });
     }
     if ob.replica_index != b.replica_index {
         return Err(DatanodeError::ReplicaIndexMismatch {
