@@ -172,7 +172,6 @@ pub(crate) async fn copy_object(
         .create_key(&i.bucket, &i.key, None)
         .await
         .map_err(to_s3)?;
-    let mut md5 = Md5::new();
     // The copy is one object: its checksum is computed afresh (a multipart source's
     // composite checksum does not describe it), in the algorithm asked for.
     let algorithm = match &i.checksum_algorithm {
@@ -184,37 +183,13 @@ pub(crate) async fn copy_object(
         })?,
         None => Algorithm::Crc64Nvme,
     };
-    let mut checksum = Hasher::new(algorithm);
-    let mut source_check = SourceCheck::of(src.info(), &(0..src.len()));
-    let step = gw.max_buffer();
-    let mut at = 0u64;
-    while at < src.len() {
-        let chunk = src.read_range(at, step).await.map_err(to_s3)?;
-        if chunk.is_empty() {
-            return Err(S3Error::with_message(
-                S3ErrorCode::InternalError,
-                "source ended early",
-            ));
-        }
-        md5.update(&chunk);
-        checksum.update(&chunk);
-        if let Some(c) = source_check.as_mut() {
-            c.update(&chunk);
-        }
-        w.write(&chunk).await.map_err(to_s3)?;
-        at += chunk.len() as u64;
-    }
+    let (etag, digest) = copy_bytes(&src, 0..src.len(), &mut w, algorithm, gw.max_buffer()).await?;
     // A copy keeps the source's ETag form only for single-part objects;
     // the copy is one object, so its ETag is the MD5 of its bytes.
-    let etag = hex::encode(md5.finalize());
     meta.insert(ETAG.to_string(), etag.clone());
     meta.remove(PART_SIZES);
     meta.remove(PART_CHECKSUMS);
     meta.remove(crate::object_meta::PART_NUMBERS);
-    let digest = checksum.finish();
-    if let Some(c) = source_check {
-        c.finish()?;
-    }
     meta.insert(CHECKSUM_ALGORITHM.to_string(), algorithm.name().to_string());
     meta.insert(CHECKSUM_VALUE.to_string(), b64(&digest));
     meta.insert(CHECKSUM_TYPE.to_string(), "FULL_OBJECT".to_string());
@@ -230,6 +205,47 @@ pub(crate) async fn copy_object(
         }),
         ..Default::default()
     }))
+}
+
+/// Copies bytes `range` (source-relative offsets) of `src` into `w`, reading at most `step`
+/// bytes at a time (the gateway's buffer bound), and verifies the source's stored full-object
+/// checksum when the range is the whole source ([`SourceCheck`]). Returns the copied bytes'
+/// MD5 as hex (their ETag) and their checksum in `algorithm`.
+///
+/// # Errors
+/// `InternalError` when the source ends before the range does; read and write failures as
+/// [`to_s3`] maps them; the source check's mismatch.
+async fn copy_bytes(
+    src: &ec_client::KeyInputStream,
+    range: std::ops::Range<u64>,
+    w: &mut ec_client::KeyOutputStream,
+    algorithm: Algorithm,
+    step: u64,
+) -> S3Result<(String, Vec<u8>)> {
+    let mut md5 = Md5::new();
+    let mut checksum = Hasher::new(algorithm);
+    let mut source_check = SourceCheck::of(src.info(), &range);
+    let mut at = range.start;
+    while at < range.end {
+        let chunk = src
+            .read_range(at, step.min(range.end - at))
+            .await
+            .map_err(to_s3)?;
+        if chunk.is_empty() {
+            return Err(s3_error!(InternalError, "the copy source ended early"));
+        }
+        md5.update(&chunk);
+        checksum.update(&chunk);
+        if let Some(c) = source_check.as_mut() {
+            c.update(&chunk);
+        }
+        w.write(&chunk).await.map_err(to_s3)?;
+        at += chunk.len() as u64;
+    }
+    if let Some(c) = source_check {
+        c.finish()?;
+    }
+    Ok((hex::encode(md5.finalize()), checksum.finish()))
 }
 
 /// The byte range an `x-amz-copy-source-range` names in a source of `size` bytes (the whole
@@ -294,30 +310,7 @@ pub(crate) async fn upload_part_copy(
         .upload_part(&i.upload_id, part_number)
         .await
         .map_err(to_s3)?;
-    let mut md5 = Md5::new();
-    let mut checksum = crate::integrity::Hasher::new(algorithm);
-    let mut source_check = SourceCheck::of(src.info(), &range);
-    let step = gw.max_buffer();
-    let mut at = range.start;
-    while at < range.end {
-        let n = step.min(range.end - at);
-        let chunk = src.read_range(at, n).await.map_err(to_s3)?;
-        if chunk.is_empty() {
-            return Err(s3_error!(InternalError, "the copy source ended early"));
-        }
-        md5.update(&chunk);
-        checksum.update(&chunk);
-        if let Some(c) = source_check.as_mut() {
-            c.update(&chunk);
-        }
-        w.write(&chunk).await.map_err(to_s3)?;
-        at += chunk.len() as u64;
-    }
-    let etag = hex::encode(md5.finalize());
-    let digest = checksum.finish();
-    if let Some(c) = source_check {
-        c.finish()?;
-    }
+    let (etag, digest) = copy_bytes(&src, range, &mut w, algorithm, gw.max_buffer()).await?;
     let meta = BTreeMap::from([
         (CHECKSUM_ALGORITHM.to_string(), algorithm.name().to_string()),
         (CHECKSUM_VALUE.to_string(), b64(&digest)),

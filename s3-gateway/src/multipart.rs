@@ -29,12 +29,14 @@ pub(crate) async fn upload_of(
 ) -> S3Result<ec_client::MultipartUpload> {
     let u = gw.client().list_parts(upload_id).await.map_err(to_s3)?;
     if u.bucket != bucket || u.key != key {
-        return Err(s3_error!(
-            NoSuchUpload,
-            "upload {upload_id} is not for {bucket}/{key}"
-        ));
+        return Err(not_for(upload_id, bucket, key));
     }
     Ok(u)
+}
+
+/// NoSuchUpload for an upload id that names an upload of another object than `bucket/key`.
+fn not_for(upload_id: &str, bucket: &str, key: &str) -> s3s::S3Error {
+    s3_error!(NoSuchUpload, "upload {upload_id} is not for {bucket}/{key}")
 }
 
 /// The checksum an upload's object gets, from CreateMultipartUpload's
@@ -233,13 +235,7 @@ async fn completed_before(
         .await
         .map_err(to_s3)?;
     if key.bucket != *i.bucket || key.name != *i.key {
-        return Err(s3_error!(
-            NoSuchUpload,
-            "upload {} is not for {}/{}",
-            i.upload_id,
-            i.bucket,
-            i.key
-        ));
+        return Err(not_for(&i.upload_id, &i.bucket, &i.key));
     }
     Ok(S3Response::new(completed(&key)))
 }
@@ -270,13 +266,7 @@ pub(crate) async fn complete(
     let u = match gw.client().list_parts(&i.upload_id).await {
         Ok(u) if u.bucket == *i.bucket && u.key == *i.key => u,
         Ok(_) => {
-            return Err(s3_error!(
-                NoSuchUpload,
-                "upload {} is not for {}/{}",
-                i.upload_id,
-                i.bucket,
-                i.key
-            ));
+            return Err(not_for(&i.upload_id, &i.bucket, &i.key));
         }
         Err(ec_client::ClientError::Om {
             code: ec_client::OmErrorCode::NoSuchUpload,
