@@ -322,6 +322,37 @@ impl Client {
             .await
     }
 
+    /// One page of `bucket`'s keys under `prefix` strictly after `after`, rolled up into
+    /// common prefixes at `delimiter` (`None` or empty: no roll-up), at most `max` entries
+    /// (objects and prefixes together), as S3's ListObjectsV2 pages (see
+    /// [`listing::list_page`](crate::listing::list_page)). Keys are fetched from the om in
+    /// batches of `max + 1` clamped to 100..=1000, and a common prefix is stepped over in one
+    /// fetch, so a page costs O(`max` + prefixes) keys, not every key under a prefix.
+    ///
+    /// # Errors
+    /// Om failures (`BUCKET_NOT_FOUND`).
+    pub async fn list_page(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        delimiter: Option<&str>,
+        after: &str,
+        max: usize,
+    ) -> Result<crate::listing::Page<KeyInfo>> {
+        let batch = u32::try_from(max.saturating_add(1).clamp(100, 1000)).unwrap_or(1000);
+        crate::listing::list_page(
+            |cursor: String, n: u32| async move {
+                self.shared.om.list_keys(bucket, prefix, &cursor, n).await
+            },
+            prefix,
+            delimiter,
+            after,
+            max,
+            batch,
+        )
+        .await
+    }
+
     /// Deletes `bucket/key`.
     ///
     /// # Errors

@@ -200,6 +200,27 @@ impl ClientError {
             | Self::TaskLost(_) => false,
         }
     }
+
+    /// The client error an `std::io::Error` carries: what
+    /// [`KeyInputStream`](crate::KeyInputStream)'s `AsyncRead` / `AsyncSeek` return wraps
+    /// one (see the `From<ClientError>` conversion), and this takes it back out, so a caller
+    /// that read through `tokio::io` can still ask [`is_retryable`](Self::is_retryable) or
+    /// match a missing key.
+    ///
+    /// # Errors
+    /// `e` itself, unchanged, when it carries no client error (an I/O error of the caller's
+    /// own, say).
+    pub fn from_io(e: std::io::Error) -> std::result::Result<ClientError, std::io::Error> {
+        if !e.get_ref().is_some_and(|inner| inner.is::<ClientError>()) {
+            return Err(e);
+        }
+        let kind = e.kind();
+        match e.into_inner().map(|inner| inner.downcast::<ClientError>()) {
+            Some(Ok(client)) => Ok(*client),
+            Some(Err(other)) => Err(std::io::Error::new(kind, other)),
+            None => Err(std::io::Error::from(kind)),
+        }
+    }
 }
 
 impl From<ClientError> for std::io::Error {
@@ -214,5 +235,24 @@ impl From<ClientError> for std::io::Error {
             _ => std::io::ErrorKind::Other,
         };
         std::io::Error::new(kind, e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_error_survives_the_trip_through_io_error() {
+        let e = std::io::Error::from(ClientError::KeyNotFound {
+            bucket: "b".into(),
+            key: "k".into(),
+        });
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+        let back = ClientError::from_io(e).expect("carries a client error");
+        assert!(matches!(back, ClientError::KeyNotFound { .. }), "{back}");
+        let own = std::io::Error::other("disk full");
+        let same = ClientError::from_io(own).expect_err("no client error inside");
+        assert_eq!(same.to_string(), "disk full");
     }
 }

@@ -26,6 +26,7 @@ mod error;
 mod key_input;
 mod key_output;
 mod lease;
+pub mod listing;
 mod metrics;
 mod om_client;
 mod read_context;
@@ -48,6 +49,6 @@ pub use proto_crate::{
     BucketInfo, DatanodeDetails, KeyInfo, MultipartUpload, PartInfo, ReplicationConfig,
     WriteCondition,
 };
-pub use proto_crate::{MULTIPART_PART_SIZES_KEY, OmErrorCode};
+pub use proto_crate::{MULTIPART_PART_SIZES_KEY, OmErrorCode, object_metadata};
 pub use replicated_output::ReplicatedKeyOutputStream;
 pub use stripe_writer::EcWriteProgress;

@@ -59,6 +59,7 @@ pub use error::ProtocolError;
 pub use logging::init_logging;
 pub use metadata::{
     BucketInfo, KeyInfo, MULTIPART_PART_SIZES_KEY, MultipartUpload, PartInfo, WriteCondition,
+    object_metadata,
 };
 pub use om_code::{OM_ERROR_HEADER, OmErrorCode};
 pub use result::{ResultCode, result_code, status};

@@ -124,6 +124,35 @@ impl From<KeyInfo> for om::KeyInfo {
 /// it at completion; S3 GET `?partNumber=N` reads it).
 pub const MULTIPART_PART_SIZES_KEY: &str = "mpu-part-sizes";
 
+/// The names under which a key's [`KeyInfo::metadata`] holds what an object
+/// store keeps beside the bytes, shared by every front end (the S3 gateway and
+/// the object_store adapter write and read the same entries, so an object
+/// written through one shows its content type, user metadata and tags through
+/// the other). Source: Amazon S3 User Guide, "Working with object metadata"
+/// (system-defined and user-defined metadata) and "Categorizing your storage
+/// using tags".
+pub mod object_metadata {
+    /// The object's S3 ETag (hex MD5, or the multipart form `hex-N`), when an
+    /// S3 PUT, Copy or Complete recorded one.
+    pub const ETAG: &str = "etag";
+    /// `Content-Type`.
+    pub const CONTENT_TYPE: &str = "content-type";
+    /// `Cache-Control`.
+    pub const CACHE_CONTROL: &str = "cache-control";
+    /// `Content-Disposition`.
+    pub const CONTENT_DISPOSITION: &str = "content-disposition";
+    /// `Content-Encoding`.
+    pub const CONTENT_ENCODING: &str = "content-encoding";
+    /// `Content-Language`.
+    pub const CONTENT_LANGUAGE: &str = "content-language";
+    /// `Expires` (an HTTP date).
+    pub const EXPIRES: &str = "expires";
+    /// Prefix of user-defined metadata (`x-amz-meta-NAME`, the name in lower case).
+    pub const USER_METADATA_PREFIX: &str = "x-amz-meta-";
+    /// Prefix of object tags (`tag:KEY` → value).
+    pub const TAG_PREFIX: &str = "tag:";
+}
+
 /// One uploaded part of a multipart upload (S3's part; its data lives in
 /// block groups that become the key's when the upload completes).
 #[derive(Debug, Clone, PartialEq, Eq)]

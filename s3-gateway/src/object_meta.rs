@@ -11,11 +11,11 @@ use md5::{Digest, Md5};
 use s3s::dto::{self, Timestamp};
 
 /// Metadata key of an object's ETag (hex MD5, or the multipart form `hex-N`).
-pub(crate) const ETAG: &str = "etag";
+pub(crate) const ETAG: &str = ec_client::object_metadata::ETAG;
 /// Metadata key of an object's content type.
-pub(crate) const CONTENT_TYPE: &str = "content-type";
+pub(crate) const CONTENT_TYPE: &str = ec_client::object_metadata::CONTENT_TYPE;
 /// Metadata key prefix of user metadata (`x-amz-meta-*`).
-pub(crate) const USER_META: &str = "x-amz-meta-";
+pub(crate) const USER_META: &str = ec_client::object_metadata::USER_METADATA_PREFIX;
 /// Metadata key of a multipart object's part numbers as uploaded (comma-separated, in part
 /// order), recorded at Complete: GetObjectAttributes reports them.
 pub(crate) const PART_NUMBERS: &str = "mpu-part-numbers";
@@ -52,11 +52,11 @@ pub(crate) fn etag_of(info: &KeyInfo) -> String {
 /// Guide, "System-defined object metadata"): the header name is also the metadata key.
 pub(crate) const SYSTEM_HEADERS: [&str; 6] = [
     CONTENT_TYPE,
-    "cache-control",
-    "content-disposition",
-    "content-encoding",
-    "content-language",
-    "expires",
+    ec_client::object_metadata::CACHE_CONTROL,
+    ec_client::object_metadata::CONTENT_DISPOSITION,
+    ec_client::object_metadata::CONTENT_ENCODING,
+    ec_client::object_metadata::CONTENT_LANGUAGE,
+    ec_client::object_metadata::EXPIRES,
 ];
 
 /// The system-defined metadata of a request: its `Content-Type`, `Cache-Control`,

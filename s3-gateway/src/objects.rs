@@ -9,12 +9,13 @@ use s3s::{S3, S3Request, S3Response, S3Result, s3_error};
 use crate::Gateway;
 use crate::error::to_s3;
 use crate::integrity::{Algorithm, Claims, b64, receive, set_checksum};
-use crate::listing::{self, Encoding, Page};
+use crate::listing::Encoding;
 use crate::object_meta::{
     ETAG, check_user_metadata, etag_of, object_metadata, owner, system_metadata, timestamp,
 };
 use crate::unsupported::refuse_unsupported;
 use crate::write_conditions::{commit_error, delete_condition, write_condition};
+use ec_client::listing::Page;
 
 /// A listed object; with its owner when `with_owner` (v1 always, v2 with `fetch-owner=true`).
 fn s3_object(k: &KeyInfo, enc: Encoding, with_owner: bool) -> dto::Object {
@@ -31,8 +32,7 @@ fn s3_object(k: &KeyInfo, enc: Encoding, with_owner: bool) -> dto::Object {
     }
 }
 
-/// A page of `bucket` (see [`listing::list_page`]), fetching keys from the
-/// om in batches of `(max + 1)` clamped to 100..=1000.
+/// A page of `bucket` (see [`ec_client::Client::list_page`]).
 async fn list_page(
     gw: &Gateway,
     bucket: &str,
@@ -41,22 +41,10 @@ async fn list_page(
     after: &str,
     max: usize,
 ) -> S3Result<Page<KeyInfo>> {
-    let batch = u32::try_from((max + 1).clamp(100, 1000)).unwrap_or(1000);
-    let client = gw.client();
-    listing::list_page(
-        |cursor: String, n: u32| async move {
-            client
-                .list_keys(bucket, prefix, &cursor, n)
-                .await
-                .map_err(to_s3)
-        },
-        prefix,
-        delimiter,
-        after,
-        max,
-        batch,
-    )
-    .await
+    gw.client()
+        .list_page(bucket, prefix, delimiter, after, max)
+        .await
+        .map_err(to_s3)
 }
 
 /// The conditions a deletion carries (DeleteObject's headers, or one DeleteObjects entry).

@@ -14,7 +14,7 @@ use crate::Gateway;
 use crate::error::to_s3;
 
 /// Metadata name prefix of an object's tags.
-pub(crate) const TAG_PREFIX: &str = "tag:";
+pub(crate) const TAG_PREFIX: &str = ec_client::object_metadata::TAG_PREFIX;
 /// Most tags on one object.
 const MAX_TAGS: usize = 10;
 /// Longest tag key, characters.
