@@ -137,7 +137,7 @@ impl FileCache {
     /// Runs `op` (an `open` or anything else that needs a descriptor); when
     /// it fails because the process or system is out of descriptors, empties
     /// the cache (closing the handles no read holds) and tries again, up to
-    /// [`EMFILE_RETRIES`] times.
+    /// `EMFILE_RETRIES` times.
     ///
     /// # Errors
     /// `op`'s error once retries are exhausted or when it is not `EMFILE`/`ENFILE`.

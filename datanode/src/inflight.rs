@@ -49,7 +49,7 @@ impl Drop for InflightPermit {
 }
 
 impl InflightBudget {
-    /// A budget of `bytes` (clamped to 1..=[`MAX_BUDGET`]) reporting into `metrics`.
+    /// A budget of `bytes` (clamped to 1..=`MAX_BUDGET`) reporting into `metrics`.
     #[must_use]
     pub fn new(bytes: u64, metrics: Arc<DatanodeMetrics>) -> Self {
         let budget = u32::try_from(bytes.clamp(1, MAX_BUDGET)).unwrap_or(u32::MAX);

@@ -11,6 +11,8 @@ use proto_crate::{
     BucketInfo, DatanodeDetails, KeyInfo, MultipartUpload, ReplicationConfig, WriteCondition,
 };
 
+#[cfg(doc)]
+use crate::ClientError;
 use crate::ec_output::EcKeyOutputStream;
 use crate::key_input::KeyInputStream;
 use crate::key_output::KeyOutputStream;

@@ -1,6 +1,8 @@
 //! [`KeyOutputStream`]: the writer [`Client::create_key`](crate::Client::create_key)
 //! returns, EC or replicated behind one API.
 
+#[cfg(doc)]
+use crate::ClientError;
 use std::collections::BTreeMap;
 
 use proto_crate::{KeyInfo, PartInfo, WriteCondition};

@@ -36,15 +36,22 @@ mod stripe_writer;
 pub mod vectored;
 mod write_state;
 
-pub use block_stream::{MetricsSnapshot, RpcKind};
+pub use block_stream::{BlockStreamError, MetricsSnapshot, RetryPolicy, RpcKind, XceiverConfig};
+/// The byte buffers reads return (`read_ranges`, `read_range`).
+pub use bytes::Bytes;
 pub use client::{BucketOptions, Client};
 pub use config::{ClientConfig, EcWriteMode, ReadMode};
+pub use ec_codec::EcError;
 pub use ec_codec::{EcReplicationConfig, ReplicaIndex};
 pub use ec_output::{EcKeyOutputStream, EcWriteStats};
 pub use error::{ClientError, Result};
 pub use key_input::KeyInputStream;
 pub use key_output::KeyOutputStream;
 pub use metrics::EcReadSnapshot;
+pub use proto_crate::{
+    BlockGroup, BlockId, BlockLocation, ChecksumType, DatanodeId, Pipeline, ProtocolError,
+    ResultCode,
+};
 pub use proto_crate::{
     BucketInfo, DatanodeDetails, KeyInfo, MultipartUpload, PartInfo, ReplicationConfig,
     WriteCondition,

@@ -15,7 +15,7 @@ pub struct EcReadMetrics {
     pub(crate) degraded_probes: AtomicU64,
 }
 
-/// A copy of [`EcReadMetrics`] at one moment.
+/// A copy of the client's EC read counters at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EcReadSnapshot {
     /// `EcBlockInputStream`s built (`ec_readers_created_total`).

@@ -210,3 +210,10 @@ impl MultipartStore for OzoneStore {
         multipart::abort(self, path, id).await
     }
 }
+
+/// README.md's code blocks, compiled as this crate's doctests (it sees both
+/// `ec_client` and `object_store`), so that the README's library snippets
+/// stay true.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -1,6 +1,7 @@
-//! Bucket and object operations of the S3 API over the [`Client`]: buckets,
-//! listings (v1, v2, versions), PUT, DELETE (one or many) and COPY.
-//! GET and HEAD object live in [`crate::get`]; multipart in [`crate::multipart`].
+//! Bucket and object operations of the S3 API over the
+//! [`ec_client::Client`]: buckets, listings (v1, v2, versions), PUT, DELETE
+//! (one or many) and COPY. GET and HEAD object live in `get`; multipart in
+//! `multipart`.
 
 use ec_client::{ClientError, KeyInfo};
 use s3s::dto::{self, ETag};

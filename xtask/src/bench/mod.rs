@@ -57,7 +57,7 @@ pub(crate) struct BenchArgs {
     /// A tiny run for tests: small key, few ops.
     #[arg(long)]
     quick: bool,
-    /// Where to write JSON (default target/bench/<suite>.json).
+    /// Where to write JSON (default `target/bench/<suite>.json`).
     #[arg(long)]
     json: Option<PathBuf>,
     /// Use the cluster whose om is at HOST:PORT instead of starting one.
