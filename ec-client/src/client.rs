@@ -262,14 +262,14 @@ impl Client {
                 opened.block_size,
                 lease,
             )
-            .map(KeyOutputStream::Ec),
+            .map(KeyOutputStream::ec),
             ReplicationConfig::Replicated { .. } => ReplicatedKeyOutputStream::new(
                 Arc::clone(&self.shared),
                 state,
                 opened.block_size,
                 lease,
             )
-            .map(KeyOutputStream::Replicated),
+            .map(KeyOutputStream::replicated),
         }
     }
 

@@ -1,35 +1,169 @@
 //! [`KeyOutputStream`]: the writer [`Client::create_key`](crate::Client::create_key)
-//! returns, EC or replicated behind one API.
+//! returns, EC or replicated behind one API, with async methods and as a
+//! `tokio::io::AsyncWrite` (`poll_shutdown` commits the key, as `close` does).
 
-#[cfg(doc)]
-use crate::ClientError;
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use tokio::io::AsyncWrite;
 
 use proto_crate::{KeyInfo, PartInfo, WriteCondition};
 
 use crate::om_client::{Commit, Committed};
-use crate::{EcKeyOutputStream, ReplicatedKeyOutputStream, Result};
+use crate::{ClientError, EcKeyOutputStream, ReplicatedKeyOutputStream, Result};
 
-/// A key being written. Nothing is visible until [`close`](Self::close).
+/// The writer of one kind, owned by the stream or by its write in flight.
 #[derive(Debug)]
-pub enum KeyOutputStream {
-    /// Erasure coded.
+enum Writer {
     Ec(EcKeyOutputStream),
-    /// Replicated.
     Replicated(ReplicatedKeyOutputStream),
 }
 
-impl KeyOutputStream {
-    /// Appends `buf` to the key.
-    ///
-    /// # Errors
-    /// The underlying writer's failure (see [`EcKeyOutputStream::write`] and
-    /// [`ReplicatedKeyOutputStream::write`]).
-    pub async fn write(&mut self, buf: &[u8]) -> Result<()> {
+impl Writer {
+    async fn write(&mut self, buf: &[u8]) -> Result<()> {
         match self {
             Self::Ec(w) => w.write(buf).await,
             Self::Replicated(w) => w.write(buf).await,
         }
+    }
+
+    async fn finish(self, commit: Commit) -> Result<Committed> {
+        match self {
+            Self::Ec(w) => w.finish(commit).await,
+            Self::Replicated(w) => w.finish(commit).await,
+        }
+    }
+}
+
+type WriteOp = Pin<Box<dyn Future<Output = (Writer, Result<()>)> + Send>>;
+type ShutdownOp = Pin<Box<dyn Future<Output = Result<KeyInfo>> + Send>>;
+
+/// A key being written. Nothing is visible until [`close`](Self::close) (or,
+/// through `AsyncWrite`, `poll_shutdown`) commits it.
+///
+/// Two ways to write, which may be mixed:
+/// - the async methods ([`write`](Self::write), [`hsync`](Self::hsync),
+///   [`close`](Self::close) and the other commits);
+/// - `tokio::io::AsyncWrite`, for `tokio::io::copy` and other code written
+///   against it. `poll_write` copies the caller's bytes and accepts them at
+///   once (write-behind, as `tokio::fs::File` does): at most one such write
+///   is in flight, and its failure is returned by the next call (the next
+///   write, `poll_flush` or `poll_shutdown`). `poll_flush` waits for it and
+///   makes nothing durable (for that, see [`hsync`](Self::hsync));
+///   `poll_shutdown` commits the key as [`close`](Self::close) does, and
+///   [`committed`](Self::committed) then returns it. Its errors are
+///   `std::io::Error`s carrying the [`ClientError`]
+///   ([`ClientError::from_io`] takes it back out).
+pub struct KeyOutputStream {
+    /// The writer, unless a write in flight or a commit owns it.
+    writer: Option<Writer>,
+    /// An `AsyncWrite` write in flight (a `Mutex` only so that the stream
+    /// stays `Sync`; it is reached through `&mut self` alone).
+    op: Mutex<Option<WriteOp>>,
+    /// `poll_shutdown`'s commit in flight.
+    shutdown: Mutex<Option<ShutdownOp>>,
+    /// The key `poll_shutdown` committed.
+    committed: Option<KeyInfo>,
+    /// Bytes accepted so far.
+    accepted: u64,
+}
+
+impl std::fmt::Debug for KeyOutputStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyOutputStream")
+            .field("writer", &self.writer)
+            .field("accepted", &self.accepted)
+            .field("committed", &self.committed.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The error of a call after the stream was committed (or its commit began).
+fn closed() -> ClientError {
+    ClientError::InvalidArgument("the key's writer was already shut down (committed)".into())
+}
+
+impl KeyOutputStream {
+    pub(crate) fn ec(w: EcKeyOutputStream) -> Self {
+        Self::of(Writer::Ec(w))
+    }
+
+    pub(crate) fn replicated(w: ReplicatedKeyOutputStream) -> Self {
+        Self::of(Writer::Replicated(w))
+    }
+
+    fn of(writer: Writer) -> Self {
+        Self {
+            writer: Some(writer),
+            op: Mutex::new(None),
+            shutdown: Mutex::new(None),
+            committed: None,
+            accepted: 0,
+        }
+    }
+
+    /// The EC writer, when this key is erasure coded (and no `AsyncWrite`
+    /// write is in flight).
+    #[must_use]
+    pub fn as_ec(&self) -> Option<&EcKeyOutputStream> {
+        match &self.writer {
+            Some(Writer::Ec(w)) => Some(w),
+            _ => None,
+        }
+    }
+
+    /// The replicated writer, when this key is replicated (and no
+    /// `AsyncWrite` write is in flight).
+    #[must_use]
+    pub fn as_replicated(&self) -> Option<&ReplicatedKeyOutputStream> {
+        match &self.writer {
+            Some(Writer::Replicated(w)) => Some(w),
+            _ => None,
+        }
+    }
+
+    /// The key `poll_shutdown` committed, once it has.
+    #[must_use]
+    pub fn committed(&self) -> Option<&KeyInfo> {
+        self.committed.as_ref()
+    }
+
+    /// Waits for an `AsyncWrite` write in flight and takes the writer back.
+    ///
+    /// # Errors
+    /// That write's failure; [`closed`] after a shutdown.
+    async fn settle(&mut self) -> Result<&mut Writer> {
+        let op = self
+            .op
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(op) = op {
+            let (w, r) = op.await;
+            self.writer = Some(w);
+            r?;
+        }
+        self.writer.as_mut().ok_or_else(closed)
+    }
+
+    /// The writer, taken for a commit.
+    async fn take(mut self) -> Result<Writer> {
+        self.settle().await?;
+        self.writer.take().ok_or_else(closed)
+    }
+
+    /// Appends `buf` to the key.
+    ///
+    /// # Errors
+    /// The underlying writer's failure (see [`EcKeyOutputStream::write`] and
+    /// [`ReplicatedKeyOutputStream::write`]), or an `AsyncWrite` write's.
+    pub async fn write(&mut self, buf: &[u8]) -> Result<()> {
+        self.settle().await?.write(buf).await?;
+        self.accepted += buf.len() as u64;
+        Ok(())
     }
 
     /// A no-op for both kinds (data moves a stripe or a chunk at a time).
@@ -37,9 +171,12 @@ impl KeyOutputStream {
     /// # Errors
     /// A failure recorded earlier.
     pub fn flush(&mut self) -> Result<()> {
-        match self {
-            Self::Ec(w) => w.flush(),
-            Self::Replicated(_) => Ok(()),
+        match &mut self.writer {
+            Some(Writer::Ec(w)) => w.flush(),
+            Some(Writer::Replicated(_)) => Ok(()),
+            None if self.committed.is_some() => Err(closed()),
+            // An AsyncWrite write is in flight: poll_flush waits for it.
+            None => Ok(()),
         }
     }
 
@@ -50,19 +187,16 @@ impl KeyOutputStream {
     /// [`ClientError::Unsupported`](crate::ClientError::Unsupported) on EC;
     /// write failures on replicated keys.
     pub async fn hsync(&mut self) -> Result<()> {
-        match self {
-            Self::Ec(w) => w.hsync(),
-            Self::Replicated(w) => w.hsync().await,
+        match self.settle().await? {
+            Writer::Ec(w) => w.hsync(),
+            Writer::Replicated(w) => w.hsync().await,
         }
     }
 
     /// Bytes accepted so far.
     #[must_use]
     pub fn len(&self) -> u64 {
-        match self {
-            Self::Ec(w) => w.len(),
-            Self::Replicated(w) => w.len(),
-        }
+        self.accepted
     }
 
     /// Whether nothing was written yet.
@@ -136,9 +270,95 @@ impl KeyOutputStream {
     }
 
     async fn finish(self, commit: Commit) -> Result<Committed> {
-        match self {
-            Self::Ec(w) => w.finish(commit).await,
-            Self::Replicated(w) => w.finish(commit).await,
+        self.take().await?.finish(commit).await
+    }
+}
+
+/// Polls the `AsyncWrite` write in flight, if any, to its end, putting the
+/// writer back.
+fn poll_op(this: &mut KeyOutputStream, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+    let slot = this.op.get_mut().unwrap_or_else(PoisonError::into_inner);
+    let Some(op) = slot.as_mut() else {
+        return Poll::Ready(Ok(()));
+    };
+    let Poll::Ready((w, r)) = op.as_mut().poll(cx) else {
+        return Poll::Pending;
+    };
+    *slot = None;
+    this.writer = Some(w);
+    Poll::Ready(r.map_err(std::io::Error::from))
+}
+
+impl AsyncWrite for KeyOutputStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        std::task::ready!(poll_op(this, cx))?;
+        let Some(mut w) = this.writer.take() else {
+            return Poll::Ready(Err(closed().into()));
+        };
+        if buf.is_empty() {
+            this.writer = Some(w);
+            return Poll::Ready(Ok(0));
+        }
+        let data = buf.to_vec();
+        let mut op: WriteOp = Box::pin(async move {
+            let r = w.write(&data).await;
+            (w, r)
+        });
+        this.accepted += buf.len() as u64;
+        match op.as_mut().poll(cx) {
+            Poll::Ready((w, r)) => {
+                this.writer = Some(w);
+                Poll::Ready(r.map(|()| buf.len()).map_err(std::io::Error::from))
+            }
+            Poll::Pending => {
+                *this.op.get_mut().unwrap_or_else(PoisonError::into_inner) = Some(op);
+                Poll::Ready(Ok(buf.len()))
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        poll_op(self.get_mut(), cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        if this.committed.is_some() {
+            return Poll::Ready(Ok(()));
+        }
+        std::task::ready!(poll_op(this, cx))?;
+        let slot = this
+            .shutdown
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        if slot.is_none() {
+            let Some(w) = this.writer.take() else {
+                return Poll::Ready(Err(closed().into()));
+            };
+            *slot = Some(Box::pin(async move {
+                w.finish(Commit::Key(BTreeMap::new(), None))
+                    .await?
+                    .into_key()
+            }));
+        }
+        let Some(op) = slot.as_mut() else {
+            return Poll::Ready(Err(closed().into()));
+        };
+        let Poll::Ready(r) = op.as_mut().poll(cx) else {
+            return Poll::Pending;
+        };
+        *slot = None;
+        match r {
+            Ok(info) => {
+                this.committed = Some(info);
+                Poll::Ready(Ok(()))
+            }
+            Err(e) => Poll::Ready(Err(e.into())),
         }
     }
 }

@@ -41,7 +41,7 @@ fn durable_counts(cluster: &MiniCluster) -> (u64, u64, u64) {
 }
 
 async fn wait_flushed(w: &KeyOutputStream, n: u64) {
-    let KeyOutputStream::Ec(ec) = w else {
+    let Some(ec) = w.as_ec() else {
         panic!("expected an EC writer");
     };
     let mut progress = ec.progress();
@@ -61,7 +61,7 @@ fn fail_put_blocks_of_index(
     w: &KeyOutputStream,
     r: u32,
 ) -> (proto_crate::BlockGroup, proto_crate::DatanodeId) {
-    let KeyOutputStream::Ec(ec) = w else {
+    let Some(ec) = w.as_ec() else {
         panic!("expected an EC writer");
     };
     let group = ec.current_block_group().expect("group");

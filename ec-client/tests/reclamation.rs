@@ -162,7 +162,7 @@ async fn an_abandoned_writer_frees_what_it_wrote() {
         .await
         .expect("create");
     w.write(&data(200_000, 1)).await.expect("write");
-    let ec_client::KeyOutputStream::Ec(ec) = &w else {
+    let Some(ec) = w.as_ec() else {
         panic!("an EC bucket gives an EC writer");
     };
     let mut progress = ec.progress();

@@ -26,10 +26,7 @@ async fn cluster(n: usize, mode: EcWriteMode) -> (MiniCluster, Client) {
 }
 
 fn ec(w: &KeyOutputStream) -> &ec_client::EcKeyOutputStream {
-    match w {
-        KeyOutputStream::Ec(w) => w,
-        KeyOutputStream::Replicated(_) => panic!("expected an EC writer"),
-    }
+    w.as_ec().expect("expected an EC writer")
 }
 
 /// Waits until the writer's flush stage acknowledged `n` stripes.
@@ -355,7 +352,7 @@ async fn replicated_writes_survive_a_failed_replica() {
         .expect("create");
     w.write(&src[..2 * 4096]).await.expect("two chunks");
     // Stop one replica of the current block: the next chunk moves on.
-    let KeyOutputStream::Replicated(rw) = &w else {
+    let Some(rw) = w.as_replicated() else {
         panic!("expected a replicated writer")
     };
     let block = rw.current_block().expect("open block");
@@ -406,7 +403,7 @@ async fn replicated_put_block_failure_rewrites_the_chunk() {
     let src = data(6 * 4096 + 9, 8);
     let mut w = client.create_key("r", "k", None).await.expect("create");
     w.write(&src[..2 * 4096]).await.expect("two chunks");
-    let KeyOutputStream::Replicated(rw) = &w else {
+    let Some(rw) = w.as_replicated() else {
         panic!("expected a replicated writer")
     };
     let victim = rw.current_block().expect("open block").pipeline.locations[2]
