@@ -121,6 +121,35 @@ impl ClientConfig {
         self
     }
 
+    /// Sets the deadline of one om call.
+    #[must_use]
+    pub fn with_om_timeout(mut self, d: Duration) -> Self {
+        self.om_timeout = d;
+        self
+    }
+
+    /// Sets the deadline of opening a datanode channel (TCP and HTTP/2).
+    #[must_use]
+    pub fn with_connect_timeout(mut self, d: Duration) -> Self {
+        self.xceiver = self.xceiver.with_connect_timeout(d);
+        self
+    }
+
+    /// Sets the largest gRPC message the client decodes, bytes.
+    #[must_use]
+    pub fn with_max_message_size(mut self, bytes: usize) -> Self {
+        self.xceiver.max_message_size = bytes;
+        self
+    }
+
+    /// Sets how many datanode channels the client keeps cached (least
+    /// recently used dropped first).
+    #[must_use]
+    pub fn with_max_cached_channels(mut self, n: usize) -> Self {
+        self.xceiver.max_cached_channels = n;
+        self
+    }
+
     /// Sets the checksum algorithm of new chunks.
     #[must_use]
     pub fn with_checksum_type(mut self, t: ChecksumType) -> Self {

@@ -16,6 +16,7 @@
 //! Layering: uses `block-stream`, `ec-codec` and `proto-crate`; never the
 //! datanode, om or minicluster crates (tests use the minicluster as a dev-dependency).
 
+pub mod blocking;
 mod client;
 mod config;
 mod ec_input;

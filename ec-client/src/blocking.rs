@@ -1,0 +1,274 @@
+//! A blocking facade over the async client, for code without a runtime of
+//! its own (scripts, `std::io` pipelines, FFI), as mini-redis's blocking
+//! client wraps its async one: every call runs on a private tokio runtime
+//! (two worker threads, so that read-ahead and lease renewals progress
+//! between calls) and blocks the calling thread until it is done.
+//!
+//! - [`Client`]: buckets and keys, as [`crate::Client`];
+//! - [`KeyReader`]: `std::io::Read + Seek` (sequential, with read-ahead),
+//!   and [`read_at`](KeyReader::read_at) /
+//!   [`read_exact_at`](KeyReader::read_exact_at) shaped like
+//!   `std::os::unix::fs::FileExt` (positioned; `&self`; the cursor stays);
+//! - [`KeyWriter`]: `std::io::Write`, committed by
+//!   [`close`](KeyWriter::close); dropped without it, the key is not
+//!   committed and its session is aborted.
+//!
+//! Calling these from inside a tokio runtime panics (tokio forbids blocking
+//! a runtime thread on another runtime): async code uses [`crate::Client`].
+//! I/O errors of `Read`/`Write`/`Seek` carry the [`ClientError`]
+//! ([`ClientError::from_io`] takes it back out).
+
+use std::io::SeekFrom;
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+
+use crate::{
+    BucketInfo, BucketOptions, ClientConfig, ClientError, KeyInfo, ReplicationConfig, Result,
+};
+
+/// The runtime every object of one blocking client shares.
+#[derive(Debug)]
+struct Runtime(tokio::runtime::Runtime);
+
+impl Runtime {
+    fn new() -> Result<Arc<Self>> {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("ec-client-blocking")
+            .enable_all()
+            .build()
+            .map(|rt| Arc::new(Self(rt)))
+            .map_err(|e| {
+                ClientError::Internal(format!("starting the blocking client's runtime: {e}"))
+            })
+    }
+
+    fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.0.block_on(f)
+    }
+}
+
+/// A blocking connection to a cluster (see [`crate::Client`]). Cheap to
+/// clone; clones share the runtime and the channels.
+#[derive(Debug, Clone)]
+pub struct Client {
+    rt: Arc<Runtime>,
+    inner: crate::Client,
+}
+
+impl Client {
+    /// Connects to the om at `om_address` (`HOST:PORT`).
+    ///
+    /// # Errors
+    /// [`ClientError::Connect`] if the om cannot be reached;
+    /// [`ClientError::Internal`] if the runtime cannot start.
+    pub fn connect(om_address: &str, config: ClientConfig) -> Result<Self> {
+        let rt = Runtime::new()?;
+        let inner = rt.block_on(crate::Client::connect(om_address, config))?;
+        Ok(Self { rt, inner })
+    }
+
+    /// The async client underneath (to run it on a runtime of your own).
+    #[must_use]
+    pub fn async_client(&self) -> &crate::Client {
+        &self.inner
+    }
+
+    /// Creates a bucket.
+    ///
+    /// # Errors
+    /// As [`crate::Client::create_bucket`].
+    pub fn create_bucket(&self, name: &str, options: BucketOptions) -> Result<BucketInfo> {
+        self.rt.block_on(self.inner.create_bucket(name, options))
+    }
+
+    /// Opens `bucket/key` for writing (see [`crate::Client::create_key`]).
+    ///
+    /// # Errors
+    /// As [`crate::Client::create_key`].
+    pub fn create_key(
+        &self,
+        bucket: &str,
+        key: &str,
+        replication: Option<ReplicationConfig>,
+    ) -> Result<KeyWriter> {
+        let w = self
+            .rt
+            .block_on(self.inner.create_key(bucket, key, replication))?;
+        Ok(KeyWriter {
+            rt: Arc::clone(&self.rt),
+            inner: Some(w),
+        })
+    }
+
+    /// Opens `bucket/key` for reading: one om lookup, no datanode RPC.
+    ///
+    /// # Errors
+    /// As [`crate::Client::open_key`].
+    pub fn open_key(&self, bucket: &str, key: &str) -> Result<KeyReader> {
+        let r = self.rt.block_on(self.inner.open_key(bucket, key))?;
+        Ok(KeyReader {
+            rt: Arc::clone(&self.rt),
+            inner: r,
+        })
+    }
+
+    /// The committed metadata of `bucket/key`.
+    ///
+    /// # Errors
+    /// As [`crate::Client::key_info`].
+    pub fn key_info(&self, bucket: &str, key: &str) -> Result<KeyInfo> {
+        self.rt.block_on(self.inner.key_info(bucket, key))
+    }
+
+    /// Keys of `bucket` under `prefix` after `start_after`, at most
+    /// `max_keys` (0 = all), in name order.
+    ///
+    /// # Errors
+    /// As [`crate::Client::list_keys`].
+    pub fn list_keys(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        start_after: &str,
+        max_keys: u32,
+    ) -> Result<Vec<KeyInfo>> {
+        self.rt
+            .block_on(self.inner.list_keys(bucket, prefix, start_after, max_keys))
+    }
+
+    /// Deletes `bucket/key`.
+    ///
+    /// # Errors
+    /// As [`crate::Client::delete_key`].
+    pub fn delete_key(&self, bucket: &str, key: &str) -> Result<()> {
+        self.rt.block_on(self.inner.delete_key(bucket, key))
+    }
+}
+
+/// A key open for reading, blocking (see [`crate::KeyInputStream`]).
+#[derive(Debug)]
+pub struct KeyReader {
+    rt: Arc<Runtime>,
+    inner: crate::KeyInputStream,
+}
+
+impl KeyReader {
+    /// The key's length, bytes.
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        self.inner.len()
+    }
+
+    /// Whether the key is empty.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.inner.is_empty()
+    }
+
+    /// The key as looked up at open.
+    #[must_use]
+    pub fn info(&self) -> &KeyInfo {
+        self.inner.info()
+    }
+
+    /// Reads up to `buf.len()` bytes at key offset `pos`; returns how many
+    /// (0 at or past the end). Positioned: the cursor of `Read` stays.
+    ///
+    /// # Errors
+    /// As [`crate::KeyInputStream::read_at`].
+    pub fn read_at(&self, buf: &mut [u8], pos: u64) -> Result<usize> {
+        self.rt.block_on(self.inner.read_at(pos, buf))
+    }
+
+    /// Fills `buf` from key offset `pos`.
+    ///
+    /// # Errors
+    /// [`ClientError::UnexpectedEof`] when the key ends first; as
+    /// [`crate::KeyInputStream::read_exact_at`].
+    pub fn read_exact_at(&self, buf: &mut [u8], pos: u64) -> Result<()> {
+        self.rt.block_on(self.inner.read_exact_at(pos, buf))
+    }
+
+    /// Reads many ranges in one vectored call (see
+    /// [`crate::KeyInputStream::read_ranges`]).
+    ///
+    /// # Errors
+    /// As [`crate::KeyInputStream::read_ranges`].
+    pub fn read_ranges(&self, ranges: &[std::ops::Range<u64>]) -> Result<Vec<bytes::Bytes>> {
+        self.rt.block_on(self.inner.read_ranges(ranges))
+    }
+}
+
+impl std::io::Read for KeyReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let Self { rt, inner } = self;
+        rt.block_on(inner.read(buf))
+    }
+}
+
+impl std::io::Seek for KeyReader {
+    fn seek(&mut self, pos: SeekFrom) -> std::io::Result<u64> {
+        let Self { rt, inner } = self;
+        rt.block_on(inner.seek(pos))
+    }
+}
+
+/// A key being written, blocking (see [`crate::KeyOutputStream`]).
+#[derive(Debug)]
+pub struct KeyWriter {
+    rt: Arc<Runtime>,
+    /// `None` once closed.
+    inner: Option<crate::KeyOutputStream>,
+}
+
+impl KeyWriter {
+    /// Writes what is buffered and commits the key; returns it.
+    ///
+    /// # Errors
+    /// As [`crate::KeyOutputStream::close`].
+    pub fn close(mut self) -> Result<KeyInfo> {
+        let w = self.inner.take().ok_or_else(|| {
+            ClientError::InvalidArgument("the key's writer was already closed".into())
+        })?;
+        self.rt.block_on(w.close())
+    }
+
+    /// Bytes accepted so far.
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        self.inner.as_ref().map_or(0, crate::KeyOutputStream::len)
+    }
+
+    /// Whether nothing was written yet.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl std::io::Write for KeyWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let Some(w) = self.inner.as_mut() else {
+            return Err(ClientError::InvalidArgument("the key's writer was closed".into()).into());
+        };
+        self.rt.block_on(w.write(buf))?;
+        Ok(buf.len())
+    }
+
+    /// Nothing to do: data moves a stripe or a chunk at a time, and
+    /// durability comes with [`close`](KeyWriter::close).
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for KeyWriter {
+    fn drop(&mut self) {
+        // Without close: the writer's drop aborts its om session, from a
+        // task it spawns on the runtime it runs on.
+        let _entered = self.rt.0.enter();
+        self.inner.take();
+    }
+}

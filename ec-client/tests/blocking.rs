@@ -1,0 +1,71 @@
+//! The blocking facade (`ec_client::blocking`) from a plain thread: write
+//! with `std::io::Write`, read with `Read + Seek` and `read_at`, and a
+//! writer dropped without `close` committing nothing and leaving no session.
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::time::Duration;
+
+use ec_client::blocking::Client;
+use ec_client::{ClientConfig, ClientError};
+use minicluster::{MiniCluster, MiniClusterConfig};
+
+#[test]
+fn std_io_writes_and_reads_a_key_without_a_runtime_of_the_callers() {
+    // The cluster runs on a runtime of the test's; the blocking client on its own.
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let cluster = rt
+        .block_on(MiniCluster::start(MiniClusterConfig::default()))
+        .expect("cluster");
+    let address = cluster.om_address();
+    let src = minicluster::pattern::bytes(4, 0, (3 << 20) + 12345);
+
+    let client = Client::connect(&address, ClientConfig::default()).expect("connect");
+    client
+        .create_bucket("b", Default::default())
+        .expect("bucket");
+    let mut w = client.create_key("b", "k", None).expect("create");
+    for piece in src.chunks(100_000) {
+        w.write_all(piece).expect("write");
+    }
+    w.flush().expect("flush");
+    assert_eq!(w.len(), src.len() as u64);
+    let info = w.close().expect("close");
+    assert_eq!(info.length, src.len() as u64);
+
+    let mut r = client.open_key("b", "k").expect("open");
+    let mut all = Vec::new();
+    r.read_to_end(&mut all).expect("read");
+    assert_eq!(all, src);
+    assert_eq!(r.seek(SeekFrom::Start(1 << 20)).expect("seek"), 1 << 20);
+    let mut piece = vec![0u8; 1000];
+    r.read_exact(&mut piece).expect("read after seek");
+    assert_eq!(piece, src[1 << 20..(1 << 20) + 1000]);
+    // Positioned reads leave the cursor where it was.
+    let mut at = vec![0u8; 10];
+    r.read_exact_at(&mut at, 5).expect("read_exact_at");
+    assert_eq!(at, src[5..15]);
+    assert_eq!(r.stream_position().expect("position"), (1 << 20) + 1000);
+    assert_eq!(r.read_at(&mut at, src.len() as u64).expect("at the end"), 0);
+
+    // A missing key: the io::Error of Read is not involved, the call says so.
+    let missing = client.open_key("b", "nope").expect_err("missing");
+    assert!(
+        matches!(missing, ClientError::KeyNotFound { .. }),
+        "{missing}"
+    );
+
+    // Dropped without close: nothing committed, the session aborted.
+    let mut w = client.create_key("b", "dropped", None).expect("create");
+    w.write_all(&src[..5000]).expect("write");
+    drop(w);
+    assert!(matches!(
+        client.key_info("b", "dropped"),
+        Err(ClientError::KeyNotFound { .. })
+    ));
+    assert!(
+        rt.block_on(cluster.wait_for_no_open_sessions(Duration::from_secs(30))),
+        "the dropped writer's session is aborted"
+    );
+    drop(client);
+    rt.block_on(cluster.shutdown());
+}
