@@ -383,6 +383,36 @@ impl Client {
             .await
     }
 
+    /// Renames `bucket/from` to `bucket/to` in one om transaction (Ozone's `ozone sh key
+    /// rename`): no data is copied, the key gets a new generation, and a key already at `to`
+    /// is replaced (its blocks are reclaimed). Returns the key under its new name.
+    ///
+    /// # Errors
+    /// [`ClientError::KeyNotFound`] for a missing `from`; [`ClientError::Om`] with
+    /// `INVALID_ARGUMENT` for a bad name; om failures.
+    pub async fn rename_key(&self, bucket: &str, from: &str, to: &str) -> Result<KeyInfo> {
+        self.shared.om.rename_key(bucket, from, to, None).await
+    }
+
+    /// [`rename_key`](Self::rename_key), provided `condition` holds for `bucket/to` in the
+    /// rename's transaction (`WriteCondition::NotExists`: rename only if nothing is there).
+    ///
+    /// # Errors
+    /// As `rename_key`; [`ClientError::Om`] with `CONDITION_FAILED`
+    /// ([`ClientError::is_condition_failed`]).
+    pub async fn rename_key_if(
+        &self,
+        bucket: &str,
+        from: &str,
+        to: &str,
+        condition: WriteCondition,
+    ) -> Result<KeyInfo> {
+        self.shared
+            .om
+            .rename_key(bucket, from, to, Some(condition))
+            .await
+    }
+
     /// Deletes `bucket/key` provided `condition` holds for it in the om's deletion
     /// transaction (S3's DeleteObject `If-Match`).
     ///

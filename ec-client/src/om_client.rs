@@ -519,6 +519,31 @@ impl OmClient {
             .collect::<std::result::Result<_, _>>()?)
     }
 
+    pub(crate) async fn rename_key(
+        &self,
+        bucket: &str,
+        from: &str,
+        to: &str,
+        condition: Option<WriteCondition>,
+    ) -> Result<KeyInfo> {
+        let mut c = self.inner.clone();
+        let r = self
+            .call(
+                "RenameKey",
+                c.rename_key(pb::RenameKeyRequest {
+                    bucket: bucket.to_string(),
+                    from_key: from.to_string(),
+                    to_key: to.to_string(),
+                    condition: condition.map(Into::into),
+                }),
+            )
+            .await
+            .map_err(|e| key_not_found(e, bucket, from))?;
+        Ok(r.key
+            .ok_or(ProtocolError::MissingField("key"))?
+            .try_into()?)
+    }
+
     pub(crate) async fn set_key_metadata(
         &self,
         bucket: &str,

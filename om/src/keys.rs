@@ -257,6 +257,54 @@ impl OzoneManager {
         self.delete_key_if(bucket, key, None)
     }
 
+    /// Renames `bucket/from` to `bucket/to` in one transaction (Ozone's key rename): the
+    /// record moves with its block groups (no data is copied) and gets a new generation. A
+    /// key at `to` is replaced and its groups logged for deletion, provided `condition` (if
+    /// any) holds for `to`. Renaming a key to itself changes nothing and returns it.
+    ///
+    /// # Errors
+    /// [`OmError::KeyNotFound`] for a missing `from`; [`OmError::BucketNotFound`];
+    /// [`OmError::InvalidArgument`] for a bad `to`; [`OmError::ConditionFailed`]; database
+    /// errors.
+    pub fn rename_key(
+        &self,
+        bucket: &str,
+        from: &str,
+        to: &str,
+        condition: Option<proto_crate::WriteCondition>,
+    ) -> Result<KeyInfo> {
+        crate::manager::validate_name("key", to)?;
+        let txn = self.db.begin_write()?;
+        let found = match txn.open_table(KEYS)?.get((bucket, from))? {
+            Some(v) => Some(decode::<pb::KeyInfo, KeyInfo>(v.value(), "key")?),
+            None => None,
+        };
+        let Some(mut info) = found else {
+            drop(txn);
+            return Err(self.missing_key(bucket, from));
+        };
+        if from == to {
+            return Ok(info);
+        }
+        crate::conditions::check(&txn, bucket, to, condition)?;
+        let replaced = crate::deletion::log_key_groups(&txn, bucket, to)?;
+        info.name = to.to_string();
+        info.generation = crate::conditions::next_generation(&txn)?;
+        {
+            let mut t = txn.open_table(KEYS)?;
+            t.remove((bucket, from))?;
+            t.insert(
+                (bucket, to),
+                prost::Message::encode_to_vec(&pb::KeyInfo::from(info.clone())).as_slice(),
+            )?;
+        }
+        txn.commit()?;
+        if replaced {
+            self.deletions_changed();
+        }
+        Ok(info)
+    }
+
     /// [`delete_key`](Self::delete_key), provided `condition` (if any) holds for the key in
     /// the deletion's transaction.
     ///

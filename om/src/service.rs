@@ -328,6 +328,20 @@ impl OzoneManagerService for OmGrpcService {
         Ok(Response::new(pb::DeleteKeyResponse {}))
     }
 
+    async fn rename_key(
+        &self,
+        req: Request<pb::RenameKeyRequest>,
+    ) -> Result<Response<pb::RenameKeyResponse>, Status> {
+        let req = req.into_inner();
+        let condition = condition(req.condition)?;
+        let k = self
+            .run(move |om| om.rename_key(&req.bucket, &req.from_key, &req.to_key, condition))
+            .await?;
+        Ok(Response::new(pb::RenameKeyResponse {
+            key: Some(k.into()),
+        }))
+    }
+
     async fn set_key_metadata(
         &self,
         req: Request<pb::SetKeyMetadataRequest>,

@@ -34,6 +34,12 @@
 //! (`NotSupported`): Ozone chooses replication per bucket or key, not by an
 //! S3 storage class.
 //!
+//! # Renames
+//!
+//! `rename` and `rename_if_not_exists` are the om's key rename: one
+//! transaction, no data copied, the key at its new name with a new
+//! generation (object_store's default is a copy and a delete).
+//!
 //! # Source
 //!
 //! The `ObjectStore` contract as object_store 0.14 documents it and its
@@ -58,7 +64,7 @@ use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path;
 use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartId, MultipartUpload, ObjectMeta,
-    ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
+    ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result,
 };
 
 pub use error::OzoneStoreError;
@@ -170,6 +176,12 @@ impl ObjectStore for OzoneStore {
 
     async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
         write::copy(self, from, to, options).await
+    }
+
+    /// An atomic om rename (no copy, no window in which both or neither
+    /// name exists), unlike object_store's default copy-then-delete.
+    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
+        write::rename(self, from, to, options).await
     }
 }
 

@@ -6,7 +6,10 @@ use ec_client::{ClientError, WriteCondition};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use object_store::path::Path;
-use object_store::{CopyMode, CopyOptions, PutMode, PutOptions, PutPayload, PutResult, Result};
+use object_store::{
+    CopyMode, CopyOptions, PutMode, PutOptions, PutPayload, PutResult, RenameOptions,
+    RenameTargetMode, Result,
+};
 use tokio::io::AsyncReadExt;
 
 use crate::OzoneStore;
@@ -110,6 +113,34 @@ pub(crate) async fn copy(
         w.close_with(metadata).await
     };
     committed.map_err(|e| from_conditional(to, e, true))?;
+    Ok(())
+}
+
+/// `rename_opts`: the om's rename, one transaction; `RenameTargetMode::Create`
+/// renames only if nothing is at `to` when the om commits.
+pub(crate) async fn rename(
+    store: &OzoneStore,
+    from: &Path,
+    to: &Path,
+    options: RenameOptions,
+) -> Result<()> {
+    let (bucket, source, target) = (&store.bucket, key_of(from), key_of(to));
+    let renamed = match options.target_mode {
+        RenameTargetMode::Overwrite => store.client.rename_key(bucket, source, target).await,
+        RenameTargetMode::Create => {
+            store
+                .client
+                .rename_key_if(bucket, source, target, WriteCondition::NotExists)
+                .await
+        }
+    };
+    renamed.map_err(|e| {
+        if e.is_condition_failed() {
+            from_conditional(to, e, true)
+        } else {
+            from_client(from, e)
+        }
+    })?;
     Ok(())
 }
 

@@ -153,3 +153,45 @@ async fn an_upload_id_writes_only_into_its_own_key() {
         Err(object_store::Error::NotFound { .. })
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rename_is_the_oms_rename_and_moves_no_bytes() {
+    let cluster = MiniCluster::start(MiniClusterConfig::default())
+        .await
+        .expect("cluster");
+    let store = store(&cluster, "renames").await;
+    let (a, b) = (Path::from("dir/a"), Path::from("dir/b"));
+    let data = minicluster::pattern::bytes(5, 0, 300_000);
+    store.put(&a, data.clone().into()).await.expect("put");
+    store
+        .put(&b, b"other".to_vec().into())
+        .await
+        .expect("put b");
+
+    let err = store
+        .rename_if_not_exists(&a, &b)
+        .await
+        .expect_err("b exists");
+    assert!(
+        matches!(err, object_store::Error::AlreadyExists { .. }),
+        "{err}"
+    );
+    let before = store.client().metrics();
+    store.rename(&a, &b).await.expect("rename");
+    let moved = store.client().metrics().since(&before);
+    assert_eq!(moved.rpcs_total.values().sum::<u64>(), 0, "{moved:?}");
+    let got = store
+        .get(&b)
+        .await
+        .expect("b")
+        .bytes()
+        .await
+        .expect("bytes");
+    assert_eq!(&got[..], &data[..]);
+    assert!(matches!(
+        store.head(&a).await,
+        Err(object_store::Error::NotFound { .. })
+    ));
+    let err = store.rename(&a, &b).await.expect_err("a is gone");
+    assert!(matches!(err, object_store::Error::NotFound { .. }), "{err}");
+}
