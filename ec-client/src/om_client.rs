@@ -108,8 +108,54 @@ fn om_error(op: &'static str, s: &Status) -> ClientError {
     ClientError::Om { op, code, message }
 }
 
+/// Refuses an om address that is not `HOST:PORT` (a scheme, a path, or no
+/// port, which would otherwise mean port 80 or a DNS lookup of `http`).
+///
+/// # Errors
+/// [`ClientError::InvalidArgument`] naming the address and the expected form.
+fn check_address(address: &str) -> Result<()> {
+    let bad = |why: &str| {
+        ClientError::InvalidArgument(format!(
+            "om address `{address}` {why}: expected HOST:PORT, e.g. 127.0.0.1:9862"
+        ))
+    };
+    if address.contains("://") || address.contains('/') {
+        return Err(bad("has a scheme or a path"));
+    }
+    let Some((host, port)) = address.rsplit_once(':') else {
+        return Err(bad("has no port"));
+    };
+    if host.is_empty()
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .is_empty()
+    {
+        return Err(bad("has no host"));
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(()),
+        _ => Err(bad("has no valid port")),
+    }
+}
+
+/// An error and its sources as one line (`a: b: c`), each message once.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut next = Some(e);
+    while let Some(err) = next {
+        let text = err.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        next = err.source();
+    }
+    parts.join(": ")
+}
+
 impl OmClient {
     pub(crate) async fn connect(address: &str, timeout: Duration) -> Result<Self> {
+        check_address(address)?;
         let endpoint = Endpoint::from_shared(format!("http://{address}"))
             .map_err(|e| ClientError::Connect {
                 address: address.to_string(),
@@ -119,7 +165,7 @@ impl OmClient {
             .tcp_nodelay(true);
         let channel = endpoint.connect().await.map_err(|e| ClientError::Connect {
             address: address.to_string(),
-            message: format!("{e}: {:?}", std::error::Error::source(&e)),
+            message: error_chain(&e),
         })?;
         let id: u128 = rand::random();
         Ok(Self {
@@ -587,5 +633,28 @@ impl OmClient {
         .await
         .map_err(|e| key_not_found(e, bucket, key))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn om_addresses_must_be_host_and_port() {
+        for ok in ["127.0.0.1:9862", "localhost:1", "[::1]:9862"] {
+            assert!(check_address(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "127.0.0.1",
+            "http://127.0.0.1:9862",
+            "127.0.0.1:0",
+            ":9862",
+            "h:port",
+            "h:99999",
+        ] {
+            let e = check_address(bad).expect_err(bad);
+            assert!(e.to_string().contains("expected HOST:PORT"), "{e}");
+        }
     }
 }

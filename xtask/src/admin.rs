@@ -6,8 +6,6 @@ use anyhow::{Context, bail};
 use clap::Subcommand;
 use serde_json::json;
 
-use crate::cluster_file;
-
 /// Administration commands.
 #[derive(Debug, Subcommand)]
 pub enum AdminCommand {
@@ -25,22 +23,18 @@ pub enum AdminCommand {
         /// Seconds `--wait` waits at most.
         #[arg(long, default_value_t = 600)]
         timeout: u64,
-        /// The om (`HOST:PORT`); default: the running minicluster's.
-        #[arg(long)]
-        om: Option<String>,
     },
 }
 
 /// Runs an admin command.
-pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
+pub async fn run(target: &ozone_cli::Target, command: AdminCommand) -> anyhow::Result<()> {
     match command {
         AdminCommand::RepairStatus {
             json: as_json,
             wait,
             timeout,
-            om,
         } => {
-            let om = cluster_file::om_address(om)?;
+            let (om, _) = target.om_address()?;
             let mut admin = om::OmAdminClient::connect(&om)
                 .await
                 .with_context(|| format!("connecting to the om at {om}"))?;

@@ -17,7 +17,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::io::AsyncReadExt;
 
-use crate::table::Table;
+use ozone_cli::table::Table;
 
 /// Arguments of `cargo xtask minicluster`.
 #[derive(Debug, Args)]

@@ -10,8 +10,6 @@ use datanode::{DatanodeAdminClient, FaultKind, FaultRule, RpcKind};
 use minicluster::{ClusterInfo, ControlClient};
 use proto_crate::{ReplicaIndex, ResultCode};
 
-use crate::cluster_file;
-
 /// Datanode subcommands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum DnCommand {
@@ -25,9 +23,6 @@ pub(crate) enum DnCommand {
         /// the minicluster's).
         #[arg(long)]
         json: bool,
-        /// The om (HOST:PORT); default: the one in cluster.json.
-        #[arg(long)]
-        om: Option<String>,
     },
     /// Decommission datanode N: it gets no new block groups, the om's ReplicationManager
     /// copies everything it holds elsewhere (reads keep working), then it is DECOMMISSIONED
@@ -147,75 +142,10 @@ async fn admin(info: &ClusterInfo, n: usize) -> anyhow::Result<DatanodeAdminClie
         })
 }
 
-async fn list(om: Option<String>, as_json: bool) -> anyhow::Result<()> {
-    let om = cluster_file::om_address(om)?;
-    let statuses = om::list_datanode_statuses(&om).await?;
-    // The N of `dn stop|start N`, when this om is the minicluster's.
-    let positions: std::collections::HashMap<String, usize> =
-        match cluster_file::read(&cluster_file::default_path()) {
-            Ok(info) if info.om == om => info
-                .datanodes
-                .iter()
-                .enumerate()
-                .map(|(n, d)| (d.id.clone(), n))
-                .collect(),
-            _ => std::collections::HashMap::new(),
-        };
-    if as_json {
-        let list: Vec<serde_json::Value> = statuses
-            .iter()
-            .map(|s| {
-                serde_json::json!({
-                    "n": positions.get(s.details.uuid.as_str()),
-                    "id": s.details.uuid.as_str(),
-                    "address": s.details.address,
-                    "state": s.state.as_str(),
-                    "op_state": s.op_state.as_str(),
-                    "last_heartbeat_s": s.since_heartbeat.as_secs_f64(),
-                    "used_bytes": s.stats.used_bytes,
-                    "blocks": s.stats.blocks,
-                    "capacity_bytes": s.stats.capacity_bytes,
-                    "open_files": s.stats.open_files,
-                })
-            })
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&list)?);
-        return Ok(());
-    }
-    let mut t = crate::table::Table::new(&[
-        "n",
-        "id",
-        "address",
-        "state",
-        "operational state",
-        "last heartbeat (s)",
-        "used bytes",
-        "blocks",
-        "open files",
-    ]);
-    for s in &statuses {
-        t.row(vec![
-            positions
-                .get(s.details.uuid.as_str())
-                .map_or_else(|| "-".to_string(), ToString::to_string),
-            s.details.uuid.to_string(),
-            s.details.address.clone(),
-            s.state.to_string(),
-            s.op_state.to_string(),
-            format!("{:.1}", s.since_heartbeat.as_secs_f64()),
-            s.stats.used_bytes.to_string(),
-            s.stats.blocks.to_string(),
-            s.stats.open_files.to_string(),
-        ]);
-    }
-    println!("{}", t.render());
-    Ok(())
-}
-
-pub(crate) async fn run(cmd: DnCommand) -> anyhow::Result<()> {
-    let info = || cluster_file::read(&cluster_file::default_path());
+pub(crate) async fn run(target: &ozone_cli::Target, cmd: DnCommand) -> anyhow::Result<()> {
+    let info = || target.cluster_info();
     match cmd {
-        DnCommand::List { json, om } => list(om, json).await?,
+        DnCommand::List { json } => ozone_cli::datanode::list(target, json).await?,
         DnCommand::Decommission { n } => {
             let info = info()?;
             let dn = datanode(&info, n)?;

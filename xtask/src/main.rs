@@ -3,14 +3,12 @@
 
 mod admin;
 mod bench;
-mod cluster_file;
 mod crash;
 mod demo;
 mod dn;
 mod http;
 mod key;
 mod soak;
-mod table;
 
 use std::path::PathBuf;
 
@@ -47,8 +45,13 @@ enum Command {
     Minicluster(demo::MiniclusterArgs),
     /// Put, get, describe and list keys on a running cluster.
     Key {
+        #[command(flatten)]
+        target: ozone_cli::Target,
+        /// Print results as JSON.
+        #[arg(long, global = true)]
+        json: bool,
         #[command(subcommand)]
-        command: key::KeyCommand,
+        command: key::XtaskKeyCommand,
     },
     /// Measure read and write modes side by side on one cluster; print
     /// Markdown tables and write JSON under target/bench/.
@@ -64,11 +67,15 @@ enum Command {
     /// Stop, start and inject faults into datanodes of a running minicluster;
     /// list their liveness states.
     Dn {
+        #[command(flatten)]
+        target: ozone_cli::Target,
         #[command(subcommand)]
         command: dn::DnCommand,
     },
     /// Cluster administration: the ReplicationManager's repair status.
     Admin {
+        #[command(flatten)]
+        target: ozone_cli::Target,
         #[command(subcommand)]
         command: admin::AdminCommand,
     },
@@ -80,6 +87,15 @@ pub(crate) fn workspace_root() -> PathBuf {
     manifest
         .parent()
         .map_or(manifest.clone(), std::path::Path::to_path_buf)
+}
+
+/// `target`, defaulting to this workspace's minicluster (`target/minicluster`,
+/// where `cargo xtask minicluster` writes `cluster.json`) when it names none.
+fn default_cluster(mut target: ozone_cli::Target) -> ozone_cli::Target {
+    if target.om.is_none() && target.data_dir.is_none() {
+        target.data_dir = Some(workspace_root().join(ozone_cli::cluster::DEFAULT_DATA_DIR));
+    }
+    target
 }
 
 fn main() -> std::process::ExitCode {
@@ -108,9 +124,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     runtime.block_on(async {
         match cli.command {
             Command::Minicluster(args) => demo::run(args).await,
-            Command::Key { command } => key::run(command).await,
-            Command::Dn { command } => dn::run(command).await,
-            Command::Admin { command } => admin::run(command).await,
+            Command::Key {
+                target,
+                json,
+                command,
+            } => key::run(&default_cluster(target), json, command).await,
+            Command::Dn { target, command } => dn::run(&default_cluster(target), command).await,
+            Command::Admin { target, command } => {
+                admin::run(&default_cluster(target), command).await
+            }
             Command::Bench(args) => bench::run(args, flavor).await,
             Command::Soak(args) => soak::run(args).await,
             Command::CrashTest(args) => crash::run(args).await,

@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 use super::{Latencies, Report, Row, Settings, ensure_bucket, write_key};
-use crate::table::Table;
+use ozone_cli::table::Table;
 
 const EC_BUCKET: &str = "bench-ec";
 const REP_BUCKET: &str = "bench-rep";

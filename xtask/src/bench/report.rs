@@ -11,7 +11,7 @@ use anyhow::Context;
 use ec_client::{MetricsSnapshot, RpcKind};
 use serde::Serialize;
 
-use crate::table::Table;
+use ozone_cli::table::Table;
 
 /// One measured (workload, mode) pair.
 #[derive(Debug, Clone, Serialize)]

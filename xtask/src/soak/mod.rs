@@ -18,7 +18,7 @@ use ec_client::{BucketOptions, ClientError, EcReplicationConfig, ReplicationConf
 use minicluster::{MiniCluster, MiniClusterConfig};
 use serde::Serialize;
 
-use crate::table::Table;
+use ozone_cli::table::Table;
 use workload::{Counters, EC_BUCKET, REP_BUCKET, S3_BUCKET, Worker};
 
 /// Arguments of `cargo xtask soak`.

@@ -1,25 +1,30 @@
-//! Printing Markdown tables.
+//! Markdown tables for the text output of list commands.
 
 /// A Markdown table with a header row.
 #[derive(Debug, Default)]
-pub(crate) struct Table {
+pub struct Table {
     header: Vec<String>,
     rows: Vec<Vec<String>>,
 }
 
 impl Table {
-    pub(crate) fn new(header: &[&str]) -> Self {
+    /// A table with these column headers.
+    #[must_use]
+    pub fn new(header: &[&str]) -> Self {
         Self {
             header: header.iter().map(|s| (*s).to_string()).collect(),
             rows: Vec::new(),
         }
     }
 
-    pub(crate) fn row(&mut self, cells: Vec<String>) {
+    /// Appends a row (cells past the header's columns are not shown).
+    pub fn row(&mut self, cells: Vec<String>) {
         self.rows.push(cells);
     }
 
-    pub(crate) fn render(&self) -> String {
+    /// The table as Markdown, columns padded to their widest cell.
+    #[must_use]
+    pub fn render(&self) -> String {
         let cols = self.header.len();
         let mut width: Vec<usize> = self.header.iter().map(String::len).collect();
         for r in &self.rows {
