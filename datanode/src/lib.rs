@@ -31,6 +31,7 @@ mod file_cache;
 mod heartbeat;
 mod inflight;
 mod metrics;
+mod observability;
 mod reconstruction;
 mod recovery;
 mod server;

@@ -1,5 +1,5 @@
 //! `datanode --listen HOST:PORT --data-dir DIR [--om HOST:PORT]`: runs one
-//! datanode as its own process until Ctrl-C.
+//! datanode as its own process until Ctrl-C or SIGTERM.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -38,12 +38,20 @@ struct Args {
     /// sent at start).
     #[arg(long, default_value_t = datanode::DEFAULT_BLOCK_REPORT_INTERVAL.as_secs_f64())]
     block_report_interval: f64,
+    /// Serve `/metrics` (Prometheus text format) on this address (port 0
+    /// picks a free one; its URL is printed at start).
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_listen: Option<SocketAddr>,
+    /// Log lines as `text` or `json` (one object per line). The filter is
+    /// RUST_LOG's (default: info).
+    #[arg(long, default_value = "text", value_name = "FORMAT")]
+    log_format: proto_crate::LogFormat,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    proto_crate::init_logging("info");
     let args = Args::parse();
+    proto_crate::init_logging_as("info", args.log_format);
     let heartbeat = std::time::Duration::try_from_secs_f64(args.heartbeat_interval)
         .ok()
         .filter(|d| !d.is_zero())
@@ -66,13 +74,19 @@ async fn main() -> anyhow::Result<()> {
     if let Some(om) = args.om {
         config = config.with_om(om);
     }
+    if let Some(m) = args.metrics_listen {
+        config = config.with_metrics_listen(m);
+    }
     let dn = Datanode::start(config)
         .await
         .context("starting the datanode")?;
     println!("datanode {} serving on {}", dn.details().uuid, dn.address());
-    tokio::signal::ctrl_c()
+    if let Some(url) = dn.metrics_url() {
+        println!("datanode metrics on {url}");
+    }
+    proto_crate::shutdown_signal()
         .await
-        .context("waiting for Ctrl-C")?;
+        .context("waiting for Ctrl-C or SIGTERM")?;
     dn.shutdown().await;
     Ok(())
 }

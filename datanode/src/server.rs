@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proto_crate::DatanodeDetails;
+use proto_crate::metrics_http::MetricsServer;
 use proto_crate::wire::admin::datanode_admin_service_server::DatanodeAdminServiceServer;
 use proto_crate::wire::datanode::datanode_service_server::DatanodeServiceServer;
 use proto_crate::wire::om as om_pb;
@@ -60,6 +61,9 @@ pub struct DatanodeConfig {
     /// How often to scan the blocks and send the om a full block report (default 5 min; one
     /// is also sent right after registration).
     pub block_report_interval: Duration,
+    /// Where to serve `/metrics` (Prometheus text format), if anywhere
+    /// (`--metrics-listen`; port 0 picks a free one).
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl DatanodeConfig {
@@ -75,7 +79,15 @@ impl DatanodeConfig {
             max_inflight_bytes: DEFAULT_MAX_INFLIGHT_BYTES,
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
             block_report_interval: DEFAULT_BLOCK_REPORT_INTERVAL,
+            metrics_listen: None,
         }
+    }
+
+    /// Serves `/metrics` on `listen`.
+    #[must_use]
+    pub fn with_metrics_listen(mut self, listen: SocketAddr) -> Self {
+        self.metrics_listen = Some(listen);
+        self
     }
 
     /// Sets the most block files kept open for reading.
@@ -136,6 +148,8 @@ pub struct Datanode {
     serving: ServingTask<Result<(), tonic::transport::Error>>,
     heartbeats: Option<JoinHandle<()>>,
     block_reports: Option<JoinHandle<()>>,
+    /// The `/metrics` endpoint, when `metrics_listen` was set.
+    metrics_server: Option<MetricsServer>,
 }
 
 /// The datanode's identity, kept in `DIR/datanode.id`: read back, or a new
@@ -229,16 +243,32 @@ impl Datanode {
         ))
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
         .max_encoding_message_size(MAX_MESSAGE_SIZE);
+        let (registry, rpc_metrics) = crate::observability::registry(&metrics, &faults, &store);
+        let metrics_server = match config.metrics_listen {
+            Some(addr) => Some(
+                MetricsServer::start(addr, Arc::new(registry))
+                    .await
+                    .map_err(|e| DatanodeError::io(format!("binding /metrics on {addr}"), e))?,
+            ),
+            None => None,
+        };
+        // The standard gRPC health service (grpc.health.v1): SERVING while the datanode serves.
+        let (health, health_service) = tonic_health::server::health_reporter();
+        health
+            .set_serving::<DatanodeServiceServer<DatanodeGrpcService>>()
+            .await;
         // Serving from our own listener: set TCP_NODELAY explicitly, or Nagle
         // adds ~40 ms to small answers.
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
         let serving = ServingTask::spawn(|stop| {
             Server::builder()
                 .layer(proto_crate::request_id::RequestIdLayer)
+                .layer(rpc_metrics.layer())
                 .max_frame_size(1024 * 1024 - 1)
                 .initial_stream_window_size(8 * 1024 * 1024)
                 .initial_connection_window_size(32 * 1024 * 1024)
                 .add_service(svc)
+                .add_service(health_service)
                 .add_optional_service(admin)
                 .serve_with_incoming_shutdown(incoming, stop.wait())
         });
@@ -250,6 +280,7 @@ impl Datanode {
             serving,
             heartbeats: None,
             block_reports: None,
+            metrics_server,
         };
         if let Some(om) = &config.om {
             register(om, &dn.details).await?;
@@ -290,6 +321,18 @@ impl Datanode {
         &self.faults
     }
 
+    /// `http://HOST:PORT/metrics`, when the datanode serves its metrics.
+    #[must_use]
+    pub fn metrics_url(&self) -> Option<String> {
+        self.metrics_server.as_ref().map(MetricsServer::url)
+    }
+
+    /// The address `/metrics` is served on, if it is.
+    #[must_use]
+    pub fn metrics_address(&self) -> Option<SocketAddr> {
+        self.metrics_server.as_ref().map(MetricsServer::address)
+    }
+
     /// The datanode's counters.
     #[must_use]
     pub fn metrics(&self) -> &Arc<DatanodeMetrics> {
@@ -316,6 +359,9 @@ impl Datanode {
             h.abort();
             // A scan holds the store: wait until the task let go of it.
             let _ = h.await;
+        }
+        if let Some(m) = self.metrics_server.take() {
+            m.stop().await;
         }
         match self.serving.stop(Duration::from_secs(5)).await {
             Stopped::Finished(Ok(())) | Stopped::AlreadyStopped => {}

@@ -216,6 +216,7 @@ impl MiniClusterConfig {
             .with_heartbeat_interval(self.heartbeat_interval)
             .with_block_report_interval(self.block_report_interval)
             .with_max_open_files(self.max_open_files)
+            .with_metrics_listen(([127, 0, 0, 1], 0).into())
     }
 }
 
@@ -257,6 +258,8 @@ pub struct DatanodeHandle {
     node: Option<Datanode>,
     metrics: Arc<DatanodeMetrics>,
     faults: Arc<FaultInjector>,
+    /// Where its `/metrics` is served (the same port after a restart).
+    metrics_address: Option<SocketAddr>,
 }
 
 impl DatanodeHandle {
@@ -269,6 +272,11 @@ impl DatanodeHandle {
     #[must_use]
     pub fn address(&self) -> String {
         self.address.to_string()
+    }
+    /// `http://HOST:PORT/metrics` of the datanode (stable across restarts).
+    #[must_use]
+    pub fn metrics_url(&self) -> Option<String> {
+        self.metrics_address.map(|a| format!("http://{a}/metrics"))
     }
     /// The datanode's uuid (stable across restarts).
     #[must_use]
@@ -332,6 +340,9 @@ impl DatanodeHandle {
         }
         let mut config = self.config.clone();
         config.listen = self.address;
+        if let Some(m) = self.metrics_address {
+            config.metrics_listen = Some(m);
+        }
         let node = Datanode::start(config)
             .await
             .map_err(|source| MiniClusterError::Datanode {
@@ -358,6 +369,21 @@ pub struct ClusterInfo {
     /// The S3 gateway, when one runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3: Option<S3Info>,
+    /// The `/metrics` URLs (Prometheus text format) of each process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<MetricsInfo>,
+}
+
+/// Where each process of a cluster serves `/metrics`, in `cluster.json`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MetricsInfo {
+    /// The om's.
+    pub om: String,
+    /// Each datanode's, in cluster order.
+    pub datanodes: Vec<String>,
+    /// The S3 gateway's, when one runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<String>,
 }
 
 /// The S3 gateway of a cluster in `cluster.json`.
@@ -438,7 +464,7 @@ impl MiniCluster {
         };
         let om = Arc::new(OzoneManager::open(om_config)?);
         let localhost: SocketAddr = ([127, 0, 0, 1], 0).into();
-        let om_server = OmServer::start(localhost, om)
+        let om_server = OmServer::start_with_metrics(localhost, om, Some(localhost))
             .await
             .map_err(io("binding the om"))?;
         let om_address = om_server.address().to_string();
@@ -461,6 +487,7 @@ impl MiniCluster {
                 config: dn_config,
                 metrics: Arc::clone(node.metrics()),
                 faults: Arc::clone(node.faults()),
+                metrics_address: node.metrics_address(),
                 node: Some(node),
             });
         }
@@ -558,6 +585,15 @@ impl MiniCluster {
                 .collect(),
             control: None,
             s3: self.s3_info(),
+            metrics: Some(MetricsInfo {
+                om: self.om.metrics_url().unwrap_or_default(),
+                datanodes: self
+                    .datanodes
+                    .iter()
+                    .map(|d| d.metrics_url().unwrap_or_default())
+                    .collect(),
+                s3: self.s3_metrics_url(),
+            }),
         }
     }
 
@@ -580,6 +616,13 @@ impl MiniCluster {
     #[cfg(not(feature = "s3"))]
     #[allow(clippy::unused_self)]
     pub(crate) fn s3_info(&self) -> Option<S3Info> {
+        None
+    }
+
+    /// Without the `s3` feature there is no gateway to describe.
+    #[cfg(not(feature = "s3"))]
+    #[allow(clippy::unused_self)]
+    pub(crate) fn s3_metrics_url(&self) -> Option<String> {
         None
     }
 

@@ -22,7 +22,8 @@ impl MiniCluster {
             ([127, 0, 0, 1], port).into(),
             S3_ACCESS_KEY,
             S3_SECRET_KEY,
-        );
+        )
+        .with_metrics_listen(([127, 0, 0, 1], 0).into());
         if !auth {
             config = config.without_auth();
         }
@@ -38,6 +39,12 @@ impl MiniCluster {
     #[must_use]
     pub fn s3_metrics(&self) -> Option<s3_gateway::GatewaySnapshot> {
         self.s3.as_ref().map(|g| g.metrics().snapshot())
+    }
+
+    pub(crate) fn s3_metrics_url(&self) -> Option<String> {
+        self.s3
+            .as_ref()
+            .and_then(s3_gateway::S3Gateway::metrics_url)
     }
 
     pub(crate) fn s3_info(&self) -> Option<S3Info> {

@@ -34,6 +34,7 @@ mod keys;
 mod manager;
 mod multipart;
 mod nodes;
+mod observability;
 mod orphans;
 mod placement;
 mod reconstruction;

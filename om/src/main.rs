@@ -1,5 +1,5 @@
 //! `om --listen HOST:PORT --data-dir DIR`: runs the metadata service as its own
-//! process until Ctrl-C.
+//! process until Ctrl-C or SIGTERM.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -48,6 +48,14 @@ struct Args {
     /// Repairs writing to one datanode at once.
     #[arg(long, default_value_t = om::DEFAULT_MAX_REPAIRS_PER_DATANODE)]
     max_repairs_per_datanode: usize,
+    /// Serve `/metrics` (Prometheus text format) on this address (port 0
+    /// picks a free one; its URL is printed at start).
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_listen: Option<SocketAddr>,
+    /// Log lines as `text` or `json` (one object per line). The filter is
+    /// RUST_LOG's (default: info).
+    #[arg(long, default_value = "text", value_name = "FORMAT")]
+    log_format: proto_crate::LogFormat,
 }
 
 fn seconds(v: f64, flag: &str) -> anyhow::Result<Duration> {
@@ -59,8 +67,8 @@ fn seconds(v: f64, flag: &str) -> anyhow::Result<Duration> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    proto_crate::init_logging("info");
     let args = Args::parse();
+    proto_crate::init_logging_as("info", args.log_format);
     let stale = seconds(args.stale_after, "--stale-after")?;
     let dead = seconds(args.dead_after, "--dead-after")?;
     anyhow::ensure!(
@@ -89,13 +97,16 @@ async fn main() -> anyhow::Result<()> {
                 .context("--deletion-grace must be a number of seconds")?,
         );
     let om = OzoneManager::open(config).context("opening the om database")?;
-    let server = OmServer::start(args.listen, Arc::new(om))
+    let server = OmServer::start_with_metrics(args.listen, Arc::new(om), args.metrics_listen)
         .await
         .context("binding")?;
     println!("om serving on {}", server.address());
-    tokio::signal::ctrl_c()
+    if let Some(url) = server.metrics_url() {
+        println!("om metrics on {url}");
+    }
+    proto_crate::shutdown_signal()
         .await
-        .context("waiting for Ctrl-C")?;
+        .context("waiting for Ctrl-C or SIGTERM")?;
     server.shutdown().await;
     Ok(())
 }

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use proto_crate::metrics_http::MetricsServer;
 use proto_crate::wire::admin::om_admin_service_server::OmAdminServiceServer;
 use proto_crate::wire::om::ozone_manager_service_server::OzoneManagerServiceServer;
 use proto_crate::{ServingTask, Stopped};
@@ -28,6 +29,7 @@ pub struct OmServer {
     serving: ServingTask<Result<(), tonic::transport::Error>>,
     services: tokio::sync::watch::Sender<bool>,
     service_tasks: Vec<JoinHandle<()>>,
+    metrics_server: Option<MetricsServer>,
 }
 
 /// Aborts sessions whose lease ran out, every `interval`, until `stop` says so.
@@ -65,6 +67,19 @@ impl OmServer {
     /// # Errors
     /// Bind errors.
     pub async fn start(listen: SocketAddr, om: Arc<OzoneManager>) -> std::io::Result<Self> {
+        Self::start_with_metrics(listen, om, None).await
+    }
+
+    /// [`start`](Self::start), also serving `/metrics` (Prometheus text format) on
+    /// `metrics_listen` if given (port 0 picks a free one).
+    ///
+    /// # Errors
+    /// Bind errors.
+    pub async fn start_with_metrics(
+        listen: SocketAddr,
+        om: Arc<OzoneManager>,
+        metrics_listen: Option<SocketAddr>,
+    ) -> std::io::Result<Self> {
         let listener = tokio::net::TcpListener::bind(listen).await?;
         let mut address = listener.local_addr()?;
         if address.ip().is_unspecified() {
@@ -75,11 +90,23 @@ impl OmServer {
             .max_decoding_message_size(64 * 1024 * 1024)
             .max_encoding_message_size(64 * 1024 * 1024);
         let admin = OmAdminServiceServer::new(OmAdminGrpc::new(Arc::clone(&om)));
+        let (registry, rpc_metrics) = crate::observability::registry(&om);
+        let metrics_server = match metrics_listen {
+            Some(addr) => Some(MetricsServer::start(addr, Arc::new(registry)).await?),
+            None => None,
+        };
+        // The standard gRPC health service (grpc.health.v1).
+        let (health, health_service) = tonic_health::server::health_reporter();
+        health
+            .set_serving::<OzoneManagerServiceServer<OmGrpcService>>()
+            .await;
         let serving = ServingTask::spawn(|stop| {
             Server::builder()
                 .layer(proto_crate::request_id::RequestIdLayer)
+                .layer(rpc_metrics.layer())
                 .add_service(svc)
                 .add_service(admin)
+                .add_service(health_service)
                 .serve_with_incoming_shutdown(incoming, stop.wait())
         });
         let (services, stop) = tokio::sync::watch::channel(false);
@@ -117,7 +144,14 @@ impl OmServer {
             serving,
             services,
             service_tasks,
+            metrics_server,
         })
+    }
+
+    /// `http://HOST:PORT/metrics`, when the om serves its metrics.
+    #[must_use]
+    pub fn metrics_url(&self) -> Option<String> {
+        self.metrics_server.as_ref().map(MetricsServer::url)
     }
 
     /// `HOST:PORT` the om serves on.

@@ -19,7 +19,7 @@ pub fn line(text: impl Display) -> std::io::Result<()> {
 /// Writes `value` as pretty JSON and a newline to stdout.
 ///
 /// # Errors
-/// As [`line`].
+/// As [`line()`].
 pub fn json(value: &serde_json::Value) -> std::io::Result<()> {
     let text = serde_json::to_string_pretty(value).map_err(std::io::Error::other)?;
     line(text)

@@ -21,10 +21,12 @@ mod domain;
 mod error;
 mod logging;
 mod metadata;
+pub mod metrics_http;
 mod om_code;
 pub mod request_id;
 mod result;
 mod rpc_kind;
+pub mod rpc_metrics;
 mod serving;
 
 /// Generated protobuf and gRPC code. Only servers and clients in the
@@ -56,7 +58,7 @@ pub use domain::{
 };
 pub use ec_codec::{EcReplicationConfig, ReplicaIndex};
 pub use error::ProtocolError;
-pub use logging::init_logging;
+pub use logging::{LogFormat, init_logging, init_logging_as, shutdown_signal};
 pub use metadata::{
     BucketInfo, KeyInfo, MULTIPART_PART_SIZES_KEY, MultipartUpload, PartInfo, WriteCondition,
     object_metadata,

@@ -1,5 +1,6 @@
 //! [`init_logging`]: the one logging set-up of every binary (om, datanode,
-//! s3-gateway, xtask).
+//! s3-gateway, ozone, xtask), as text or JSON lines ([`LogFormat`]), and
+//! [`shutdown_signal`], how every server binary learns to stop.
 
 /// Installs a `tracing` subscriber that writes to stderr — stdout is left to
 /// the program's own output, such as the `serving on HOST:PORT` line that
@@ -7,11 +8,64 @@
 /// a terminal. The filter comes from `RUST_LOG`, else `default_filter`
 /// (an `EnvFilter` directive such as `"info"`). A second call is a no-op.
 pub fn init_logging(default_filter: &str) {
+    init_logging_as(default_filter, LogFormat::Text);
+}
+
+/// How log lines are written (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    /// One human-readable line per event (colours on a terminal only).
+    #[default]
+    Text,
+    /// One JSON object per line (`timestamp`, `level`, `fields`, `target`,
+    /// `spans` — a request's `rpc` span carries its `request_id`), for log
+    /// collectors.
+    Json,
+}
+
+impl std::str::FromStr for LogFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "text" => Ok(Self::Text),
+            "json" => Ok(Self::Json),
+            other => Err(format!("unknown log format `{other}`: use text or json")),
+        }
+    }
+}
+
+/// [`init_logging`] in `format`.
+pub fn init_logging_as(default_filter: &str, format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+        LogFormat::Json => builder.json().with_span_list(true).try_init(),
+    };
+}
+
+/// Completes when the process is asked to stop: Ctrl-C (SIGINT) or, on Unix,
+/// SIGTERM (what `kill`, systemd and container runtimes send). A server
+/// binary then shuts down gracefully either way.
+///
+/// # Errors
+/// When the signal handlers cannot be installed.
+pub async fn shutdown_signal() -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r,
+            _ = term.recv() => Ok(()),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c().await
+    }
 }

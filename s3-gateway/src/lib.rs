@@ -33,6 +33,7 @@ mod metrics;
 mod multipart;
 mod object_meta;
 pub mod objects;
+mod observability;
 pub mod range;
 mod request_ids;
 mod tagging;
@@ -65,6 +66,8 @@ pub struct GatewayConfig {
     /// Object bytes one request may hold in memory at once (default 12 MiB):
     /// GET streams in chunks of a third of it.
     pub max_request_buffer: u64,
+    /// Where to serve `/metrics` (Prometheus text format), if anywhere.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl GatewayConfig {
@@ -75,7 +78,15 @@ impl GatewayConfig {
             listen,
             credentials: Some((access_key.to_string(), secret_key.to_string())),
             max_request_buffer: 12 * 1024 * 1024,
+            metrics_listen: None,
         }
+    }
+
+    /// Serves `/metrics` on `listen` (port 0 picks a free one).
+    #[must_use]
+    pub fn with_metrics_listen(mut self, listen: SocketAddr) -> Self {
+        self.metrics_listen = Some(listen);
+        self
     }
 
     /// Accepts unsigned requests (for tests that speak raw HTTP).
@@ -169,6 +180,7 @@ pub struct S3Gateway {
     address: SocketAddr,
     metrics: Arc<GatewayMetrics>,
     serving: ServingTask<()>,
+    metrics_server: Option<proto_crate::metrics_http::MetricsServer>,
 }
 
 impl S3Gateway {
@@ -179,6 +191,16 @@ impl S3Gateway {
     pub async fn start(client: Client, config: GatewayConfig) -> std::io::Result<Self> {
         let gw = Gateway::new(client, config.max_request_buffer);
         let metrics = Arc::clone(&gw.metrics);
+        let metrics_server = match config.metrics_listen {
+            Some(addr) => Some(
+                proto_crate::metrics_http::MetricsServer::start(
+                    addr,
+                    Arc::new(observability::registry(&metrics, gw.client())),
+                )
+                .await?,
+            ),
+            None => None,
+        };
         let mut builder = S3ServiceBuilder::new(gw.clone());
         builder.set_validation(buckets::BucketNames);
         if let Some((ak, sk)) = &config.credentials {
@@ -267,7 +289,16 @@ impl S3Gateway {
             address,
             metrics,
             serving,
+            metrics_server,
         })
+    }
+
+    /// `http://HOST:PORT/metrics`, when the gateway serves its metrics.
+    #[must_use]
+    pub fn metrics_url(&self) -> Option<String> {
+        self.metrics_server
+            .as_ref()
+            .map(proto_crate::metrics_http::MetricsServer::url)
     }
 
     /// `HOST:PORT` served on.

@@ -1,5 +1,5 @@
 //! `s3-gateway --om HOST:PORT [--listen ADDR] --access-key AK --secret-key SK`:
-//! serves S3 over a running cluster until Ctrl-C.
+//! serves S3 over a running cluster until Ctrl-C or SIGTERM.
 
 use std::net::SocketAddr;
 
@@ -24,25 +24,35 @@ struct Args {
     /// Secret key clients sign with.
     #[arg(long, env = "S3_SECRET_KEY")]
     secret_key: String,
+    /// Serve `/metrics` (Prometheus text format) on this address (port 0
+    /// picks a free one; its URL is printed at start).
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_listen: Option<SocketAddr>,
+    /// Log lines as `text` or `json` (one object per line). The filter is
+    /// RUST_LOG's (default: info).
+    #[arg(long, default_value = "text", value_name = "FORMAT")]
+    log_format: proto_crate::LogFormat,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    proto_crate::init_logging("info");
     let args = Args::parse();
+    proto_crate::init_logging_as("info", args.log_format);
     let client = Client::connect(&args.om, ClientConfig::default())
         .await
         .with_context(|| format!("connecting to the om at {}", args.om))?;
-    let gw = S3Gateway::start(
-        client,
-        GatewayConfig::new(args.listen, &args.access_key, &args.secret_key),
-    )
-    .await
-    .context("binding")?;
+    let mut config = GatewayConfig::new(args.listen, &args.access_key, &args.secret_key);
+    if let Some(m) = args.metrics_listen {
+        config = config.with_metrics_listen(m);
+    }
+    let gw = S3Gateway::start(client, config).await.context("binding")?;
     println!("s3 gateway serving on http://{}", gw.address());
-    tokio::signal::ctrl_c()
+    if let Some(url) = gw.metrics_url() {
+        println!("s3 gateway metrics on {url}");
+    }
+    proto_crate::shutdown_signal()
         .await
-        .context("waiting for Ctrl-C")?;
+        .context("waiting for Ctrl-C or SIGTERM")?;
     gw.shutdown().await;
     Ok(())
 }

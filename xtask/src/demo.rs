@@ -148,13 +148,21 @@ pub(crate) async fn run(args: MiniclusterArgs) -> anyhow::Result<()> {
         );
     }
     let json = dir.join("cluster.json");
-    MiniCluster::write_cluster_json(&cluster.info(), &json)?;
+    let info = cluster.info();
+    MiniCluster::write_cluster_json(&info, &json)?;
     println!(
         "om {}  ({} datanodes, {})",
         cluster.om_address(),
         args.datanodes,
         args.ec
     );
+    if let Some(m) = &info.metrics {
+        println!(
+            "metrics (Prometheus): om {}  datanode 0 {}",
+            m.om,
+            m.datanodes.first().map_or("-", String::as_str)
+        );
+    }
     println!("cluster.json: {}", json.display());
 
     let client = cluster.client().await?;
