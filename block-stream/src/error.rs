@@ -19,7 +19,10 @@ pub type Result<T, E = BlockStreamError> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum BlockStreamError {
     /// The datanode answered with an error result code.
-    #[error("{kind} on {datanode} for block {block:?} failed with {code}: {message}")]
+    #[error(
+        "{kind} on {datanode}{} failed with {code}: {message}",
+        for_block(block)
+    )]
     Datanode {
         /// RPC that failed.
         kind: RpcKind,
@@ -33,7 +36,10 @@ pub enum BlockStreamError {
         message: String,
     },
     /// The connection failed or the datanode is down.
-    #[error("{kind} on {datanode} for block {block:?}: datanode unavailable: {message}")]
+    #[error(
+        "{kind} on {datanode}{}: datanode unavailable: {message}",
+        for_block(block)
+    )]
     Unavailable {
         /// RPC that failed.
         kind: RpcKind,
@@ -45,7 +51,7 @@ pub enum BlockStreamError {
         message: String,
     },
     /// One attempt ran past its deadline.
-    #[error("{kind} on {datanode} for block {block:?} timed out after {after:?}")]
+    #[error("{kind} on {datanode}{} timed out after {after:?}", for_block(block))]
     Timeout {
         /// RPC that timed out.
         kind: RpcKind,
@@ -195,4 +201,9 @@ impl BlockStreamError {
             Self::InvalidArgument(_) => None,
         }
     }
+}
+
+/// ` for block B` when a call names one, else nothing.
+fn for_block(block: &Option<BlockId>) -> String {
+    block.map_or_else(String::new, |b| format!(" for block {b}"))
 }

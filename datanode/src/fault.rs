@@ -53,6 +53,29 @@ pub struct FaultRule {
     pub replica_index: Option<ReplicaIndex>,
 }
 
+/// As `dn fault` takes it: `ReadChunk: corrupt`, with `, block C/L` and
+/// `, replica index R` when the rule is narrowed.
+impl std::fmt::Display for FaultRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: ", self.rpc)?;
+        match self.kind {
+            FaultKind::Unavailable => f.write_str("unavailable")?,
+            FaultKind::Code(c) => write!(f, "code={}", c.name())?,
+            FaultKind::Delay(d) => write!(f, "delay-ms={}", d.as_millis())?,
+            FaultKind::Corrupt => f.write_str("corrupt")?,
+            FaultKind::Zero => f.write_str("zero")?,
+            FaultKind::Short => f.write_str("short")?,
+        }
+        if let Some((c, l)) = self.block {
+            write!(f, ", block container {c} local id {l}")?;
+        }
+        if let Some(r) = self.replica_index {
+            write!(f, ", replica index {r} only")?;
+        }
+        Ok(())
+    }
+}
+
 /// Why a fault rule was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid fault: {0}")]

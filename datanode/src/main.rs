@@ -51,6 +51,8 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // Before anything slow: a SIGTERM during start-up stops gracefully too.
+    let signals = proto_crate::ShutdownSignals::install().context("installing signal handlers")?;
     proto_crate::init_logging_as("info", args.log_format);
     let heartbeat = std::time::Duration::try_from_secs_f64(args.heartbeat_interval)
         .ok()
@@ -84,9 +86,7 @@ async fn main() -> anyhow::Result<()> {
     if let Some(url) = dn.metrics_url() {
         println!("datanode metrics on {url}");
     }
-    proto_crate::shutdown_signal()
-        .await
-        .context("waiting for Ctrl-C or SIGTERM")?;
+    signals.recv().await;
     dn.shutdown().await;
     Ok(())
 }

@@ -22,9 +22,9 @@ use std::sync::Arc;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 use proto_crate::RpcKind;
+use proto_crate::metrics_http::{encode_counter as counter, encode_gauge as gauge};
 use proto_crate::rpc_metrics::RpcMetrics;
 
 use crate::fault::FaultInjector;
@@ -37,16 +37,6 @@ struct DatanodeCollector {
     metrics: Arc<DatanodeMetrics>,
     faults: Arc<FaultInjector>,
     store: Arc<ContainerStore>,
-}
-
-fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
-    let c = ConstCounter::new(v);
-    c.encode(e.encode_descriptor(name, help, None, c.metric_type())?)
-}
-
-fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
-    let g = ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX));
-    g.encode(e.encode_descriptor(name, help, None, g.metric_type())?)
 }
 
 impl Collector for DatanodeCollector {

@@ -150,6 +150,8 @@ pub struct Datanode {
     block_reports: Option<JoinHandle<()>>,
     /// The `/metrics` endpoint, when `metrics_listen` was set.
     metrics_server: Option<MetricsServer>,
+    /// Flipped to NOT_SERVING when shutdown begins.
+    health: tonic_health::server::HealthReporter,
 }
 
 /// The datanode's identity, kept in `DIR/datanode.id`: read back, or a new
@@ -281,6 +283,7 @@ impl Datanode {
             heartbeats: None,
             block_reports: None,
             metrics_server,
+            health,
         };
         if let Some(om) = &config.om {
             register(om, &dn.details).await?;
@@ -352,6 +355,9 @@ impl Datanode {
     }
 
     async fn stop(&mut self) {
+        self.health
+            .set_not_serving::<DatanodeServiceServer<DatanodeGrpcService>>()
+            .await;
         for h in [self.heartbeats.take(), self.block_reports.take()]
             .into_iter()
             .flatten()
@@ -359,9 +365,6 @@ impl Datanode {
             h.abort();
             // A scan holds the store: wait until the task let go of it.
             let _ = h.await;
-        }
-        if let Some(m) = self.metrics_server.take() {
-            m.stop().await;
         }
         match self.serving.stop(Duration::from_secs(5)).await {
             Stopped::Finished(Ok(())) | Stopped::AlreadyStopped => {}
@@ -374,6 +377,10 @@ impl Datanode {
             Stopped::Aborted => {
                 tracing::warn!(datanode = %self.details, "graceful shutdown timed out; aborted");
             }
+        }
+        // Last, so that scrapes see the drain.
+        if let Some(m) = self.metrics_server.take() {
+            m.stop().await;
         }
     }
 }

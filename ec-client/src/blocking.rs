@@ -10,8 +10,9 @@
 //!   [`read_exact_at`](KeyReader::read_exact_at) shaped like
 //!   `std::os::unix::fs::FileExt` (positioned; `&self`; the cursor stays);
 //! - [`KeyWriter`]: `std::io::Write`, committed by
-//!   [`close`](KeyWriter::close); dropped without it, the key is not
-//!   committed and its session is aborted.
+//!   [`close`](KeyWriter::close); dropped without it (or given up with
+//!   [`abort`](KeyWriter::abort)), the key is not committed and its session
+//!   is aborted before the drop returns.
 //!
 //! Calling these from inside a tokio runtime panics (tokio forbids blocking
 //! a runtime thread on another runtime): async code uses [`crate::Client`].
@@ -264,11 +265,27 @@ impl std::io::Write for KeyWriter {
     }
 }
 
+impl KeyWriter {
+    /// Gives the key up: nothing is committed and its om session is aborted
+    /// before this returns (as dropping the writer does).
+    ///
+    /// # Errors
+    /// As [`crate::KeyOutputStream::abort`].
+    pub fn abort(mut self) -> Result<()> {
+        match self.inner.take() {
+            Some(w) => self.rt.block_on(w.abort()),
+            None => Ok(()),
+        }
+    }
+}
+
 impl Drop for KeyWriter {
     fn drop(&mut self) {
-        // Without close: the writer's drop aborts its om session, from a
-        // task it spawns on the runtime it runs on.
-        let _entered = self.rt.0.enter();
-        self.inner.take();
+        // Without close: abort the om session here and now — a task
+        // spawned for it could die with the runtime, if this writer held the
+        // last reference to it.
+        if let Some(w) = self.inner.take() {
+            let _ = self.rt.block_on(w.abort());
+        }
     }
 }

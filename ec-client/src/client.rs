@@ -1,6 +1,8 @@
 //! [`Client`]: the facade a user starts from (Ozone's `OzoneClient` /
 //! `ObjectStore`, reduced): connect to the om, manage buckets, create, open,
-//! list and delete keys, read counters.
+//! list and delete keys, read counters. Each public operation runs in a
+//! `debug` tracing span (`client.create_key`, …) naming its arguments and the
+//! request id, and records its error.
 
 use std::sync::Arc;
 
@@ -23,6 +25,12 @@ use crate::read_context::ReadContext;
 use crate::replicated_output::ReplicatedKeyOutputStream;
 use crate::write_state::WriteState;
 use crate::{ClientConfig, Result};
+
+/// The request id the caller's task carries (minted by the S3 gateway per
+/// request, or set with `proto_crate::request_id::scope`), for spans.
+fn request_id() -> String {
+    proto_crate::request_id::current().map_or_else(String::new, |id| id.to_string())
+}
 
 /// What every stream of a client shares.
 #[derive(Debug)]
@@ -53,6 +61,7 @@ impl Client {
     ///
     /// # Errors
     /// [`ClientError::Connect`] if the om cannot be reached.
+    #[tracing::instrument(level = "debug", name = "client.connect", skip(config), err(Display))]
     pub async fn connect(om_address: &str, config: ClientConfig) -> Result<Self> {
         let om = OmClient::connect(om_address, config.om_timeout).await?;
         let metrics = Arc::new(ClientMetrics::default());
@@ -100,6 +109,7 @@ impl Client {
     ///
     /// # Errors
     /// [`ClientError::Om`] (`BUCKET_ALREADY_EXISTS`, `INVALID_ARGUMENT`, ...).
+    #[tracing::instrument(level = "debug", name = "client.create_bucket", skip(self, options), fields(request_id = %request_id()), err(Display))]
     pub async fn create_bucket(&self, name: &str, options: BucketOptions) -> Result<BucketInfo> {
         self.shared
             .om
@@ -127,6 +137,7 @@ impl Client {
     ///
     /// # Errors
     /// [`ClientError::Om`] (`BUCKET_NOT_FOUND`, `BUCKET_NOT_EMPTY`).
+    #[tracing::instrument(level = "debug", name = "client.delete_bucket", skip(self), fields(request_id = %request_id()), err(Display))]
     pub async fn delete_bucket(&self, name: &str) -> Result<()> {
         self.shared.om.delete_bucket(name).await
     }
@@ -137,6 +148,7 @@ impl Client {
     /// # Errors
     /// [`ClientError::BucketNotFound`]; [`ClientError::InvalidArgument`] for
     /// an EC block size that is not a multiple of the cell size.
+    #[tracing::instrument(level = "debug", name = "client.create_key", skip(self, replication), fields(request_id = %request_id()), err(Display))]
     pub async fn create_key(
         &self,
         bucket: &str,
@@ -152,6 +164,7 @@ impl Client {
     ///
     /// # Errors
     /// [`ClientError::BucketNotFound`], om failures.
+    #[tracing::instrument(level = "debug", name = "client.initiate_multipart_upload", skip(self, replication, metadata), fields(request_id = %request_id()), err(Display))]
     pub async fn initiate_multipart_upload(
         &self,
         bucket: &str,
@@ -171,6 +184,7 @@ impl Client {
     ///
     /// # Errors
     /// [`ClientError::Om`] (`NO_SUCH_UPLOAD`, `INVALID_ARGUMENT`).
+    #[tracing::instrument(level = "debug", name = "client.upload_part", skip(self), fields(request_id = %request_id()), err(Display))]
     pub async fn upload_part(&self, upload_id: &str, part_number: u32) -> Result<KeyOutputStream> {
         let upload = self.shared.om.list_parts(upload_id).await?;
         let opened = self.shared.om.open_part(upload_id, part_number).await?;
@@ -222,6 +236,7 @@ impl Client {
     /// # Errors
     /// As `complete_multipart_upload`; [`ClientError::Om`] with `CONDITION_FAILED`
     /// ([`ClientError::is_condition_failed`]).
+    #[tracing::instrument(level = "debug", name = "client.complete_multipart_upload", skip(self, parts, metadata), fields(request_id = %request_id(), parts = parts.len()), err(Display))]
     pub async fn complete_multipart_upload_if(
         &self,
         upload_id: &str,
@@ -240,6 +255,7 @@ impl Client {
     ///
     /// # Errors
     /// [`ClientError::Om`] (`NO_SUCH_UPLOAD`).
+    #[tracing::instrument(level = "debug", name = "client.abort_multipart_upload", skip(self), fields(request_id = %request_id()), err(Display))]
     pub async fn abort_multipart_upload(&self, upload_id: &str) -> Result<()> {
         self.shared.om.abort_multipart_upload(upload_id).await
     }
@@ -254,6 +270,7 @@ impl Client {
         // From here the writer's state owns the session: dropping the
         // writer, or a failed close, aborts it.
         let state = WriteState::new(bucket, key, opened.session_id, opened.guard);
+        let name = format!("{bucket}/{key}");
         match opened.replication {
             ReplicationConfig::Ec(ec) => EcKeyOutputStream::new(
                 Arc::clone(&self.shared),
@@ -262,14 +279,14 @@ impl Client {
                 opened.block_size,
                 lease,
             )
-            .map(KeyOutputStream::ec),
+            .map(|w| KeyOutputStream::ec(name, w)),
             ReplicationConfig::Replicated { .. } => ReplicatedKeyOutputStream::new(
                 Arc::clone(&self.shared),
                 state,
                 opened.block_size,
                 lease,
             )
-            .map(KeyOutputStream::replicated),
+            .map(|w| KeyOutputStream::replicated(name, w)),
         }
     }
 
@@ -277,6 +294,7 @@ impl Client {
     ///
     /// # Errors
     /// As [`create_key`](Self::create_key) and the stream's write and close.
+    #[tracing::instrument(level = "debug", name = "client.put_key", skip(self, replication, data), fields(request_id = %request_id(), len = data.len()), err(Display))]
     pub async fn put_key(
         &self,
         bucket: &str,
@@ -293,6 +311,7 @@ impl Client {
     ///
     /// # Errors
     /// [`ClientError::KeyNotFound`], om failures.
+    #[tracing::instrument(level = "debug", name = "client.open_key", skip(self), fields(request_id = %request_id()), err(Display))]
     pub async fn open_key(&self, bucket: &str, key: &str) -> Result<KeyInputStream> {
         let info = self.shared.om.lookup_key(bucket, key).await?;
         KeyInputStream::open(&self.shared.read, info)
@@ -302,6 +321,7 @@ impl Client {
     ///
     /// # Errors
     /// [`ClientError::KeyNotFound`], om failures.
+    #[tracing::instrument(level = "debug", name = "client.key_info", skip(self), fields(request_id = %request_id()), err(Display))]
     pub async fn key_info(&self, bucket: &str, key: &str) -> Result<KeyInfo> {
         self.shared.om.lookup_key(bucket, key).await
     }
@@ -311,6 +331,7 @@ impl Client {
     ///
     /// # Errors
     /// Om failures (`BUCKET_NOT_FOUND`).
+    #[tracing::instrument(level = "debug", name = "client.list_keys", skip(self), fields(request_id = %request_id()), err(Display))]
     pub async fn list_keys(
         &self,
         bucket: &str,
@@ -333,6 +354,7 @@ impl Client {
     ///
     /// # Errors
     /// Om failures (`BUCKET_NOT_FOUND`).
+    #[tracing::instrument(level = "debug", name = "client.list_page", skip(self), fields(request_id = %request_id()), err(Display))]
     pub async fn list_page(
         &self,
         bucket: &str,
@@ -359,6 +381,7 @@ impl Client {
     ///
     /// # Errors
     /// [`ClientError::KeyNotFound`], om failures.
+    #[tracing::instrument(level = "debug", name = "client.delete_key", skip(self), fields(request_id = %request_id()), err(Display))]
     pub async fn delete_key(&self, bucket: &str, key: &str) -> Result<()> {
         self.shared.om.delete_key(bucket, key, None).await
     }
@@ -370,6 +393,7 @@ impl Client {
     /// # Errors
     /// [`ClientError::KeyNotFound`]; [`ClientError::Om`] with `INVALID_ARGUMENT` for an entry
     /// outside the prefix; om failures.
+    #[tracing::instrument(level = "debug", name = "client.set_key_metadata", skip(self, entries), fields(request_id = %request_id()), err(Display))]
     pub async fn set_key_metadata(
         &self,
         bucket: &str,
@@ -390,6 +414,7 @@ impl Client {
     /// # Errors
     /// [`ClientError::KeyNotFound`] for a missing `from`; [`ClientError::Om`] with
     /// `INVALID_ARGUMENT` for a bad name; om failures.
+    #[tracing::instrument(level = "debug", name = "client.rename_key", skip(self), fields(request_id = %request_id()), err(Display))]
     pub async fn rename_key(&self, bucket: &str, from: &str, to: &str) -> Result<KeyInfo> {
         self.shared.om.rename_key(bucket, from, to, None).await
     }
@@ -400,6 +425,7 @@ impl Client {
     /// # Errors
     /// As `rename_key`; [`ClientError::Om`] with `CONDITION_FAILED`
     /// ([`ClientError::is_condition_failed`]).
+    #[tracing::instrument(level = "debug", name = "client.rename_key", skip(self, condition), fields(request_id = %request_id()), err(Display))]
     pub async fn rename_key_if(
         &self,
         bucket: &str,
@@ -419,6 +445,7 @@ impl Client {
     /// # Errors
     /// [`ClientError::KeyNotFound`]; [`ClientError::Om`] with `CONDITION_FAILED`
     /// ([`ClientError::is_condition_failed`]); om failures.
+    #[tracing::instrument(level = "debug", name = "client.delete_key", skip(self, condition), fields(request_id = %request_id()), err(Display))]
     pub async fn delete_key_if(
         &self,
         bucket: &str,

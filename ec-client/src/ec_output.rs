@@ -343,6 +343,15 @@ impl EcKeyOutputStream {
 
     /// Like [`close`](Self::close), ending the session as `commit` says (a
     /// key with metadata, or a multipart upload's part with its ETag).
+    /// Gives the key up: the flush stage stops and the session is aborted
+    /// now, waiting for the om.
+    pub(crate) async fn abort(mut self) {
+        if let Sink::Pipelined { task: Some(t), .. } = &self.sink {
+            t.abort();
+        }
+        self.state.abort().await;
+    }
+
     pub(crate) async fn finish(mut self, commit: Commit) -> Result<Committed> {
         let result = self.try_close(commit).await;
         self.state.settle(&result).await;

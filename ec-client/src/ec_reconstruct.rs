@@ -51,7 +51,7 @@ impl EcBlockReconstructedStripeInputStream {
         let mut lost = BTreeMap::new();
         for (r, locs) in ec.replica_indexes().zip(&locations) {
             if locs.is_empty() {
-                let address = excluded
+                let addresses = excluded
                     .iter()
                     .filter(|(idx, _)| *idx == r)
                     .filter_map(|(_, uuid)| {
@@ -62,9 +62,16 @@ impl EcBlockReconstructedStripeInputStream {
                             .find(|l| &l.datanode.uuid == uuid)
                             .map(|l| l.datanode.address.clone())
                     })
-                    .collect::<Vec<_>>()
-                    .join(",");
-                lost.insert(r, address);
+                    .collect::<Vec<_>>();
+                let why = if addresses.is_empty() {
+                    "no location in the key's metadata".to_string()
+                } else {
+                    format!(
+                        "{} failed earlier in this read and is excluded",
+                        addresses.join(", ")
+                    )
+                };
+                lost.insert(r, why);
             }
         }
         EcReadMetrics::inc(&ctx.ec_metrics.reconstruction_readers_created);
@@ -97,12 +104,13 @@ impl EcBlockReconstructedStripeInputStream {
             .clone()
     }
 
-    fn mark_lost(&self, r: ReplicaIndex, address: String) {
+    /// Records index `r` as lost, with `why` (its first failure's message).
+    fn mark_lost(&self, r: ReplicaIndex, why: String) {
         self.lost
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .entry(r)
-            .or_insert(address);
+            .or_insert(why);
     }
 
     fn group(&self) -> &BlockGroup {
@@ -157,8 +165,7 @@ impl EcBlockReconstructedStripeInputStream {
                 Err(EcReadError::Fatal(e)) => return Err(e),
                 Err(EcReadError::Location(f)) => {
                     tracing::debug!(block = %self.group().id(), index = %f.replica_index, error = %f.error, "index lost during reconstruction; re-planning");
-                    let address = f.error.datanode().unwrap_or_default().to_string();
-                    self.mark_lost(f.replica_index, address);
+                    self.mark_lost(f.replica_index, f.error.to_string());
                 }
             }
         }

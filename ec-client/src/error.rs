@@ -56,14 +56,17 @@ pub enum ClientError {
     /// More replica indexes of a block group are unreadable than parity can cover.
     #[error(
         "insufficient locations for block group {block}: {needed} readable indexes needed, \
-         failed: {failed:?}"
+         lost {}: {}",
+        failed.len(),
+        lost_list(failed)
     )]
     InsufficientLocations {
         /// The group (no replica index).
         block: BlockId,
-        /// Indexes a read needs.
+        /// Indexes a read needs (d).
         needed: usize,
-        /// Failed (replica index, datanode `HOST:PORT`) pairs.
+        /// The lost indexes, each with why: the failed datanode's `HOST:PORT`
+        /// and its error, or why the index had no location to try.
         failed: Vec<(ReplicaIndex, String)>,
     },
     /// A stripe (EC) or chunk (replicated) could not be written even after
@@ -141,6 +144,15 @@ pub enum ClientError {
         /// Why.
         message: String,
     },
+}
+
+/// `index 1 (why); index 3 (why)`.
+fn lost_list(failed: &[(ReplicaIndex, String)]) -> String {
+    failed
+        .iter()
+        .map(|(r, why)| format!("index {r} ({why})"))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 impl ClientError {

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
 use tokio::io::AsyncWrite;
@@ -67,6 +67,14 @@ pub struct KeyOutputStream {
     shutdown: Mutex<Option<ShutdownOp>>,
     /// The key `poll_shutdown` committed.
     committed: Option<KeyInfo>,
+    /// Why `poll_shutdown`'s commit failed (the writer is gone with it).
+    failed: Option<Arc<ClientError>>,
+    /// Set while an async method waits for an `AsyncWrite` write in flight:
+    /// still set at the next call means that call was cancelled and the
+    /// write (and the writer) dropped with it.
+    settling: bool,
+    /// `bucket/key`, for errors.
+    key: String,
     /// Bytes accepted so far.
     accepted: u64,
 }
@@ -81,28 +89,46 @@ impl std::fmt::Debug for KeyOutputStream {
     }
 }
 
-/// The error of a call after the stream was committed (or its commit began).
-fn closed() -> ClientError {
-    ClientError::InvalidArgument("the key's writer was already shut down (committed)".into())
-}
-
 impl KeyOutputStream {
-    pub(crate) fn ec(w: EcKeyOutputStream) -> Self {
-        Self::of(Writer::Ec(w))
+    pub(crate) fn ec(key: String, w: EcKeyOutputStream) -> Self {
+        Self::of(key, Writer::Ec(w))
     }
 
-    pub(crate) fn replicated(w: ReplicatedKeyOutputStream) -> Self {
-        Self::of(Writer::Replicated(w))
+    pub(crate) fn replicated(key: String, w: ReplicatedKeyOutputStream) -> Self {
+        Self::of(key, Writer::Replicated(w))
     }
 
-    fn of(writer: Writer) -> Self {
+    fn of(key: String, writer: Writer) -> Self {
         Self {
             writer: Some(writer),
             op: Mutex::new(None),
             shutdown: Mutex::new(None),
             committed: None,
+            failed: None,
+            settling: false,
+            key,
             accepted: 0,
         }
+    }
+
+    /// Why there is no writer to call: a cancelled wait for a write in
+    /// flight ([`ClientError::WriteCancelled`]), a failed commit
+    /// ([`ClientError::WriteAborted`]), a commit done or under way.
+    fn gone(&self) -> ClientError {
+        let key = self.key.clone();
+        if self.settling {
+            return ClientError::WriteCancelled { key };
+        }
+        if let Some(cause) = &self.failed {
+            return ClientError::WriteAborted {
+                key,
+                cause: Arc::clone(cause),
+            };
+        }
+        if self.committed.is_some() {
+            return ClientError::InvalidArgument(format!("{key} was already committed"));
+        }
+        ClientError::InvalidArgument(format!("{key} is being committed (shutdown under way)"))
     }
 
     /// The EC writer, when this key is erasure coded (and no `AsyncWrite`
@@ -134,7 +160,8 @@ impl KeyOutputStream {
     /// Waits for an `AsyncWrite` write in flight and takes the writer back.
     ///
     /// # Errors
-    /// That write's failure; [`closed`] after a shutdown.
+    /// That write's failure; [`gone`](Self::gone)'s after a cancelled wait,
+    /// a failed commit or a commit.
     async fn settle(&mut self) -> Result<&mut Writer> {
         let op = self
             .op
@@ -142,17 +169,45 @@ impl KeyOutputStream {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         if let Some(op) = op {
+            self.settling = true;
             let (w, r) = op.await;
+            self.settling = false;
             self.writer = Some(w);
             r?;
         }
-        self.writer.as_mut().ok_or_else(closed)
+        match self.writer {
+            Some(ref mut w) => Ok(w),
+            None => Err(self.gone()),
+        }
     }
 
     /// The writer, taken for a commit.
     async fn take(mut self) -> Result<Writer> {
         self.settle().await?;
-        self.writer.take().ok_or_else(closed)
+        match self.writer.take() {
+            Some(w) => Ok(w),
+            None => Err(self.gone()),
+        }
+    }
+
+    /// Gives the key up: nothing is committed, and its om session is aborted
+    /// now (the om frees what was written), waiting for the om's answer —
+    /// where dropping the stream aborts from a task of its own. An
+    /// `AsyncWrite` user's way out after a failure on the source side, since
+    /// `shutdown()` commits.
+    ///
+    /// # Errors
+    /// [`ClientError::InvalidArgument`] when the key was already committed.
+    pub async fn abort(mut self) -> Result<()> {
+        // A write in flight ends first; its failure does not matter now.
+        let _ = self.settle().await;
+        match self.writer.take() {
+            Some(Writer::Ec(w)) => w.abort().await,
+            Some(Writer::Replicated(w)) => w.abort().await,
+            None if self.committed.is_some() => return Err(self.gone()),
+            None => {}
+        }
+        Ok(())
     }
 
     /// Appends `buf` to the key.
@@ -171,12 +226,17 @@ impl KeyOutputStream {
     /// # Errors
     /// A failure recorded earlier.
     pub fn flush(&mut self) -> Result<()> {
+        let in_flight = self
+            .op
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some();
         match &mut self.writer {
             Some(Writer::Ec(w)) => w.flush(),
             Some(Writer::Replicated(_)) => Ok(()),
-            None if self.committed.is_some() => Err(closed()),
             // An AsyncWrite write is in flight: poll_flush waits for it.
-            None => Ok(()),
+            None if in_flight => Ok(()),
+            None => Err(self.gone()),
         }
     }
 
@@ -193,7 +253,9 @@ impl KeyOutputStream {
         }
     }
 
-    /// Bytes accepted so far.
+    /// Bytes accepted so far (by `AsyncWrite`, when accepted: a write-behind
+    /// piece that fails afterwards is counted, and the failure is reported by
+    /// the next call).
     #[must_use]
     pub fn len(&self) -> u64 {
         self.accepted
@@ -298,7 +360,7 @@ impl AsyncWrite for KeyOutputStream {
         let this = self.get_mut();
         std::task::ready!(poll_op(this, cx))?;
         let Some(mut w) = this.writer.take() else {
-            return Poll::Ready(Err(closed().into()));
+            return Poll::Ready(Err(this.gone().into()));
         };
         if buf.is_empty() {
             this.writer = Some(w);
@@ -338,7 +400,7 @@ impl AsyncWrite for KeyOutputStream {
             .unwrap_or_else(PoisonError::into_inner);
         if slot.is_none() {
             let Some(w) = this.writer.take() else {
-                return Poll::Ready(Err(closed().into()));
+                return Poll::Ready(Err(this.gone().into()));
             };
             *slot = Some(Box::pin(async move {
                 w.finish(Commit::Key(BTreeMap::new(), None))
@@ -347,7 +409,7 @@ impl AsyncWrite for KeyOutputStream {
             }));
         }
         let Some(op) = slot.as_mut() else {
-            return Poll::Ready(Err(closed().into()));
+            return Poll::Ready(Err(this.gone().into()));
         };
         let Poll::Ready(r) = op.as_mut().poll(cx) else {
             return Poll::Pending;
@@ -358,7 +420,19 @@ impl AsyncWrite for KeyOutputStream {
                 this.committed = Some(info);
                 Poll::Ready(Ok(()))
             }
-            Err(e) => Poll::Ready(Err(e.into())),
+            Err(e) => {
+                // The writer went with the failed commit (its session is
+                // aborted): every later call reports this failure.
+                let cause = match e {
+                    ClientError::WriteAborted { cause, .. } => cause,
+                    other => Arc::new(other),
+                };
+                this.failed = Some(Arc::clone(&cause));
+                Poll::Ready(Err(std::io::Error::from(ClientError::WriteAborted {
+                    key: this.key.clone(),
+                    cause,
+                })))
+            }
         }
     }
 }

@@ -133,6 +133,9 @@ fn check_address(address: &str) -> Result<()> {
     {
         return Err(bad("has no host"));
     }
+    if host.contains(':') && !(host.starts_with('[') && host.ends_with(']')) {
+        return Err(bad("has an IPv6 host outside brackets ([::1]:9862)"));
+    }
     match port.parse::<u16>() {
         Ok(p) if p > 0 => Ok(()),
         _ => Err(bad("has no valid port")),
@@ -652,6 +655,7 @@ mod tests {
             ":9862",
             "h:port",
             "h:99999",
+            "::1:9862",
         ] {
             let e = check_address(bad).expect_err(bad);
             assert!(e.to_string().contains("expected HOST:PORT"), "{e}");

@@ -289,6 +289,11 @@ impl ReplicatedKeyOutputStream {
     }
 
     /// Like [`close`](Self::close), ending the session as `commit` says.
+    /// Gives the key up: the session is aborted now, waiting for the om.
+    pub(crate) async fn abort(mut self) {
+        self.state.abort().await;
+    }
+
     pub(crate) async fn finish(mut self, commit: Commit) -> Result<Committed> {
         let result = async {
             self.state.check()?;

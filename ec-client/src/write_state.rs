@@ -97,6 +97,14 @@ impl WriteState {
         }
     }
 
+    /// Aborts the session now, waiting for the om (a writer given up on
+    /// purpose); nothing is left for the drop to do.
+    pub(crate) async fn abort(&mut self) {
+        if let Some(g) = self.session.take() {
+            g.undo().await;
+        }
+    }
+
     /// Ends the session as a close's `result` says: a commit that went
     /// through leaves it to the om; a failed close aborts it now, waiting
     /// for the om.

@@ -44,7 +44,7 @@ async fn tokio_copy_writes_ec_and_replicated_keys_and_shutdown_commits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_methods_and_async_write_mix_in_order() {
-    let (_cluster, client) = cluster().await;
+    let (cluster, client) = cluster().await;
     ec_bucket(&client, "ec", 64 * 4096).await;
     let src = data(100_000, 9);
     let mut w = client
@@ -61,6 +61,19 @@ async fn async_methods_and_async_write_mix_in_order() {
     let info = w.close().await.expect("close");
     assert_eq!(info.length, src.len() as u64);
     assert_eq!(common::read_all(&client, "ec", "mixed").await, src);
+
+    // Given up with abort (what an AsyncWrite user does when the source
+    // fails, since shutdown commits): nothing committed, and the session is
+    // gone when abort returns.
+    let mut w = client
+        .create_key("ec", "given-up", None)
+        .await
+        .expect("create");
+    w.write_all(&src).await.expect("AsyncWrite");
+    assert_eq!(cluster.om().open_sessions(), 1);
+    w.abort().await.expect("abort");
+    assert_eq!(cluster.om().open_sessions(), 0);
+    assert!(client.key_info("ec", "given-up").await.is_err());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -80,6 +93,11 @@ async fn a_failed_write_reaches_the_caller_and_gives_its_client_error_back() {
         Ok(()) => w.shutdown().await.expect_err("the commit cannot succeed"),
     };
     let back = ClientError::from_io(err).expect("a client error inside");
+    // A second shutdown (a caller retrying) is told the write failed, never
+    // that the key was committed.
+    let again = ClientError::from_io(w.shutdown().await.expect_err("still failed"))
+        .expect("a client error inside");
+    assert!(matches!(again, ClientError::WriteAborted { .. }), "{again}");
     assert!(
         matches!(
             back.root(),

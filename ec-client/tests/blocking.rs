@@ -66,6 +66,17 @@ fn std_io_writes_and_reads_a_key_without_a_runtime_of_the_callers() {
         rt.block_on(cluster.wait_for_no_open_sessions(Duration::from_secs(30))),
         "the dropped writer's session is aborted"
     );
+    // A writer that outlives its client (the last holder of the runtime):
+    // still aborted by its drop.
+    let lone = Client::connect(&address, ClientConfig::default()).expect("connect");
+    let mut w = lone.create_key("b", "orphan", None).expect("create");
+    drop(lone);
+    w.write_all(&src[..5000]).expect("write");
+    drop(w);
+    assert!(
+        rt.block_on(cluster.wait_for_no_open_sessions(Duration::from_secs(30))),
+        "the orphaned writer's session is aborted"
+    );
     drop(client);
     rt.block_on(cluster.shutdown());
 }

@@ -420,6 +420,14 @@ async fn three_lost_indexes_are_insufficient() {
             let mut idx: Vec<u32> = failed.iter().map(|(r, _)| r.get()).collect();
             idx.sort_unstable();
             assert_eq!(idx, vec![1, 3, 5], "{failed:?}");
+            // Each lost index says why, naming its datanode.
+            for (r, why) in &failed {
+                let n = node_of(&cluster, &info, 0, r.get());
+                assert!(
+                    why.contains(&cluster.datanodes()[n].address()),
+                    "index {r}: {why}"
+                );
+            }
         }
         other => panic!("expected InsufficientLocations, got {other:?}"),
     }

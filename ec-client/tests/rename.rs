@@ -45,6 +45,10 @@ async fn rename_moves_the_record_not_the_bytes() {
     assert_eq!(moved.name, "c");
     assert_eq!(moved.block_groups, put_a.block_groups, "the same blocks");
     assert!(moved.generation > put_a.generation, "a new generation");
+    assert!(
+        moved.created_unix_ms >= put_a.created_unix_ms,
+        "the rename's time"
+    );
     assert!(matches!(
         client.key_info("b", "a").await,
         Err(ClientError::KeyNotFound { .. })
@@ -80,7 +84,12 @@ async fn rename_moves_the_record_not_the_bytes() {
         .await
         .expect_err("empty name");
     assert!(matches!(err, ClientError::Om { .. }), "{err}");
-    // To itself: nothing changes.
+    // To itself: nothing changes, but a condition is still checked.
+    let err = client
+        .rename_key_if("b", "b", "b", WriteCondition::NotExists)
+        .await
+        .expect_err("b exists");
+    assert!(err.is_condition_failed(), "{err}");
     let same = client.rename_key("b", "b", "b").await.expect("self");
     assert_eq!(read_all(&client, "b", &same.name).await, a);
 }

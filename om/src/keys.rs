@@ -10,6 +10,23 @@ use crate::{OmError, OzoneManager};
 
 type Result<T, E = OmError> = std::result::Result<T, E>;
 
+/// The rename seqlock's writer side (see `OzoneManager::renames`): odd from
+/// `begin` until dropped, whichever way the rename ends.
+pub(crate) struct RenameInProgress<'a>(&'a std::sync::atomic::AtomicU64);
+
+impl<'a> RenameInProgress<'a> {
+    pub(crate) fn begin(count: &'a std::sync::atomic::AtomicU64) -> Self {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Self(count)
+    }
+}
+
+impl Drop for RenameInProgress<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 impl OzoneManager {
     /// The committed key `bucket/key`.
     ///
@@ -258,9 +275,10 @@ impl OzoneManager {
     }
 
     /// Renames `bucket/from` to `bucket/to` in one transaction (Ozone's key rename): the
-    /// record moves with its block groups (no data is copied) and gets a new generation. A
-    /// key at `to` is replaced and its groups logged for deletion, provided `condition` (if
-    /// any) holds for `to`. Renaming a key to itself changes nothing and returns it.
+    /// record moves with its block groups (no data is copied) and gets a new generation and
+    /// the rename's time as its modification time. A key at `to` is replaced and its groups
+    /// logged for deletion, provided `condition` (if any) holds for `to`. Renaming a key to
+    /// itself changes nothing and returns it, once the condition holds.
     ///
     /// # Errors
     /// [`OmError::KeyNotFound`] for a missing `from`; [`OmError::BucketNotFound`];
@@ -274,6 +292,7 @@ impl OzoneManager {
         condition: Option<proto_crate::WriteCondition>,
     ) -> Result<KeyInfo> {
         crate::manager::validate_name("key", to)?;
+        let _renaming = RenameInProgress::begin(&self.renames);
         let txn = self.db.begin_write()?;
         let found = match txn.open_table(KEYS)?.get((bucket, from))? {
             Some(v) => Some(decode::<pb::KeyInfo, KeyInfo>(v.value(), "key")?),
@@ -283,13 +302,15 @@ impl OzoneManager {
             drop(txn);
             return Err(self.missing_key(bucket, from));
         };
+        crate::conditions::check(&txn, bucket, to, condition)?;
         if from == to {
             return Ok(info);
         }
-        crate::conditions::check(&txn, bucket, to, condition)?;
         let replaced = crate::deletion::log_key_groups(&txn, bucket, to)?;
         info.name = to.to_string();
         info.generation = crate::conditions::next_generation(&txn)?;
+        // Ozone sets a renamed key's modification time to the rename's.
+        info.created_unix_ms = crate::manager::now_ms();
         {
             let mut t = txn.open_table(KEYS)?;
             t.remove((bucket, from))?;

@@ -58,7 +58,7 @@ pub use manager::{
 pub use multipart::MAX_PART_NUMBER;
 pub use nodes::{DatanodeStatus, Liveness, NodeState, NodeStats, list_datanode_statuses};
 pub use reconstruction::{RECONSTRUCTION_TIMEOUT, reconstruct_ec_indexes};
-pub use replication::{OmAdminClient, OmAdminGrpc, add_replica};
+pub use replication::{AdminCallError, OmAdminClient, OmAdminGrpc, add_replica};
 pub use replication_manager::{
     DEFAULT_MAX_REPAIRS_IN_FLIGHT, DEFAULT_MAX_REPAIRS_PER_DATANODE, FULL_SCAN_INTERVAL,
     MAX_RETRY_BACKOFF, RepairConfig, RepairStatus, run_replication_manager,

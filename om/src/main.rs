@@ -68,6 +68,8 @@ fn seconds(v: f64, flag: &str) -> anyhow::Result<Duration> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // Before anything slow: a SIGTERM during start-up stops gracefully too.
+    let signals = proto_crate::ShutdownSignals::install().context("installing signal handlers")?;
     proto_crate::init_logging_as("info", args.log_format);
     let stale = seconds(args.stale_after, "--stale-after")?;
     let dead = seconds(args.dead_after, "--dead-after")?;
@@ -104,9 +106,7 @@ async fn main() -> anyhow::Result<()> {
     if let Some(url) = server.metrics_url() {
         println!("om metrics on {url}");
     }
-    proto_crate::shutdown_signal()
-        .await
-        .context("waiting for Ctrl-C or SIGTERM")?;
+    signals.recv().await;
     server.shutdown().await;
     Ok(())
 }

@@ -17,9 +17,9 @@ use std::sync::Arc;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
-use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
+use proto_crate::metrics_http::{encode_counter as counter, encode_gauge as gauge};
 use proto_crate::rpc_metrics::RpcMetrics;
 
 use crate::{NodeState, OzoneManager};
@@ -59,16 +59,6 @@ pub(crate) const OM_METHODS: [&str; 28] = [
 
 #[derive(Debug)]
 struct OmCollector(Arc<OzoneManager>);
-
-fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
-    let g = ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX));
-    g.encode(e.encode_descriptor(name, help, None, g.metric_type())?)
-}
-
-fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
-    let c = ConstCounter::new(v);
-    c.encode(e.encode_descriptor(name, help, None, c.metric_type())?)
-}
 
 impl Collector for OmCollector {
     fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {

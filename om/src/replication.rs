@@ -247,6 +247,29 @@ impl OmAdminService for OmAdminGrpc {
     }
 }
 
+/// A failed call of the om's admin service, worded for a person: the call,
+/// the gRPC status code and the om's message (not the raw status).
+#[derive(Debug, thiserror::Error)]
+#[error("om {op} failed ({code}): {message}")]
+pub struct AdminCallError {
+    /// The admin RPC (`AddReplica`, `Decommission`, `RepairStatus`).
+    pub op: &'static str,
+    /// The gRPC status code.
+    pub code: tonic::Code,
+    /// The om's message.
+    pub message: String,
+}
+
+impl AdminCallError {
+    fn of(op: &'static str) -> impl FnOnce(Status) -> Self {
+        move |s| Self {
+            op,
+            code: s.code(),
+            message: s.message().to_string(),
+        }
+    }
+}
+
 /// Client of the om's admin service (used by `cargo xtask key add-replica`).
 #[derive(Debug, Clone)]
 pub struct OmAdminClient {
@@ -271,28 +294,35 @@ impl OmAdminClient {
     /// Starts decommissioning datanode `uuid`; returns its state after the call.
     ///
     /// # Errors
-    /// The om's refusal (an unknown datanode) as a status.
-    pub async fn decommission(&mut self, uuid: &str) -> Result<crate::OperationalState, Status> {
+    /// The om's refusal (an unknown datanode).
+    pub async fn decommission(
+        &mut self,
+        uuid: &str,
+    ) -> Result<crate::OperationalState, AdminCallError> {
         let state = self
             .inner
             .decommission(admin_pb::DecommissionRequest {
                 datanode_uuid: uuid.to_string(),
             })
-            .await?
+            .await
+            .map_err(AdminCallError::of("Decommission"))?
             .into_inner()
             .op_state;
-        state.parse().map_err(Status::internal)
+        state
+            .parse()
+            .map_err(|e: String| AdminCallError::of("Decommission")(Status::internal(e)))
     }
 
     /// The om's ReplicationManager status.
     ///
     /// # Errors
-    /// The call's failure, as a status.
-    pub async fn repair_status(&mut self) -> Result<crate::RepairStatus, Status> {
+    /// The call's failure.
+    pub async fn repair_status(&mut self) -> Result<crate::RepairStatus, AdminCallError> {
         Ok(self
             .inner
             .repair_status(admin_pb::RepairStatusRequest {})
-            .await?
+            .await
+            .map_err(AdminCallError::of("RepairStatus"))?
             .into_inner()
             .into())
     }
@@ -301,7 +331,7 @@ impl OmAdminClient {
     /// `group` of `bucket/key` to datanode `target` (uuid); returns the bytes copied.
     ///
     /// # Errors
-    /// The om's refusal or the copy's failure, as a status.
+    /// The om's refusal or the copy's failure.
     pub async fn add_replica(
         &mut self,
         bucket: &str,
@@ -309,7 +339,7 @@ impl OmAdminClient {
         group: u32,
         replica_index: Option<ReplicaIndex>,
         target: &str,
-    ) -> Result<u64, Status> {
+    ) -> Result<u64, AdminCallError> {
         Ok(self
             .inner
             .add_replica(admin_pb::AddReplicaRequest {
@@ -319,7 +349,8 @@ impl OmAdminClient {
                 replica_index: ReplicaIndex::to_wire(replica_index),
                 target_datanode: target.to_string(),
             })
-            .await?
+            .await
+            .map_err(AdminCallError::of("AddReplica"))?
             .into_inner()
             .length)
     }

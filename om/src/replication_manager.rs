@@ -407,6 +407,7 @@ impl OzoneManager {
         let readable = live.clone();
         let scan = tokio::task::spawn_blocking(move || {
             let mut scan = Scan::default();
+            let renames_before = om.renames.load(std::sync::atomic::Ordering::SeqCst);
             let lost =
                 |d: &DatanodeId, b: (u64, u64)| missing.get(&b).is_some_and(|s| s.contains(d));
             // One key or part: its locations against the block reports, then its deficits.
@@ -482,8 +483,11 @@ impl OzoneManager {
                     return Ok::<_, OmError>(scan);
                 }
             }
-            // Complete only when one pass saw every part and key.
-            scan.complete = !resumed;
+            // Complete only when one pass saw every part and key, and no rename ran
+            // meanwhile (it could have moved a key behind the scan's cursor).
+            scan.complete = !resumed
+                && renames_before.is_multiple_of(2)
+                && om.renames.load(std::sync::atomic::Ordering::SeqCst) == renames_before;
             Ok(scan)
         })
         .await??;
@@ -823,5 +827,52 @@ pub async fn run_replication_manager(
             () = om.repair.wakeup.notified() => {}
             () = tokio::time::sleep(interval) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::OmConfig;
+
+    fn dn(i: u128) -> DatanodeDetails {
+        DatanodeDetails {
+            uuid: DatanodeId::from_u128(i),
+            address: format!("127.0.0.1:{}", 40_000 + i),
+        }
+    }
+
+    /// A decommission finishes only after complete scans. A scan that ran
+    /// while a rename was under way may have missed the renamed key (it
+    /// moved behind the scan's cursor), so it must not count: otherwise the
+    /// datanode holding that key's only replicas could leave the cluster.
+    #[tokio::test]
+    async fn a_scan_during_a_rename_is_not_a_complete_pass() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let om = Arc::new(OzoneManager::open(OmConfig::new(dir.path())).expect("om opens"));
+        for i in 0..6 {
+            om.register_datanode(dn(i)).expect("register");
+        }
+        let leaving = dn(5).uuid;
+        om.decommission(&leaving).expect("decommission");
+        {
+            let _renaming = crate::keys::RenameInProgress::begin(&om.renames);
+            for _ in 0..3 {
+                om.repair_once().await.expect("pass");
+            }
+            assert_eq!(
+                om.operational_state(&leaving),
+                OperationalState::Decommissioning,
+                "passes that overlapped a rename finished a decommission"
+            );
+        }
+        for _ in 0..2 {
+            om.repair_once().await.expect("pass");
+        }
+        assert_eq!(
+            om.operational_state(&leaving),
+            OperationalState::Decommissioned,
+            "two complete passes after the rename finish it"
+        );
     }
 }

@@ -30,6 +30,8 @@ pub struct OmServer {
     services: tokio::sync::watch::Sender<bool>,
     service_tasks: Vec<JoinHandle<()>>,
     metrics_server: Option<MetricsServer>,
+    /// Flipped to NOT_SERVING when shutdown begins.
+    health: tonic_health::server::HealthReporter,
 }
 
 /// Aborts sessions whose lease ran out, every `interval`, until `stop` says so.
@@ -145,6 +147,7 @@ impl OmServer {
             services,
             service_tasks,
             metrics_server,
+            health,
         })
     }
 
@@ -169,6 +172,9 @@ impl OmServer {
     /// Stops the background services and serving, and waits for the tasks
     /// (5 s grace, then abort).
     pub async fn shutdown(mut self) {
+        self.health
+            .set_not_serving::<OzoneManagerServiceServer<OmGrpcService>>()
+            .await;
         self.services.send_replace(true);
         for t in self.service_tasks.drain(..) {
             let mut t = t;

@@ -17,6 +17,13 @@ fn sigterm_stops_the_om_gracefully_and_logs_can_be_json() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn om");
+    // Drained as it comes, so that logs can never fill the pipe and block the om.
+    let mut err = child.stderr.take().expect("stderr");
+    let stderr = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = err.read_to_string(&mut text);
+        text
+    });
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let serving = lines.next().expect("a line").expect("utf-8");
     assert!(serving.starts_with("om serving on 127.0.0.1:"), "{serving}");
@@ -36,13 +43,7 @@ fn sigterm_stops_the_om_gracefully_and_logs_can_be_json() {
         Some(0),
         "a graceful stop, not death by signal"
     );
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .expect("stderr")
-        .read_to_string(&mut stderr)
-        .expect("read stderr");
+    let stderr = stderr.join().expect("stderr reader");
     let first = stderr.lines().next().expect("a log line");
     assert!(
         first.starts_with('{') && first.contains("\"level\":\"INFO\""),

@@ -19,6 +19,9 @@ const PROGRESS_FROM: u64 = 8 << 20;
 /// Bytes moved per read or write call.
 const PIECE: usize = 4 << 20;
 
+/// Keys asked of the om per page of `ls`.
+const LS_PAGE: u32 = 1000;
+
 /// Key commands.
 #[derive(Debug, Subcommand)]
 pub enum KeyCommand {
@@ -206,8 +209,11 @@ pub async fn get(
     };
     if out == "-" {
         let mut sink = tokio::io::stdout();
-        copy_range(&stream, offset, end, &mut sink, &ProgressBar::hidden()).await?;
-        return Ok(end - offset);
+        match copy_range(&stream, offset, end, &mut sink, &ProgressBar::hidden()).await {
+            Ok(()) => return Ok(end - offset),
+            Err(CopyError::Read(e)) => return Err(e),
+            Err(CopyError::Write(e)) => return Err(output::OutputError::from(e).into()),
+        }
     }
     let final_path = PathBuf::from(out);
     let partial = PathBuf::from(format!("{out}.partial"));
@@ -216,7 +222,14 @@ pub async fn get(
             .await
             .with_context(|| format!("creating {}", partial.display()))?;
         let bar = progress(end - offset, target);
-        copy_range(&stream, offset, end, &mut f, &bar).await?;
+        copy_range(&stream, offset, end, &mut f, &bar)
+            .await
+            .map_err(|e| match e {
+                CopyError::Read(e) => e,
+                CopyError::Write(e) => {
+                    anyhow::Error::new(e).context(format!("writing {}", partial.display()))
+                }
+            })?;
         f.sync_all()
             .await
             .with_context(|| format!("syncing {}", partial.display()))?;
@@ -241,20 +254,32 @@ async fn copy_range(
     end: u64,
     sink: &mut (impl tokio::io::AsyncWrite + Unpin),
     bar: &ProgressBar,
-) -> anyhow::Result<()> {
+) -> Result<(), CopyError> {
     let mut at = start;
     while at < end {
         let n = (end - at).min(PIECE as u64);
-        let bytes = stream.read_range(at, n).await?;
+        let bytes = stream
+            .read_range(at, n)
+            .await
+            .map_err(|e| CopyError::Read(e.into()))?;
         if bytes.is_empty() {
-            bail!("the key ended early, at byte {at}");
+            return Err(CopyError::Read(anyhow::anyhow!(
+                "the key ended early, at byte {at}"
+            )));
         }
-        sink.write_all(&bytes).await?;
+        sink.write_all(&bytes).await.map_err(CopyError::Write)?;
         at += bytes.len() as u64;
         bar.inc(bytes.len() as u64);
     }
-    sink.flush().await?;
+    sink.flush().await.map_err(CopyError::Write)?;
     Ok(())
+}
+
+/// Why [`copy_range`] stopped: reading the key, or writing where it goes
+/// (kept apart so that only a closed stdout counts as a quiet end).
+enum CopyError {
+    Read(anyhow::Error),
+    Write(std::io::Error),
 }
 
 /// The key, its groups and each replica's stored length (asked of its
@@ -366,7 +391,10 @@ pub async fn run(client: &Client, cmd: KeyCommand, as_json: bool) -> anyhow::Res
                     "replication": info.replication.to_string(), "generation": info.generation,
                 }))?;
             } else {
-                eprintln!("put {target}: {} bytes, {}", info.length, info.replication);
+                output::status(format_args!(
+                    "put {target}: {} bytes, {}",
+                    info.length, info.replication
+                ));
             }
         }
         KeyCommand::Get {
@@ -377,35 +405,48 @@ pub async fn run(client: &Client, cmd: KeyCommand, as_json: bool) -> anyhow::Res
         } => {
             let n = get(client, &target, &out, offset, length).await?;
             if out != "-" {
-                eprintln!("got {target}: {n} bytes into {out}");
+                output::status(format_args!("got {target}: {n} bytes into {out}"));
             }
         }
         KeyCommand::Cat { target } => {
             get(client, &target, "-", 0, None).await?;
         }
         KeyCommand::Ls { bucket, prefix } => {
-            let keys = client.list_keys(&bucket, &prefix, "", 0).await?;
+            // Page by page, printed as it comes: a bucket of any size lists
+            // in bounded memory (and within the om's message limit).
+            let mut after = String::new();
+            let mut first = true;
             if as_json {
-                let list = keys
-                    .iter()
-                    .map(|k| {
-                        json!({
+                output::raw("[")?;
+            }
+            loop {
+                let keys = client.list_keys(&bucket, &prefix, &after, LS_PAGE).await?;
+                for k in &keys {
+                    if as_json {
+                        let entry = json!({
                             "name": k.name, "length": k.length,
                             "replication": k.replication.to_string(),
                             "created_unix_ms": k.created_unix_ms, "generation": k.generation,
-                        })
-                    })
-                    .collect();
-                output::json(&list)?;
-            } else {
-                for k in &keys {
-                    output::line(format_args!(
-                        "{:>14}  {:<14}  {}",
-                        k.length,
-                        k.replication.to_string(),
-                        k.name
-                    ))?;
+                        });
+                        let sep = if first { "\n  " } else { ",\n  " };
+                        output::raw(&format!("{sep}{entry}"))?;
+                    } else {
+                        output::line(format_args!(
+                            "{:>14}  {:<14}  {}",
+                            k.length,
+                            k.replication.to_string(),
+                            k.name
+                        ))?;
+                    }
+                    first = false;
                 }
+                match keys.last() {
+                    Some(last) if keys.len() == LS_PAGE as usize => after.clone_from(&last.name),
+                    _ => break,
+                }
+            }
+            if as_json {
+                output::line(if first { "]" } else { "\n]" })?;
             }
         }
         KeyCommand::Info { target } => {
@@ -419,7 +460,7 @@ pub async fn run(client: &Client, cmd: KeyCommand, as_json: bool) -> anyhow::Res
         KeyCommand::Delete { target } => {
             let (bucket, key) = split(&target)?;
             client.delete_key(bucket, key).await?;
-            eprintln!("deleted {target}");
+            output::status(format_args!("deleted {target}"));
         }
         KeyCommand::Cp { from, to } => {
             let (fb, fk) = split(&from)?;
@@ -444,15 +485,15 @@ pub async fn run(client: &Client, cmd: KeyCommand, as_json: bool) -> anyhow::Res
             }
             let info = w.close().await?;
             bar.finish_and_clear();
-            eprintln!(
+            output::status(format_args!(
                 "copied {from} to {to}: {} bytes, {}",
                 info.length, info.replication
-            );
+            ));
         }
         KeyCommand::Rename { target, new_key } => {
             let (bucket, key) = split(&target)?;
             client.rename_key(bucket, key, &new_key).await?;
-            eprintln!("renamed {target} to {bucket}/{new_key}");
+            output::status(format_args!("renamed {target} to {bucket}/{new_key}"));
         }
     }
     Ok(())

@@ -40,6 +40,9 @@ pub struct Cli {
     /// Print results as JSON.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Log lines (stderr; RUST_LOG filters them, default warn) as `text` or `json`.
+    #[arg(long, global = true, default_value = "text", value_name = "FORMAT")]
+    pub log_format: proto_crate::LogFormat,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,

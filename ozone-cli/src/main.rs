@@ -6,9 +6,9 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    // Warnings and errors only, unless RUST_LOG asks for more.
-    proto_crate::init_logging("warn");
     let cli = ozone_cli::Cli::parse();
+    // Warnings and errors only, unless RUST_LOG asks for more.
+    proto_crate::init_logging_as("warn", cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -16,7 +16,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: starting the runtime: {e}");
+            ozone_cli::output::status(format_args!("error: starting the runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
@@ -25,7 +25,7 @@ fn main() -> ExitCode {
         Err(e) if ozone_cli::output::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             // The chain of causes on one line: these messages are for a person.
-            eprintln!("error: {e:#}");
+            ozone_cli::output::status(format_args!("error: {e:#}"));
             ExitCode::from(ozone_cli::exit_status(&e))
         }
     }

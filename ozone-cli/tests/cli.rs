@@ -150,6 +150,58 @@ fn buckets_and_keys_end_to_end() {
         Some(3)
     );
 
+    // `ls` pages through the om 1000 keys at a time: 1001 keys list whole,
+    // in order, as text and as JSON.
+    rt.block_on(async {
+        let client = cluster.client().await.expect("client");
+        let one = ec_client::ReplicationConfig::Replicated { factor: 1 };
+        client
+            .create_bucket(
+                "many",
+                ec_client::BucketOptions {
+                    replication: Some(one),
+                    block_size: None,
+                },
+            )
+            .await
+            .expect("bucket");
+        let mut puts = tokio::task::JoinSet::new();
+        for i in 0..1001 {
+            let client = client.clone();
+            puts.spawn(async move {
+                client
+                    .put_key("many", &format!("k{i:05}"), None, b"x")
+                    .await
+            });
+            if puts.len() >= 16 {
+                puts.join_next()
+                    .await
+                    .expect("a put")
+                    .expect("joined")
+                    .expect("put");
+            }
+        }
+        while let Some(r) = puts.join_next().await {
+            r.expect("joined").expect("put");
+        }
+    });
+    let text = ok(&om, &["sh", "key", "ls", "many"]);
+    assert_eq!(text.lines().count(), 1001);
+    assert!(
+        text.lines().last().is_some_and(|l| l.ends_with("k01000")),
+        "{text}"
+    );
+    let listed = json(&ok(&om, &["--json", "sh", "key", "ls", "many"]));
+    assert_eq!(listed.as_array().map(Vec::len), Some(1001));
+    assert_eq!(listed[1000]["name"], "k01000");
+    assert_eq!(
+        json(&ok(
+            &om,
+            &["--json", "sh", "key", "ls", "many", "--prefix", "zz"]
+        )),
+        serde_json::json!([])
+    );
+
     // Found through --data-dir, as `cargo xtask minicluster --data-dir` writes it.
     let data_dir = dir.path().join("cluster");
     std::fs::create_dir_all(&data_dir).expect("dir");

@@ -82,7 +82,14 @@ pub const STORE: &str = "Ozone";
 pub struct OzoneStore {
     client: Client,
     bucket: String,
+    /// Multipart upload ids already checked to belong to a path (id → key),
+    /// so that `MultipartStore::put_part` lists an upload's parts once, not
+    /// once per part. Bounded: cleared when it reaches [`CHECKED_UPLOADS`].
+    checked_uploads: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
 }
+
+/// Upload ids [`OzoneStore`] remembers as checked.
+const CHECKED_UPLOADS: usize = 1024;
 
 impl OzoneStore {
     /// The bucket `bucket` of the cluster `client` is connected to. Nothing
@@ -93,6 +100,7 @@ impl OzoneStore {
         Self {
             client,
             bucket: bucket.into(),
+            checked_uploads: std::sync::Arc::default(),
         }
     }
 

@@ -186,8 +186,25 @@ pub(crate) async fn create(
 }
 
 /// Checks that `id` is an upload of `path` in this store's bucket, so that a
-/// stray id cannot write into another object.
+/// stray id cannot write into another object. An id once checked is
+/// remembered (bounded), so an upload's parts are listed once.
 async fn check_upload(store: &OzoneStore, path: &Path, id: &MultipartId) -> Result<()> {
+    let known = store
+        .checked_uploads
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(id)
+        .cloned();
+    if let Some(key) = known {
+        if key == key_of(path) {
+            return Ok(());
+        }
+        return Err(generic(OzoneStoreError::UploadOfAnotherKey {
+            upload_id: id.clone(),
+            bucket: store.bucket.clone(),
+            key,
+        }));
+    }
     let upload = store
         .client
         .list_parts(id)
@@ -200,6 +217,14 @@ async fn check_upload(store: &OzoneStore, path: &Path, id: &MultipartId) -> Resu
             key: upload.key,
         }));
     }
+    let mut checked = store
+        .checked_uploads
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if checked.len() >= crate::CHECKED_UPLOADS {
+        checked.clear();
+    }
+    checked.insert(id.clone(), upload.key);
     Ok(())
 }
 
@@ -241,15 +266,29 @@ pub(crate) async fn complete(
         .enumerate()
         .map(|(i, p)| Ok((part_number(i)?, p.content_id)))
         .collect::<Result<Vec<_>>>()?;
-    finish(store, path, id, numbered).await
+    let done = finish(store, path, id, numbered).await;
+    if done.is_ok() {
+        forget(store, id);
+    }
+    done
 }
 
 /// `abort_multipart`.
 pub(crate) async fn abort(store: &OzoneStore, path: &Path, id: &MultipartId) -> Result<()> {
     check_upload(store, path, id).await?;
+    forget(store, id);
     store
         .client
         .abort_multipart_upload(id)
         .await
         .map_err(|e| from_client(path, e))
+}
+
+/// Drops `id` from the checked uploads (it ended).
+fn forget(store: &OzoneStore, id: &MultipartId) {
+    store
+        .checked_uploads
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .remove(id);
 }

@@ -48,11 +48,17 @@ impl BlockId {
     }
 }
 
+/// `container C local id L` and, for one index of an EC group, `replica index R`: how
+/// messages name a block (Ozone's `BlockID` prints the same three numbers).
 impl fmt::Display for BlockId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.container_id, self.local_id)?;
+        write!(
+            f,
+            "container {} local id {}",
+            self.container_id, self.local_id
+        )?;
         match self.replica_index {
-            Some(r) => write!(f, "#{r}"),
+            Some(r) => write!(f, " replica index {r}"),
             None => Ok(()),
         }
     }

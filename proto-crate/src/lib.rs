@@ -58,7 +58,7 @@ pub use domain::{
 };
 pub use ec_codec::{EcReplicationConfig, ReplicaIndex};
 pub use error::ProtocolError;
-pub use logging::{LogFormat, init_logging, init_logging_as, shutdown_signal};
+pub use logging::{LogFormat, ShutdownSignals, init_logging, init_logging_as};
 pub use metadata::{
     BucketInfo, KeyInfo, MULTIPART_PART_SIZES_KEY, MultipartUpload, PartInfo, WriteCondition,
     object_metadata,

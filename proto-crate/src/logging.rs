@@ -1,6 +1,6 @@
 //! [`init_logging`]: the one logging set-up of every binary (om, datanode,
 //! s3-gateway, ozone, xtask), as text or JSON lines ([`LogFormat`]), and
-//! [`shutdown_signal`], how every server binary learns to stop.
+//! [`ShutdownSignals`], how every server binary learns to stop.
 
 /// Installs a `tracing` subscriber that writes to stderr — stdout is left to
 /// the program's own output, such as the `serving on HOST:PORT` line that
@@ -49,23 +49,49 @@ pub fn init_logging_as(default_filter: &str, format: LogFormat) {
     };
 }
 
-/// Completes when the process is asked to stop: Ctrl-C (SIGINT) or, on Unix,
-/// SIGTERM (what `kill`, systemd and container runtimes send). A server
-/// binary then shuts down gracefully either way.
-///
-/// # Errors
-/// When the signal handlers cannot be installed.
-pub async fn shutdown_signal() -> std::io::Result<()> {
+/// How a server binary learns to stop: Ctrl-C (SIGINT) or, on Unix, SIGTERM
+/// (what `kill`, systemd and container runtimes send); it then shuts down
+/// gracefully either way. Install it first thing in `main` (inside the
+/// runtime): from then on neither signal kills the process outright, even
+/// while it is still starting.
+#[derive(Debug)]
+pub struct ShutdownSignals {
     #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        tokio::select! {
-            r = tokio::signal::ctrl_c() => r,
-            _ = term.recv() => Ok(()),
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignals {
+    /// Takes over SIGINT and SIGTERM.
+    ///
+    /// # Errors
+    /// When the handlers cannot be installed.
+    pub fn install() -> std::io::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(Self {
+                interrupt: signal(SignalKind::interrupt())?,
+                terminate: signal(SignalKind::terminate())?,
+            })
+        }
+        #[cfg(not(unix))]
+        {
+            Ok(Self {})
         }
     }
-    #[cfg(not(unix))]
-    {
-        tokio::signal::ctrl_c().await
+
+    /// Completes at the first of the signals (received since `install`).
+    pub async fn recv(mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }

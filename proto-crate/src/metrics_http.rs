@@ -20,8 +20,17 @@ use tokio::net::TcpListener;
 
 use crate::{ServingTask, ShutdownSignal};
 
-/// How long a scrape connection may stay open (a scrape is one request).
-const CONNECTION_DEADLINE: Duration = Duration::from_secs(30);
+/// Scrape connections served at once; more are closed at once (the port is
+/// not authenticated: nobody may hold the process's tasks or descriptors).
+const MAX_CONNECTIONS: usize = 16;
+
+/// How long a connection may take to send a request's headers, or stay idle
+/// between requests.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long to wait after a failed accept (out of descriptors, say) before
+/// the next, so that the loop does not spin.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// A running `/metrics` endpoint. Dropping it stops the accept loop.
 #[derive(Debug)]
@@ -63,6 +72,7 @@ impl MetricsServer {
 async fn accept(listener: TcpListener, registry: Arc<Registry>, shutdown: ShutdownSignal) {
     let shutdown = shutdown.wait();
     tokio::pin!(shutdown);
+    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let stream = tokio::select! {
             () = &mut shutdown => return,
@@ -70,22 +80,63 @@ async fn accept(listener: TcpListener, registry: Arc<Registry>, shutdown: Shutdo
                 Ok((stream, _)) => stream,
                 Err(e) => {
                     tracing::warn!(error = %e, "accepting a /metrics connection");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
                     continue;
                 }
             },
         };
+        // Over the limit: the connection is closed unanswered.
+        let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+            continue;
+        };
         let registry = Arc::clone(&registry);
         tokio::spawn(async move {
+            let _permit = permit;
             let service = hyper::service::service_fn(move |req| {
                 let registry = Arc::clone(&registry);
                 async move { Ok::<_, Infallible>(answer(&req, &registry)) }
             });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service);
-            // A slow or stuck scraper cannot hold a task forever.
-            let _ = tokio::time::timeout(CONNECTION_DEADLINE, conn).await;
+            // A scraper that sends nothing (or stays idle) is dropped after
+            // HEADER_TIMEOUT; one that keeps scraping keeps its connection.
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
         });
     }
+}
+
+/// Encodes one counter sample `name` (the encoder appends `_total`).
+///
+/// # Errors
+/// The encoder's.
+pub fn encode_counter(
+    e: &mut prometheus_client::encoding::DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: u64,
+) -> std::fmt::Result {
+    use prometheus_client::encoding::EncodeMetric;
+    let c = prometheus_client::metrics::counter::ConstCounter::new(value);
+    c.encode(e.encode_descriptor(name, help, None, c.metric_type())?)
+}
+
+/// Encodes one gauge sample `name` (values past `i64::MAX` saturate).
+///
+/// # Errors
+/// The encoder's.
+pub fn encode_gauge(
+    e: &mut prometheus_client::encoding::DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: u64,
+) -> std::fmt::Result {
+    use prometheus_client::encoding::EncodeMetric;
+    let g = prometheus_client::metrics::gauge::ConstGauge::new(
+        i64::try_from(value).unwrap_or(i64::MAX),
+    );
+    g.encode(e.encode_descriptor(name, help, None, g.metric_type())?)
 }
 
 fn answer(req: &Request<Incoming>, registry: &Registry) -> Response<Full<Bytes>> {

@@ -36,7 +36,21 @@ pub fn to_s3(e: ClientError) -> S3Error {
         e if e.is_retryable() => S3ErrorCode::ServiceUnavailable,
         _ => S3ErrorCode::InternalError,
     };
-    S3Error::with_message(code, e.to_string())
+    // What a client shows its user: S3's own wording for the answers that say something
+    // does not exist or conflicts (not the om call that found out), the cause otherwise.
+    let message = match &code {
+        S3ErrorCode::NoSuchKey => "The specified key does not exist".to_string(),
+        S3ErrorCode::NoSuchBucket => "The specified bucket does not exist".to_string(),
+        S3ErrorCode::NoSuchUpload => "The specified multipart upload does not exist: the upload \
+                                      ID may be wrong, or the upload was aborted or completed"
+            .to_string(),
+        S3ErrorCode::BucketNotEmpty => "The bucket you tried to delete is not empty".to_string(),
+        S3ErrorCode::BucketAlreadyOwnedByYou => {
+            "The bucket already exists and is yours".to_string()
+        }
+        _ => e.to_string(),
+    };
+    S3Error::with_message(code, message)
 }
 
 #[cfg(test)]

@@ -37,7 +37,11 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    proto_crate::init_logging_as("info", args.log_format);
+    // Before anything slow: a SIGTERM during start-up stops gracefully too.
+    let signals = proto_crate::ShutdownSignals::install().context("installing signal handlers")?;
+    // s3s logs every error answer (a 404 included) at ERROR; the gateway logs
+    // its 5xx answers itself and counts the rest in its metrics.
+    proto_crate::init_logging_as("info,s3s::ops=off", args.log_format);
     let client = Client::connect(&args.om, ClientConfig::default())
         .await
         .with_context(|| format!("connecting to the om at {}", args.om))?;
@@ -50,9 +54,7 @@ async fn main() -> anyhow::Result<()> {
     if let Some(url) = gw.metrics_url() {
         println!("s3 gateway metrics on {url}");
     }
-    proto_crate::shutdown_signal()
-        .await
-        .context("waiting for Ctrl-C or SIGTERM")?;
+    signals.recv().await;
     gw.shutdown().await;
     Ok(())
 }

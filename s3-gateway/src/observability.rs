@@ -22,6 +22,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::registry::Registry;
+use proto_crate::metrics_http::encode_counter as counter;
 
 use crate::metrics::GatewayMetrics;
 
@@ -29,11 +30,6 @@ use crate::metrics::GatewayMetrics;
 struct GatewayCollector {
     metrics: Arc<GatewayMetrics>,
     client: Client,
-}
-
-fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
-    let c = ConstCounter::new(v);
-    c.encode(e.encode_descriptor(name, help, None, c.metric_type())?)
 }
 
 impl Collector for GatewayCollector {

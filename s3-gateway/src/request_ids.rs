@@ -107,8 +107,35 @@ fn error_response(e: &s3s::S3Error) -> HttpResponse {
     resp
 }
 
-/// Stamps `resp` with request id `id`: the headers, and `<RequestId>` in an XML error body
-/// that lacks one.
+/// What an error code means, for an error body that came without a `<Message>` (s3s's own
+/// refusals: a bad signature, an invalid bucket name), so that clients print a sentence rather
+/// than "Unknown". Source: Amazon S3 API Reference, "Error responses" (the meaning of each
+/// code; the wording is ours).
+fn standard_message(code: &str) -> String {
+    match code {
+        "SignatureDoesNotMatch" => "The request signature does not match the one computed from \
+                                   your secret key and the request; check the key and how the \
+                                   request is signed"
+            .into(),
+        "InvalidAccessKeyId" => "The access key ID is not known to this gateway".into(),
+        "AccessDenied" => "Access denied".into(),
+        "InvalidBucketName" => "The bucket name is not valid: 3 to 63 characters, lower-case \
+                                letters, digits, '-' and '.', starting and ending with a letter \
+                                or digit"
+            .into(),
+        "RequestTimeTooSkewed" => "The request's time differs too much from the gateway's".into(),
+        "MethodNotAllowed" => "The method is not allowed on this resource".into(),
+        "MissingContentLength" => "A Content-Length header is required".into(),
+        "MalformedXML" => "The XML in the request body is not well formed or not valid".into(),
+        "NotImplemented" => {
+            "The request asks for functionality this gateway does not implement".into()
+        }
+        other => format!("{other} (no further detail)"),
+    }
+}
+
+/// Stamps `resp` with request id `id`: the headers, `<RequestId>` in an XML error body that
+/// lacks one, and a `<Message>` ([`standard_message`]) in one that has none.
 pub(crate) fn stamp(resp: &mut HttpResponse, id: &str) {
     if let Ok(v) = HeaderValue::from_str(id) {
         resp.headers_mut().insert("x-amz-request-id", v.clone());
@@ -120,14 +147,19 @@ pub(crate) fn stamp(resp: &mut HttpResponse, id: &str) {
     let Some(bytes) = resp.body().bytes() else {
         return;
     };
-    let text = String::from_utf8_lossy(&bytes);
-    if text.contains("<RequestId>") {
-        return;
+    let mut text = String::from_utf8_lossy(&bytes).into_owned();
+    if !text.contains("<Message>")
+        && let (Some(start), Some(end)) = (text.find("<Code>"), text.find("</Code>"))
+        && start + 6 <= end
+    {
+        let message = standard_message(&text[start + 6..end]);
+        let at = end + "</Code>".len();
+        text = format!("{}<Message>{message}</Message>{}", &text[..at], &text[at..]);
     }
-    let Some(at) = text.rfind("</Error>") else {
-        return;
+    let stamped = match (text.contains("<RequestId>"), text.rfind("</Error>")) {
+        (false, Some(at)) => format!("{}<RequestId>{id}</RequestId>{}", &text[..at], &text[at..]),
+        _ => text,
     };
-    let stamped = format!("{}<RequestId>{id}</RequestId>{}", &text[..at], &text[at..]);
     if let Ok(len) = HeaderValue::from_str(&stamped.len().to_string())
         && resp.headers().contains_key("content-length")
     {
@@ -150,7 +182,15 @@ mod tests {
         *resp.status_mut() = StatusCode::NOT_FOUND;
         stamp(&mut resp, "ABC");
         let body = resp.body().bytes().expect("buffered");
-        assert!(String::from_utf8_lossy(&body).ends_with("<RequestId>ABC</RequestId></Error>"));
+        let text = String::from_utf8_lossy(&body);
+        assert!(
+            text.ends_with("<RequestId>ABC</RequestId></Error>"),
+            "{text}"
+        );
+        assert!(
+            text.contains("<Code>NoSuchKey</Code><Message>NoSuchKey (no further detail)</Message>"),
+            "a message where s3s gave none: {text}"
+        );
         assert_eq!(
             resp.headers()
                 .get("x-amz-request-id")

@@ -181,7 +181,7 @@ pub(crate) async fn run(target: &ozone_cli::Target, cmd: DnCommand) -> anyhow::R
                 rule = rule.for_replica_index(r);
             }
             admin(&info, n).await?.inject(rule.clone()).await?;
-            println!("datanode {n}: injected {rule:?}");
+            println!("datanode {n}: injected {rule}");
         }
         DnCommand::Clear { n } => {
             let info = info()?;

@@ -24,6 +24,9 @@ struct Cli {
     /// `multi-thread` uses one worker per core.
     #[arg(long, global = true, value_enum, default_value = "current-thread")]
     runtime: RuntimeFlavor,
+    /// Log lines (stderr; RUST_LOG filters them, default warn) as `text` or `json`.
+    #[arg(long, global = true, default_value = "text", value_name = "FORMAT")]
+    log_format: proto_crate::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -101,14 +104,17 @@ fn default_cluster(mut target: ozone_cli::Target) -> ozone_cli::Target {
 fn main() -> std::process::ExitCode {
     // s3s logs every error answer (a 404 included) at ERROR; the gateway
     // counts them in its metrics instead.
-    proto_crate::init_logging("warn,s3s::ops=off");
     let cli = Cli::parse();
+    proto_crate::init_logging_as("warn,s3s::ops=off", cli.log_format);
     match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // `cargo xtask key info … | head`: the reader left; not a failure.
+        Err(e) if ozone_cli::output::is_broken_pipe(&e) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             // The chain of causes, one line, no backtrace: these are user-facing.
-            eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
+            ozone_cli::output::status(format_args!("error: {e:#}"));
+            // As `ozone`: 3 when the bucket or key does not exist.
+            std::process::ExitCode::from(ozone_cli::exit_status(&e))
         }
     }
 }
