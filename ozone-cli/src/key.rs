@@ -160,14 +160,29 @@ pub async fn put(
     let mut f = tokio::fs::File::open(file)
         .await
         .with_context(|| format!("opening {}", file.display()))?;
-    let mut w = client.create_key(bucket, key, replication).await?;
+    let w = client.create_key(bucket, key, replication).await?;
     let bar = progress(meta.len(), target);
+    fill_key(&mut f, w, &bar, |e| {
+        anyhow::Error::new(e).context(format!("reading {}", file.display()))
+    })
+    .await
+}
+
+/// Copies `source` into the new key `w` a piece ([`PIECE`] bytes) at a time,
+/// advancing `bar`, and commits it. A failed read (described by
+/// `read_error`) leaves the key uncommitted: dropping `w` aborts it.
+///
+/// # Errors
+/// `read_error`'s error; client errors writing or committing.
+async fn fill_key(
+    source: &mut (impl tokio::io::AsyncRead + Unpin),
+    mut w: ec_client::KeyOutputStream,
+    bar: &ProgressBar,
+    read_error: impl Fn(std::io::Error) -> anyhow::Error,
+) -> anyhow::Result<KeyInfo> {
     let mut buf = vec![0u8; PIECE];
     loop {
-        let n = f
-            .read(&mut buf)
-            .await
-            .with_context(|| format!("reading {}", file.display()))?;
+        let n = source.read(&mut buf).await.map_err(&read_error)?;
         if n == 0 {
             break;
         }
@@ -467,24 +482,13 @@ pub async fn run(client: &Client, cmd: KeyCommand, as_json: bool) -> anyhow::Res
             let (tb, tk) = split(&to)?;
             let mut r = client.open_key(fb, fk).await?;
             let bar = progress(r.len(), &to);
-            let mut w = client.create_key(tb, tk, None).await?;
-            let mut buf = vec![0u8; PIECE];
-            loop {
-                let n = r
-                    .read(&mut buf)
-                    .await
-                    .map_err(|e| match ClientError::from_io(e) {
-                        Ok(c) => anyhow::Error::from(c),
-                        Err(io) => anyhow::Error::from(io),
-                    })?;
-                if n == 0 {
-                    break;
-                }
-                w.write(&buf[..n]).await?;
-                bar.inc(n as u64);
-            }
-            let info = w.close().await?;
-            bar.finish_and_clear();
+            let w = client.create_key(tb, tk, None).await?;
+            // The source's errors come back through AsyncRead: recover the ClientError.
+            let info = fill_key(&mut r, w, &bar, |e| match ClientError::from_io(e) {
+                Ok(c) => anyhow::Error::from(c),
+                Err(io) => anyhow::Error::from(io),
+            })
+            .await?;
             output::status(format_args!(
                 "copied {from} to {to}: {} bytes, {}",
                 info.length, info.replication
