@@ -28,9 +28,10 @@ use crate::{
     BucketInfo, BucketOptions, ClientConfig, ClientError, KeyInfo, ReplicationConfig, Result,
 };
 
-/// The runtime every object of one blocking client shares.
+/// The runtime every object of one blocking client shares. `None` only
+/// while it is being dropped.
 #[derive(Debug)]
-struct Runtime(tokio::runtime::Runtime);
+struct Runtime(Option<tokio::runtime::Runtime>);
 
 impl Runtime {
     fn new() -> Result<Arc<Self>> {
@@ -39,14 +40,39 @@ impl Runtime {
             .thread_name("ec-client-blocking")
             .enable_all()
             .build()
-            .map(|rt| Arc::new(Self(rt)))
+            .map(|rt| Arc::new(Self(Some(rt))))
             .map_err(|e| {
                 ClientError::Internal(format!("starting the blocking client's runtime: {e}"))
             })
     }
 
+    fn rt(&self) -> &tokio::runtime::Runtime {
+        self.0
+            .as_ref()
+            .expect("the runtime is only taken out by its own drop")
+    }
+
     fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
-        self.0.block_on(f)
+        self.rt().block_on(f)
+    }
+
+    /// Whether blocking this thread on the runtime would panic or is unwise:
+    /// inside another tokio runtime (tokio forbids it), or while the thread
+    /// unwinds from a panic (a second panic would abort the process).
+    fn cannot_block() -> bool {
+        tokio::runtime::Handle::try_current().is_ok() || std::thread::panicking()
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        // Dropping a runtime from inside another one panics; there, let its
+        // threads wind down in the background instead.
+        if let Some(rt) = self.0.take()
+            && Self::cannot_block()
+        {
+            rt.shutdown_background();
+        }
     }
 }
 
@@ -283,9 +309,15 @@ impl Drop for KeyWriter {
     fn drop(&mut self) {
         // Without close: abort the om session here and now — a task
         // spawned for it could die with the runtime, if this writer held the
-        // last reference to it.
+        // last reference to it. Where blocking would panic (the writer was
+        // moved into async code, or this thread is unwinding), spawn it
+        // instead; if the runtime ends first, the om's session lease expires.
         if let Some(w) = self.inner.take() {
-            let _ = self.rt.block_on(w.abort());
+            if Runtime::cannot_block() {
+                drop(self.rt.rt().spawn(w.abort()));
+            } else {
+                let _ = self.rt.block_on(w.abort());
+            }
         }
     }
 }

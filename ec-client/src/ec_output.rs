@@ -341,8 +341,6 @@ impl EcKeyOutputStream {
             .into_key()
     }
 
-    /// Like [`close`](Self::close), ending the session as `commit` says (a
-    /// key with metadata, or a multipart upload's part with its ETag).
     /// Gives the key up: the flush stage stops and the session is aborted
     /// now, waiting for the om.
     pub(crate) async fn abort(mut self) {
@@ -352,6 +350,8 @@ impl EcKeyOutputStream {
         self.state.abort().await;
     }
 
+    /// Like [`close`](Self::close), ending the session as `commit` says (a
+    /// key with metadata, or a multipart upload's part with its ETag).
     pub(crate) async fn finish(mut self, commit: Commit) -> Result<Committed> {
         let result = self.try_close(commit).await;
         self.state.settle(&result).await;

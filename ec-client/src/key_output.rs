@@ -197,14 +197,21 @@ impl KeyOutputStream {
     /// `shutdown()` commits.
     ///
     /// # Errors
-    /// [`ClientError::InvalidArgument`] when the key was already committed.
+    /// [`ClientError::InvalidArgument`] when the key was already committed,
+    /// or when `poll_shutdown`'s commit is under way: it may already have
+    /// reached the om, so this cannot promise the key is not committed.
     pub async fn abort(mut self) -> Result<()> {
         // A write in flight ends first; its failure does not matter now.
         let _ = self.settle().await;
+        let committing = self
+            .shutdown
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some();
         match self.writer.take() {
             Some(Writer::Ec(w)) => w.abort().await,
             Some(Writer::Replicated(w)) => w.abort().await,
-            None if self.committed.is_some() => return Err(self.gone()),
+            None if self.committed.is_some() || committing => return Err(self.gone()),
             None => {}
         }
         Ok(())

@@ -288,12 +288,12 @@ impl ReplicatedKeyOutputStream {
             .into_key()
     }
 
-    /// Like [`close`](Self::close), ending the session as `commit` says.
     /// Gives the key up: the session is aborted now, waiting for the om.
     pub(crate) async fn abort(mut self) {
         self.state.abort().await;
     }
 
+    /// Like [`close`](Self::close), ending the session as `commit` says.
     pub(crate) async fn finish(mut self, commit: Commit) -> Result<Committed> {
         let result = async {
             self.state.check()?;

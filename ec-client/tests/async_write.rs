@@ -74,6 +74,30 @@ async fn async_methods_and_async_write_mix_in_order() {
     w.abort().await.expect("abort");
     assert_eq!(cluster.om().open_sessions(), 0);
     assert!(client.key_info("ec", "given-up").await.is_err());
+
+    // Abort while poll_shutdown's commit is under way: it may already have
+    // reached the om, so abort does not claim the key is uncommitted.
+    let mut w = client
+        .create_key("ec", "committing", None)
+        .await
+        .expect("create");
+    w.write_all(&src).await.expect("AsyncWrite");
+    // Flushed first, so the shutdown poll below starts the commit itself
+    // rather than waiting on the last piece.
+    tokio::io::AsyncWriteExt::flush(&mut w)
+        .await
+        .expect("AsyncWrite flush");
+    let first = std::future::poll_fn(|cx| {
+        let polled = tokio::io::AsyncWrite::poll_shutdown(std::pin::Pin::new(&mut w), cx);
+        std::task::Poll::Ready(polled.is_pending())
+    })
+    .await;
+    assert!(
+        first,
+        "the commit needs the datanodes and the om: not done in one poll"
+    );
+    let err = w.abort().await.expect_err("a commit is under way");
+    assert!(matches!(err, ClientError::InvalidArgument(_)), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,7 @@
 //! The blocking facade (`ec_client::blocking`) from a plain thread: write
 //! with `std::io::Write`, read with `Read + Seek` and `read_at`, and a
-//! writer dropped without `close` committing nothing and leaving no session.
+//! writer dropped without `close` (on a plain thread or inside async code)
+//! committing nothing and leaving no session.
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::time::Duration;
@@ -77,6 +78,27 @@ fn std_io_writes_and_reads_a_key_without_a_runtime_of_the_callers() {
         rt.block_on(cluster.wait_for_no_open_sessions(Duration::from_secs(30))),
         "the orphaned writer's session is aborted"
     );
+    // Dropped inside async code, where blocking on its runtime would panic:
+    // the abort is spawned there instead, and still ends the session.
+    let mut w = client.create_key("b", "in-async", None).expect("create");
+    w.write_all(&src[..5000]).expect("write");
+    rt.block_on(async move { drop(w) });
+    assert!(
+        rt.block_on(cluster.wait_for_no_open_sessions(Duration::from_secs(30))),
+        "the writer dropped in async code has its session aborted"
+    );
+    // The last holder of a blocking runtime dropped in async code: its
+    // runtime winds down in the background rather than panicking.
+    let lone = Client::connect(&address, ClientConfig::default()).expect("connect");
+    let w = lone.create_key("b", "lone-in-async", None).expect("create");
+    rt.block_on(async move {
+        drop(lone);
+        drop(w);
+    });
+    assert!(matches!(
+        client.key_info("b", "lone-in-async"),
+        Err(ClientError::KeyNotFound { .. })
+    ));
     drop(client);
     rt.block_on(cluster.shutdown());
 }

@@ -3,6 +3,7 @@
 use proto_crate::wire::om as pb;
 use proto_crate::{BlockLocation, KeyInfo};
 use redb::{ReadableDatabase, ReadableTable};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::group_owner::GroupOwner;
 use crate::manager::{KEYS, decode};
@@ -10,20 +11,54 @@ use crate::{OmError, OzoneManager};
 
 type Result<T, E = OmError> = std::result::Result<T, E>;
 
-/// The rename seqlock's writer side (see `OzoneManager::renames`): odd from
-/// `begin` until dropped, whichever way the rename ends.
-pub(crate) struct RenameInProgress<'a>(&'a std::sync::atomic::AtomicU64);
+/// Key renames under way, for the ReplicationManager's scan (see
+/// `OzoneManager::renames`). A rename moves a key's groups to another place in key
+/// order, so a paged scan (one read transaction a page) that overlapped one may have
+/// missed the moved groups.
+///
+/// Two counts rather than one seqlock word: with a single odd-while-running count,
+/// two overlapping renames leave it even and a scan started between them would look
+/// clean. A scan is clean when no rename was running as it began
+/// ([`RenameTracker::start_scan`] gives `Some`) and `changes` has not moved by its end.
+#[derive(Debug, Default)]
+pub(crate) struct RenameTracker {
+    /// Renames between `begin` and the guard's drop.
+    running: AtomicU64,
+    /// Bumped when each rename begins and again when it ends.
+    changes: AtomicU64,
+}
 
-impl<'a> RenameInProgress<'a> {
-    pub(crate) fn begin(count: &'a std::sync::atomic::AtomicU64) -> Self {
-        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Self(count)
+impl RenameTracker {
+    /// Marks a rename as running until the returned guard drops, whichever way the
+    /// rename ends.
+    pub(crate) fn begin(&self) -> RenameInProgress<'_> {
+        self.running.fetch_add(1, Ordering::SeqCst);
+        self.changes.fetch_add(1, Ordering::SeqCst);
+        RenameInProgress(self)
+    }
+
+    /// The change count a scan starting now compares against at its end, or `None`
+    /// when a rename is running (the scan cannot be complete).
+    pub(crate) fn start_scan(&self) -> Option<u64> {
+        // `changes` first: a rename that bumps it after this load is seen at the end;
+        // one that bumped it before is still counted in `running`, which it raised first.
+        let changes = self.changes.load(Ordering::SeqCst);
+        (self.running.load(Ordering::SeqCst) == 0).then_some(changes)
+    }
+
+    /// Whether no rename began or ended since [`RenameTracker::start_scan`] gave `since`.
+    pub(crate) fn unchanged_since(&self, since: u64) -> bool {
+        self.changes.load(Ordering::SeqCst) == since
     }
 }
 
+/// A running rename; see [`RenameTracker::begin`].
+pub(crate) struct RenameInProgress<'a>(&'a RenameTracker);
+
 impl Drop for RenameInProgress<'_> {
     fn drop(&mut self) {
-        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.0.changes.fetch_add(1, Ordering::SeqCst);
+        self.0.running.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -292,7 +327,7 @@ impl OzoneManager {
         condition: Option<proto_crate::WriteCondition>,
     ) -> Result<KeyInfo> {
         crate::manager::validate_name("key", to)?;
-        let _renaming = RenameInProgress::begin(&self.renames);
+        let _renaming = self.renames.begin();
         let txn = self.db.begin_write()?;
         let found = match txn.open_table(KEYS)?.get((bucket, from))? {
             Some(v) => Some(decode::<pb::KeyInfo, KeyInfo>(v.value(), "key")?),

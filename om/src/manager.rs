@@ -247,12 +247,13 @@ pub struct OzoneManager {
     pub(crate) renewals: tokio::sync::watch::Sender<u64>,
     /// Multipart uploads in progress, published after every change.
     pub(crate) uploads_open: tokio::sync::watch::Sender<u64>,
-    /// A sequence count of key renames, as a seqlock: odd while a rename runs,
-    /// two higher after each. A rename moves groups to another place in key
+    /// Key renames under way. A rename moves groups to another place in key
     /// order; a ReplicationManager scan (paged, one read transaction a page)
-    /// that started during one, or saw the count move, may have missed the
-    /// moved groups, so it does not count as a complete pass.
-    pub(crate) renames: std::sync::atomic::AtomicU64,
+    /// that overlapped one may have missed the moved groups, so it does not
+    /// count as a complete pass. Completing a multipart upload needs no such
+    /// guard: the scan reads every upload in one transaction before the first
+    /// key page, so the groups are seen either as parts or as the key.
+    pub(crate) renames: crate::keys::RenameTracker,
     /// Wakes the block deleting service when the log grows.
     pub(crate) deletion_wakeup: Arc<tokio::sync::Notify>,
     /// The ReplicationManager's state.
@@ -372,7 +373,7 @@ impl OzoneManager {
             heartbeats: tokio::sync::watch::Sender::new(0),
             renewals: tokio::sync::watch::Sender::new(0),
             uploads_open: tokio::sync::watch::Sender::new(0),
-            renames: std::sync::atomic::AtomicU64::new(0),
+            renames: crate::keys::RenameTracker::default(),
             deletion_wakeup: Arc::new(tokio::sync::Notify::new()),
             repair: crate::replication_manager::RepairState::default(),
             block_reports: Arc::default(),

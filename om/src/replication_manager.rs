@@ -407,7 +407,7 @@ impl OzoneManager {
         let readable = live.clone();
         let scan = tokio::task::spawn_blocking(move || {
             let mut scan = Scan::default();
-            let renames_before = om.renames.load(std::sync::atomic::Ordering::SeqCst);
+            let renames_before = om.renames.start_scan();
             let lost =
                 |d: &DatanodeId, b: (u64, u64)| missing.get(&b).is_some_and(|s| s.contains(d));
             // One key or part: its locations against the block reports, then its deficits.
@@ -485,9 +485,8 @@ impl OzoneManager {
             }
             // Complete only when one pass saw every part and key, and no rename ran
             // meanwhile (it could have moved a key behind the scan's cursor).
-            scan.complete = !resumed
-                && renames_before.is_multiple_of(2)
-                && om.renames.load(std::sync::atomic::Ordering::SeqCst) == renames_before;
+            scan.complete =
+                !resumed && renames_before.is_some_and(|c| om.renames.unchanged_since(c));
             Ok(scan)
         })
         .await??;
@@ -856,7 +855,7 @@ mod tests {
         let leaving = dn(5).uuid;
         om.decommission(&leaving).expect("decommission");
         {
-            let _renaming = crate::keys::RenameInProgress::begin(&om.renames);
+            let _renaming = om.renames.begin();
             for _ in 0..3 {
                 om.repair_once().await.expect("pass");
             }
@@ -864,6 +863,17 @@ mod tests {
                 om.operational_state(&leaving),
                 OperationalState::Decommissioning,
                 "passes that overlapped a rename finished a decommission"
+            );
+            // A second rename that overlaps the first (a single odd-while-running
+            // count would read even here).
+            let _second = om.renames.begin();
+            for _ in 0..3 {
+                om.repair_once().await.expect("pass");
+            }
+            assert_eq!(
+                om.operational_state(&leaving),
+                OperationalState::Decommissioning,
+                "passes during two overlapping renames finished a decommission"
             );
         }
         for _ in 0..2 {

@@ -170,7 +170,8 @@ pub async fn put(
 
 /// Copies `source` into the new key `w` a piece ([`PIECE`] bytes) at a time,
 /// advancing `bar`, and commits it. A failed read (described by
-/// `read_error`) leaves the key uncommitted: dropping `w` aborts it.
+/// `read_error`) or write leaves the key uncommitted, its om session aborted
+/// before this returns.
 ///
 /// # Errors
 /// `read_error`'s error; client errors writing or committing.
@@ -181,13 +182,24 @@ async fn fill_key(
     read_error: impl Fn(std::io::Error) -> anyhow::Error,
 ) -> anyhow::Result<KeyInfo> {
     let mut buf = vec![0u8; PIECE];
-    loop {
-        let n = source.read(&mut buf).await.map_err(&read_error)?;
-        if n == 0 {
-            break;
+    let copied = async {
+        loop {
+            let n = source.read(&mut buf).await.map_err(&read_error)?;
+            if n == 0 {
+                return Ok::<_, anyhow::Error>(());
+            }
+            w.write(&buf[..n]).await?;
+            bar.inc(n as u64);
         }
-        w.write(&buf[..n]).await?;
-        bar.inc(n as u64);
+    }
+    .await;
+    if let Err(e) = copied {
+        // Aborted here and now: a drop would leave it to a task that the
+        // process's exit cuts short, so the om would hold the session until
+        // its lease ran out.
+        let _ = w.abort().await;
+        bar.abandon();
+        return Err(e);
     }
     let info = w.close().await?;
     bar.finish_and_clear();

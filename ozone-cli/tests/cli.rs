@@ -211,6 +211,23 @@ fn buckets_and_keys_end_to_end() {
     let r = ozone(&["--data-dir", d, "--json", "sh", "key", "ls", "b1"]);
     assert!(r.status.success(), "{r:?}");
     assert_eq!(json(&String::from_utf8_lossy(&r.stdout))[0]["name"], "k3");
+
+    // A source that fails mid-put (/proc/self/mem reads EIO at offset 0): the
+    // put fails, nothing is committed, and the om holds no session once the
+    // process has exited (a drop-spawned abort dies with the process's runtime).
+    let failed = ozone(&[
+        "--om",
+        &om,
+        "sh",
+        "key",
+        "put",
+        "b1/unreadable",
+        "/proc/self/mem",
+    ]);
+    assert!(!failed.status.success(), "{failed:?}");
+    assert_eq!(cluster.om().open_sessions(), 0, "the failed put's session");
+    let info = ozone(&["--om", &om, "sh", "key", "info", "b1/unreadable"]);
+    assert_eq!(info.status.code(), Some(3), "{info:?}");
     rt.block_on(cluster.shutdown());
 }
 

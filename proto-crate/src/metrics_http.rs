@@ -28,6 +28,12 @@ const MAX_CONNECTIONS: usize = 16;
 /// between requests.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The longest a connection is kept, whatever it does: a peer that trickles a
+/// request body or never reads its answer cannot hold one of the
+/// [`MAX_CONNECTIONS`] slots for longer. A scraper keeping its connection
+/// alive (Prometheus does) simply reconnects.
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+
 /// How long to wait after a failed accept (out of descriptors, say) before
 /// the next, so that the loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -97,12 +103,12 @@ async fn accept(listener: TcpListener, registry: Arc<Registry>, shutdown: Shutdo
                 async move { Ok::<_, Infallible>(answer(&req, &registry)) }
             });
             // A scraper that sends nothing (or stays idle) is dropped after
-            // HEADER_TIMEOUT; one that keeps scraping keeps its connection.
-            let _ = hyper::server::conn::http1::Builder::new()
+            // HEADER_TIMEOUT, and any connection after CONNECTION_LIFETIME.
+            let conn = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+                .serve_connection(TokioIo::new(stream), service);
+            let _ = tokio::time::timeout(CONNECTION_LIFETIME, conn).await;
         });
     }
 }
