@@ -71,6 +71,18 @@ pub struct EcReconstructionReport {
     pub skipped: Vec<IndexAddress>,
 }
 
+/// `skipped` for a message: `index 2 at host:port, ...`, or `none`.
+fn skipped_list(skipped: &[IndexAddress]) -> String {
+    if skipped.is_empty() {
+        return "none".into();
+    }
+    skipped
+        .iter()
+        .map(|(i, address)| format!("index {i} at {address}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Why a reconstruction did not complete. Targets may then hold a partial, uncommitted or
 /// unreferenced block; the om never points a location at it and logs the targets for
 /// deletion (unless the om itself stops or crashes first: then the block stays until a
@@ -83,7 +95,8 @@ pub enum ReconstructionError {
     /// Fewer than d indexes of a stripe are readable (after skipping failed sources).
     #[error(
         "group {container_id}:{local_id} stripe {stripe}: {usable} of {needed} source indexes \
-         usable (skipped: {skipped:?})"
+         usable (skipped: {})",
+        skipped_list(skipped)
     )]
     InsufficientSources {
         /// Container of the group.
@@ -574,5 +587,29 @@ impl EcReconstructionCoordinator {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn too_few_sources_names_the_skipped_ones_plainly() {
+        let err = |skipped: Vec<IndexAddress>| ReconstructionError::InsufficientSources {
+            container_id: 3,
+            local_id: 9,
+            stripe: 2,
+            usable: 2,
+            needed: 3,
+            skipped,
+        };
+        let two = ReplicaIndex::new(2).expect("index 2");
+        assert_eq!(
+            err(vec![(two, "127.0.0.1:9000".into())]).to_string(),
+            "group 3:9 stripe 2: 2 of 3 source indexes usable \
+             (skipped: index 2 at 127.0.0.1:9000)"
+        );
+        assert!(err(Vec::new()).to_string().ends_with("(skipped: none)"));
     }
 }

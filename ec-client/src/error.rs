@@ -73,7 +73,8 @@ pub enum ClientError {
     /// rewriting it on new block groups.
     #[error(
         "write of stripe/chunk {stripe} failed after {attempts} attempts \
-         (excluded datanodes: {excluded:?}){}: {cause}",
+         (excluded datanodes: {}){}: {cause}",
+        list_or_none(excluded),
         previous.as_ref().map(|p| format!(", after: {p}")).unwrap_or_default()
     )]
     WriteFailed {
@@ -144,6 +145,18 @@ pub enum ClientError {
         /// Why.
         message: String,
     },
+}
+
+/// `dn-1, dn-4`, or `none`.
+fn list_or_none(items: &[DatanodeId]) -> String {
+    if items.is_empty() {
+        return "none".into();
+    }
+    items
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `index 1 (why); index 3 (why)`.
@@ -266,5 +279,34 @@ mod tests {
         let own = std::io::Error::other("disk full");
         let same = ClientError::from_io(own).expect_err("no client error inside");
         assert_eq!(same.to_string(), "disk full");
+    }
+
+    #[test]
+    fn a_write_failure_names_its_excluded_datanodes_plainly() {
+        let failed = |excluded: Vec<DatanodeId>| ClientError::WriteFailed {
+            stripe: 7,
+            attempts: 3,
+            excluded,
+            previous: None,
+            cause: Box::new(ClientError::InvalidArgument("no room".into())),
+        };
+        let ids: Vec<DatanodeId> = [
+            "00000000-0000-0000-0000-000000000001",
+            "00000000-0000-0000-0000-000000000004",
+        ]
+        .iter()
+        .map(|s| s.parse().expect("a datanode id"))
+        .collect();
+        assert_eq!(
+            failed(ids).to_string(),
+            "write of stripe/chunk 7 failed after 3 attempts \
+             (excluded datanodes: 00000000-0000-0000-0000-000000000001, \
+             00000000-0000-0000-0000-000000000004): invalid argument: no room"
+        );
+        assert!(
+            failed(Vec::new())
+                .to_string()
+                .contains("(excluded datanodes: none)")
+        );
     }
 }

@@ -186,8 +186,10 @@ pub(crate) async fn create(
 }
 
 /// Checks that `id` is an upload of `path` in this store's bucket, so that a
-/// stray id cannot write into another object. An id once checked is
-/// remembered (bounded), so an upload's parts are listed once.
+/// stray id cannot write into another object. The om has no "describe
+/// upload" call, so the first check of an id lists the upload (with its
+/// parts) to learn its key; the id is then remembered (bounded), so later
+/// parts of the same upload are not listed again.
 async fn check_upload(store: &OzoneStore, path: &Path, id: &MultipartId) -> Result<()> {
     let known = store
         .checked_uploads

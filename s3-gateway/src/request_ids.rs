@@ -130,7 +130,14 @@ fn standard_message(code: &str) -> String {
         "NotImplemented" => {
             "The request asks for functionality this gateway does not implement".into()
         }
-        other => format!("{other} (no further detail)"),
+        "NoSuchKey" => "The key does not exist".into(),
+        "NoSuchBucket" => "The bucket does not exist".into(),
+        "NoSuchUpload" => "The multipart upload does not exist: it was completed, aborted or \
+                           never started"
+            .into(),
+        "InvalidRange" => "The requested range is not satisfiable for this object".into(),
+        "InvalidArgument" => "An argument of the request is not valid".into(),
+        other => format!("The request failed with S3 error code {other}"),
     }
 }
 
@@ -173,6 +180,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_code_without_a_sentence_still_gets_a_readable_message() {
+        assert_eq!(
+            standard_message("SlowDown"),
+            "The request failed with S3 error code SlowDown"
+        );
+    }
+
+    #[test]
     fn ids_are_distinct_and_errors_name_them() {
         let ids: std::collections::HashSet<Arc<str>> = (0..1000).map(|_| new_id()).collect();
         assert_eq!(ids.len(), 1000);
@@ -188,7 +203,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("<Code>NoSuchKey</Code><Message>NoSuchKey (no further detail)</Message>"),
+            text.contains("<Code>NoSuchKey</Code><Message>The key does not exist</Message>"),
             "a message where s3s gave none: {text}"
         );
         assert_eq!(
