@@ -46,6 +46,7 @@ impl Runtime {
             })
     }
 
+    /// The runtime (present until this wrapper's own drop takes it).
     fn rt(&self) -> &tokio::runtime::Runtime {
         self.0
             .as_ref()
@@ -308,15 +309,42 @@ impl KeyWriter {
 impl Drop for KeyWriter {
     fn drop(&mut self) {
         // Without close: abort the om session here and now — a task
-        // spawned for it could die with the runtime, if this writer held the
-        // last reference to it. Where blocking would panic (the writer was
-        // moved into async code, or this thread is unwinding), spawn it
-        // instead; if the runtime ends first, the om's session lease expires.
-        if let Some(w) = self.inner.take() {
-            if Runtime::cannot_block() {
+        // spawned on the runtime could die with it, if this writer held the
+        // last reference to it. Where blocking this thread would panic (the
+        // writer was moved into async code, or this thread is unwinding), a
+        // thread of its own blocks on the abort instead; it holds the
+        // runtime until the abort is done and then drops it where dropping
+        // a runtime is allowed.
+        let Some(w) = self.inner.take() else {
+            return;
+        };
+        if !Runtime::cannot_block() {
+            let _ = self.rt.block_on(w.abort());
+            return;
+        }
+        let rt = Arc::clone(&self.rt);
+        let w = Arc::new(std::sync::Mutex::new(Some(w)));
+        let on_thread = Arc::clone(&w);
+        let spawned = std::thread::Builder::new()
+            .name("ec-client-abort".into())
+            .spawn(move || {
+                let taken = on_thread
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take();
+                if let Some(w) = taken {
+                    let _ = rt.block_on(w.abort());
+                }
+            });
+        if spawned.is_err() {
+            // No thread to be had: spawn the abort on the runtime; if the
+            // runtime ends first, the om's session lease expires it.
+            let taken = w
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            if let Some(w) = taken {
                 drop(self.rt.rt().spawn(w.abort()));
-            } else {
-                let _ = self.rt.block_on(w.abort());
             }
         }
     }

@@ -147,7 +147,8 @@ pub enum ClientError {
     },
 }
 
-/// `dn-1, dn-4`, or `none`.
+/// The datanode ids joined with `, ` (UUIDs as the om registered them), or
+/// `none`.
 fn list_or_none(items: &[DatanodeId]) -> String {
     if items.is_empty() {
         return "none".into();

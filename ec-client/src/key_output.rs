@@ -197,9 +197,10 @@ impl KeyOutputStream {
     /// `shutdown()` commits.
     ///
     /// # Errors
-    /// [`ClientError::InvalidArgument`] when the key was already committed,
-    /// or when `poll_shutdown`'s commit is under way: it may already have
-    /// reached the om, so this cannot promise the key is not committed.
+    /// [`ClientError::InvalidArgument`] when the key was already committed.
+    /// A `poll_shutdown` commit already under way (it may have reached the
+    /// om) is not cut short: abort waits for it, and answers that error if
+    /// it committed, `Ok` if it failed (a failed commit aborts the session).
     pub async fn abort(mut self) -> Result<()> {
         // A write in flight ends first; its failure does not matter now.
         let _ = self.settle().await;
@@ -207,11 +208,20 @@ impl KeyOutputStream {
             .shutdown
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
-            .is_some();
+            .take();
+        if let Some(commit) = committing {
+            return match commit.await {
+                Ok(info) => {
+                    self.committed = Some(info);
+                    Err(self.gone())
+                }
+                Err(_) => Ok(()),
+            };
+        }
         match self.writer.take() {
             Some(Writer::Ec(w)) => w.abort().await,
             Some(Writer::Replicated(w)) => w.abort().await,
-            None if self.committed.is_some() || committing => return Err(self.gone()),
+            None if self.committed.is_some() => return Err(self.gone()),
             None => {}
         }
         Ok(())

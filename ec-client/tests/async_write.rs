@@ -76,7 +76,8 @@ async fn async_methods_and_async_write_mix_in_order() {
     assert!(client.key_info("ec", "given-up").await.is_err());
 
     // Abort while poll_shutdown's commit is under way: it may already have
-    // reached the om, so abort does not claim the key is uncommitted.
+    // reached the om, so abort lets it finish rather than cutting it short,
+    // and reports that the key was committed.
     let mut w = client
         .create_key("ec", "committing", None)
         .await
@@ -96,8 +97,14 @@ async fn async_methods_and_async_write_mix_in_order() {
         first,
         "the commit needs the datanodes and the om: not done in one poll"
     );
-    let err = w.abort().await.expect_err("a commit is under way");
+    let err = w.abort().await.expect_err("the commit went through");
     assert!(matches!(err, ClientError::InvalidArgument(_)), "{err}");
+    assert_eq!(cluster.om().open_sessions(), 0);
+    let info = client
+        .key_info("ec", "committing")
+        .await
+        .expect("committed");
+    assert_eq!(info.length, src.len() as u64);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -87,8 +87,9 @@ fn std_io_writes_and_reads_a_key_without_a_runtime_of_the_callers() {
         rt.block_on(cluster.wait_for_no_open_sessions(Duration::from_secs(30))),
         "the writer dropped in async code has its session aborted"
     );
-    // The last holder of a blocking runtime dropped in async code: its
-    // runtime winds down in the background rather than panicking.
+    // The last holder of a blocking runtime dropped in async code: no
+    // panic, and the abort still ends the session (it does not die with the
+    // runtime it ran on).
     let lone = Client::connect(&address, ClientConfig::default()).expect("connect");
     let w = lone.create_key("b", "lone-in-async", None).expect("create");
     rt.block_on(async move {
@@ -99,6 +100,10 @@ fn std_io_writes_and_reads_a_key_without_a_runtime_of_the_callers() {
         client.key_info("b", "lone-in-async"),
         Err(ClientError::KeyNotFound { .. })
     ));
+    assert!(
+        rt.block_on(cluster.wait_for_no_open_sessions(Duration::from_secs(30))),
+        "the last holder's abort outlives its runtime's shutdown"
+    );
     drop(client);
     rt.block_on(cluster.shutdown());
 }

@@ -201,9 +201,16 @@ async fn fill_key(
         bar.abandon();
         return Err(e);
     }
-    let info = w.close().await?;
-    bar.finish_and_clear();
-    Ok(info)
+    match w.close().await {
+        Ok(info) => {
+            bar.finish_and_clear();
+            Ok(info)
+        }
+        Err(e) => {
+            bar.abandon();
+            Err(e.into())
+        }
+    }
 }
 
 /// The bytes `offset..offset+length` (to the end without `length`) of

@@ -34,6 +34,10 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// alive (Prometheus does) simply reconnects.
 const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
 
+/// After [`CONNECTION_LIFETIME`], how long an answer being written may take
+/// to finish before the connection is cut.
+const CLOSE_GRACE: Duration = Duration::from_secs(10);
+
 /// How long to wait after a failed accept (out of descriptors, say) before
 /// the next, so that the loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -103,12 +107,21 @@ async fn accept(listener: TcpListener, registry: Arc<Registry>, shutdown: Shutdo
                 async move { Ok::<_, Infallible>(answer(&req, &registry)) }
             });
             // A scraper that sends nothing (or stays idle) is dropped after
-            // HEADER_TIMEOUT, and any connection after CONNECTION_LIFETIME.
+            // HEADER_TIMEOUT. At CONNECTION_LIFETIME the connection is told
+            // to end: an answer under way is finished (keep-alive is off),
+            // within CLOSE_GRACE.
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(HEADER_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service);
-            let _ = tokio::time::timeout(CONNECTION_LIFETIME, conn).await;
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                () = tokio::time::sleep(CONNECTION_LIFETIME) => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(CLOSE_GRACE, conn).await;
+                }
+            }
         });
     }
 }
