@@ -162,9 +162,13 @@ impl BlockStreamError {
             | Self::CommitMismatch { .. }
             | Self::Protocol { .. }
             | Self::NoLocations { .. } => true,
+            // A refused block token says nothing about the location: every
+            // replica would refuse it the same way.
             Self::Datanode { code, .. } => !matches!(
                 code,
-                ResultCode::InvalidArgument | ResultCode::LengthTooLarge
+                ResultCode::InvalidArgument
+                    | ResultCode::LengthTooLarge
+                    | ResultCode::BlockTokenVerificationFailed
             ),
             Self::InvalidArgument(_) => false,
         }
@@ -181,6 +185,16 @@ impl BlockStreamError {
             Self::Unavailable { .. } | Self::Timeout { .. } => true,
             Self::Datanode { code, .. } => matches!(code, ResultCode::Unavailable),
             Self::NoLocations { last, .. } => last.is_transient(),
+            _ => false,
+        }
+    }
+
+    /// Whether a datanode refused the call's block token.
+    #[must_use]
+    pub fn is_token_failure(&self) -> bool {
+        match self {
+            Self::Datanode { code, .. } => *code == ResultCode::BlockTokenVerificationFailed,
+            Self::NoLocations { last, .. } => last.is_token_failure(),
             _ => false,
         }
     }

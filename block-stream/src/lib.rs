@@ -20,6 +20,7 @@ pub mod checksum;
 pub mod config;
 mod error;
 mod metrics;
+mod token;
 mod xceiver;
 
 pub use block_input::{BlockInputStream, MAX_READ_PIECE};
@@ -29,4 +30,5 @@ pub use error::{BlockStreamError, Result};
 pub use metrics::{
     ClientMetrics, MAX_TRACKED_DATANODES, MetricsSnapshot, OTHER_DATANODES, RpcKind,
 };
+pub use token::{BlockTokenSource, RefreshResult, TokenRefresher};
 pub use xceiver::{WriteOrigin, XceiverClient, XceiverClientManager};

@@ -21,6 +21,7 @@ pub struct ClientMetrics {
     rpcs_total: [AtomicU64; RpcKind::ALL.len()],
     read_bytes: AtomicU64,
     written_bytes: AtomicU64,
+    token_refreshes: AtomicU64,
     by_datanode: Mutex<BTreeMap<String, Arc<DatanodeCounters>>>,
 }
 
@@ -61,6 +62,10 @@ impl ClientMetrics {
         self.written_bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 
+    pub(crate) fn record_token_refresh(&self) {
+        self.token_refreshes.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// RPCs of `kind` issued so far, over all datanodes.
     #[must_use]
     pub fn rpcs(&self, kind: RpcKind) -> u64 {
@@ -90,6 +95,7 @@ impl ClientMetrics {
             by_datanode,
             read_bytes: self.read_bytes.load(Ordering::Relaxed),
             written_bytes: self.written_bytes.load(Ordering::Relaxed),
+            token_refreshes: self.token_refreshes.load(Ordering::Relaxed),
         }
     }
 }
@@ -106,6 +112,9 @@ pub struct MetricsSnapshot {
     pub read_bytes: u64,
     /// Payload bytes sent by WriteChunk (`datanode_client_written_bytes`).
     pub written_bytes: u64,
+    /// Block tokens fetched afresh from the om after a datanode refused one
+    /// (`BLOCK_TOKEN_VERIFICATION_FAILED`, an expired token mid-stream).
+    pub token_refreshes: u64,
 }
 
 impl MetricsSnapshot {
@@ -145,6 +154,7 @@ impl MetricsSnapshot {
                 .collect(),
             read_bytes: self.read_bytes.saturating_sub(earlier.read_bytes),
             written_bytes: self.written_bytes.saturating_sub(earlier.written_bytes),
+            token_refreshes: self.token_refreshes.saturating_sub(earlier.token_refreshes),
         }
     }
 }

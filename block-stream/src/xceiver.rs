@@ -4,6 +4,7 @@
 //! Models Ozone's `XceiverClientGrpc` (one connection per datanode, reused by
 //! every stream) and `XceiverClientManager` (the cache).
 
+use proto_crate::block_token::{self, BlockToken};
 use proto_crate::request_id;
 use std::collections::HashMap;
 use std::future::Future;
@@ -19,6 +20,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 use crate::metrics::DatanodeCounters;
+use crate::token::{BlockTokenSource, Renewal};
 use crate::{BlockStreamError, ClientMetrics, Result, RpcKind, XceiverConfig};
 
 /// Who a write is made for: a client writing a key, or a repair the om ordered (an EC
@@ -144,7 +146,12 @@ pub struct XceiverClient {
     counters: Arc<DatanodeCounters>,
     metrics: Arc<ClientMetrics>,
     rpc_timeout: Duration,
+    /// The block token sent with every call (security on), if any.
+    token: Option<Arc<BlockTokenSource>>,
 }
+
+/// The generated client type every call goes through.
+type Inner = DatanodeServiceClient<InterceptedService<Channel, request_id::Attach>>;
 
 impl XceiverClient {
     fn connect_lazy(
@@ -174,7 +181,22 @@ impl XceiverClient {
             inner,
             metrics,
             rpc_timeout: config.rpc_timeout,
+            token: None,
         })
+    }
+
+    /// This client, sending `token`'s current token with every call (and
+    /// renewing it as [`BlockTokenSource`] says). Cheap: the channel is shared.
+    #[must_use]
+    pub fn with_token(mut self, token: Option<Arc<BlockTokenSource>>) -> Self {
+        self.token = token;
+        self
+    }
+
+    /// This client, sending the fixed `token` (if any) with every call.
+    #[must_use]
+    pub fn with_fixed_token(self, token: Option<&BlockToken>) -> Self {
+        self.with_token(token.cloned().map(BlockTokenSource::fixed))
     }
 
     /// `HOST:PORT` of the datanode.
@@ -183,9 +205,59 @@ impl XceiverClient {
         &self.address
     }
 
+    /// Runs an RPC: `send` gets a clone of the generated client and `msg` as
+    /// a request carrying the block token. A refused token is renewed once
+    /// (see [`BlockTokenSource`]) and the call repeated with the new one.
+    async fn call<M, T, F, Fut>(
+        &self,
+        kind: RpcKind,
+        block: Option<BlockId>,
+        msg: M,
+        send: F,
+    ) -> Result<T>
+    where
+        M: Clone,
+        F: Fn(Inner, tonic::Request<M>) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<T>, Status>>,
+    {
+        let Some(source) = self.token.as_ref() else {
+            return self
+                .attempt(
+                    kind,
+                    block,
+                    send(self.inner.clone(), tonic::Request::new(msg)),
+                )
+                .await;
+        };
+        let token = source.current();
+        let first = block_token::request(msg.clone(), Some(&token));
+        let err = match self
+            .attempt(kind, block, send(self.inner.clone(), first))
+            .await
+        {
+            Err(e) if e.is_token_failure() && source.can_refresh() => e,
+            other => return other,
+        };
+        match source.renew(&token).await {
+            Ok(renewal @ (Renewal::Fetched | Renewal::ByAnother)) => {
+                if renewal == Renewal::Fetched {
+                    self.metrics.record_token_refresh();
+                }
+                let again = block_token::request(msg, Some(&source.current()));
+                self.attempt(kind, block, send(self.inner.clone(), again))
+                    .await
+            }
+            Ok(Renewal::None) => Err(err),
+            Err(why) => {
+                tracing::warn!(%why, %err, "renewing a refused block token");
+                Err(err)
+            }
+        }
+    }
+
     /// Runs one attempt of an RPC: counts it, bounds it by the per-attempt
     /// deadline, maps a failed status.
-    async fn call<T, F>(&self, kind: RpcKind, block: Option<BlockId>, fut: F) -> Result<T>
+    async fn attempt<T, F>(&self, kind: RpcKind, block: Option<BlockId>, fut: F) -> Result<T>
     where
         F: Future<Output = std::result::Result<tonic::Response<T>, Status>>,
     {
@@ -263,14 +335,14 @@ impl XceiverClient {
     /// Not-found and index-mismatch result codes as [`BlockStreamError::Datanode`];
     /// transport failures, deadlines; a reply for another block id as `Protocol`.
     pub async fn get_block(&self, block: BlockId) -> Result<BlockData> {
-        let mut c = self.inner.clone();
         let resp = self
             .call(
                 RpcKind::GetBlock,
                 Some(block),
-                c.get_block(pb::GetBlockRequest {
+                pb::GetBlockRequest {
                     block_id: Some(block.into()),
-                }),
+                },
+                |mut c, r| async move { c.get_block(r).await },
             )
             .await?;
         let data = resp
@@ -303,17 +375,17 @@ impl XceiverClient {
         offset: u64,
         len: u64,
     ) -> Result<Bytes> {
-        let mut c = self.inner.clone();
         let resp = self
             .call(
                 RpcKind::ReadChunk,
                 Some(block),
-                c.read_chunk(pb::ReadChunkRequest {
+                pb::ReadChunkRequest {
                     block_id: Some(block.into()),
                     chunk: Some(chunk.to_read_wire()),
                     offset,
                     len,
-                }),
+                },
+                |mut c, r| async move { c.read_chunk(r).await },
             )
             .await?;
         let got = resp.data.len() as u64;
@@ -350,17 +422,17 @@ impl XceiverClient {
         chunk: ChunkInfo,
         data: Bytes,
     ) -> Result<()> {
-        let mut c = self.inner.clone();
         let n = data.len() as u64;
         self.call(
             RpcKind::WriteChunk,
             Some(block),
-            c.write_chunk(pb::WriteChunkRequest {
+            pb::WriteChunkRequest {
                 block_id: Some(block.into()),
                 chunk: Some(chunk.into()),
                 data,
                 repair: origin == WriteOrigin::Repair,
-            }),
+            },
+            |mut c, r| async move { c.write_chunk(r).await },
         )
         .await?;
         self.metrics.record_written(n);
@@ -388,19 +460,19 @@ impl XceiverClient {
         data: BlockData,
         commit: BlockCommit,
     ) -> Result<u64> {
-        let mut c = self.inner.clone();
         let block = data.block_id;
         let (eof, sync) = commit.flags();
         let resp = self
             .call(
                 RpcKind::PutBlock,
                 Some(block),
-                c.put_block(pb::PutBlockRequest {
+                pb::PutBlockRequest {
                     block_data: Some(data.into()),
                     eof,
                     sync,
                     repair: origin == WriteOrigin::Repair,
-                }),
+                },
+                |mut c, r| async move { c.put_block(r).await },
             )
             .await?;
         Ok(resp.committed_block_length)
@@ -417,16 +489,16 @@ impl XceiverClient {
         start_local_id: u64,
         count: u32,
     ) -> Result<Vec<BlockData>> {
-        let mut c = self.inner.clone();
         let resp = self
             .call(
                 RpcKind::ListBlock,
                 None,
-                c.list_block(pb::ListBlockRequest {
+                pb::ListBlockRequest {
                     container_id,
                     start_local_id,
                     count,
-                }),
+                },
+                |mut c, r| async move { c.list_block(r).await },
             )
             .await?;
         resp.blocks
@@ -440,14 +512,14 @@ impl XceiverClient {
     /// # Errors
     /// Result codes and transport failures.
     pub async fn get_committed_block_length(&self, block: BlockId) -> Result<u64> {
-        let mut c = self.inner.clone();
         let resp = self
             .call(
                 RpcKind::GetCommittedBlockLength,
                 Some(block),
-                c.get_committed_block_length(pb::GetCommittedBlockLengthRequest {
+                pb::GetCommittedBlockLengthRequest {
                     block_id: Some(block.into()),
-                }),
+                },
+                |mut c, r| async move { c.get_committed_block_length(r).await },
             )
             .await?;
         Ok(resp.length)
@@ -459,11 +531,11 @@ impl XceiverClient {
     /// # Errors
     /// Result codes and transport failures.
     pub async fn create_container(&self, container_id: u64) -> Result<()> {
-        let mut c = self.inner.clone();
         self.call(
             RpcKind::CreateContainer,
             None,
-            c.create_container(pb::CreateContainerRequest { container_id }),
+            pb::CreateContainerRequest { container_id },
+            |mut c, r| async move { c.create_container(r).await },
         )
         .await?;
         Ok(())

@@ -21,6 +21,8 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::metrics::DatanodeMetrics;
 use crate::storage::ContainerStore;
+use crate::tokens::BlockTokenVerifier;
+use proto_crate::block_token::BlockTokenSecret;
 
 /// Size and free bytes of the file system holding `path` (`statvfs`);
 /// zeros if it cannot be read.
@@ -56,11 +58,22 @@ fn request(
 }
 
 /// Heartbeats to the om at `om` (`HOST:PORT`) every `interval` until aborted.
+/// The secrets of a registration or heartbeat answer.
+///
+/// # Errors
+/// A secret of the wrong length.
+pub(crate) fn secrets(
+    wire: Vec<om_pb::BlockTokenSecret>,
+) -> Result<Vec<BlockTokenSecret>, proto_crate::ProtocolError> {
+    wire.into_iter().map(BlockTokenSecret::try_from).collect()
+}
+
 pub(crate) async fn run_heartbeats(
     om: String,
     details: DatanodeDetails,
     store: Arc<ContainerStore>,
     metrics: Arc<DatanodeMetrics>,
+    tokens: Option<Arc<BlockTokenVerifier>>,
     interval: Duration,
 ) {
     let endpoint = match Endpoint::from_shared(format!("http://{om}")) {
@@ -79,8 +92,19 @@ pub(crate) async fn run_heartbeats(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        if let Err(e) = client.heartbeat(request(&details, &store, &metrics)).await {
-            tracing::debug!(om, error = %e, "heartbeat failed; retrying at the next interval");
+        match client.heartbeat(request(&details, &store, &metrics)).await {
+            Err(e) => {
+                tracing::debug!(om, error = %e, "heartbeat failed; retrying at the next interval");
+            }
+            Ok(answer) => {
+                // Every answer carries the om's whole current key list.
+                if let Some(v) = &tokens {
+                    match secrets(answer.into_inner().block_token_secrets) {
+                        Ok(s) => v.update(s),
+                        Err(e) => tracing::warn!(om, error = %e, "bad block token secrets"),
+                    }
+                }
+            }
         }
     }
 }

@@ -14,6 +14,8 @@
 //!   locked by one process; database commits on the blocking pool.
 //! - Block deletion (`DeleteBlocks`, sent by the om), with tombstones that
 //!   refuse later writes to a deleted block.
+//! - [`BlockTokenVerifier`]: with security on, every data RPC's block token
+//!   is checked against the om's secrets (received in heartbeat answers).
 //! - [`DatanodeMetrics`]: RPCs served by kind, bytes.
 //! - [`FaultInjector`] / [`FaultRule`]: per-datanode fault injection (fail an
 //!   RPC kind with a code, delay, corrupt/zero/short ReadChunk answers),
@@ -37,6 +39,7 @@ mod recovery;
 mod server;
 mod service;
 mod storage;
+mod tokens;
 
 pub use admin::{DatanodeAdminClient, DatanodeAdminGrpc};
 pub use deletion::MAX_DELETE_BATCH;
@@ -58,3 +61,4 @@ pub use server::{
 };
 pub use service::DatanodeGrpcService;
 pub use storage::{BlockScan, ContainerStore, MAX_READ_LEN, StoreOptions, StoreStats};
+pub use tokens::BlockTokenVerifier;

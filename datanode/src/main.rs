@@ -24,6 +24,10 @@ struct Args {
     /// Serve the admin fault-injection RPCs (for tests and demos only).
     #[arg(long)]
     enable_fault_injection: bool,
+    /// Require a valid block token (issued by an om running with
+    /// `--security`) on every data RPC.
+    #[arg(long)]
+    security: bool,
     /// Most block files kept open for reading (least recently used closed
     /// first; 0 opens and closes the file for every read).
     #[arg(long, default_value_t = datanode::DEFAULT_MAX_OPEN_FILES)]
@@ -69,6 +73,7 @@ async fn main() -> anyhow::Result<()> {
     );
     let mut config = DatanodeConfig::new(args.listen, &args.data_dir)
         .with_fault_injection(args.enable_fault_injection)
+        .with_security(args.security)
         .with_max_open_files(args.max_open_files)
         .with_max_inflight_bytes(args.max_inflight_bytes)
         .with_heartbeat_interval(heartbeat)

@@ -58,6 +58,10 @@ pub struct EcReconstructionCommand {
     pub sources: Vec<IndexAddress>,
     /// The indexes to rebuild and where each goes; each index once.
     pub targets: Vec<IndexAddress>,
+    /// With security on: the block token the command came with (READ and
+    /// WRITE on the group), sent with every source read and target write.
+    /// Travels as the call's metadata, not in the message.
+    pub token: Option<proto_crate::block_token::BlockToken>,
 }
 
 /// What a reconstruction did.
@@ -219,6 +223,7 @@ impl TryFrom<pb::ReconstructEcGroupRequest> for EcReconstructionCommand {
             ec,
             sources,
             targets,
+            token: None,
         })
     }
 }
@@ -334,7 +339,10 @@ impl EcReconstructionCoordinator {
             .filter(|(index, _)| !target_set.contains(index))
             .map(|(index, address)| async move {
                 let opened = async {
-                    let client = self.xceivers.client(address)?;
+                    let client = self
+                        .xceivers
+                        .client(address)?
+                        .with_fixed_token(cmd.token.as_ref());
                     let expected = layout.internal_block_len(*index).unwrap_or(0);
                     let stream = BlockInputStream::new(
                         group.with_replica_index(*index),
@@ -392,7 +400,11 @@ impl EcReconstructionCoordinator {
                 address: address.clone(),
                 source,
             };
-            let client = self.xceivers.client(address).map_err(target_error)?;
+            let client = self
+                .xceivers
+                .client(address)
+                .map_err(target_error)?
+                .with_fixed_token(cmd.token.as_ref());
             let w = BlockOutputStream::new(
                 group.with_replica_index(*index),
                 vec![client],

@@ -25,6 +25,8 @@ use crate::inflight::{DEFAULT_MAX_INFLIGHT_BYTES, InflightBudget};
 use crate::metrics::DatanodeMetrics;
 use crate::service::DatanodeGrpcService;
 use crate::storage::{ContainerStore, StoreOptions};
+use crate::tokens::BlockTokenVerifier;
+use proto_crate::block_token::BlockTokenSecret;
 
 /// Default heartbeat interval (`--heartbeat-interval`): 3 s, as Ozone's
 /// `hdds.heartbeat.interval` would be for a small cluster.
@@ -64,6 +66,10 @@ pub struct DatanodeConfig {
     /// Where to serve `/metrics` (Prometheus text format), if anywhere
     /// (`--metrics-listen`; port 0 picks a free one).
     pub metrics_listen: Option<SocketAddr>,
+    /// Security (`--security`): every data RPC must carry a valid block
+    /// token, checked with the secrets the om sends in heartbeat answers.
+    /// Off by default.
+    pub security: bool,
 }
 
 impl DatanodeConfig {
@@ -80,7 +86,15 @@ impl DatanodeConfig {
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
             block_report_interval: DEFAULT_BLOCK_REPORT_INTERVAL,
             metrics_listen: None,
+            security: false,
         }
+    }
+
+    /// Requires a valid block token on every data RPC (or not).
+    #[must_use]
+    pub fn with_security(mut self, on: bool) -> Self {
+        self.security = on;
+        self
     }
 
     /// Serves `/metrics` on `listen`.
@@ -236,15 +250,22 @@ impl Datanode {
         let admin = config
             .enable_fault_injection
             .then(|| DatanodeAdminServiceServer::new(DatanodeAdminGrpc::new(Arc::clone(&faults))));
-        let svc = DatanodeServiceServer::new(DatanodeGrpcService::new(
+        let tokens = config
+            .security
+            .then(|| Arc::new(BlockTokenVerifier::default()));
+        let mut grpc = DatanodeGrpcService::new(
             &details.uuid,
             Arc::clone(&store),
             Arc::clone(&metrics),
             Arc::clone(&faults),
             budget,
-        ))
-        .max_decoding_message_size(MAX_MESSAGE_SIZE)
-        .max_encoding_message_size(MAX_MESSAGE_SIZE);
+        );
+        if let Some(v) = &tokens {
+            grpc = grpc.with_block_tokens(Arc::clone(v));
+        }
+        let svc = DatanodeServiceServer::new(grpc)
+            .max_decoding_message_size(MAX_MESSAGE_SIZE)
+            .max_encoding_message_size(MAX_MESSAGE_SIZE);
         let (registry, rpc_metrics) = crate::observability::registry(&metrics, &faults, &store);
         let metrics_server = match config.metrics_listen {
             Some(addr) => Some(
@@ -286,12 +307,16 @@ impl Datanode {
             health,
         };
         if let Some(om) = &config.om {
-            register(om, &dn.details).await?;
+            let secrets = register(om, &dn.details).await?;
+            if let Some(v) = &tokens {
+                v.update(secrets);
+            }
             dn.heartbeats = Some(tokio::spawn(run_heartbeats(
                 om.clone(),
                 dn.details.clone(),
                 Arc::clone(&dn.store),
                 Arc::clone(&dn.metrics),
+                tokens.clone(),
                 config.heartbeat_interval,
             )));
             dn.block_reports = Some(tokio::spawn(run_block_reports(
@@ -399,20 +424,27 @@ impl Drop for Datanode {
 
 /// Registers `details` with the om at `om`, retrying for up to 10 s while the
 /// om is not reachable yet.
-async fn register(om: &str, details: &DatanodeDetails) -> Result<(), DatanodeError> {
+/// Registers `details` with the om at `om`, retrying for 10 s; returns the
+/// block token secrets the om answered with (none with security off).
+async fn register(
+    om: &str,
+    details: &DatanodeDetails,
+) -> Result<Vec<BlockTokenSecret>, DatanodeError> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let attempt = async {
             let mut client = OzoneManagerServiceClient::connect(format!("http://{om}")).await?;
-            client
+            let answer = client
                 .register_datanode(om_pb::RegisterDatanodeRequest {
                     datanode: Some(details.clone().into()),
                 })
-                .await?;
-            Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+                .await?
+                .into_inner();
+            let secrets = crate::heartbeat::secrets(answer.block_token_secrets)?;
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(secrets)
         };
         match attempt.await {
-            Ok(()) => return Ok(()),
+            Ok(secrets) => return Ok(secrets),
             Err(e) if tokio::time::Instant::now() < deadline => {
                 tracing::debug!(om, error = %e, "registration failed; retrying");
                 tokio::time::sleep(Duration::from_millis(200)).await;

@@ -16,6 +16,8 @@ use crate::reconstruction::{
     EcReconstructionCommand, EcReconstructionCoordinator, ReconstructionError,
 };
 use crate::storage::{ContainerStore, MAX_READ_LEN};
+use crate::tokens::BlockTokenVerifier;
+use proto_crate::block_token::AccessModes;
 
 /// The datanode's implementation of `DatanodeService`.
 #[derive(Debug, Clone)]
@@ -26,6 +28,8 @@ pub struct DatanodeGrpcService {
     faults: Arc<FaultInjector>,
     budget: Arc<InflightBudget>,
     reconstruction: Arc<EcReconstructionCoordinator>,
+    /// With security on: checks each data RPC's block token.
+    tokens: Option<Arc<BlockTokenVerifier>>,
 }
 
 impl DatanodeGrpcService {
@@ -47,6 +51,28 @@ impl DatanodeGrpcService {
             faults,
             budget,
             reconstruction: Arc::new(EcReconstructionCoordinator::default()),
+            tokens: None,
+        }
+    }
+
+    /// The same service checking block tokens with `verifier` (security on).
+    #[must_use]
+    pub fn with_block_tokens(mut self, verifier: Arc<BlockTokenVerifier>) -> Self {
+        self.tokens = Some(verifier);
+        self
+    }
+
+    /// With security on, checks the call's token for `needed` on `block`.
+    fn authorize(
+        &self,
+        md: &tonic::metadata::MetadataMap,
+        block: Option<BlockId>,
+        needed: AccessModes,
+        rpc: &'static str,
+    ) -> Result<(), Status> {
+        match &self.tokens {
+            Some(v) => v.check(md, block, needed, rpc),
+            None => Ok(()),
         }
     }
 }
@@ -73,7 +99,9 @@ impl DatanodeService for DatanodeGrpcService {
         req: Request<pb::GetBlockRequest>,
     ) -> Result<Response<pb::GetBlockResponse>, Status> {
         self.metrics.record(RpcKind::GetBlock);
-        let id = block_id(req.into_inner().block_id)?;
+        let (md, _, req) = req.into_parts();
+        let id = block_id(req.block_id)?;
+        self.authorize(&md, Some(id), AccessModes::READ, "GetBlock")?;
         self.faults.before(RpcKind::GetBlock, Some(id)).await?;
         let data = self.store.get_block(id)?;
         Ok(Response::new(pb::GetBlockResponse {
@@ -86,8 +114,9 @@ impl DatanodeService for DatanodeGrpcService {
         req: Request<pb::ReadChunkRequest>,
     ) -> Result<Response<pb::ReadChunkResponse>, Status> {
         self.metrics.record(RpcKind::ReadChunk);
-        let req = req.into_inner();
+        let (md, _, req) = req.into_parts();
         let id = block_id(req.block_id)?;
+        self.authorize(&md, Some(id), AccessModes::READ, "ReadChunk")?;
         let chunk = req
             .chunk
             .ok_or(ProtocolError::MissingField("chunk"))
@@ -109,8 +138,9 @@ impl DatanodeService for DatanodeGrpcService {
         req: Request<pb::WriteChunkRequest>,
     ) -> Result<Response<pb::WriteChunkResponse>, Status> {
         self.metrics.record(RpcKind::WriteChunk);
-        let req = req.into_inner();
+        let (md, _, req) = req.into_parts();
         let id = block_id(req.block_id)?;
+        self.authorize(&md, Some(id), AccessModes::WRITE, "WriteChunk")?;
         let chunk = chunk(req.chunk)?;
         let n = req.data.len() as u64;
         self.faults.before(RpcKind::WriteChunk, Some(id)).await?;
@@ -129,13 +159,14 @@ impl DatanodeService for DatanodeGrpcService {
         req: Request<pb::PutBlockRequest>,
     ) -> Result<Response<pb::PutBlockResponse>, Status> {
         self.metrics.record(RpcKind::PutBlock);
-        let req = req.into_inner();
+        let (md, _, req) = req.into_parts();
         let commit = proto_crate::BlockCommit::from_flags(req.eof, req.sync);
         let data = req
             .block_data
             .ok_or(ProtocolError::MissingField("block_data"))
             .and_then(BlockData::try_from)
             .map_err(bad)?;
+        self.authorize(&md, Some(data.block_id), AccessModes::WRITE, "PutBlock")?;
         self.faults
             .before(RpcKind::PutBlock, Some(data.block_id))
             .await?;
@@ -154,7 +185,9 @@ impl DatanodeService for DatanodeGrpcService {
         req: Request<pb::ListBlockRequest>,
     ) -> Result<Response<pb::ListBlockResponse>, Status> {
         self.metrics.record(RpcKind::ListBlock);
-        let req = req.into_inner();
+        let (md, _, req) = req.into_parts();
+        // Lists blocks of a whole container: the om's service token only.
+        self.authorize(&md, None, AccessModes::READ, "ListBlock")?;
         let blocks = self
             .store
             .list_blocks(req.container_id, req.start_local_id, req.count)?;
@@ -168,7 +201,9 @@ impl DatanodeService for DatanodeGrpcService {
         req: Request<pb::GetCommittedBlockLengthRequest>,
     ) -> Result<Response<pb::GetCommittedBlockLengthResponse>, Status> {
         self.metrics.record(RpcKind::GetCommittedBlockLength);
-        let id = block_id(req.into_inner().block_id)?;
+        let (md, _, req) = req.into_parts();
+        let id = block_id(req.block_id)?;
+        self.authorize(&md, Some(id), AccessModes::READ, "GetCommittedBlockLength")?;
         let data = self.store.get_block(id)?;
         Ok(Response::new(pb::GetCommittedBlockLengthResponse {
             block_id: Some(id.into()),
@@ -181,9 +216,9 @@ impl DatanodeService for DatanodeGrpcService {
         req: Request<pb::CreateContainerRequest>,
     ) -> Result<Response<pb::CreateContainerResponse>, Status> {
         self.metrics.record(RpcKind::CreateContainer);
-        self.store
-            .create_container(req.into_inner().container_id)
-            .await?;
+        let (md, _, req) = req.into_parts();
+        self.authorize(&md, None, AccessModes::WRITE, "CreateContainer")?;
+        self.store.create_container(req.container_id).await?;
         Ok(Response::new(pb::CreateContainerResponse {}))
     }
 
@@ -192,7 +227,8 @@ impl DatanodeService for DatanodeGrpcService {
         req: Request<pb::DeleteBlocksRequest>,
     ) -> Result<Response<pb::DeleteBlocksResponse>, Status> {
         self.metrics.record(RpcKind::DeleteBlocks);
-        let req = req.into_inner();
+        let (md, _, req) = req.into_parts();
+        self.authorize(&md, None, AccessModes::DELETE, "DeleteBlocks")?;
         if !req.datanode_uuid.is_empty() && *req.datanode_uuid != *self.uuid {
             return Err(bad(ProtocolError::InvalidField {
                 field: "datanode_uuid",
@@ -214,8 +250,25 @@ impl DatanodeService for DatanodeGrpcService {
         self.metrics.record(RpcKind::ReconstructEcGroup);
         let reconstruction_status =
             |e: ReconstructionError| proto_crate::status(e.code(), e.to_string());
-        let cmd =
-            EcReconstructionCommand::try_from(req.into_inner()).map_err(reconstruction_status)?;
+        let (md, _, req) = req.into_parts();
+        let group = BlockId {
+            container_id: req.container_id,
+            local_id: req.local_id,
+            replica_index: None,
+        };
+        // The coordinator reads the sources and writes the targets with the
+        // same token, so it must allow both on every index of the group.
+        self.authorize(
+            &md,
+            Some(group),
+            AccessModes::READ_WRITE,
+            "ReconstructEcGroup",
+        )?;
+        let mut cmd = EcReconstructionCommand::try_from(req).map_err(reconstruction_status)?;
+        cmd.token = proto_crate::block_token::carried(&md)
+            .ok()
+            .flatten()
+            .map(proto_crate::block_token::BlockToken::from_bytes);
         let report = self
             .reconstruction
             .reconstruct(&cmd)

@@ -10,6 +10,7 @@
 //! A failed location is reported as an [`IndexFailure`] naming the replica
 //! index and datanode, so that the proxy can exclude it and retry.
 
+use block_stream::BlockTokenSource;
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
@@ -58,11 +59,14 @@ pub(crate) struct IndexLocation {
 /// Lists, for every replica index 1..=d+p, the locations of the group's
 /// pipeline that are not in `excluded` ((replica index, datanode uuid)
 /// pairs), primary first then spare replicas.
+///
+/// Each location's client sends `token`'s block token (security on).
 pub(crate) fn choose_locations(
     ctx: &ReadContext,
     group: &BlockGroup,
     ec: &EcReplicationConfig,
     excluded: &HashSet<(ReplicaIndex, DatanodeId)>,
+    token: Option<&Arc<BlockTokenSource>>,
 ) -> Result<Vec<Vec<IndexLocation>>> {
     let mut out = Vec::with_capacity(ec.total());
     for r in ec.replica_indexes() {
@@ -71,7 +75,7 @@ pub(crate) fn choose_locations(
             if !excluded.contains(&(r, d.uuid.clone())) {
                 usable.push(IndexLocation {
                     uuid: d.uuid.clone(),
-                    client: ctx.xceivers.client(&d.address)?,
+                    client: ctx.xceivers.client(&d.address)?.with_token(token.cloned()),
                 });
             }
         }
@@ -255,8 +259,9 @@ impl EcBlockInputStream {
         group: &BlockGroup,
         ec: EcReplicationConfig,
         excluded: &HashSet<(ReplicaIndex, DatanodeId)>,
+        token: Option<&Arc<BlockTokenSource>>,
     ) -> Result<Self> {
-        let locations = choose_locations(ctx, group, &ec, excluded)?;
+        let locations = choose_locations(ctx, group, &ec, excluded, token)?;
         EcReadMetrics::inc(&ctx.ec_metrics.ec_readers_created);
         Ok(Self {
             streams: IndexStreams::new(

@@ -25,6 +25,7 @@
 //! The state lock is held only to clone or swap the current reader, never
 //! across I/O.
 
+use block_stream::BlockTokenSource;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -73,6 +74,9 @@ struct ProxyState {
 #[derive(Debug)]
 pub struct EcBlockInputStreamProxy {
     ctx: Arc<ReadContext>,
+    /// The group's block token (security on), shared by every reader the
+    /// proxy builds and renewed through the om when refused.
+    token: Option<Arc<BlockTokenSource>>,
     /// (bucket, key) the group belongs to, to look its locations up again.
     key: (String, String),
     /// Container and local id: the group's identity across refreshes.
@@ -100,9 +104,11 @@ impl EcBlockInputStreamProxy {
         group: BlockGroup,
         ec: EcReplicationConfig,
     ) -> Result<Self> {
-        let reader = EcBlockInputStream::new(&ctx, &group, ec, &HashSet::new())?;
+        let token = crate::block_tokens::for_reader(&ctx.om, (&key.0, &key.1), &group);
+        let reader = EcBlockInputStream::new(&ctx, &group, ec, &HashSet::new(), token.as_ref())?;
         Ok(Self {
             ctx,
+            token,
             key,
             id: (group.container_id, group.local_id),
             length: group.length,
@@ -141,7 +147,13 @@ impl EcBlockInputStreamProxy {
         };
         match (self.ctx.config.read_mode, &reader) {
             (ReadMode::ReaderPerCall, ActiveReader::Striped(_)) => {
-                let fresh = EcBlockInputStream::new(&self.ctx, &group, self.ec, &excluded)?;
+                let fresh = EcBlockInputStream::new(
+                    &self.ctx,
+                    &group,
+                    self.ec,
+                    &excluded,
+                    self.token.as_ref(),
+                )?;
                 Ok((ActiveReader::Striped(Arc::new(fresh)), generation, probe))
             }
             _ => Ok((reader, generation, probe)),
@@ -169,7 +181,13 @@ impl EcBlockInputStreamProxy {
             None => self.lock().group.clone(),
         };
         // Build first: a failure leaves the proxy as it was.
-        let reader = EcBlockInputStream::new(&self.ctx, &group, self.ec, &HashSet::new())?;
+        let reader = EcBlockInputStream::new(
+            &self.ctx,
+            &group,
+            self.ec,
+            &HashSet::new(),
+            self.token.as_ref(),
+        )?;
         let mut st = self.lock();
         if st.generation != generation {
             return Ok(());
@@ -199,7 +217,13 @@ impl EcBlockInputStreamProxy {
             return Ok(());
         }
         let group = st.group.clone();
-        let locations = choose_locations(&self.ctx, &group, &self.ec, &st.excluded)?;
+        let locations = choose_locations(
+            &self.ctx,
+            &group,
+            &self.ec,
+            &st.excluded,
+            self.token.as_ref(),
+        )?;
         let layout = ec_codec::BlockGroupLayout::new(self.ec, self.length);
         let striped_ok = (0..layout.expected_data_locations())
             .all(|unit| locations.get(unit).is_some_and(|l| !l.is_empty()));
@@ -215,6 +239,7 @@ impl EcBlockInputStreamProxy {
                 &group,
                 self.ec,
                 &st.excluded,
+                self.token.as_ref(),
             )?))
         } else {
             ActiveReader::Reconstructed(Arc::new(EcBlockReconstructedStripeInputStream::new(
@@ -222,6 +247,7 @@ impl EcBlockInputStreamProxy {
                 &group,
                 self.ec,
                 &st.excluded,
+                self.token.as_ref(),
             )?))
         };
         st.generation += 1;

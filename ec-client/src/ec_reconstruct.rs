@@ -13,6 +13,7 @@
 //! fewer than d units survive the read fails with
 //! [`ClientError::InsufficientLocations`], never with partial data.
 
+use block_stream::BlockTokenSource;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 
@@ -46,8 +47,9 @@ impl EcBlockReconstructedStripeInputStream {
         group: &BlockGroup,
         ec: EcReplicationConfig,
         excluded: &HashSet<(ReplicaIndex, DatanodeId)>,
+        token: Option<&Arc<BlockTokenSource>>,
     ) -> Result<Self> {
-        let locations = choose_locations(ctx, group, &ec, excluded)?;
+        let locations = choose_locations(ctx, group, &ec, excluded, token)?;
         let mut lost = BTreeMap::new();
         for (r, locs) in ec.replica_indexes().zip(&locations) {
             if locs.is_empty() {

@@ -64,11 +64,17 @@ impl KeyReader {
                     ec,
                 )?),
                 ReplicationConfig::Replicated { .. } => {
+                    let token =
+                        crate::block_tokens::for_reader(&ctx.om, (&info.bucket, &info.name), g);
                     let locations = g
                         .pipeline
                         .datanodes()
                         .into_iter()
-                        .map(|d| ctx.xceivers.client(&d.address))
+                        .map(|d| {
+                            ctx.xceivers
+                                .client(&d.address)
+                                .map(|c| c.with_token(token.clone()))
+                        })
                         .collect::<std::result::Result<Vec<_>, _>>()?;
                     GroupReader::Replicated(BlockInputStream::new(
                         g.id(),

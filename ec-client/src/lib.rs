@@ -16,6 +16,7 @@
 //! Layering: uses `block-stream`, `ec-codec` and `proto-crate`; never the
 //! datanode, om or minicluster crates (tests use the minicluster as a dev-dependency).
 
+mod block_tokens;
 pub mod blocking;
 mod client;
 mod config;

@@ -1,5 +1,6 @@
 //! Typed calls to the om over gRPC, each bounded by the om deadline.
 
+use proto_crate::block_token::BlockToken;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
@@ -524,6 +525,28 @@ impl OmClient {
         self.call("RenewKey", c.renew_key(pb::RenewKeyRequest { session_id }))
             .await?;
         Ok(())
+    }
+
+    /// A fresh block token of group `container_id:local_id` for `owner`
+    /// (the om's `GetBlockToken`); `None` when the om runs without security.
+    pub(crate) async fn get_block_token(
+        &self,
+        owner: pb::get_block_token_request::Owner,
+        container_id: u64,
+        local_id: u64,
+    ) -> Result<Option<BlockToken>> {
+        let mut c = self.inner.clone();
+        let r = self
+            .call(
+                "GetBlockToken",
+                c.get_block_token(pb::GetBlockTokenRequest {
+                    owner: Some(owner),
+                    container_id,
+                    local_id,
+                }),
+            )
+            .await?;
+        Ok((!r.token.is_empty()).then(|| BlockToken::from_bytes(r.token)))
     }
 
     pub(crate) async fn lookup_key(&self, bucket: &str, key: &str) -> Result<KeyInfo> {

@@ -232,11 +232,19 @@ impl ReplicatedKeyOutputStream {
                 )
                 .await?;
             let cfg = self.shared.read.xceivers.config();
+            let token =
+                crate::block_tokens::for_writer(&self.shared.om, self.state.session_id(), &group);
             let clients = group
                 .pipeline
                 .datanodes()
                 .into_iter()
-                .map(|d| self.shared.read.xceivers.client(&d.address))
+                .map(|d| {
+                    self.shared
+                        .read
+                        .xceivers
+                        .client(&d.address)
+                        .map(|c| c.with_token(token.clone()))
+                })
                 .collect::<std::result::Result<Vec<_>, _>>()?;
             let stream = BlockOutputStream::new(
                 group.id(),

@@ -167,6 +167,7 @@ impl StripeWriter {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(group.clone());
             let cfg = self.shared.read.xceivers.config();
+            let token = crate::block_tokens::for_writer(&self.shared.om, self.session_id, &group);
             let mut streams = Vec::with_capacity(self.ec.total());
             for ri in self.ec.replica_indexes() {
                 let node = group.pipeline.nodes_for(ri).next().ok_or_else(|| {
@@ -177,7 +178,13 @@ impl StripeWriter {
                 })?;
                 streams.push(BlockOutputStream::new(
                     group.block_id(ri),
-                    vec![self.shared.read.xceivers.client(&node.address)?],
+                    vec![
+                        self.shared
+                            .read
+                            .xceivers
+                            .client(&node.address)?
+                            .with_token(token.clone()),
+                    ],
                     cfg.checksum_type,
                     cfg.bytes_per_checksum,
                 )?);

@@ -28,7 +28,9 @@ async fn datanode_rejects_bad_reads() {
         .expect("put");
     let g = &info.block_groups[0];
     let node = g.pipeline.nodes_for(ri(1)).next().expect("index 1");
-    let dn = block_stream::XceiverClientManager::direct(&node.address).expect("client");
+    let dn = block_stream::XceiverClientManager::direct(&node.address)
+        .expect("client")
+        .with_fixed_token(g.token.as_ref());
 
     let err = dn.get_block(g.block_id(ri(2))).await.unwrap_err();
     assert_eq!(
@@ -60,7 +62,15 @@ async fn datanode_rejects_bad_reads() {
         local_id: g.local_id + 1000,
         ..g.block_id(ri(1))
     };
-    let err = dn.get_block(missing).await.unwrap_err();
+    // The key's token covers only its own group: probing another block
+    // takes the om's service token.
+    let service = cluster.om().service_token().expect("service token");
+    let err = block_stream::XceiverClientManager::direct(&node.address)
+        .expect("client")
+        .with_fixed_token(service.as_ref())
+        .get_block(missing)
+        .await
+        .unwrap_err();
     assert_eq!(code_of(&err), Some(ResultCode::NoSuchBlock), "{err}");
     cluster.shutdown().await;
 }

@@ -17,7 +17,9 @@ use proto_crate::{BlockData, DatanodeId, ReplicaIndex};
 async fn stored_block(info: &KeyInfo, r: ReplicaIndex) -> (BlockData, Vec<u8>) {
     let g = &info.block_groups[0];
     let node = g.pipeline.nodes_for(r).next().expect("a location");
-    let dn = XceiverClientManager::direct(&node.address).expect("client");
+    let dn = XceiverClientManager::direct(&node.address)
+        .expect("client")
+        .with_fixed_token(g.token.as_ref());
     let block = dn.get_block(g.block_id(r)).await.expect("block record");
     let mut bytes = Vec::new();
     for c in &block.chunks {

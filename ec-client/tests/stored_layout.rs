@@ -33,7 +33,9 @@ async fn stored_internal_block_lengths_match_layout() {
             let layout = BlockGroupLayout::new(rs32(), g.length);
             for r in rs32().replica_indexes() {
                 let node = g.pipeline.nodes_for(r).next().expect("location per index");
-                let dn = block_stream::XceiverClientManager::direct(&node.address).expect("client");
+                let dn = block_stream::XceiverClientManager::direct(&node.address)
+                    .expect("client")
+                    .with_fixed_token(g.token.as_ref());
                 let block = dn
                     .get_block(g.block_id(r))
                     .await
@@ -81,7 +83,9 @@ async fn key_smaller_than_a_cell_has_short_parity_and_empty_records() {
     let mut sizes = Vec::new();
     for r in rs32().replica_indexes() {
         let node = g.pipeline.nodes_for(r).next().expect("location");
-        let dn = block_stream::XceiverClientManager::direct(&node.address).expect("client");
+        let dn = block_stream::XceiverClientManager::direct(&node.address)
+            .expect("client")
+            .with_fixed_token(g.token.as_ref());
         sizes.push(dn.get_block(g.block_id(r)).await.expect("record").size);
     }
     assert_eq!(sizes, vec![100, 0, 0, 100, 100]);

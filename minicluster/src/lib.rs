@@ -110,6 +110,9 @@ pub struct MiniClusterConfig {
     /// The om's clock of leases and liveness (default the system clock;
     /// tests pass an [`om::ManualClock`] to step time instead of waiting).
     pub om_clock: Option<Arc<dyn om::Clock>>,
+    /// Security (default on, with the om's default token lifetime): the om
+    /// hands out block tokens and every datanode checks them. `None`: off.
+    pub security: Option<om::BlockTokenConfig>,
 }
 
 impl Default for MiniClusterConfig {
@@ -129,6 +132,7 @@ impl Default for MiniClusterConfig {
             max_open_files: datanode::DEFAULT_MAX_OPEN_FILES,
             deletion_grace: Duration::from_secs(1),
             om_clock: None,
+            security: Some(om::BlockTokenConfig::default()),
         }
     }
 }
@@ -209,9 +213,17 @@ impl MiniClusterConfig {
         self
     }
 
+    /// Sets security: block tokens as `tokens` says, or off with `None`.
+    #[must_use]
+    pub fn with_security(mut self, tokens: Option<om::BlockTokenConfig>) -> Self {
+        self.security = tokens;
+        self
+    }
+
     fn datanode_config(&self, listen: SocketAddr, dir: &Path, om: &str) -> DatanodeConfig {
         DatanodeConfig::new(listen, dir)
             .with_om(om.to_string())
+            .with_security(self.security.is_some())
             .with_fault_injection(true)
             .with_heartbeat_interval(self.heartbeat_interval)
             .with_block_report_interval(self.block_report_interval)
@@ -460,6 +472,10 @@ impl MiniCluster {
             .with_deletion_grace(config.deletion_grace);
         let om_config = match &config.om_clock {
             Some(c) => om_config.with_clock(Arc::clone(c)),
+            None => om_config,
+        };
+        let om_config = match config.security {
+            Some(tokens) => om_config.with_security(tokens),
             None => om_config,
         };
         let om = Arc::new(OzoneManager::open(om_config)?);

@@ -14,6 +14,7 @@
 //! [`MAX_REPORTED_BLOCKS`] per datanode, for registered datanodes only; candidates checked per
 //! pass are capped at [`MAX_CHECKS_PER_PASS`].
 
+use proto_crate::block_token::BlockToken;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -263,16 +264,19 @@ enum Check {
     Unknown,
 }
 
-async fn check(c: &Candidate) -> Check {
+async fn check(c: &Candidate, token: Option<&BlockToken>) -> Check {
     let ask = async {
         let mut client = crate::reconstruction::datanode_client(&c.datanode)
             .await
             .ok()?;
         Some(
             client
-                .get_block(dn_pb::GetBlockRequest {
-                    block_id: Some(c.block.into()),
-                })
+                .get_block(proto_crate::block_token::request(
+                    dn_pb::GetBlockRequest {
+                        block_id: Some(c.block.into()),
+                    },
+                    token,
+                ))
                 .await,
         )
     };
@@ -355,12 +359,21 @@ impl OzoneManager {
     /// hold as missing and the ones it does as checked against their report. Returns how many
     /// were found missing.
     pub(crate) async fn check_candidates(&self, candidates: Vec<Candidate>) -> usize {
+        // With security on, the checks carry the om's service token.
+        let token = match self.service_token() {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "no service token; block report checks skipped");
+                return 0;
+            }
+        };
         let mut found = 0;
         for batch in candidates.chunks(CHECKS_IN_FLIGHT) {
             let mut set = tokio::task::JoinSet::new();
             for c in batch.iter().cloned() {
+                let token = token.clone();
                 set.spawn(async move {
-                    let answer = check(&c).await;
+                    let answer = check(&c, token.as_ref()).await;
                     (c, answer)
                 });
             }

@@ -372,6 +372,8 @@ impl OzoneManager {
             .filter(|s| s.state == crate::NodeState::Healthy)
             .map(|s| s.details.uuid)
             .collect();
+        // With security on, DeleteBlocks carries the om's service token.
+        let token = self.service_token()?;
         let mut sends = tokio::task::JoinSet::new();
         for b in batches {
             let Some(dn) = self.datanode(&b.uuid) else {
@@ -385,8 +387,9 @@ impl OzoneManager {
             if b.blocks.is_empty() || !healthy.contains(dn.uuid.as_str()) {
                 continue;
             }
+            let token = token.clone();
             sends.spawn(async move {
-                let r = send_delete(&dn, &b.blocks).await;
+                let r = send_delete(&dn, &b.blocks, token.as_ref()).await;
                 (dn, b.blocks, r)
             });
         }
@@ -420,6 +423,7 @@ async fn spawn_db(f: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()>
 async fn send_delete(
     dn: &DatanodeDetails,
     blocks: &[Pending],
+    token: Option<&proto_crate::block_token::BlockToken>,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let call = async {
         let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", dn.address))?
@@ -427,17 +431,20 @@ async fn send_delete(
             .connect()
             .await?;
         let mut c = DatanodeServiceClient::new(channel);
-        c.delete_blocks(dn_pb::DeleteBlocksRequest {
-            datanode_uuid: dn.uuid.to_string(),
-            block_ids: blocks
-                .iter()
-                .map(|&(container_id, local_id, replica_index)| dn_pb::BlockId {
-                    container_id,
-                    local_id,
-                    replica_index,
-                })
-                .collect(),
-        })
+        c.delete_blocks(proto_crate::block_token::request(
+            dn_pb::DeleteBlocksRequest {
+                datanode_uuid: dn.uuid.to_string(),
+                block_ids: blocks
+                    .iter()
+                    .map(|&(container_id, local_id, replica_index)| dn_pb::BlockId {
+                        container_id,
+                        local_id,
+                        replica_index,
+                    })
+                    .collect(),
+            },
+            token,
+        ))
         .await?;
         Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
     };

@@ -109,6 +109,9 @@ pub enum OmError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// An invariant of the om's own state does not hold.
+    #[error("internal error: {0}")]
+    Internal(String),
     /// A database task on the blocking pool panicked or was cancelled.
     #[error("database task: {0}")]
     Task(#[from] tokio::task::JoinError),
@@ -140,6 +143,7 @@ impl OmError {
             | Self::DataDirLock(_)
             | Self::Db(_)
             | Self::CorruptRecord { .. }
+            | Self::Internal(_)
             | Self::Task(_) => OmErrorCode::Internal,
         }
     }

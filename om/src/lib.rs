@@ -23,6 +23,7 @@
 //! Layering: depends on `proto-crate` only.
 
 mod block_reports;
+mod block_tokens;
 mod clock;
 mod completed;
 mod conditions;
@@ -46,6 +47,9 @@ mod service;
 mod sessions;
 
 pub use block_reports::{BlockReport, MAX_CHECKS_PER_PASS, MAX_REPORTED_BLOCKS};
+pub use block_tokens::{
+    BlockTokenConfig, DEFAULT_BLOCK_TOKEN_LIFETIME, MIN_BLOCK_TOKEN_LIFETIME, TokenOwner,
+};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use completed::COMPLETION_RETRY_WINDOW;
 pub use decommission::OperationalState;

@@ -52,6 +52,14 @@ struct Args {
     /// picks a free one; its URL is printed at start).
     #[arg(long, value_name = "HOST:PORT")]
     metrics_listen: Option<SocketAddr>,
+    /// Security: hand out a block token with every block location (datanodes
+    /// started with `--security` refuse data RPCs without a valid one).
+    #[arg(long)]
+    security: bool,
+    /// Seconds a block token stays valid (and one signing key signs); keys
+    /// rotate on this period and are kept until their last token expires.
+    #[arg(long, default_value_t = om::DEFAULT_BLOCK_TOKEN_LIFETIME.as_secs_f64())]
+    block_token_lifetime: f64,
     /// Log lines as `text` or `json` (one object per line). The filter is
     /// RUST_LOG's (default: info).
     #[arg(long, default_value = "text", value_name = "FORMAT")]
@@ -98,6 +106,17 @@ async fn main() -> anyhow::Result<()> {
             Duration::try_from_secs_f64(args.deletion_grace)
                 .context("--deletion-grace must be a number of seconds")?,
         );
+    let lifetime = seconds(args.block_token_lifetime, "--block-token-lifetime")?;
+    anyhow::ensure!(
+        lifetime >= om::MIN_BLOCK_TOKEN_LIFETIME,
+        "--block-token-lifetime must be at least {} s",
+        om::MIN_BLOCK_TOKEN_LIFETIME.as_secs_f64()
+    );
+    let config = if args.security {
+        config.with_security(om::BlockTokenConfig { lifetime })
+    } else {
+        config
+    };
     let om = OzoneManager::open(config).context("opening the om database")?;
     let server = OmServer::start_with_metrics(args.listen, Arc::new(om), args.metrics_listen)
         .await

@@ -78,6 +78,10 @@ pub struct OmConfig {
     pub clock: Arc<dyn Clock>,
     /// Limits of the ReplicationManager's repairs.
     pub repair: crate::RepairConfig,
+    /// Security (`--security`): block tokens with every block location
+    /// handed out, checked by datanodes that run with security too. `None`
+    /// (the default): no tokens.
+    pub block_tokens: Option<crate::BlockTokenConfig>,
 }
 
 impl OmConfig {
@@ -95,7 +99,15 @@ impl OmConfig {
             deletion_grace: DEFAULT_DELETION_GRACE,
             clock: Arc::new(SystemClock),
             repair: crate::RepairConfig::default(),
+            block_tokens: None,
         }
+    }
+
+    /// Turns security on: block tokens as `tokens` says.
+    #[must_use]
+    pub fn with_security(mut self, tokens: crate::BlockTokenConfig) -> Self {
+        self.block_tokens = Some(tokens);
+        self
     }
 
     /// Sets the ReplicationManager's limits.
@@ -260,6 +272,8 @@ pub struct OzoneManager {
     pub(crate) repair: crate::replication_manager::RepairState,
     /// The datanodes' last block reports and what checking them found.
     pub(crate) block_reports: Arc<crate::block_reports::BlockReports>,
+    /// Block token secrets, with security on.
+    pub(crate) tokens: Option<crate::block_tokens::BlockTokenSecretManager>,
     /// Exclusive ownership of the data dir; released with the om.
     _lock: DirLock,
 }
@@ -321,6 +335,7 @@ impl OzoneManager {
             txn.open_table(crate::decommission::OP_STATES)?;
             txn.open_table(crate::completed::COMPLETED)?;
             txn.open_table(crate::completed::COMPLETED_BY_TIME)?;
+            txn.open_table(crate::block_tokens::BLOCK_TOKEN_KEYS)?;
         }
         txn.commit()?;
         let lost = reclaim_lost_sessions(&db)?;
@@ -364,7 +379,12 @@ impl OzoneManager {
             epoch
         };
         state.next_session = epoch << 32;
+        let tokens = config
+            .block_tokens
+            .map(|c| crate::block_tokens::BlockTokenSecretManager::open(&db, c))
+            .transpose()?;
         let om = Self {
+            tokens,
             config,
             db,
             state: Mutex::new(state),

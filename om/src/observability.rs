@@ -26,7 +26,7 @@ use crate::{NodeState, OzoneManager};
 
 /// The gRPC methods the om serves (`OzoneManagerService` and `OmAdminService`):
 /// the values of the `method` label.
-pub(crate) const OM_METHODS: [&str; 28] = [
+pub(crate) const OM_METHODS: [&str; 29] = [
     "RegisterDatanode",
     "ListDatanodes",
     "Heartbeat",
@@ -45,6 +45,7 @@ pub(crate) const OM_METHODS: [&str; 28] = [
     "DeleteKey",
     "SetKeyMetadata",
     "RenameKey",
+    "GetBlockToken",
     "InitiateMultipartUpload",
     "OpenPart",
     "CommitPart",

@@ -58,7 +58,8 @@ pub async fn reconstruct_ec_indexes(
     targets: &[(ReplicaIndex, DatanodeId)],
 ) -> Result<KeyInfo, OmError> {
     reconstruct_group(om, &GroupOwner::key(bucket, key), group, targets).await?;
-    om.lookup_key(bucket, key)
+    // The key as a client would see it: with READ tokens when security is on.
+    om.with_read_tokens(om.lookup_key(bucket, key)?, "om")
 }
 
 /// [`reconstruct_ec_indexes`] for group `group` of any owner: a committed key or a part of a
@@ -125,7 +126,13 @@ pub(crate) async fn reconstruct_group(
             .collect(),
     };
     let block = (g.container_id, g.local_id);
-    let outcome = match rebuild(request, &placed[0].datanode).await {
+    // The coordinator reads and writes the group's indexes with this token.
+    let token = om.mint(
+        proto_crate::block_token::TokenScope::group_of(g.id()),
+        proto_crate::block_token::AccessModes::READ_WRITE,
+        "om",
+    )?;
+    let outcome = match rebuild(request, token.as_ref(), &placed[0].datanode).await {
         Ok(()) => {
             let removed: Vec<BlockLocation> = g
                 .pipeline
@@ -150,9 +157,11 @@ pub(crate) async fn reconstruct_group(
 /// Sends `request` to `coordinator` and waits for its answer.
 async fn rebuild(
     request: dn_pb::ReconstructEcGroupRequest,
+    token: Option<&proto_crate::block_token::BlockToken>,
     coordinator: &DatanodeDetails,
 ) -> Result<(), OmError> {
     let mut client = datanode_client(coordinator).await?;
+    let request = proto_crate::block_token::request(request, token);
     let answer = tokio::time::timeout(RECONSTRUCTION_TIMEOUT, client.reconstruct_ec_group(request))
         .await
         .map_err(|_| {

@@ -184,6 +184,7 @@ mod tests {
                 local_id: 2,
                 length: 10,
                 pipeline: Pipeline { locations },
+                token: None,
             }],
             block_size: 1 << 20,
             created_unix_ms: 0,

@@ -33,11 +33,14 @@ use crate::{OmError, OzoneManager};
 /// naming the datanode and call that failed mid-copy (the target may then hold part of the
 /// block), a checksum mismatch, or a target that committed another length.
 pub(crate) async fn copy_block(
+    om: &OzoneManager,
     sources: &[DatanodeDetails],
     target: &DatanodeDetails,
     block: BlockId,
     expected: u64,
 ) -> Result<u64, OmError> {
+    // With security on, the copy's reads and writes carry the service token.
+    let token = om.service_token()?;
     let failed = |d: &DatanodeDetails, e: BlockStreamError| {
         OmError::ReplicationFailed(format!("copy of {block} via {d}: {e}"))
     };
@@ -45,7 +48,7 @@ pub(crate) async fn copy_block(
     let mut chosen = None;
     for source in sources {
         let src = match XceiverClientManager::direct(&source.address) {
-            Ok(c) => c,
+            Ok(c) => c.with_fixed_token(token.as_ref()),
             Err(e) => {
                 refused.push(format!("{source}: {e}"));
                 continue;
@@ -69,7 +72,9 @@ pub(crate) async fn copy_block(
             refused.join("; ")
         )));
     };
-    let dst = XceiverClientManager::direct(&target.address).map_err(|e| failed(target, e))?;
+    let dst = XceiverClientManager::direct(&target.address)
+        .map_err(|e| failed(target, e))?
+        .with_fixed_token(token.as_ref());
     for chunk in &data.chunks {
         let bytes = src
             .read_chunk(block, chunk, chunk.offset, chunk.len)
@@ -178,7 +183,7 @@ pub async fn add_replica(
     let target = target_outside(om, g, group, target)?;
     let block = g.block_id(replica_index);
     let expected = replica_len(&info.replication, g, replica_index)?;
-    let size = copy_block(std::slice::from_ref(&source), &target, block, expected).await?;
+    let size = copy_block(om, std::slice::from_ref(&source), &target, block, expected).await?;
     om.add_location(
         bucket,
         key,

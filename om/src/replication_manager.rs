@@ -670,6 +670,7 @@ impl OzoneManager {
                             from.replica_index,
                         )?;
                         crate::replication::copy_block(
+                            self,
                             std::slice::from_ref(&from.datanode),
                             to,
                             block_id(from.replica_index),
@@ -723,6 +724,7 @@ impl OzoneManager {
                 let outcome = async {
                     for t in targets {
                         crate::replication::copy_block(
+                            self,
                             &from,
                             t,
                             block_id(None),

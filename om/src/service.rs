@@ -10,7 +10,7 @@ use proto_crate::{
 };
 use tonic::{Request, Response, Status};
 
-use crate::{NodeStats, OmError, OzoneManager};
+use crate::{NodeStats, OmError, OzoneManager, TokenOwner};
 
 /// `OzoneManagerService` over an in-process [`OzoneManager`].
 #[derive(Debug, Clone)]
@@ -65,8 +65,15 @@ impl OzoneManagerService for OmGrpcService {
             .ok_or(ProtocolError::MissingField("datanode"))
             .and_then(DatanodeDetails::try_from)
             .map_err(bad)?;
-        self.run(move |om| om.register_datanode(d)).await?;
-        Ok(Response::new(pb::RegisterDatanodeResponse {}))
+        let secrets = self
+            .run(move |om| {
+                om.register_datanode(d)?;
+                om.block_token_secrets()
+            })
+            .await?;
+        Ok(Response::new(pb::RegisterDatanodeResponse {
+            block_token_secrets: secrets.iter().map(Into::into).collect(),
+        }))
     }
 
     async fn list_datanodes(
@@ -97,7 +104,11 @@ impl OzoneManagerService for OmGrpcService {
         } else {
             self.run(move |om| om.heartbeat(&d, stats)).await?;
         }
-        Ok(Response::new(pb::HeartbeatResponse {}))
+        // Rotation (a database write) happens here at most once a lifetime.
+        let secrets = self.run(OzoneManager::block_token_secrets).await?;
+        Ok(Response::new(pb::HeartbeatResponse {
+            block_token_secrets: secrets.iter().map(Into::into).collect(),
+        }))
     }
 
     async fn block_report(
@@ -230,7 +241,10 @@ impl OzoneManagerService for OmGrpcService {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let g = self
-            .run(move |om| om.allocate_block_group(req.session_id, &exclude))
+            .run(move |om| {
+                let g = om.allocate_block_group(req.session_id, &exclude)?;
+                om.with_session_token(req.session_id, g)
+            })
             .await?;
         Ok(Response::new(pb::AllocateBlockGroupResponse {
             block_group: Some(g.into()),
@@ -251,13 +265,14 @@ impl OzoneManagerService for OmGrpcService {
         let condition = condition(req.condition)?;
         let k = self
             .run(move |om| {
-                om.commit_key_if(
+                let k = om.commit_key_if(
                     req.session_id,
                     &groups,
                     req.length,
                     req.metadata.into_iter().collect(),
                     condition,
-                )
+                )?;
+                om.with_read_tokens(k, "")
             })
             .await?;
         Ok(Response::new(pb::CommitKeyResponse {
@@ -290,7 +305,7 @@ impl OzoneManagerService for OmGrpcService {
     ) -> Result<Response<pb::LookupKeyResponse>, Status> {
         let req = req.into_inner();
         let k = self
-            .run(move |om| om.lookup_key(&req.bucket, &req.key))
+            .run(move |om| om.with_read_tokens(om.lookup_key(&req.bucket, &req.key)?, ""))
             .await?;
         Ok(Response::new(pb::LookupKeyResponse {
             key: Some(k.into()),
@@ -309,7 +324,10 @@ impl OzoneManagerService for OmGrpcService {
                     &req.prefix,
                     &req.start_after,
                     req.max_keys as usize,
-                )
+                )?
+                .into_iter()
+                .map(|k| om.with_read_tokens(k, ""))
+                .collect::<Result<Vec<_>, _>>()
             })
             .await?;
         Ok(Response::new(pb::ListKeysResponse {
@@ -335,7 +353,10 @@ impl OzoneManagerService for OmGrpcService {
         let req = req.into_inner();
         let condition = condition(req.condition)?;
         let k = self
-            .run(move |om| om.rename_key(&req.bucket, &req.from_key, &req.to_key, condition))
+            .run(move |om| {
+                let k = om.rename_key(&req.bucket, &req.from_key, &req.to_key, condition)?;
+                om.with_read_tokens(k, "")
+            })
             .await?;
         Ok(Response::new(pb::RenameKeyResponse {
             key: Some(k.into()),
@@ -349,16 +370,38 @@ impl OzoneManagerService for OmGrpcService {
         let req = req.into_inner();
         let k = self
             .run(move |om| {
-                om.set_key_metadata(
+                let k = om.set_key_metadata(
                     &req.bucket,
                     &req.key,
                     &req.prefix,
                     req.entries.into_iter().collect(),
-                )
+                )?;
+                om.with_read_tokens(k, "")
             })
             .await?;
         Ok(Response::new(pb::SetKeyMetadataResponse {
             key: Some(k.into()),
+        }))
+    }
+
+    async fn get_block_token(
+        &self,
+        req: Request<pb::GetBlockTokenRequest>,
+    ) -> Result<Response<pb::GetBlockTokenResponse>, Status> {
+        let req = req.into_inner();
+        let owner = match req.owner {
+            Some(pb::get_block_token_request::Owner::SessionId(id)) => TokenOwner::Session(id),
+            Some(pb::get_block_token_request::Owner::Key(k)) => TokenOwner::Key {
+                bucket: k.bucket,
+                key: k.key,
+            },
+            None => return Err(bad(ProtocolError::MissingField("owner"))),
+        };
+        let token = self
+            .run(move |om| om.block_token_for(&owner, req.container_id, req.local_id))
+            .await?;
+        Ok(Response::new(pb::GetBlockTokenResponse {
+            token: token.map(|t| t.as_bytes().clone()).unwrap_or_default(),
         }))
     }
 
@@ -464,13 +507,14 @@ impl OzoneManagerService for OmGrpcService {
         let condition = condition(req.condition)?;
         let k = self
             .run(move |om| {
-                om.complete_multipart_upload_if(
+                let k = om.complete_multipart_upload_if(
                     &req.upload_id,
                     &parts,
                     req.min_part_size,
                     req.metadata.into_iter().collect(),
                     condition,
-                )
+                )?;
+                om.with_read_tokens(k, "")
             })
             .await?;
         Ok(Response::new(pb::CompleteMultipartUploadResponse {

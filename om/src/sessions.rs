@@ -183,6 +183,7 @@ impl OzoneManager {
                 local_id,
                 length: 0,
                 pipeline: Pipeline { locations },
+                token: None,
             };
         }
         record_open_group(&txn, session_id, &group)?;

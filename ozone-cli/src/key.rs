@@ -331,6 +331,7 @@ pub async fn info_json(client: &Client, target: &str) -> anyhow::Result<serde_js
         for loc in &g.pipeline.locations {
             let length = match block_stream::XceiverClientManager::direct(&loc.datanode.address) {
                 Ok(dn) => match dn
+                    .with_fixed_token(g.token.as_ref())
                     .get_committed_block_length(g.block_id(loc.replica_index))
                     .await
                 {

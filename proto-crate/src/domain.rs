@@ -9,6 +9,7 @@ use std::str::FromStr;
 
 use ec_codec::{EcReplicationConfig, ReplicaIndex};
 
+use crate::block_token::BlockToken;
 use crate::wire::{datanode as dn, om};
 use crate::{DatanodeId, ProtocolError};
 
@@ -555,7 +556,10 @@ impl Pipeline {
 }
 
 /// One block (replicated) or block group (EC) of a key, with where it lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Equality compares the blocks and their places, not [`token`](Self::token):
+/// a token is a credential to reach the group, minted afresh on every answer.
+#[derive(Debug, Clone)]
 pub struct BlockGroup {
     /// Container of every internal block of the group.
     pub container_id: u64,
@@ -565,7 +569,22 @@ pub struct BlockGroup {
     pub length: u64,
     /// Where each replica index lives.
     pub pipeline: Pipeline,
+    /// With security on, in the om's answers: the block token for every
+    /// replica index of the group (READ for a committed key, READ and WRITE
+    /// for a group allocated to a writer). `None` otherwise; never stored.
+    pub token: Option<BlockToken>,
 }
+
+impl PartialEq for BlockGroup {
+    fn eq(&self, other: &Self) -> bool {
+        self.container_id == other.container_id
+            && self.local_id == other.local_id
+            && self.length == other.length
+            && self.pipeline == other.pipeline
+    }
+}
+
+impl Eq for BlockGroup {}
 
 impl BlockGroup {
     /// The id of the group without a replica index: a replicated block's id, and the label of
@@ -604,6 +623,7 @@ impl TryFrom<om::BlockGroup> for BlockGroup {
                     .map(BlockLocation::try_from)
                     .collect::<Result<_, _>>()?,
             },
+            token: (!g.token.is_empty()).then(|| BlockToken::from_bytes(g.token)),
         })
     }
 }
@@ -615,6 +635,7 @@ impl From<BlockGroup> for om::BlockGroup {
             local_id: g.local_id,
             length: g.length,
             locations: g.pipeline.locations.into_iter().map(Into::into).collect(),
+            token: g.token.map(|t| t.as_bytes().clone()).unwrap_or_default(),
         }
     }
 }

@@ -321,6 +321,7 @@ mod tests {
                 local_id: 2,
                 length: 7,
                 pipeline: crate::Pipeline::default(),
+                token: None,
             }],
             modified_unix_ms: 5,
             metadata: BTreeMap::from([("checksum".to_string(), "x".to_string())]),

@@ -41,6 +41,9 @@ pub enum ResultCode {
     BlockClosed,
     /// An EC reconstruction found fewer than d readable source indexes.
     InsufficientSources,
+    /// With security on: the call's block token is missing, forged, expired,
+    /// for another block, or lacks the access mode the call needs.
+    BlockTokenVerificationFailed,
 }
 
 impl ResultCode {
@@ -60,6 +63,7 @@ impl ResultCode {
             Self::Internal => pb::Result::Internal,
             Self::BlockClosed => pb::Result::BlockClosed,
             Self::InsufficientSources => pb::Result::InsufficientSources,
+            Self::BlockTokenVerificationFailed => pb::Result::BlockTokenVerificationFailed,
         }
     }
 
@@ -79,6 +83,7 @@ impl ResultCode {
             pb::Result::Internal => Self::Internal,
             pb::Result::BlockClosed => Self::BlockClosed,
             pb::Result::InsufficientSources => Self::InsufficientSources,
+            pb::Result::BlockTokenVerificationFailed => Self::BlockTokenVerificationFailed,
         }
     }
 
@@ -97,6 +102,7 @@ impl ResultCode {
             Self::ChecksumMismatch => Code::DataLoss,
             Self::Unavailable => Code::Unavailable,
             Self::InsufficientSources => Code::FailedPrecondition,
+            Self::BlockTokenVerificationFailed => Code::PermissionDenied,
         }
     }
 
@@ -118,11 +124,12 @@ impl ResultCode {
             Self::Internal => "INTERNAL",
             Self::BlockClosed => "BLOCK_CLOSED",
             Self::InsufficientSources => "INSUFFICIENT_SOURCES",
+            Self::BlockTokenVerificationFailed => "BLOCK_TOKEN_VERIFICATION_FAILED",
         }
     }
 
     /// Every code, for CLIs that accept a code by [`name`](Self::name).
-    pub const ALL: [ResultCode; 14] = [
+    pub const ALL: [ResultCode; 15] = [
         Self::Unspecified,
         Self::ContainerNotFound,
         Self::NoSuchBlock,
@@ -137,6 +144,7 @@ impl ResultCode {
         Self::Internal,
         Self::BlockClosed,
         Self::InsufficientSources,
+        Self::BlockTokenVerificationFailed,
     ];
 
     /// Looks a code up by its [`name`](Self::name), case-insensitively.

@@ -65,6 +65,13 @@ pub(crate) struct MiniclusterArgs {
     /// Seconds without a heartbeat before the om marks a datanode DEAD.
     #[arg(long, default_value_t = 10.0)]
     dead_after: f64,
+    /// Run without security: no block tokens (on by default: every data
+    /// RPC must carry a block token the om issued).
+    #[arg(long)]
+    no_security: bool,
+    /// Seconds a block token stays valid (with security on).
+    #[arg(long, default_value_t = om::DEFAULT_BLOCK_TOKEN_LIFETIME.as_secs_f64())]
+    block_token_lifetime: f64,
 }
 
 /// A positive number of seconds from a flag.
@@ -132,7 +139,14 @@ pub(crate) async fn run(args: MiniclusterArgs) -> anyhow::Result<()> {
             .with_block_report_interval(seconds(
                 args.block_report_interval,
                 "--block-report-interval",
-            )?),
+            )?)
+            .with_security(if args.no_security {
+                None
+            } else {
+                Some(om::BlockTokenConfig {
+                    lifetime: seconds(args.block_token_lifetime, "--block-token-lifetime")?,
+                })
+            }),
     )
     .await
     .context("starting the minicluster")?;

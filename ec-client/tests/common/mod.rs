@@ -205,8 +205,9 @@ pub async fn check_stored_lengths_after_losses(
         let layout = ec_codec::BlockGroupLayout::new(ec, g.length);
         for loc in &g.pipeline.locations {
             let r = loc.replica_index.expect("an EC location has an index");
-            let dn =
-                block_stream::XceiverClientManager::direct(&loc.datanode.address).expect("client");
+            let dn = block_stream::XceiverClientManager::direct(&loc.datanode.address)
+                .expect("client")
+                .with_fixed_token(g.token.as_ref());
             if lost.contains(&loc.datanode.uuid) {
                 let gone = dn.get_committed_block_length(g.block_id(r)).await;
                 assert!(

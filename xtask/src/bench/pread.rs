@@ -163,7 +163,10 @@ async fn measure_raw(
         client.config().xceiver.clone(),
         std::sync::Arc::default(),
     );
-    let dn = raw.client(&node.address)?;
+    // With security on, the raw reads carry the key's READ token.
+    let dn = raw
+        .client(&node.address)?
+        .with_fixed_token(g.token.as_ref());
     let block = dn.get_block(g.block_id(ReplicaIndex::FIRST)).await?;
     // The four workloads, and 1 MiB reads (whole cells here) beside
     // `random-pread-1m`, with as many ops as that row.
