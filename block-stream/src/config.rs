@@ -52,6 +52,9 @@ pub struct XceiverConfig {
     /// it the least recently used is dropped from the cache (streams that
     /// hold it keep it until they finish).
     pub max_cached_channels: usize,
+    /// TLS to the datanodes (the cluster CA, and this process's certificate
+    /// when it has one); `None` (the default) dials plaintext `http://`.
+    pub tls: Option<proto_crate::tls::TlsConfig>,
 }
 
 impl Default for XceiverConfig {
@@ -65,6 +68,7 @@ impl Default for XceiverConfig {
             max_message_size: 64 * 1024 * 1024,
             retry: RetryPolicy::default(),
             max_cached_channels: 1024,
+            tls: None,
         }
     }
 }
@@ -86,6 +90,12 @@ impl XceiverConfig {
     #[must_use]
     pub fn with_connect_timeout(mut self, d: Duration) -> Self {
         self.connect_timeout = d;
+        self
+    }
+    /// Dials datanodes over TLS with `tls` (or plaintext with `None`).
+    #[must_use]
+    pub fn with_tls(mut self, tls: Option<proto_crate::tls::TlsConfig>) -> Self {
+        self.tls = tls;
         self
     }
     /// Sets the checksum algorithm of new chunks.

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use proto_crate::wire::datanode as pb;
 use proto_crate::wire::datanode::datanode_service_client::DatanodeServiceClient;
 use proto_crate::{BlockCommit, BlockData, BlockId, ChunkInfo, ResultCode, result_code};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use crate::metrics::DatanodeCounters;
@@ -67,7 +67,16 @@ impl XceiverClientManager {
     /// [`BlockStreamError::InvalidArgument`](crate::BlockStreamError) for a
     /// malformed address.
     pub fn direct(address: &str) -> Result<XceiverClient> {
-        Self::new(XceiverConfig::default(), Arc::default()).client(address)
+        Self::direct_with(address, XceiverConfig::default())
+    }
+
+    /// [`direct`](Self::direct) with `config`'s settings (its TLS above all).
+    ///
+    /// # Errors
+    /// [`BlockStreamError::InvalidArgument`](crate::BlockStreamError) for a
+    /// malformed address.
+    pub fn direct_with(address: &str, config: XceiverConfig) -> Result<XceiverClient> {
+        Self::new(config, Arc::default()).client(address)
     }
 
     /// A manager with no channels yet; every client it creates counts into `metrics`.
@@ -159,10 +168,8 @@ impl XceiverClient {
         config: &XceiverConfig,
         metrics: Arc<ClientMetrics>,
     ) -> Result<Self> {
-        let endpoint = Endpoint::from_shared(format!("http://{address}"))
-            .map_err(|e| {
-                BlockStreamError::InvalidArgument(format!("datanode address `{address}`: {e}"))
-            })?
+        let endpoint = proto_crate::tls::endpoint(address, config.tls.as_ref())
+            .map_err(|e| BlockStreamError::InvalidArgument(format!("datanode {e}")))?
             .connect_timeout(config.connect_timeout)
             .tcp_nodelay(true)
             .max_frame_size(config.http2_max_frame_size)

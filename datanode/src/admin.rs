@@ -69,13 +69,26 @@ pub struct DatanodeAdminClient {
 }
 
 impl DatanodeAdminClient {
-    /// Connects to the datanode at `address` (`HOST:PORT`).
+    /// Connects to the datanode at `address` (`HOST:PORT`), over TLS with `tls`.
     ///
     /// # Errors
-    /// The connection error.
-    pub async fn connect(address: &str) -> Result<Self, tonic::transport::Error> {
+    /// [`DatanodeError::InvalidArgument`](crate::DatanodeError::InvalidArgument)
+    /// for a malformed address; [`DatanodeError::Io`](crate::DatanodeError::Io)
+    /// when no connection (or TLS handshake) succeeds.
+    pub async fn connect(
+        address: &str,
+        tls: Option<&proto_crate::tls::TlsConfig>,
+    ) -> Result<Self, crate::DatanodeError> {
+        let endpoint = proto_crate::tls::endpoint(address, tls)
+            .map_err(|e| crate::DatanodeError::InvalidArgument(format!("datanode {e}")))?;
+        let channel = endpoint.connect().await.map_err(|e| {
+            crate::DatanodeError::io(
+                format!("connecting to datanode {address}"),
+                std::io::Error::other(e),
+            )
+        })?;
         Ok(Self {
-            inner: DatanodeAdminServiceClient::connect(format!("http://{address}")).await?,
+            inner: DatanodeAdminServiceClient::new(channel),
         })
     }
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 use proto_crate::DatanodeDetails;
 use proto_crate::wire::om as om_pb;
 use proto_crate::wire::om::ozone_manager_service_client::OzoneManagerServiceClient;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::metrics::DatanodeMetrics;
 use crate::storage::ContainerStore;
@@ -75,8 +75,9 @@ pub(crate) async fn run_heartbeats(
     metrics: Arc<DatanodeMetrics>,
     tokens: Option<Arc<BlockTokenVerifier>>,
     interval: Duration,
+    tls: Option<proto_crate::tls::TlsConfig>,
 ) {
-    let endpoint = match Endpoint::from_shared(format!("http://{om}")) {
+    let endpoint = match proto_crate::tls::endpoint(&om, tls.as_ref()) {
         Ok(e) => e
             .connect_timeout(Duration::from_secs(5))
             .timeout(interval.max(Duration::from_secs(1)) * 2),
@@ -166,8 +167,9 @@ pub(crate) async fn run_block_reports(
     store: Arc<ContainerStore>,
     interval: Duration,
     retry: Duration,
+    tls: Option<proto_crate::tls::TlsConfig>,
 ) {
-    let endpoint = match Endpoint::from_shared(format!("http://{om}")) {
+    let endpoint = match proto_crate::tls::endpoint(&om, tls.as_ref()) {
         Ok(e) => e.connect_timeout(Duration::from_secs(5)),
         Err(e) => {
             tracing::error!(om, error = %e, "bad om address; not sending block reports");

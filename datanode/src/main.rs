@@ -50,6 +50,11 @@ struct Args {
     /// RUST_LOG's (default: info).
     #[arg(long, default_value = "text", value_name = "FORMAT")]
     log_format: proto_crate::LogFormat,
+    // TLS: with --tls-ca the datanode serves over TLS with --tls-cert and
+    // --tls-key (required), presents that certificate to the om and dials
+    // other datanodes over TLS.
+    #[command(flatten)]
+    tls: proto_crate::tls::TlsArgs,
 }
 
 #[tokio::main]
@@ -80,6 +85,13 @@ async fn main() -> anyhow::Result<()> {
         .with_block_report_interval(block_reports);
     if let Some(om) = args.om {
         config = config.with_om(om);
+    }
+    if let Some(tls) = args.tls.load().context("loading the TLS files")? {
+        anyhow::ensure!(
+            tls.has_identity(),
+            "--tls-ca needs the datanode's own --tls-cert and --tls-key"
+        );
+        config = config.with_tls(tls);
     }
     if let Some(m) = args.metrics_listen {
         config = config.with_metrics_listen(m);

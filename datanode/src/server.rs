@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use block_stream::XceiverConfig;
 use proto_crate::DatanodeDetails;
 use proto_crate::metrics_http::MetricsServer;
 use proto_crate::wire::admin::datanode_admin_service_server::DatanodeAdminServiceServer;
@@ -23,6 +24,7 @@ use crate::fault::FaultInjector;
 use crate::heartbeat::{run_block_reports, run_heartbeats};
 use crate::inflight::{DEFAULT_MAX_INFLIGHT_BYTES, InflightBudget};
 use crate::metrics::DatanodeMetrics;
+use crate::reconstruction::{DEFAULT_MAX_RECONSTRUCTIONS, EcReconstructionCoordinator};
 use crate::service::DatanodeGrpcService;
 use crate::storage::{ContainerStore, StoreOptions};
 use crate::tokens::BlockTokenVerifier;
@@ -70,6 +72,12 @@ pub struct DatanodeConfig {
     /// token, checked with the secrets the om sends in heartbeat answers.
     /// Off by default.
     pub security: bool,
+    /// TLS (`--tls-ca`, `--tls-cert`, `--tls-key`): the datanode serves
+    /// over TLS with its certificate, presents the same certificate to the
+    /// om (which takes registrations, heartbeats and block reports only
+    /// from certified peers) and dials other datanodes (reconstruction)
+    /// over TLS. `None` (the default): plaintext.
+    pub tls: Option<proto_crate::tls::TlsConfig>,
 }
 
 impl DatanodeConfig {
@@ -87,7 +95,16 @@ impl DatanodeConfig {
             block_report_interval: DEFAULT_BLOCK_REPORT_INTERVAL,
             metrics_listen: None,
             security: false,
+            tls: None,
         }
+    }
+
+    /// Serves and dials over TLS with `tls` (which must hold the
+    /// datanode's own certificate; see [`DatanodeConfig::tls`]).
+    #[must_use]
+    pub fn with_tls(mut self, tls: proto_crate::tls::TlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
     }
 
     /// Requires a valid block token on every data RPC (or not).
@@ -259,7 +276,11 @@ impl Datanode {
             Arc::clone(&metrics),
             Arc::clone(&faults),
             budget,
-        );
+        )
+        .with_reconstruction(Arc::new(EcReconstructionCoordinator::new(
+            XceiverConfig::default().with_tls(config.tls.clone()),
+            DEFAULT_MAX_RECONSTRUCTIONS,
+        )));
         if let Some(v) = &tokens {
             grpc = grpc.with_block_tokens(Arc::clone(v));
         }
@@ -283,8 +304,17 @@ impl Datanode {
         // Serving from our own listener: set TCP_NODELAY explicitly, or Nagle
         // adds ~40 ms to small answers.
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+        let mut builder = Server::builder();
+        if let Some(tls) = &config.tls {
+            let invalid = |e: &dyn std::fmt::Display| {
+                DatanodeError::InvalidArgument(format!("TLS settings: {e}"))
+            };
+            builder = builder
+                .tls_config(tls.server().map_err(|e| invalid(&e))?)
+                .map_err(|e| invalid(&e))?;
+        }
         let serving = ServingTask::spawn(|stop| {
-            Server::builder()
+            builder
                 .layer(proto_crate::request_id::RequestIdLayer)
                 .layer(rpc_metrics.layer())
                 .max_frame_size(1024 * 1024 - 1)
@@ -307,7 +337,7 @@ impl Datanode {
             health,
         };
         if let Some(om) = &config.om {
-            let secrets = register(om, &dn.details).await?;
+            let secrets = register(om, &dn.details, config.tls.as_ref()).await?;
             if let Some(v) = &tokens {
                 v.update(secrets);
             }
@@ -318,6 +348,7 @@ impl Datanode {
                 Arc::clone(&dn.metrics),
                 tokens.clone(),
                 config.heartbeat_interval,
+                config.tls.clone(),
             )));
             dn.block_reports = Some(tokio::spawn(run_block_reports(
                 om.clone(),
@@ -325,6 +356,7 @@ impl Datanode {
                 Arc::clone(&dn.store),
                 config.block_report_interval,
                 config.heartbeat_interval,
+                config.tls.clone(),
             )));
         }
         tracing::info!(datanode = %dn.details, "datanode serving");
@@ -429,11 +461,14 @@ impl Drop for Datanode {
 async fn register(
     om: &str,
     details: &DatanodeDetails,
+    tls: Option<&proto_crate::tls::TlsConfig>,
 ) -> Result<Vec<BlockTokenSecret>, DatanodeError> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let endpoint = proto_crate::tls::endpoint(om, tls)
+        .map_err(|e| DatanodeError::InvalidArgument(format!("om {e}")))?;
     loop {
         let attempt = async {
-            let mut client = OzoneManagerServiceClient::connect(format!("http://{om}")).await?;
+            let mut client = OzoneManagerServiceClient::new(endpoint.connect().await?);
             let answer = client
                 .register_datanode(om_pb::RegisterDatanodeRequest {
                     datanode: Some(details.clone().into()),
@@ -445,6 +480,17 @@ async fn register(
         };
         match attempt.await {
             Ok(secrets) => return Ok(secrets),
+            // A refusal is final: waiting will not give the datanode a certificate.
+            Err(e)
+                if e.downcast_ref::<tonic::Status>()
+                    .is_some_and(|s| s.code() == tonic::Code::PermissionDenied) =>
+            {
+                return Err(DatanodeError::InvalidArgument(format!(
+                    "the om at {om} refused the registration: {}",
+                    e.downcast_ref::<tonic::Status>()
+                        .map_or_else(|| e.to_string(), |s| s.message().to_string())
+                )));
+            }
             Err(e) if tokio::time::Instant::now() < deadline => {
                 tracing::debug!(om, error = %e, "registration failed; retrying");
                 tokio::time::sleep(Duration::from_millis(200)).await;

@@ -55,6 +55,14 @@ impl DatanodeGrpcService {
         }
     }
 
+    /// The same service running the om's `ReconstructEcGroup` orders on
+    /// `coordinator` (its own datanode clients: TLS, limits).
+    #[must_use]
+    pub fn with_reconstruction(mut self, coordinator: Arc<EcReconstructionCoordinator>) -> Self {
+        self.reconstruction = coordinator;
+        self
+    }
+
     /// The same service checking block tokens with `verifier` (security on).
     #[must_use]
     pub fn with_block_tokens(mut self, verifier: Arc<BlockTokenVerifier>) -> Self {

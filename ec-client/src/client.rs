@@ -63,7 +63,8 @@ impl Client {
     /// [`ClientError::Connect`] if the om cannot be reached.
     #[tracing::instrument(level = "debug", name = "client.connect", skip(config), err(Display))]
     pub async fn connect(om_address: &str, config: ClientConfig) -> Result<Self> {
-        let om = OmClient::connect(om_address, config.om_timeout).await?;
+        let om =
+            OmClient::connect(om_address, config.om_timeout, config.xceiver.tls.as_ref()).await?;
         let metrics = Arc::new(ClientMetrics::default());
         let xceivers = Arc::new(XceiverClientManager::new(config.xceiver.clone(), metrics));
         Ok(Self {

@@ -135,6 +135,18 @@ impl ClientConfig {
         self
     }
 
+    /// Talks to the om and the datanodes over TLS with `tls` — the cluster
+    /// CA it trusts (`--tls-ca`, `cluster.json`'s `tls.ca`) and a
+    /// certificate of its own if it has one — or plaintext with `None`
+    /// (the default). A server whose certificate the CA did not sign, or
+    /// that does not name the host dialled, fails the connection
+    /// ([`ClientError::Connect`](crate::ClientError::Connect) for the om).
+    #[must_use]
+    pub fn with_tls(mut self, tls: Option<proto_crate::tls::TlsConfig>) -> Self {
+        self.xceiver = self.xceiver.with_tls(tls);
+        self
+    }
+
     /// Sets the largest gRPC message the client decodes, bytes.
     #[must_use]
     pub fn with_max_message_size(mut self, bytes: usize) -> Self {

@@ -50,6 +50,8 @@ pub use error::{ClientError, Result};
 pub use key_input::KeyInputStream;
 pub use key_output::KeyOutputStream;
 pub use metrics::EcReadSnapshot;
+/// TLS settings ([`ClientConfig::with_tls`]).
+pub use proto_crate::tls::{TlsConfig, TlsError};
 pub use proto_crate::{
     BlockGroup, BlockId, BlockLocation, ChecksumType, DatanodeId, Pipeline, ProtocolError,
     ResultCode,

@@ -14,7 +14,7 @@ use proto_crate::{
 };
 use tonic::Status;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::session::{OpenedKey, SessionGrant, Undo, guarded, open_guarded};
 use crate::{ClientError, Result};
@@ -158,9 +158,13 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 impl OmClient {
-    pub(crate) async fn connect(address: &str, timeout: Duration) -> Result<Self> {
+    pub(crate) async fn connect(
+        address: &str,
+        timeout: Duration,
+        tls: Option<&proto_crate::tls::TlsConfig>,
+    ) -> Result<Self> {
         check_address(address)?;
-        let endpoint = Endpoint::from_shared(format!("http://{address}"))
+        let endpoint = proto_crate::tls::endpoint(address, tls)
             .map_err(|e| ClientError::Connect {
                 address: address.to_string(),
                 message: e.to_string(),

@@ -404,7 +404,7 @@ async fn a_stopped_datanode_turns_dead_and_gets_no_new_groups_until_it_returns()
             .filter(|s| s.details.uuid != uuid)
             .all(|s| s.state == NodeState::Healthy)
     };
-    let statuses = om::list_datanode_statuses(&om_addr)
+    let statuses = om::list_datanode_statuses(&om_addr, None)
         .await
         .expect("ListDatanodes");
     assert_eq!(state_of(&statuses, &victim), Some(NodeState::Healthy));
@@ -420,7 +420,7 @@ async fn a_stopped_datanode_turns_dead_and_gets_no_new_groups_until_it_returns()
         state_of(s, &victim) == Some(NodeState::Dead) && others_healthy(s, &victim)
     })
     .await;
-    let statuses = om::list_datanode_statuses(&om_addr)
+    let statuses = om::list_datanode_statuses(&om_addr, None)
         .await
         .expect("ListDatanodes");
     assert_eq!(
@@ -457,7 +457,7 @@ async fn a_stopped_datanode_turns_dead_and_gets_no_new_groups_until_it_returns()
         .await
         .expect("restart");
     // Registration on restart makes it HEALTHY at once.
-    let statuses = om::list_datanode_statuses(&om_addr)
+    let statuses = om::list_datanode_statuses(&om_addr, None)
         .await
         .expect("ListDatanodes");
     assert_eq!(state_of(&statuses, &victim), Some(NodeState::Healthy));

@@ -12,6 +12,7 @@
 //! `ec-client` and `proto-crate`.
 
 pub mod cancel;
+mod cluster_info;
 mod control;
 #[cfg(feature = "s3")]
 pub mod crash;
@@ -19,18 +20,21 @@ pub mod pattern;
 pub mod process;
 #[cfg(feature = "s3")]
 mod s3;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use cluster_info::{
+    ClusterInfo, DatanodeInfo, MetricsInfo, S3_ACCESS_KEY, S3_SECRET_KEY, S3Info, TlsInfo,
+};
 pub use control::{ControlClient, ControlServer};
 use datanode::{Datanode, DatanodeConfig, DatanodeMetrics, FaultInjector, FaultRule};
 use ec_client::{Client, ClientConfig};
 use om::{OmConfig, OmServer, OzoneManager};
 use proto_crate::ReplicationConfig;
-use serde::{Deserialize, Serialize};
 
 /// Why the minicluster could not start or change state.
 #[derive(Debug, thiserror::Error)]
@@ -113,6 +117,10 @@ pub struct MiniClusterConfig {
     /// Security (default on, with the om's default token lifetime): the om
     /// hands out block tokens and every datanode checks them. `None`: off.
     pub security: Option<om::BlockTokenConfig>,
+    /// TLS on every gRPC channel (default off): a throwaway CA and one
+    /// loopback certificate for the om and datanodes, written under
+    /// `BASE/tls/` (see [`tls`]); the S3 gateway serves HTTPS with it.
+    pub tls: bool,
 }
 
 impl Default for MiniClusterConfig {
@@ -133,6 +141,7 @@ impl Default for MiniClusterConfig {
             deletion_grace: Duration::from_secs(1),
             om_clock: None,
             security: Some(om::BlockTokenConfig::default()),
+            tls: false,
         }
     }
 }
@@ -220,8 +229,26 @@ impl MiniClusterConfig {
         self
     }
 
-    fn datanode_config(&self, listen: SocketAddr, dir: &Path, om: &str) -> DatanodeConfig {
-        DatanodeConfig::new(listen, dir)
+    /// Turns TLS on or off (see [`MiniClusterConfig::tls`]).
+    #[must_use]
+    pub fn with_tls(mut self, on: bool) -> Self {
+        self.tls = on;
+        self
+    }
+
+    fn datanode_config(
+        &self,
+        listen: SocketAddr,
+        dir: &Path,
+        om: &str,
+        tls: Option<&ClusterTls>,
+    ) -> DatanodeConfig {
+        let config = DatanodeConfig::new(listen, dir);
+        let config = match tls {
+            Some(t) => config.with_tls(t.member.clone()),
+            None => config,
+        };
+        config
             .with_om(om.to_string())
             .with_security(self.security.is_some())
             .with_fault_injection(true)
@@ -368,65 +395,24 @@ impl DatanodeHandle {
     }
 }
 
-/// Addresses of a running cluster, as written to `cluster.json`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct ClusterInfo {
-    /// `HOST:PORT` of the om.
-    pub om: String,
-    /// Datanodes in cluster order (the N of `cargo xtask dn ... N`).
-    pub datanodes: Vec<DatanodeInfo>,
-    /// `HOST:PORT` of the control service (stop/start datanodes), when served.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub control: Option<String>,
-    /// The S3 gateway, when one runs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub s3: Option<S3Info>,
-    /// The `/metrics` URLs (Prometheus text format) of each process.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metrics: Option<MetricsInfo>,
-}
-
-/// Where each process of a cluster serves `/metrics`, in `cluster.json`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct MetricsInfo {
-    /// The om's.
-    pub om: String,
-    /// Each datanode's, in cluster order.
-    pub datanodes: Vec<String>,
-    /// The S3 gateway's, when one runs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub s3: Option<String>,
-}
-
-/// The S3 gateway of a cluster in `cluster.json`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct S3Info {
-    /// `http://HOST:PORT`.
-    pub endpoint: String,
-    /// Access key to sign with.
-    pub access_key: String,
-    /// Secret key to sign with.
-    pub secret_key: String,
-}
-
-/// Access key of the minicluster's S3 gateway.
-pub const S3_ACCESS_KEY: &str = "minicluster";
-/// Secret key of the minicluster's S3 gateway.
-pub const S3_SECRET_KEY: &str = "minicluster-secret";
-
-/// One datanode in `cluster.json`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct DatanodeInfo {
-    /// Uuid.
-    pub id: String,
-    /// `HOST:PORT`.
-    pub address: String,
+/// The TLS material of a cluster run with TLS.
+#[derive(Debug, Clone)]
+pub struct ClusterTls {
+    /// The files under `BASE/tls/`: the CA, and the certificate and key
+    /// the om, datanodes and gateway serve with.
+    pub files: tls::IssuedFiles,
+    /// Settings of a cluster member (the CA and that certificate).
+    pub member: ec_client::TlsConfig,
 }
 
 /// A running om and its datanodes.
 #[derive(Debug)]
 pub struct MiniCluster {
     om: OmServer,
+    /// Set when the cluster runs with TLS.
+    tls: Option<ClusterTls>,
+    /// Whether block tokens are on.
+    block_tokens: bool,
     #[cfg(feature = "s3")]
     s3: Option<s3_gateway::S3Gateway>,
     datanodes: Vec<DatanodeHandle>,
@@ -478,6 +464,19 @@ impl MiniCluster {
             Some(tokens) => om_config.with_security(tokens),
             None => om_config,
         };
+        let tls = if config.tls {
+            let ca = tls::ThrowawayCa::new("ozone-ec-rs minicluster CA")?;
+            let files = ca.write_loopback(&base_dir.join("tls"), "cluster")?;
+            let member = ec_client::TlsConfig::load(&files.ca, Some((&files.cert, &files.key)))
+                .map_err(|e| io("loading the cluster's certificate")(std::io::Error::other(e)))?;
+            Some(ClusterTls { files, member })
+        } else {
+            None
+        };
+        let om_config = match &tls {
+            Some(t) => om_config.with_tls(t.member.clone()),
+            None => om_config,
+        };
         let om = Arc::new(OzoneManager::open(om_config)?);
         let localhost: SocketAddr = ([127, 0, 0, 1], 0).into();
         let om_server = OmServer::start_with_metrics(localhost, om, Some(localhost))
@@ -487,7 +486,7 @@ impl MiniCluster {
         let mut datanodes = Vec::with_capacity(config.datanodes);
         for index in 0..config.datanodes {
             let data_dir = base_dir.join(format!("dn{index}"));
-            let dn_config = config.datanode_config(localhost, &data_dir, &om_address);
+            let dn_config = config.datanode_config(localhost, &data_dir, &om_address, tls.as_ref());
             let node = Datanode::start(dn_config.clone())
                 .await
                 .map_err(|source| MiniClusterError::Datanode { index, source })?;
@@ -509,6 +508,8 @@ impl MiniCluster {
         }
         Ok(Self {
             om: om_server,
+            tls,
+            block_tokens: config.security.is_some(),
             #[cfg(feature = "s3")]
             s3: None,
             datanodes,
@@ -555,12 +556,23 @@ impl MiniCluster {
         self.client_with(ClientConfig::default()).await
     }
 
-    /// A new client with `config`.
+    /// A new client with `config` — and, when the cluster runs with TLS and
+    /// `config` names no TLS settings, trusting the cluster's CA.
     ///
     /// # Errors
     /// [`MiniClusterError::Client`] if the om cannot be reached.
     pub async fn client_with(&self, config: ClientConfig) -> Result<Client, MiniClusterError> {
+        let config = match (&self.tls, &config.xceiver.tls) {
+            (Some(t), None) => config.with_tls(Some(t.member.without_identity())),
+            _ => config,
+        };
         Ok(Client::connect(&self.om_address(), config).await?)
+    }
+
+    /// The cluster's TLS material, when it runs with TLS.
+    #[must_use]
+    pub fn tls(&self) -> Option<&ClusterTls> {
+        self.tls.as_ref()
     }
 
     /// Every datanode, in cluster order.
@@ -600,6 +612,13 @@ impl MiniCluster {
                 })
                 .collect(),
             control: None,
+            block_tokens: self.block_tokens,
+            tls: self.tls.as_ref().map(|t| TlsInfo {
+                ca: std::path::absolute(&t.files.ca)
+                    .unwrap_or_else(|_| t.files.ca.clone())
+                    .display()
+                    .to_string(),
+            }),
             s3: self.s3_info(),
             metrics: Some(MetricsInfo {
                 om: self.om.metrics_url().unwrap_or_default(),
@@ -611,21 +630,6 @@ impl MiniCluster {
                 s3: self.s3_metrics_url(),
             }),
         }
-    }
-
-    /// Writes `info` (see [`info`](Self::info)) as pretty JSON to `path`,
-    /// creating parent dirs.
-    ///
-    /// # Errors
-    /// I/O errors.
-    pub fn write_cluster_json(info: &ClusterInfo, path: &Path) -> Result<(), MiniClusterError> {
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(io(format!("creating {}", parent.display())))?;
-        }
-        let json = serde_json::to_string_pretty(info)
-            .map_err(|e| io("encoding cluster.json")(std::io::Error::other(e)))?;
-        std::fs::write(path, json).map_err(io(format!("writing {}", path.display())))
     }
 
     /// Without the `s3` feature there is no gateway to describe.

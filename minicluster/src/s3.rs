@@ -27,6 +27,9 @@ impl MiniCluster {
         if !auth {
             config = config.without_auth();
         }
+        if let Some(t) = self.tls() {
+            config = config.with_https(t.member.clone());
+        }
         let gw = s3_gateway::S3Gateway::start(client, config)
             .await
             .map_err(io("binding the s3 gateway"))?;
@@ -49,7 +52,7 @@ impl MiniCluster {
 
     pub(crate) fn s3_info(&self) -> Option<S3Info> {
         self.s3.as_ref().map(|g| S3Info {
-            endpoint: format!("http://{}", g.address()),
+            endpoint: g.endpoint(),
             access_key: S3_ACCESS_KEY.to_string(),
             secret_key: S3_SECRET_KEY.to_string(),
         })

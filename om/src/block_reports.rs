@@ -264,9 +264,13 @@ enum Check {
     Unknown,
 }
 
-async fn check(c: &Candidate, token: Option<&BlockToken>) -> Check {
+async fn check(
+    c: &Candidate,
+    token: Option<&BlockToken>,
+    tls: Option<&proto_crate::tls::TlsConfig>,
+) -> Check {
     let ask = async {
-        let mut client = crate::reconstruction::datanode_client(&c.datanode)
+        let mut client = crate::reconstruction::datanode_client(&c.datanode, tls)
             .await
             .ok()?;
         Some(
@@ -372,8 +376,9 @@ impl OzoneManager {
             let mut set = tokio::task::JoinSet::new();
             for c in batch.iter().cloned() {
                 let token = token.clone();
+                let tls = self.config().tls.clone();
                 set.spawn(async move {
-                    let answer = check(&c, token.as_ref()).await;
+                    let answer = check(&c, token.as_ref(), tls.as_ref()).await;
                     (c, answer)
                 });
             }

@@ -388,8 +388,9 @@ impl OzoneManager {
                 continue;
             }
             let token = token.clone();
+            let tls = self.config().tls.clone();
             sends.spawn(async move {
-                let r = send_delete(&dn, &b.blocks, token.as_ref()).await;
+                let r = send_delete(&dn, &b.blocks, token.as_ref(), tls.as_ref()).await;
                 (dn, b.blocks, r)
             });
         }
@@ -424,9 +425,10 @@ async fn send_delete(
     dn: &DatanodeDetails,
     blocks: &[Pending],
     token: Option<&proto_crate::block_token::BlockToken>,
+    tls: Option<&proto_crate::tls::TlsConfig>,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let call = async {
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", dn.address))?
+        let channel = proto_crate::tls::endpoint(&dn.address, tls)?
             .connect_timeout(CONNECT_TIMEOUT)
             .connect()
             .await?;

@@ -87,6 +87,10 @@ pub enum OmError {
     /// copies) are readable. Not worth retrying until a datanode returns.
     #[error("unrecoverable for now: {0}")]
     InsufficientSources(String),
+    /// The caller may not make this call (see
+    /// [`OmErrorCode::PermissionDenied`]).
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
     /// The om could not be reached (client-side helpers only).
     #[error("unreachable: {0}")]
     Unreachable(String),
@@ -139,6 +143,7 @@ impl OmError {
             Self::InvalidPartOrder(_) => OmErrorCode::InvalidPartOrder,
             Self::EntityTooSmall(_) => OmErrorCode::EntityTooSmall,
             Self::Unreachable(_) => OmErrorCode::Unavailable,
+            Self::PermissionDenied(_) => OmErrorCode::PermissionDenied,
             Self::DataDirInUse(_)
             | Self::DataDirLock(_)
             | Self::Db(_)

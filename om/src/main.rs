@@ -64,6 +64,11 @@ struct Args {
     /// RUST_LOG's (default: info).
     #[arg(long, default_value = "text", value_name = "FORMAT")]
     log_format: proto_crate::LogFormat,
+    // TLS: the om serves over TLS with --tls-cert/--tls-key (both required
+    // with --tls-ca), takes datanode calls only from peers presenting a
+    // certificate the CA signed, and dials datanodes over TLS.
+    #[command(flatten)]
+    tls: proto_crate::tls::TlsArgs,
 }
 
 fn seconds(v: f64, flag: &str) -> anyhow::Result<Duration> {
@@ -116,6 +121,16 @@ async fn main() -> anyhow::Result<()> {
         config.with_security(om::BlockTokenConfig { lifetime })
     } else {
         config
+    };
+    let config = match args.tls.load().context("loading the TLS files")? {
+        Some(tls) => {
+            anyhow::ensure!(
+                tls.has_identity(),
+                "--tls-ca needs the om's own --tls-cert and --tls-key"
+            );
+            config.with_tls(tls)
+        }
+        None => config,
     };
     let om = OzoneManager::open(config).context("opening the om database")?;
     let server = OmServer::start_with_metrics(args.listen, Arc::new(om), args.metrics_listen)

@@ -82,6 +82,12 @@ pub struct OmConfig {
     /// handed out, checked by datanodes that run with security too. `None`
     /// (the default): no tokens.
     pub block_tokens: Option<crate::BlockTokenConfig>,
+    /// TLS (`--tls-ca`, `--tls-cert`, `--tls-key`): the om serves over TLS
+    /// with this certificate, answers `RegisterDatanode`, `Heartbeat` and
+    /// `BlockReport` only to peers presenting a certificate the CA signed
+    /// (mutual TLS), and dials datanodes over TLS. `None` (the default):
+    /// plaintext.
+    pub tls: Option<proto_crate::tls::TlsConfig>,
 }
 
 impl OmConfig {
@@ -100,6 +106,7 @@ impl OmConfig {
             clock: Arc::new(SystemClock),
             repair: crate::RepairConfig::default(),
             block_tokens: None,
+            tls: None,
         }
     }
 
@@ -107,6 +114,14 @@ impl OmConfig {
     #[must_use]
     pub fn with_security(mut self, tokens: crate::BlockTokenConfig) -> Self {
         self.block_tokens = Some(tokens);
+        self
+    }
+
+    /// Turns TLS on with `tls` (which must hold the om's own certificate to
+    /// serve; see [`OmConfig::tls`]).
+    #[must_use]
+    pub fn with_tls(mut self, tls: proto_crate::tls::TlsConfig) -> Self {
+        self.tls = Some(tls);
         self
     }
 
@@ -408,6 +423,12 @@ impl OzoneManager {
     #[must_use]
     pub fn config(&self) -> &OmConfig {
         &self.config
+    }
+
+    /// Settings of the om's own datanode clients (replica copies): the
+    /// defaults, over TLS when the om has it.
+    pub(crate) fn xceiver_config(&self) -> block_stream::XceiverConfig {
+        block_stream::XceiverConfig::default().with_tls(self.config.tls.clone())
     }
 
     /// The directory holding the database.

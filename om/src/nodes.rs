@@ -184,12 +184,18 @@ impl TryFrom<pb::DatanodeStatus> for DatanodeStatus {
 /// [`crate::OmError::Unreachable`] when the om cannot be reached or the call
 /// fails; [`crate::OmError::InvalidArgument`] for an answer that does not
 /// decode.
-pub async fn list_datanode_statuses(address: &str) -> Result<Vec<DatanodeStatus>, crate::OmError> {
+pub async fn list_datanode_statuses(
+    address: &str,
+    tls: Option<&proto_crate::tls::TlsConfig>,
+) -> Result<Vec<DatanodeStatus>, crate::OmError> {
     use proto_crate::wire::om::ozone_manager_service_client::OzoneManagerServiceClient;
     let unreachable = |e: String| crate::OmError::Unreachable(format!("om {address}: {e}"));
-    let mut c = OzoneManagerServiceClient::connect(format!("http://{address}"))
+    let channel = proto_crate::tls::endpoint(address, tls)
+        .map_err(|e| unreachable(e.to_string()))?
+        .connect()
         .await
         .map_err(|e| unreachable(e.to_string()))?;
+    let mut c = OzoneManagerServiceClient::new(channel);
     let r = c
         .list_datanodes(pb::ListDatanodesRequest {})
         .await

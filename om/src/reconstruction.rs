@@ -21,11 +21,13 @@ use tonic::transport::Channel;
 use crate::group_owner::GroupOwner;
 use crate::{OmError, OzoneManager};
 
+/// A client of datanode `d` at its registered address, over TLS when the om has it.
 pub(crate) async fn datanode_client(
     d: &DatanodeDetails,
+    tls: Option<&proto_crate::tls::TlsConfig>,
 ) -> Result<DatanodeServiceClient<Channel>, OmError> {
-    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", d.address))
-        .map_err(|e| OmError::ReplicationFailed(format!("address of {d}: {e}")))?
+    let endpoint = proto_crate::tls::endpoint(&d.address, tls)
+        .map_err(|e| OmError::ReplicationFailed(format!("datanode {d}: {e}")))?
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true);
     let channel = endpoint
@@ -132,7 +134,8 @@ pub(crate) async fn reconstruct_group(
         proto_crate::block_token::AccessModes::READ_WRITE,
         "om",
     )?;
-    let outcome = match rebuild(request, token.as_ref(), &placed[0].datanode).await {
+    let tls = om.config().tls.as_ref();
+    let outcome = match rebuild(request, token.as_ref(), &placed[0].datanode, tls).await {
         Ok(()) => {
             let removed: Vec<BlockLocation> = g
                 .pipeline
@@ -159,8 +162,9 @@ async fn rebuild(
     request: dn_pb::ReconstructEcGroupRequest,
     token: Option<&proto_crate::block_token::BlockToken>,
     coordinator: &DatanodeDetails,
+    tls: Option<&proto_crate::tls::TlsConfig>,
 ) -> Result<(), OmError> {
-    let mut client = datanode_client(coordinator).await?;
+    let mut client = datanode_client(coordinator, tls).await?;
     let request = proto_crate::block_token::request(request, token);
     let answer = tokio::time::timeout(RECONSTRUCTION_TIMEOUT, client.reconstruct_ec_group(request))
         .await

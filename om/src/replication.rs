@@ -47,7 +47,7 @@ pub(crate) async fn copy_block(
     let mut refused = Vec::new();
     let mut chosen = None;
     for source in sources {
-        let src = match XceiverClientManager::direct(&source.address) {
+        let src = match XceiverClientManager::direct_with(&source.address, om.xceiver_config()) {
             Ok(c) => c.with_fixed_token(token.as_ref()),
             Err(e) => {
                 refused.push(format!("{source}: {e}"));
@@ -72,7 +72,7 @@ pub(crate) async fn copy_block(
             refused.join("; ")
         )));
     };
-    let dst = XceiverClientManager::direct(&target.address)
+    let dst = XceiverClientManager::direct_with(&target.address, om.xceiver_config())
         .map_err(|e| failed(target, e))?
         .with_fixed_token(token.as_ref());
     for chunk in &data.chunks {
@@ -282,17 +282,25 @@ pub struct OmAdminClient {
 }
 
 impl OmAdminClient {
-    /// Connects to the om at `address` (`HOST:PORT`).
+    /// Connects to the om at `address` (`HOST:PORT`), over TLS with `tls`.
     ///
     /// # Errors
-    /// The connection error.
-    pub async fn connect(address: &str) -> Result<Self, tonic::transport::Error> {
+    /// [`OmError::Unreachable`](crate::OmError::Unreachable) naming the om
+    /// and why (a malformed address, no connection, a TLS handshake refused).
+    pub async fn connect(
+        address: &str,
+        tls: Option<&proto_crate::tls::TlsConfig>,
+    ) -> Result<Self, crate::OmError> {
+        let unreachable = |e: String| crate::OmError::Unreachable(format!("om {address}: {e}"));
+        let channel = proto_crate::tls::endpoint(address, tls)
+            .map_err(|e| unreachable(e.to_string()))?
+            .connect()
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
         Ok(Self {
-            inner:
-                proto_crate::wire::admin::om_admin_service_client::OmAdminServiceClient::connect(
-                    format!("http://{address}"),
-                )
-                .await?,
+            inner: proto_crate::wire::admin::om_admin_service_client::OmAdminServiceClient::new(
+                channel,
+            ),
         })
     }
 

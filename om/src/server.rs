@@ -75,8 +75,12 @@ impl OmServer {
     /// [`start`](Self::start), also serving `/metrics` (Prometheus text format) on
     /// `metrics_listen` if given (port 0 picks a free one).
     ///
+    /// With [`OmConfig::tls`](crate::OmConfig::tls) it serves gRPC over
+    /// TLS (`/metrics` stays plain HTTP).
+    ///
     /// # Errors
-    /// Bind errors.
+    /// Bind errors; TLS settings without the om's own certificate or with
+    /// one rustls refuses (as [`std::io::ErrorKind::Other`]).
     pub async fn start_with_metrics(
         listen: SocketAddr,
         om: Arc<OzoneManager>,
@@ -102,8 +106,15 @@ impl OmServer {
         health
             .set_serving::<OzoneManagerServiceServer<OmGrpcService>>()
             .await;
+        let mut builder = Server::builder();
+        if let Some(tls) = &om.config().tls {
+            let server_tls = tls.server().map_err(std::io::Error::other)?;
+            builder = builder
+                .tls_config(server_tls)
+                .map_err(std::io::Error::other)?;
+        }
         let serving = ServingTask::spawn(|stop| {
-            Server::builder()
+            builder
                 .layer(proto_crate::request_id::RequestIdLayer)
                 .layer(rpc_metrics.layer())
                 .add_service(svc)

@@ -25,6 +25,21 @@ impl OmGrpcService {
         Self { om }
     }
 
+    /// Refuses `request` unless it comes from a cluster member: with TLS on,
+    /// a peer that presented a certificate the cluster CA signed (mutual
+    /// TLS); these calls hand out block-token secrets and change what the
+    /// om believes a datanode holds. Without TLS every peer passes (the
+    /// README says so).
+    fn require_cluster_member<T>(&self, request: &Request<T>, call: &str) -> Result<(), Status> {
+        if self.om.config().tls.is_none() || proto_crate::tls::peer_is_verified(request) {
+            return Ok(());
+        }
+        Err(Status::from(OmError::PermissionDenied(format!(
+            "{call} needs a client certificate signed by the cluster CA (the datanode's \
+             --tls-cert and --tls-key)"
+        ))))
+    }
+
     async fn run<T: Send + 'static>(
         &self,
         f: impl FnOnce(&OzoneManager) -> Result<T, OmError> + Send + 'static,
@@ -59,6 +74,7 @@ impl OzoneManagerService for OmGrpcService {
         &self,
         req: Request<pb::RegisterDatanodeRequest>,
     ) -> Result<Response<pb::RegisterDatanodeResponse>, Status> {
+        self.require_cluster_member(&req, "RegisterDatanode")?;
         let d = req
             .into_inner()
             .datanode
@@ -91,6 +107,7 @@ impl OzoneManagerService for OmGrpcService {
         &self,
         req: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        self.require_cluster_member(&req, "Heartbeat")?;
         let req = req.into_inner();
         let d = req
             .datanode
@@ -115,6 +132,7 @@ impl OzoneManagerService for OmGrpcService {
         &self,
         req: Request<tonic::Streaming<pb::BlockReportPage>>,
     ) -> Result<Response<pb::BlockReportResponse>, Status> {
+        self.require_cluster_member(&req, "BlockReport")?;
         let mut pages = req.into_inner();
         let mut datanode: Option<DatanodeDetails> = None;
         let mut blocks: Vec<(u64, u64, u32)> = Vec::new();

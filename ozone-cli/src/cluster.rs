@@ -1,12 +1,13 @@
 //! Which cluster a command talks to: `--om HOST:PORT` (or `OZONE_OM_ADDRESS`),
 //! else the om named in a minicluster's `cluster.json` — in `--data-dir DIR`,
 //! or in `target/minicluster` of the current directory or a parent (where
-//! `cargo xtask minicluster` writes it).
+//! `cargo xtask minicluster` writes it). TLS: `--tls-ca PEM` (or
+//! `OZONE_TLS_CA`), else the CA a minicluster's `cluster.json` names.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use ec_client::{Client, ClientConfig, ClientError};
+use ec_client::{Client, ClientConfig, ClientError, TlsConfig};
 use minicluster::ClusterInfo;
 
 /// Where `cargo xtask minicluster` keeps its data and `cluster.json`, relative
@@ -30,6 +31,12 @@ pub struct Target {
     /// target/minicluster in this directory or the nearest parent that has one.
     #[arg(long, global = true, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+    /// PEM file of the cluster's CA: talk to the om and datanodes over TLS,
+    /// trusting only certificates it signed. Default: $OZONE_TLS_CA, else
+    /// the CA named in the minicluster's cluster.json (when the om comes
+    /// from there), else plaintext.
+    #[arg(long, global = true, env = "OZONE_TLS_CA", value_name = "PEM")]
+    pub tls_ca: Option<PathBuf>,
 }
 
 /// Where an om address came from (error messages differ).
@@ -48,6 +55,7 @@ impl Target {
         Self {
             om: None,
             data_dir: Some(dir.into()),
+            tls_ca: None,
         }
     }
 
@@ -89,11 +97,49 @@ impl Target {
     /// # Errors
     /// As [`cluster_info`](Self::cluster_info) when no `--om` is given.
     pub fn om_address(&self) -> anyhow::Result<(String, OmSource)> {
+        let (om, source, _) = self.resolve()?;
+        Ok((om, source))
+    }
+
+    /// The TLS settings to talk to the target with: `--tls-ca`, else the
+    /// CA of the minicluster whose om is used, else none (plaintext).
+    ///
+    /// # Errors
+    /// As [`om_address`](Self::om_address); a CA file that cannot be read
+    /// or holds no certificate.
+    pub fn tls(&self) -> anyhow::Result<Option<TlsConfig>> {
+        Ok(self.resolve()?.2)
+    }
+
+    /// The om address, where it came from, and the TLS settings.
+    fn resolve(&self) -> anyhow::Result<(String, OmSource, Option<TlsConfig>)> {
+        let load = |ca: &Path| {
+            TlsConfig::load(ca, None)
+                .with_context(|| format!("loading the cluster CA {}", ca.display()))
+        };
+        let given_tls = self.tls_ca.as_deref().map(load).transpose()?;
         if let Some(om) = &self.om {
-            return Ok((om.clone(), OmSource::Given));
+            return Ok((om.clone(), OmSource::Given, given_tls));
         }
         let dir = self.cluster_dir()?;
-        Ok((read_cluster_file(&dir)?.om, OmSource::ClusterFile(dir)))
+        let info = read_cluster_file(&dir)?;
+        let tls = match (given_tls, &info.tls) {
+            (Some(t), _) => Some(t),
+            (None, Some(t)) => Some(load(Path::new(&t.ca))?),
+            (None, None) => None,
+        };
+        Ok((info.om, OmSource::ClusterFile(dir), tls))
+    }
+
+    /// A client of the target's om admin service (TLS as [`tls`](Self::tls)).
+    ///
+    /// # Errors
+    /// As [`tls`](Self::tls); an om that cannot be reached.
+    pub async fn om_admin(&self) -> anyhow::Result<om::OmAdminClient> {
+        let (om, _, tls) = self.resolve()?;
+        om::OmAdminClient::connect(&om, tls.as_ref())
+            .await
+            .with_context(|| format!("connecting to the om at {om}"))
     }
 
     /// A client of the target's om.
@@ -102,8 +148,8 @@ impl Target {
     /// A bad address; an om that does not answer — for a minicluster's
     /// address, saying that the cluster is not running and how to start it.
     pub async fn client(&self) -> anyhow::Result<Client> {
-        let (om, source) = self.om_address()?;
-        match Client::connect(&om, ClientConfig::default()).await {
+        let (om, source, tls) = self.resolve()?;
+        match Client::connect(&om, ClientConfig::default().with_tls(tls)).await {
             Ok(c) => Ok(c),
             Err(ClientError::Connect { message, .. }) => match source {
                 OmSource::ClusterFile(dir) => bail!(

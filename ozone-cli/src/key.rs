@@ -329,7 +329,10 @@ pub async fn info_json(client: &Client, target: &str) -> anyhow::Result<serde_js
     for g in &info.block_groups {
         let mut replicas = Vec::new();
         for loc in &g.pipeline.locations {
-            let length = match block_stream::XceiverClientManager::direct(&loc.datanode.address) {
+            let length = match block_stream::XceiverClientManager::direct_with(
+                &loc.datanode.address,
+                client.config().xceiver.clone(),
+            ) {
                 Ok(dn) => match dn
                     .with_fixed_token(g.token.as_ref())
                     .get_committed_block_length(g.block_id(loc.replica_index))

@@ -29,6 +29,7 @@ mod result;
 mod rpc_kind;
 pub mod rpc_metrics;
 mod serving;
+pub mod tls;
 
 /// Generated protobuf and gRPC code. Only servers and clients in the
 /// `datanode`, `om` and `block-stream` crates touch these types directly.

@@ -49,11 +49,15 @@ pub enum OmErrorCode {
     Unavailable,
     /// The om failed internally (its database, its data dir).
     Internal,
+    /// The caller may not make this call: a datanode call (register,
+    /// heartbeat, block report) from a peer without a certificate the
+    /// cluster CA signed, while the om runs with TLS.
+    PermissionDenied,
 }
 
 impl OmErrorCode {
     /// Every code.
-    pub const ALL: [OmErrorCode; 17] = [
+    pub const ALL: [OmErrorCode; 18] = [
         Self::Unspecified,
         Self::BucketNotFound,
         Self::BucketAlreadyExists,
@@ -71,6 +75,7 @@ impl OmErrorCode {
         Self::ConditionFailed,
         Self::Unavailable,
         Self::Internal,
+        Self::PermissionDenied,
     ];
 
     /// Stable upper-case name, as sent in [`OM_ERROR_HEADER`].
@@ -94,6 +99,7 @@ impl OmErrorCode {
             Self::ConditionFailed => "CONDITION_FAILED",
             Self::Unavailable => "UNAVAILABLE",
             Self::Internal => "INTERNAL",
+            Self::PermissionDenied => "PERMISSION_DENIED",
         }
     }
 
@@ -119,6 +125,7 @@ impl OmErrorCode {
             | Self::EntityTooSmall => Code::InvalidArgument,
             Self::ReplicationFailed | Self::Unavailable => Code::Unavailable,
             Self::Unspecified | Self::Internal => Code::Internal,
+            Self::PermissionDenied => Code::PermissionDenied,
         }
     }
 

@@ -68,6 +68,9 @@ pub struct GatewayConfig {
     pub max_request_buffer: u64,
     /// Where to serve `/metrics` (Prometheus text format), if anywhere.
     pub metrics_listen: Option<SocketAddr>,
+    /// HTTPS: serve S3 over TLS with this certificate (`--tls-cert`,
+    /// `--tls-key`); `None` (the default): plain HTTP.
+    pub https: Option<proto_crate::tls::TlsConfig>,
 }
 
 impl GatewayConfig {
@@ -79,7 +82,16 @@ impl GatewayConfig {
             credentials: Some((access_key.to_string(), secret_key.to_string())),
             max_request_buffer: 12 * 1024 * 1024,
             metrics_listen: None,
+            https: None,
         }
+    }
+
+    /// Serves HTTPS with `tls`'s certificate and key (TLS 1.2 and 1.3,
+    /// ALPN h2 and http/1.1; no client certificates).
+    #[must_use]
+    pub fn with_https(mut self, tls: proto_crate::tls::TlsConfig) -> Self {
+        self.https = Some(tls);
+        self
     }
 
     /// Serves `/metrics` on `listen` (port 0 picks a free one).
@@ -178,16 +190,23 @@ impl Gateway {
 #[derive(Debug)]
 pub struct S3Gateway {
     address: SocketAddr,
+    /// `http` or `https`.
+    scheme: &'static str,
     metrics: Arc<GatewayMetrics>,
     serving: ServingTask<()>,
     metrics_server: Option<proto_crate::metrics_http::MetricsServer>,
 }
 
+/// Longest a client may take over its TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl S3Gateway {
-    /// Binds `config.listen` and serves S3 over `client`.
+    /// Binds `config.listen` and serves S3 over `client` (HTTPS with
+    /// [`GatewayConfig::https`]).
     ///
     /// # Errors
-    /// Bind errors.
+    /// Bind errors; an HTTPS certificate rustls refuses (as
+    /// [`std::io::ErrorKind::Other`]).
     pub async fn start(client: Client, config: GatewayConfig) -> std::io::Result<Self> {
         let gw = Gateway::new(client, config.max_request_buffer);
         let metrics = Arc::clone(&gw.metrics);
@@ -214,6 +233,13 @@ impl S3Gateway {
             auth_required: config.credentials.is_some(),
         });
         let service = builder.build();
+        let acceptor = config
+            .https
+            .as_ref()
+            .map(proto_crate::tls::TlsConfig::https_acceptor)
+            .transpose()
+            .map_err(std::io::Error::other)?;
+        let scheme = if acceptor.is_some() { "https" } else { "http" };
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let mut address = listener.local_addr()?;
         if address.ip().is_unspecified() {
@@ -273,10 +299,29 @@ impl S3Gateway {
                             proto_crate::request_id::scope(scoped, work)
                                 .instrument(span)
                         });
+                        let acceptor = acceptor.clone();
                         tokio::spawn(async move {
-                            let io = hyper_util::rt::TokioIo::new(stream);
                             let builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
-                            if let Err(e) = builder.serve_connection(io, svc).await {
+                            let served = match acceptor {
+                                None => builder.serve_connection(hyper_util::rt::TokioIo::new(stream), svc).await,
+                                Some(acceptor) => {
+                                    // A handshake is bounded: a peer that never finishes it holds a task
+                                    // and a socket for at most this long.
+                                    let tls = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                                        Ok(Ok(tls)) => tls,
+                                        Ok(Err(e)) => {
+                                            tracing::debug!(error = %e, "s3 TLS handshake failed");
+                                            return;
+                                        }
+                                        Err(_) => {
+                                            tracing::debug!("s3 TLS handshake timed out");
+                                            return;
+                                        }
+                                    };
+                                    builder.serve_connection(hyper_util::rt::TokioIo::new(tls), svc).await
+                                }
+                            };
+                            if let Err(e) = served {
                                 tracing::debug!(error = %e, "s3 connection ended with an error");
                             }
                         });
@@ -284,13 +329,21 @@ impl S3Gateway {
                 }
             }
         });
-        tracing::info!(%address, "s3 gateway serving");
+        tracing::info!(%address, scheme, "s3 gateway serving");
         Ok(Self {
             address,
+            scheme,
             metrics,
             serving,
             metrics_server,
         })
+    }
+
+    /// `http://HOST:PORT` or `https://HOST:PORT`: what S3 clients take as
+    /// their endpoint URL.
+    #[must_use]
+    pub fn endpoint(&self) -> String {
+        format!("{}://{}", self.scheme, self.address)
     }
 
     /// `http://HOST:PORT/metrics`, when the gateway serves its metrics.

@@ -32,6 +32,10 @@ struct Args {
     /// RUST_LOG's (default: info).
     #[arg(long, default_value = "text", value_name = "FORMAT")]
     log_format: proto_crate::LogFormat,
+    // TLS: --tls-ca makes the gateway's om and datanode channels TLS
+    // (trusting that CA); --tls-cert and --tls-key make it serve HTTPS.
+    #[command(flatten)]
+    tls: proto_crate::tls::TlsArgs,
 }
 
 #[tokio::main]
@@ -42,15 +46,21 @@ async fn main() -> anyhow::Result<()> {
     // s3s logs every error answer (a 404 included) at ERROR; the gateway logs
     // its 5xx answers itself and counts the rest in its metrics.
     proto_crate::init_logging_as("info,s3s::ops=off", args.log_format);
-    let client = Client::connect(&args.om, ClientConfig::default())
+    let tls = args.tls.load().context("loading the TLS files")?;
+    let client_config =
+        ClientConfig::default().with_tls(tls.as_ref().map(|t| t.without_identity()));
+    let client = Client::connect(&args.om, client_config)
         .await
         .with_context(|| format!("connecting to the om at {}", args.om))?;
     let mut config = GatewayConfig::new(args.listen, &args.access_key, &args.secret_key);
     if let Some(m) = args.metrics_listen {
         config = config.with_metrics_listen(m);
     }
+    if let Some(t) = tls.filter(proto_crate::tls::TlsConfig::has_identity) {
+        config = config.with_https(t);
+    }
     let gw = S3Gateway::start(client, config).await.context("binding")?;
-    println!("s3 gateway serving on http://{}", gw.address());
+    println!("s3 gateway serving on {}", gw.endpoint());
     if let Some(url) = gw.metrics_url() {
         println!("s3 gateway metrics on {url}");
     }

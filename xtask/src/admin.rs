@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::Subcommand;
 use serde_json::json;
 
@@ -34,10 +34,7 @@ pub async fn run(target: &ozone_cli::Target, command: AdminCommand) -> anyhow::R
             wait,
             timeout,
         } => {
-            let (om, _) = target.om_address()?;
-            let mut admin = om::OmAdminClient::connect(&om)
-                .await
-                .with_context(|| format!("connecting to the om at {om}"))?;
+            let mut admin = target.om_admin().await?;
             let deadline = Instant::now() + Duration::from_secs(timeout);
             let status = loop {
                 let s = admin.repair_status().await?;

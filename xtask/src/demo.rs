@@ -72,6 +72,11 @@ pub(crate) struct MiniclusterArgs {
     /// Seconds a block token stays valid (with security on).
     #[arg(long, default_value_t = om::DEFAULT_BLOCK_TOKEN_LIFETIME.as_secs_f64())]
     block_token_lifetime: f64,
+    /// TLS on every gRPC channel and HTTPS on the S3 gateway: a throwaway
+    /// CA and certificate are made under DIR/tls/, and cluster.json names
+    /// the CA (`tls.ca`) for clients.
+    #[arg(long)]
+    tls: bool,
 }
 
 /// A positive number of seconds from a flag.
@@ -136,6 +141,7 @@ pub(crate) async fn run(args: MiniclusterArgs) -> anyhow::Result<()> {
                 seconds(args.stale_after, "--stale-after")?,
                 seconds(args.dead_after, "--dead-after")?,
             )
+            .with_tls(args.tls)
             .with_block_report_interval(seconds(
                 args.block_report_interval,
                 "--block-report-interval",
@@ -151,12 +157,13 @@ pub(crate) async fn run(args: MiniclusterArgs) -> anyhow::Result<()> {
     .await
     .context("starting the minicluster")?;
     if !args.no_s3 {
-        let s3 = cluster
+        cluster
             .start_s3_gateway(args.s3_port, true)
             .await
             .context("starting the S3 gateway")?;
+        let endpoint = cluster.info().s3.map(|s| s.endpoint).unwrap_or_default();
         println!(
-            "s3 gateway http://{s3}  (access key {}, secret key {})",
+            "s3 gateway {endpoint}  (access key {}, secret key {})",
             minicluster::S3_ACCESS_KEY,
             minicluster::S3_SECRET_KEY
         );
@@ -178,6 +185,12 @@ pub(crate) async fn run(args: MiniclusterArgs) -> anyhow::Result<()> {
         );
     }
     println!("cluster.json: {}", json.display());
+    if let Some(t) = &info.tls {
+        println!(
+            "TLS on: clients trust the CA {} (ozone and cargo xtask find it in cluster.json)",
+            t.ca
+        );
+    }
 
     let client = cluster.client().await?;
     let result = demo(&client, &args).await;

@@ -130,9 +130,13 @@ async fn control(info: &ClusterInfo) -> anyhow::Result<ControlClient> {
         .with_context(|| format!("connecting to the minicluster control service at {addr}"))
 }
 
-async fn admin(info: &ClusterInfo, n: usize) -> anyhow::Result<DatanodeAdminClient> {
+async fn admin(
+    target: &ozone_cli::Target,
+    info: &ClusterInfo,
+    n: usize,
+) -> anyhow::Result<DatanodeAdminClient> {
     let dn = datanode(info, n)?;
-    DatanodeAdminClient::connect(&dn.address)
+    DatanodeAdminClient::connect(&dn.address, target.tls()?.as_ref())
         .await
         .with_context(|| {
             format!(
@@ -149,9 +153,7 @@ pub(crate) async fn run(target: &ozone_cli::Target, cmd: DnCommand) -> anyhow::R
         DnCommand::Decommission { n } => {
             let info = info()?;
             let dn = datanode(&info, n)?;
-            let mut admin = om::OmAdminClient::connect(&info.om)
-                .await
-                .with_context(|| format!("connecting to the om at {}", info.om))?;
+            let mut admin = target.om_admin().await?;
             let state = admin.decommission(&dn.id).await?;
             println!("datanode {n} ({}) is {state}", dn.address);
         }
@@ -180,17 +182,17 @@ pub(crate) async fn run(target: &ozone_cli::Target, cmd: DnCommand) -> anyhow::R
                     .context("replica indexes start at 1 (0 names no EC internal block)")?;
                 rule = rule.for_replica_index(r);
             }
-            admin(&info, n).await?.inject(rule.clone()).await?;
+            admin(target, &info, n).await?.inject(rule.clone()).await?;
             println!("datanode {n}: injected {rule}");
         }
         DnCommand::Clear { n } => {
             let info = info()?;
-            admin(&info, n).await?.clear().await?;
+            admin(target, &info, n).await?.clear().await?;
             println!("datanode {n}: faults cleared");
         }
         DnCommand::Stats { n } => {
             let info = info()?;
-            let (injected, rules) = admin(&info, n).await?.stats().await?;
+            let (injected, rules) = admin(target, &info, n).await?.stats().await?;
             println!("datanode {n}: {injected} faults injected, {rules} rules active");
         }
     }

@@ -56,10 +56,7 @@ pub(crate) async fn run(
                     info.datanodes.len()
                 )
             })?;
-            let (om, _) = target.om_address()?;
-            let mut admin = om::OmAdminClient::connect(&om)
-                .await
-                .with_context(|| format!("connecting to the om at {om}"))?;
+            let mut admin = target.om_admin().await?;
             let n = admin
                 .add_replica(bucket, key, group, ReplicaIndex::from_wire(index), &dn.id)
                 .await?;

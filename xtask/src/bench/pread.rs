@@ -330,7 +330,7 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
         .context("no index 1")?
         .address
         .clone();
-    let mut admin = DatanodeAdminClient::connect(&victim)
+    let mut admin = DatanodeAdminClient::connect(&victim, setup.config().xceiver.tls.as_ref())
         .await
         .with_context(|| format!("connecting to the admin service of {victim}"))?;
     // Every mode and workload runs in each of a few rounds of ops/rounds
