@@ -274,6 +274,8 @@ pub struct ProcessCluster {
     base: PathBuf,
     om: Managed,
     datanodes: Vec<Managed>,
+    /// The CA and the certificate every process serves with, when TLS is on.
+    tls: Option<crate::tls::IssuedFiles>,
 }
 
 impl ProcessCluster {
@@ -288,9 +290,48 @@ impl ProcessCluster {
         datanodes: usize,
         timings: ProcessTimings,
     ) -> Result<Self, ProcessError> {
+        Self::start_with_tls(bins, base, datanodes, timings, false).await
+    }
+
+    /// [`start`](Self::start), with TLS on every channel when `tls`: a
+    /// throwaway CA and one loopback certificate are written under
+    /// `base/tls/` and every process gets `--tls-ca`, `--tls-cert` and
+    /// `--tls-key` (the datanodes register over mutual TLS).
+    ///
+    /// # Errors
+    /// As [`start`](Self::start); [`ProcessError::Io`] if the certificates
+    /// cannot be made or written.
+    pub async fn start_with_tls(
+        bins: &Binaries,
+        base: &Path,
+        datanodes: usize,
+        timings: ProcessTimings,
+        tls: bool,
+    ) -> Result<Self, ProcessError> {
         let logs = base.join("logs");
         std::fs::create_dir_all(&logs).map_err(io(format!("creating {}", logs.display())))?;
         let secs = |d: Duration| format!("{}", d.as_secs_f64());
+        let tls = if tls {
+            let made = crate::tls::ThrowawayCa::new("ozone-ec-rs process cluster CA")
+                .and_then(|ca| ca.write_loopback(&base.join("tls"), "cluster"))
+                .map_err(|e| io("making the cluster's certificates")(std::io::Error::other(e)))?;
+            Some(made)
+        } else {
+            None
+        };
+        let tls_args: Vec<String> = tls
+            .iter()
+            .flat_map(|t| {
+                [
+                    "--tls-ca".to_string(),
+                    t.ca.display().to_string(),
+                    "--tls-cert".to_string(),
+                    t.cert.display().to_string(),
+                    "--tls-key".to_string(),
+                    t.key.display().to_string(),
+                ]
+            })
+            .collect();
         let mut om = Managed {
             name: "om".into(),
             program: bins.om.clone(),
@@ -304,7 +345,10 @@ impl ProcessCluster {
                 "--deletion-grace".into(),
                 secs(timings.deletion_grace),
                 "--security".into(),
-            ],
+            ]
+            .into_iter()
+            .chain(tls_args.iter().cloned())
+            .collect(),
             data_dir: base.join("om"),
             log: logs.join("om.log"),
             address: None,
@@ -317,6 +361,7 @@ impl ProcessCluster {
             base: base.to_path_buf(),
             om,
             datanodes: Vec::with_capacity(datanodes),
+            tls,
         };
         for i in 0..datanodes {
             let mut dn = Managed {
@@ -328,7 +373,10 @@ impl ProcessCluster {
                     "--heartbeat-interval".into(),
                     secs(timings.heartbeat),
                     "--security".into(),
-                ],
+                ]
+                .into_iter()
+                .chain(tls_args.iter().cloned())
+                .collect(),
                 data_dir: base.join(format!("dn{i}")),
                 log: logs.join(format!("dn{i}.log")),
                 address: None,
@@ -345,6 +393,21 @@ impl ProcessCluster {
     #[must_use]
     pub fn om_address(&self) -> String {
         self.om.address.map(|a| a.to_string()).unwrap_or_default()
+    }
+
+    /// What a client of this cluster trusts (the CA only), when it runs
+    /// with TLS.
+    ///
+    /// # Errors
+    /// [`ProcessError::Io`] if the CA file cannot be read back.
+    pub fn client_tls(&self) -> Result<Option<ec_client::TlsConfig>, ProcessError> {
+        self.tls
+            .as_ref()
+            .map(|t| {
+                ec_client::TlsConfig::load(&t.ca, None)
+                    .map_err(|e| io("loading the cluster CA")(std::io::Error::other(e)))
+            })
+            .transpose()
     }
 
     /// Number of datanodes.

@@ -314,3 +314,85 @@ pub fn endpoint(address: &str, tls: Option<&TlsConfig>) -> Result<Endpoint, TlsE
 pub fn peer_is_verified<T>(request: &tonic::Request<T>) -> bool {
     request.peer_certs().is_some_and(|certs| !certs.is_empty())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(ca: Option<&Path>, cert: Option<&Path>, key: Option<&Path>) -> TlsArgs {
+        TlsArgs {
+            tls_ca: ca.map(Path::to_path_buf),
+            tls_cert: cert.map(Path::to_path_buf),
+            tls_key: key.map(Path::to_path_buf),
+        }
+    }
+
+    #[test]
+    fn no_ca_is_plaintext_and_half_an_identity_is_refused() {
+        let p = Path::new("/nonexistent/x.pem");
+        assert!(matches!(args(None, None, None).load(), Ok(None)));
+        for (a, want) in [
+            (args(Some(p), Some(p), None), "--tls-cert without --tls-key"),
+            (args(Some(p), None, Some(p)), "--tls-key without --tls-cert"),
+            (args(None, Some(p), Some(p)), "--tls-cert needs --tls-ca"),
+        ] {
+            let e = a.load().expect_err("refused");
+            assert!(matches!(e, TlsError::Incomplete(_)), "{e:?}");
+            assert!(e.to_string().contains(want), "{e}");
+        }
+    }
+
+    #[test]
+    fn unreadable_and_malformed_files_are_named() {
+        let dir = std::env::temp_dir().join(format!("tls-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let missing = dir.join("missing.pem");
+        let e = args(Some(&missing), None, None)
+            .load()
+            .expect_err("missing CA");
+        assert!(matches!(e, TlsError::Read { .. }), "{e:?}");
+        assert!(e.to_string().contains("missing.pem"), "{e}");
+
+        let garbage = dir.join("garbage.pem");
+        std::fs::write(&garbage, "not a certificate").expect("write");
+        let e = args(Some(&garbage), None, None)
+            .load()
+            .expect_err("no certificate");
+        assert!(matches!(e, TlsError::Pem { .. }), "{e:?}");
+        assert!(e.to_string().contains("garbage.pem"), "{e}");
+        assert!(e.to_string().contains("no CERTIFICATE block"), "{e}");
+
+        let broken = dir.join("broken.pem");
+        std::fs::write(
+            &broken,
+            "-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n",
+        )
+        .expect("write");
+        let e = TlsConfig::load(&broken, None).expect_err("bad base64");
+        assert!(matches!(e, TlsError::Pem { .. }), "{e:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_server_needs_an_identity_and_addresses_pick_the_scheme() {
+        // A syntactically valid PEM block is enough for the checks here;
+        // handshakes with real certificates are tested over loopback.
+        let pem = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+        let t = TlsConfig::from_pem(pem, None).expect("config");
+        assert!(!t.has_identity());
+        assert!(matches!(t.server(), Err(TlsError::NoIdentity)));
+        assert!(matches!(t.https_acceptor(), Err(TlsError::NoIdentity)));
+        let e =
+            TlsConfig::from_pem(pem, Some((pem.into(), b"no key".to_vec()))).expect_err("no key");
+        assert!(e.to_string().contains("private key"), "{e}");
+        let plain = endpoint("127.0.0.1:9862", None).expect("plain");
+        assert_eq!(plain.uri().scheme_str(), Some("http"));
+        let tls = endpoint("127.0.0.1:9862", Some(&t)).expect("tls");
+        assert_eq!(tls.uri().scheme_str(), Some("https"));
+        assert!(matches!(
+            endpoint("bad host:1", None),
+            Err(TlsError::Address { .. })
+        ));
+        assert!(!format!("{t:?}").contains("AAAA"), "Debug prints no PEM");
+    }
+}
