@@ -16,13 +16,36 @@ use crate::fault::{FaultInjector, FaultRule};
 #[derive(Debug, Clone)]
 pub struct DatanodeAdminGrpc {
     faults: Arc<FaultInjector>,
+    /// Whether changing faults needs a client certificate (TLS on).
+    certificate_required: bool,
 }
 
 impl DatanodeAdminGrpc {
-    /// Serves `faults`.
+    /// Serves `faults`; anyone who reaches the port may change them.
     #[must_use]
     pub fn new(faults: Arc<FaultInjector>) -> Self {
-        Self { faults }
+        Self {
+            faults,
+            certificate_required: false,
+        }
+    }
+
+    /// The same service, letting only callers that present a client
+    /// certificate the cluster CA signed inject or clear faults (the
+    /// datanode runs with TLS).
+    #[must_use]
+    pub fn with_certificate_required(mut self, required: bool) -> Self {
+        self.certificate_required = required;
+        self
+    }
+
+    fn require_admin<T>(&self, request: &Request<T>, call: &str) -> Result<(), Status> {
+        if !self.certificate_required || proto_crate::tls::peer_is_verified(request) {
+            return Ok(());
+        }
+        Err(Status::permission_denied(format!(
+            "{call} needs an admin credential: a client certificate the cluster CA signed"
+        )))
     }
 }
 
@@ -32,6 +55,7 @@ impl DatanodeAdminService for DatanodeAdminGrpc {
         &self,
         req: Request<pb::InjectFaultRequest>,
     ) -> Result<Response<pb::InjectFaultResponse>, Status> {
+        self.require_admin(&req, "InjectFault")?;
         let fault = req
             .into_inner()
             .fault
@@ -45,8 +69,9 @@ impl DatanodeAdminService for DatanodeAdminGrpc {
 
     async fn clear_faults(
         &self,
-        _req: Request<pb::ClearFaultsRequest>,
+        req: Request<pb::ClearFaultsRequest>,
     ) -> Result<Response<pb::ClearFaultsResponse>, Status> {
+        self.require_admin(&req, "ClearFaults")?;
         self.faults.clear();
         Ok(Response::new(pb::ClearFaultsResponse {}))
     }

@@ -264,9 +264,12 @@ impl Datanode {
             config.max_inflight_bytes,
             Arc::clone(&metrics),
         ));
-        let admin = config
-            .enable_fault_injection
-            .then(|| DatanodeAdminServiceServer::new(DatanodeAdminGrpc::new(Arc::clone(&faults))));
+        let admin = config.enable_fault_injection.then(|| {
+            DatanodeAdminServiceServer::new(
+                DatanodeAdminGrpc::new(Arc::clone(&faults))
+                    .with_certificate_required(config.tls.is_some()),
+            )
+        });
         let tokens = config
             .security
             .then(|| Arc::new(BlockTokenVerifier::default()));

@@ -261,3 +261,108 @@ async fn the_om_hands_secrets_only_to_certified_datanodes() {
         .into_inner();
     assert!(!answer.block_token_secrets.is_empty());
 }
+
+/// A certificate's role decides what it may do: the admin credential cannot
+/// speak for a datanode (it names no host), the gateway's HTTPS certificate
+/// cannot authenticate a client at all, and only a certified client may
+/// call the om's and datanodes' admin RPCs that change the cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificate_roles_and_admin_credentials() {
+    let cluster = tls_cluster().await;
+    let t = cluster.tls().expect("TLS on");
+    let admin = TlsConfig::load(&t.admin.ca, Some((&t.admin.cert, &t.admin.key))).expect("admin");
+    let registered = DatanodeDetails {
+        uuid: cluster.datanodes()[0].uuid().parse().expect("uuid"),
+        address: cluster.datanodes()[0].address(),
+    };
+
+    // The admin credential is verified but names no datanode host.
+    let status = om_client(&cluster, Some(&admin))
+        .await
+        .expect("admin channel")
+        .heartbeat(heartbeat(&registered))
+        .await
+        .expect_err("an admin certificate heartbeats for a datanode");
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+    assert!(
+        status.message().contains("does not name the host"),
+        "{status:?}"
+    );
+    // The gateway's certificate (serverAuth only) fails as a client's.
+    let gateway = TlsConfig::from_pem(
+        t.https.ca_pem().to_vec(),
+        t.https
+            .identity_pem()
+            .map(|(c, k)| (c.to_vec(), k.to_vec())),
+    )
+    .expect("gateway settings");
+    let r = async {
+        om_client(&cluster, Some(&gateway))
+            .await?
+            .heartbeat(heartbeat(&registered))
+            .await
+            .map_err(|s| format!("{s:?}"))
+    }
+    .await;
+    assert!(
+        r.is_err(),
+        "the gateway's certificate spoke for a datanode: {r:?}"
+    );
+
+    // Admin RPCs: refused without a client certificate, served with one.
+    let ca_only = cluster_tls(&cluster, false);
+    let mut anonymous = om::OmAdminClient::connect(&cluster.om_address(), Some(&ca_only))
+        .await
+        .expect("om admin channel");
+    let e = anonymous
+        .decommission(registered.uuid.as_str())
+        .await
+        .expect_err("decommission without a credential");
+    assert_eq!(e.code, tonic::Code::PermissionDenied, "{e}");
+    let e = anonymous
+        .add_replica("none", "none", 0, None, registered.uuid.as_str())
+        .await
+        .expect_err("add-replica without a credential");
+    assert_eq!(e.code, tonic::Code::PermissionDenied, "{e}");
+    anonymous
+        .repair_status()
+        .await
+        .expect("status is read-only");
+    let mut certified = om::OmAdminClient::connect(&cluster.om_address(), Some(&admin))
+        .await
+        .expect("om admin channel");
+    let e = certified
+        .add_replica("none", "none", 0, None, registered.uuid.as_str())
+        .await
+        .expect_err("no such bucket");
+    assert_eq!(
+        e.code,
+        tonic::Code::NotFound,
+        "past the credential check: {e}"
+    );
+
+    let address = registered.address.as_str();
+    let rule = datanode::FaultRule::new(
+        datanode::RpcKind::GetBlock,
+        datanode::FaultKind::Unavailable,
+    )
+    .expect("rule");
+    let mut anonymous = datanode::DatanodeAdminClient::connect(address, Some(&ca_only))
+        .await
+        .expect("datanode admin channel");
+    let e = anonymous
+        .inject(rule.clone())
+        .await
+        .expect_err("no credential");
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert_eq!(cluster.datanodes()[0].faults().rules().len(), 0);
+    let mut certified = datanode::DatanodeAdminClient::connect(address, Some(&admin))
+        .await
+        .expect("datanode admin channel");
+    certified
+        .inject(rule)
+        .await
+        .expect("injected with the credential");
+    assert_eq!(cluster.datanodes()[0].faults().rules().len(), 1);
+    certified.clear().await.expect("cleared");
+}

@@ -398,8 +398,14 @@ impl DatanodeHandle {
 /// The TLS material of a cluster run with TLS.
 #[derive(Debug, Clone)]
 pub struct ClusterTls {
+    /// The admin credential under `BASE/tls/` (`admin.pem`, `admin.key`):
+    /// a client certificate for the admin RPCs.
+    pub admin: tls::IssuedFiles,
+    /// Settings of the S3 gateway's HTTPS (`s3.pem`, `s3.key`: a server
+    /// certificate that cannot authenticate as a client).
+    pub https: ec_client::TlsConfig,
     /// The files under `BASE/tls/`: the CA, and the certificate and key
-    /// the om, datanodes and gateway serve with.
+    /// the om and datanodes serve with (`cluster.pem`, `cluster.key`).
     pub files: tls::IssuedFiles,
     /// Settings of a cluster member (the CA and that certificate).
     pub member: ec_client::TlsConfig,
@@ -466,10 +472,21 @@ impl MiniCluster {
         };
         let tls = if config.tls {
             let ca = tls::ThrowawayCa::new("ozone-ec-rs minicluster CA")?;
-            let files = ca.write_loopback(&base_dir.join("tls"), "cluster")?;
-            let member = ec_client::TlsConfig::load(&files.ca, Some((&files.cert, &files.key)))
-                .map_err(|e| io("loading the cluster's certificate")(std::io::Error::other(e)))?;
-            Some(ClusterTls { files, member })
+            let dir = base_dir.join("tls");
+            let files = ca.write_loopback(&dir, "cluster")?;
+            let s3 = ca.write(&dir, "s3", &tls::LOOPBACK_NAMES, tls::Usage::HttpsServer)?;
+            let admin = ca.write(&dir, "admin", &["admin"], tls::Usage::Admin)?;
+            let load = |f: &tls::IssuedFiles| {
+                ec_client::TlsConfig::load(&f.ca, Some((&f.cert, &f.key))).map_err(|e| {
+                    io(format!("loading {}", f.cert.display()))(std::io::Error::other(e))
+                })
+            };
+            Some(ClusterTls {
+                member: load(&files)?,
+                https: load(&s3)?,
+                admin,
+                files,
+            })
         } else {
             None
         };
@@ -613,11 +630,18 @@ impl MiniCluster {
                 .collect(),
             control: None,
             block_tokens: self.block_tokens,
-            tls: self.tls.as_ref().map(|t| TlsInfo {
-                ca: std::path::absolute(&t.files.ca)
-                    .unwrap_or_else(|_| t.files.ca.clone())
-                    .display()
-                    .to_string(),
+            tls: self.tls.as_ref().map(|t| {
+                let absolute = |p: &Path| {
+                    std::path::absolute(p)
+                        .unwrap_or_else(|_| p.to_path_buf())
+                        .display()
+                        .to_string()
+                };
+                TlsInfo {
+                    ca: absolute(&t.files.ca),
+                    admin_cert: Some(absolute(&t.admin.cert)),
+                    admin_key: Some(absolute(&t.admin.key)),
+                }
             }),
             s3: self.s3_info(),
             metrics: Some(MetricsInfo {

@@ -28,7 +28,7 @@ impl MiniCluster {
             config = config.without_auth();
         }
         if let Some(t) = self.tls() {
-            config = config.with_https(t.member.clone());
+            config = config.with_https(t.https.clone());
         }
         let gw = s3_gateway::S3Gateway::start(client, config)
             .await

@@ -3,10 +3,16 @@
 //! the process cluster): a CA and the certificates it signs, made with rcgen
 //! and written as PEM files into the cluster's data dir.
 //!
-//! Every service certificate names `localhost`, `127.0.0.1` and `::1` (the
-//! addresses a loopback cluster is dialled at) and may serve and authenticate
-//! as a client (extended key usages serverAuth and clientAuth), so a datanode
-//! presents the same certificate to its clients and to the om.
+//! Certificates have one of three [`Usage`]s: a cluster service's (the om
+//! and datanodes: it serves, and a datanode presents it to the om, which
+//! takes datanode calls only from a certificate naming the datanode's host),
+//! an HTTPS server's (the S3 gateway: it cannot authenticate as a client, so
+//! it can never speak for a datanode or an admin), and an admin's (a client
+//! certificate naming no host: it can call admin RPCs but not register a
+//! datanode). Service and HTTPS certificates name `localhost`, `127.0.0.1`
+//! and `::1`, the addresses a loopback cluster is dialled at. On one machine
+//! every datanode shares the host, so one service certificate serves them
+//! all; on several hosts each gets its own.
 
 use std::path::{Path, PathBuf};
 
@@ -21,11 +27,29 @@ use crate::MiniClusterError;
 
 /// TLS of a cluster in `cluster.json`: where its CA certificate is, for
 /// clients (`ozone --tls-ca`, [`ec_client::ClientConfig::with_tls`],
-/// `aws --ca-bundle`).
+/// `aws --ca-bundle`), and an admin credential (`ozone --tls-cert
+/// --tls-key`) for the admin RPCs.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct TlsInfo {
     /// Absolute path of the CA certificate (PEM).
     pub ca: String,
+    /// Absolute path of the admin's client certificate (PEM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_cert: Option<String>,
+    /// Absolute path of its private key (PEM, mode 0600).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_key: Option<String>,
+}
+
+/// What a certificate may be used for (its extended key usages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Usage {
+    /// A cluster service (om, datanode): serverAuth and clientAuth.
+    Service,
+    /// An HTTPS server (the S3 gateway): serverAuth only.
+    HttpsServer,
+    /// An admin's client certificate: clientAuth only.
+    Admin,
 }
 
 /// The names every service certificate carries.
@@ -90,12 +114,16 @@ impl ThrowawayCa {
     }
 
     /// A new (certificate, private key) pair, PEM, for `names` (DNS names
-    /// or IP addresses), good for serving and as a client certificate.
+    /// or IP addresses), used as `usage` says.
     ///
     /// # Errors
     /// [`MiniClusterError::Io`] if a name is not a valid DNS name or IP
     /// address, or key generation or signing fails.
-    pub fn issue(&self, names: &[&str]) -> Result<(String, String), MiniClusterError> {
+    pub fn issue(
+        &self,
+        names: &[&str],
+        usage: Usage,
+    ) -> Result<(String, String), MiniClusterError> {
         let names: Vec<String> = names.iter().map(|n| (*n).to_string()).collect();
         let mut params =
             CertificateParams::new(names.clone()).map_err(tls_error("certificate parameters"))?;
@@ -107,10 +135,14 @@ impl ThrowawayCa {
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,
         ];
-        params.extended_key_usages = vec![
-            ExtendedKeyUsagePurpose::ServerAuth,
-            ExtendedKeyUsagePurpose::ClientAuth,
-        ];
+        params.extended_key_usages = match usage {
+            Usage::Service => vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
+            Usage::HttpsServer => vec![ExtendedKeyUsagePurpose::ServerAuth],
+            Usage::Admin => vec![ExtendedKeyUsagePurpose::ClientAuth],
+        };
         let key = KeyPair::generate().map_err(tls_error("a certificate key"))?;
         let cert = params
             .signed_by(&key, &self.issuer)
@@ -118,15 +150,30 @@ impl ThrowawayCa {
         Ok((cert.pem(), key.serialize_pem()))
     }
 
-    /// [`issue`](Self::issue)s a loopback certificate and writes it under
-    /// `dir` as `STEM.pem` and `STEM.key` (mode 0600), beside the CA as
-    /// `ca.pem`.
+    /// [`issue`](Self::issue)s a loopback service certificate and writes it
+    /// under `dir` as `STEM.pem` and `STEM.key` (mode 0600), beside the CA
+    /// as `ca.pem`.
     ///
     /// # Errors
     /// As [`issue`](Self::issue); I/O errors writing the files.
     pub fn write_loopback(&self, dir: &Path, stem: &str) -> Result<IssuedFiles, MiniClusterError> {
+        self.write(dir, stem, &LOOPBACK_NAMES, Usage::Service)
+    }
+
+    /// [`issue`](Self::issue)s a certificate for `names` and `usage` and
+    /// writes it as [`write_loopback`](Self::write_loopback) does.
+    ///
+    /// # Errors
+    /// As [`issue`](Self::issue); I/O errors writing the files.
+    pub fn write(
+        &self,
+        dir: &Path,
+        stem: &str,
+        names: &[&str],
+        usage: Usage,
+    ) -> Result<IssuedFiles, MiniClusterError> {
         std::fs::create_dir_all(dir).map_err(crate::io(format!("creating {}", dir.display())))?;
-        let (cert, key) = self.issue(&LOOPBACK_NAMES)?;
+        let (cert, key) = self.issue(names, usage)?;
         let files = IssuedFiles {
             ca: dir.join("ca.pem"),
             cert: dir.join(format!("{stem}.pem")),
@@ -138,13 +185,13 @@ impl ThrowawayCa {
         Ok(files)
     }
 
-    /// The settings of a process holding a new loopback certificate of this
-    /// CA (in memory; nothing is written).
+    /// The settings of a process holding a new loopback service
+    /// certificate of this CA (in memory; nothing is written).
     ///
     /// # Errors
     /// As [`issue`](Self::issue).
     pub fn loopback_config(&self) -> Result<TlsConfig, MiniClusterError> {
-        let (cert, key) = self.issue(&LOOPBACK_NAMES)?;
+        let (cert, key) = self.issue(&LOOPBACK_NAMES, Usage::Service)?;
         TlsConfig::from_pem(self.pem.clone(), Some((cert.into(), key.into()))).map_err(|e| {
             MiniClusterError::Io {
                 context: "loading a certificate just made".to_string(),

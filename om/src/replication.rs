@@ -209,6 +209,20 @@ impl OmAdminGrpc {
     pub fn new(om: Arc<OzoneManager>) -> Self {
         Self { om }
     }
+
+    /// With TLS on, a call that changes the cluster (`AddReplica`,
+    /// `Decommission`) needs an admin credential: a client certificate the
+    /// cluster CA signed (`cluster.json`'s `tls.admin_cert`). Without TLS
+    /// every caller passes (README: "Security").
+    fn require_admin<T>(&self, request: &Request<T>, call: &str) -> Result<(), Status> {
+        if self.om.config().tls.is_none() || proto_crate::tls::peer_is_verified(request) {
+            return Ok(());
+        }
+        Err(Status::from(OmError::PermissionDenied(format!(
+            "{call} needs an admin credential: a client certificate the cluster CA signed \
+             (ozone --tls-cert/--tls-key; a minicluster's cluster.json names one)"
+        ))))
+    }
 }
 
 #[tonic::async_trait]
@@ -217,6 +231,7 @@ impl OmAdminService for OmAdminGrpc {
         &self,
         req: Request<admin_pb::AddReplicaRequest>,
     ) -> Result<Response<admin_pb::AddReplicaResponse>, Status> {
+        self.require_admin(&req, "AddReplica")?;
         let r = req.into_inner();
         let length = add_replica(
             &self.om,
@@ -241,6 +256,7 @@ impl OmAdminService for OmAdminGrpc {
         &self,
         req: Request<admin_pb::DecommissionRequest>,
     ) -> Result<Response<admin_pb::DecommissionResponse>, Status> {
+        self.require_admin(&req, "Decommission")?;
         let uuid = req.into_inner().datanode_uuid;
         let uuid: proto_crate::DatanodeId = uuid
             .parse()

@@ -25,18 +25,35 @@ impl OmGrpcService {
         Self { om }
     }
 
-    /// Refuses `request` unless it comes from a cluster member: with TLS on,
-    /// a peer that presented a certificate the cluster CA signed (mutual
-    /// TLS); these calls hand out block-token secrets and change what the
-    /// om believes a datanode holds. Without TLS every peer passes (the
-    /// README says so).
-    fn require_cluster_member<T>(&self, request: &Request<T>, call: &str) -> Result<(), Status> {
-        if self.om.config().tls.is_none() || proto_crate::tls::peer_is_verified(request) {
+    /// Refuses a datanode call unless, with TLS on, its peer presented a
+    /// certificate the cluster CA signed (mutual TLS) that names the host of
+    /// the address `d` claims: these calls hand out block-token secrets and
+    /// change what the om believes a datanode holds, so a certificate for
+    /// other hosts (an admin's, a gateway's) cannot speak for a datanode
+    /// here. `peer` is the request's verified chain. Without TLS every peer
+    /// passes (README: "Security").
+    fn require_datanode_peer(
+        &self,
+        peer: Option<&[tonic::transport::CertificateDer<'static>]>,
+        d: &DatanodeDetails,
+        call: &str,
+    ) -> Result<(), Status> {
+        if self.om.config().tls.is_none() {
             return Ok(());
         }
+        let why = match peer {
+            None | Some([]) => "presented no client certificate".to_string(),
+            Some(chain) if !proto_crate::tls::certificate_names_host(chain, &d.address) => {
+                format!(
+                    "presented a certificate that does not name the host of {}",
+                    d.address
+                )
+            }
+            Some(_) => return Ok(()),
+        };
         Err(Status::from(OmError::PermissionDenied(format!(
-            "{call} needs a client certificate signed by the cluster CA (the datanode's \
-             --tls-cert and --tls-key)"
+            "{call} for datanode {d} {why}: datanode calls need a certificate the cluster CA \
+             signed for the datanode's host (its --tls-cert and --tls-key)"
         ))))
     }
 
@@ -74,13 +91,14 @@ impl OzoneManagerService for OmGrpcService {
         &self,
         req: Request<pb::RegisterDatanodeRequest>,
     ) -> Result<Response<pb::RegisterDatanodeResponse>, Status> {
-        self.require_cluster_member(&req, "RegisterDatanode")?;
+        let peer = req.peer_certs();
         let d = req
             .into_inner()
             .datanode
             .ok_or(ProtocolError::MissingField("datanode"))
             .and_then(DatanodeDetails::try_from)
             .map_err(bad)?;
+        self.require_datanode_peer(peer.as_deref().map(Vec::as_slice), &d, "RegisterDatanode")?;
         let secrets = self
             .run(move |om| {
                 om.register_datanode(d)?;
@@ -107,13 +125,14 @@ impl OzoneManagerService for OmGrpcService {
         &self,
         req: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
-        self.require_cluster_member(&req, "Heartbeat")?;
+        let peer = req.peer_certs();
         let req = req.into_inner();
         let d = req
             .datanode
             .ok_or(ProtocolError::MissingField("datanode"))
             .and_then(DatanodeDetails::try_from)
             .map_err(bad)?;
+        self.require_datanode_peer(peer.as_deref().map(Vec::as_slice), &d, "Heartbeat")?;
         let stats = NodeStats::from(req.stats.unwrap_or_default());
         if self.om.datanode(&d.uuid).is_some_and(|known| known == d) {
             // The common case touches memory only.
@@ -132,7 +151,7 @@ impl OzoneManagerService for OmGrpcService {
         &self,
         req: Request<tonic::Streaming<pb::BlockReportPage>>,
     ) -> Result<Response<pb::BlockReportResponse>, Status> {
-        self.require_cluster_member(&req, "BlockReport")?;
+        let peer = req.peer_certs();
         let mut pages = req.into_inner();
         let mut datanode: Option<DatanodeDetails> = None;
         let mut blocks: Vec<(u64, u64, u32)> = Vec::new();
@@ -145,6 +164,7 @@ impl OzoneManagerService for OmGrpcService {
                     .ok_or(ProtocolError::MissingField("datanode"))
                     .and_then(DatanodeDetails::try_from)
                     .map_err(bad)?;
+                self.require_datanode_peer(peer.as_deref().map(Vec::as_slice), &d, "BlockReport")?;
                 // Refused at the first page, before anything is buffered: a datanode the om
                 // does not know there, or one already streaming a report.
                 if self.om.datanode(&d.uuid).as_ref() != Some(&d) {

@@ -37,6 +37,28 @@ pub struct Target {
     /// from there), else plaintext.
     #[arg(long, global = true, env = "OZONE_TLS_CA", value_name = "PEM")]
     pub tls_ca: Option<PathBuf>,
+    /// PEM file of a client certificate the cluster CA signed (with
+    /// --tls-key): the admin credential that `dn decommission`, `key
+    /// add-replica` and fault injection need on a TLS cluster. Default:
+    /// $OZONE_TLS_CERT, else the admin certificate a minicluster's
+    /// cluster.json names.
+    #[arg(
+        long,
+        global = true,
+        env = "OZONE_TLS_CERT",
+        value_name = "PEM",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM file of the private key of --tls-cert.
+    #[arg(
+        long,
+        global = true,
+        env = "OZONE_TLS_KEY",
+        value_name = "PEM",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
 }
 
 /// Where an om address came from (error messages differ).
@@ -56,6 +78,8 @@ impl Target {
             om: None,
             data_dir: Some(dir.into()),
             tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 
@@ -111,27 +135,44 @@ impl Target {
         Ok(self.resolve()?.2)
     }
 
-    /// The om address, where it came from, and the TLS settings.
+    /// The om address, where it came from, and the TLS settings: the
+    /// flags' files, else (for a minicluster's om) those cluster.json names.
     fn resolve(&self) -> anyhow::Result<(String, OmSource, Option<TlsConfig>)> {
-        let load = |ca: &Path| {
-            TlsConfig::load(ca, None)
-                .with_context(|| format!("loading the cluster CA {}", ca.display()))
+        let given = (self.tls_cert.as_deref()).zip(self.tls_key.as_deref());
+        let load = |ca: &Path, identity: Option<(&Path, &Path)>| {
+            TlsConfig::load(ca, identity)
+                .with_context(|| format!("loading the TLS files (CA {})", ca.display()))
         };
-        let given_tls = self.tls_ca.as_deref().map(load).transpose()?;
         if let Some(om) = &self.om {
-            return Ok((om.clone(), OmSource::Given, given_tls));
+            let tls = match &self.tls_ca {
+                Some(ca) => Some(load(ca, given)?),
+                None => None,
+            };
+            return Ok((om.clone(), OmSource::Given, tls));
         }
         let dir = self.cluster_dir()?;
         let info = read_cluster_file(&dir)?;
-        let tls = match (given_tls, &info.tls) {
-            (Some(t), _) => Some(t),
-            (None, Some(t)) => Some(load(Path::new(&t.ca))?),
-            (None, None) => None,
+        let from_file = info.tls.as_ref();
+        let ca = self
+            .tls_ca
+            .clone()
+            .or_else(|| from_file.map(|t| PathBuf::from(&t.ca)));
+        let admin = from_file.and_then(|t| {
+            Some((
+                PathBuf::from(t.admin_cert.as_ref()?),
+                PathBuf::from(t.admin_key.as_ref()?),
+            ))
+        });
+        let identity = given.or_else(|| admin.as_ref().map(|(c, k)| (c.as_path(), k.as_path())));
+        let tls = match ca {
+            Some(ca) => Some(load(&ca, identity)?),
+            None => None,
         };
         Ok((info.om, OmSource::ClusterFile(dir), tls))
     }
 
-    /// A client of the target's om admin service (TLS as [`tls`](Self::tls)).
+    /// A client of the target's om admin service (TLS as [`tls`](Self::tls),
+    /// presenting the admin certificate when there is one).
     ///
     /// # Errors
     /// As [`tls`](Self::tls); an om that cannot be reached.
@@ -149,7 +190,7 @@ impl Target {
     /// address, saying that the cluster is not running and how to start it.
     pub async fn client(&self) -> anyhow::Result<Client> {
         let (om, source, tls) = self.resolve()?;
-        match Client::connect(&om, ClientConfig::default().with_tls(tls)).await {
+        match Client::connect(&om, ClientConfig::default().with_tls(tls.clone())).await {
             Ok(c) => Ok(c),
             Err(ClientError::Connect { message, .. }) => match source {
                 OmSource::ClusterFile(dir) => bail!(
@@ -157,6 +198,10 @@ impl Target {
                      {message}); start it with `cargo xtask minicluster --data-dir {}`",
                     dir.display(),
                     dir.display()
+                ),
+                OmSource::Given if tls.is_none() => bail!(
+                    "the om at {om} does not answer: {message} (if the cluster runs with TLS, \
+                     pass --tls-ca PEM)"
                 ),
                 OmSource::Given => bail!("the om at {om} does not answer: {message}"),
             },

@@ -48,6 +48,9 @@ pub enum TlsError {
     /// A certificate and a key were needed together and only one was given.
     #[error("a TLS certificate and its private key go together: {0}")]
     Incomplete(&'static str),
+    /// A certificate was given without the CA that signed it.
+    #[error("--tls-cert needs --tls-ca (the CA that signed it)")]
+    NoCa,
     /// A server needs its own certificate and key.
     #[error("serving TLS needs this process's certificate and key (--tls-cert, --tls-key)")]
     NoIdentity,
@@ -97,9 +100,7 @@ impl TlsArgs {
         };
         match &self.tls_ca {
             Some(ca) => TlsConfig::load(ca, identity).map(Some),
-            None if identity.is_some() => Err(TlsError::Incomplete(
-                "--tls-cert needs --tls-ca (the CA that signed it)",
-            )),
+            None if identity.is_some() => Err(TlsError::NoCa),
             None => Ok(None),
         }
     }
@@ -130,43 +131,77 @@ fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
     })
 }
 
-/// Checks `pem` holds at least one well-formed certificate.
-fn check_certificates(pem: &[u8], what: &str) -> Result<(), TlsError> {
-    let mut n = 0;
-    for cert in CertificateDer::pem_slice_iter(pem) {
-        cert.map_err(|e| TlsError::Pem {
-            what: what.to_string(),
-            message: e.to_string(),
-        })?;
-        n += 1;
+/// The certificates in `pem`, at least one.
+fn certificates(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let bad = |message: String| TlsError::Pem {
+        what: what.to_string(),
+        message,
+    };
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(bad("no CERTIFICATE block".to_string()));
     }
-    if n == 0 {
-        return Err(TlsError::Pem {
+    Ok(certs)
+}
+
+/// Checks `pem` holds CA certificates rustls can use as trust anchors.
+fn check_ca(pem: &[u8], what: &str) -> Result<(), TlsError> {
+    let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+    for cert in certificates(pem, what)? {
+        roots.add(cert).map_err(|e| TlsError::Pem {
             what: what.to_string(),
-            message: "no CERTIFICATE block".to_string(),
-        });
+            message: format!("not a usable CA certificate: {e}"),
+        })?;
     }
     Ok(())
 }
 
+/// Checks `cert` and `key` parse and belong together.
+fn check_identity(cert: &[u8], key: &[u8], what: &str) -> Result<(), TlsError> {
+    let bad = |message: String| TlsError::Pem {
+        what: what.to_string(),
+        message,
+    };
+    let chain = certificates(cert, what)?;
+    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| {
+        bad(format!(
+            "no usable private key ({e}): expected an unencrypted PKCS#8, PKCS#1 or SEC1 PEM block"
+        ))
+    })?;
+    tokio_rustls::rustls::sign::CertifiedKey::from_der(chain, key, &provider())
+        .map_err(|e| bad(format!("the private key does not fit the certificate: {e}")))?;
+    Ok(())
+}
+
+/// The one crypto provider of the workspace (aws-lc-rs), named explicitly so
+/// that no process-wide default is needed.
+fn provider() -> tokio_rustls::rustls::crypto::CryptoProvider {
+    tokio_rustls::rustls::crypto::aws_lc_rs::default_provider()
+}
+
+/// Longest a TLS handshake may take, on servers and clients alike: a peer
+/// that stalls it holds a connection for at most this long.
+pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl TlsConfig {
     /// Settings from PEM text: `ca` (one or more CA certificates) and an
-    /// optional identity (certificate chain, private key).
+    /// optional identity (certificate chain, leaf first, and its private key).
+    /// Checked here, not at the first handshake: every CA certificate must
+    /// be usable as a trust anchor, and the key must parse and be the
+    /// certificate's.
     ///
     /// # Errors
-    /// [`TlsError::Pem`] when a certificate or the key is missing or malformed.
+    /// [`TlsError::Pem`] naming what is missing, malformed or mismatched.
     pub fn from_pem(
         ca: impl Into<Vec<u8>>,
         identity: Option<(Vec<u8>, Vec<u8>)>,
     ) -> Result<Self, TlsError> {
         let ca = ca.into();
-        check_certificates(&ca, "CA certificate")?;
+        check_ca(&ca, "CA certificate")?;
         if let Some((cert, key)) = &identity {
-            check_certificates(cert, "certificate")?;
-            PrivateKeyDer::from_pem_slice(key).map_err(|e| TlsError::Pem {
-                what: "private key".to_string(),
-                message: e.to_string(),
-            })?;
+            check_identity(cert, key, "certificate and key")?;
         }
         Ok(Self {
             ca_pem: ca.into(),
@@ -189,21 +224,25 @@ impl TlsConfig {
             other => other,
         };
         let ca_pem = read(ca)?;
-        check_certificates(&ca_pem, "CA certificate").map_err(|e| named(e, ca))?;
+        check_ca(&ca_pem, "CA certificate").map_err(|e| named(e, ca))?;
         let identity = match identity {
             Some((cert, key)) => {
-                let c = read(cert)?;
-                check_certificates(&c, "certificate").map_err(|e| named(e, cert))?;
-                let k = read(key)?;
-                PrivateKeyDer::from_pem_slice(&k).map_err(|e| TlsError::Pem {
-                    what: format!("private key {}", key.display()),
-                    message: e.to_string(),
+                let (c, k) = (read(cert)?, read(key)?);
+                check_identity(&c, &k, "certificate and key").map_err(|e| match e {
+                    TlsError::Pem { what, message } => TlsError::Pem {
+                        what: format!("{what} {} and {}", cert.display(), key.display()),
+                        message,
+                    },
+                    other => other,
                 })?;
                 Some((c, k))
             }
             None => None,
         };
-        Self::from_pem(ca_pem, identity)
+        Ok(Self {
+            ca_pem: ca_pem.into(),
+            identity: identity.map(|(c, k)| (c.into(), k.into())),
+        })
     }
 
     /// Whether this process has a certificate of its own.
@@ -245,14 +284,17 @@ impl TlsConfig {
         Ok(ServerTlsConfig::new()
             .identity(Identity::from_pem(&cert[..], &key[..]))
             .client_ca_root(Certificate::from_pem(&self.ca_pem[..]))
-            .client_auth_optional(true))
+            .client_auth_optional(true)
+            .timeout(HANDSHAKE_TIMEOUT))
     }
 
     /// A gRPC client's settings: the CA as the only trust root, and this
     /// process's certificate presented when it has one.
     #[must_use]
     pub fn client(&self) -> ClientTlsConfig {
-        let config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&self.ca_pem[..]));
+        let config = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(&self.ca_pem[..]))
+            .timeout(HANDSHAKE_TIMEOUT);
         match &self.identity {
             Some((cert, key)) => config.identity(Identity::from_pem(&cert[..], &key[..])),
             None => config,
@@ -278,10 +320,13 @@ impl TlsConfig {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| pem(&e))?;
         let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| pem(&e))?;
-        let mut config = tokio_rustls::rustls::ServerConfig::builder()
-            .with_no_client_auth()
-            .with_single_cert(chain, key)
-            .map_err(|e| pem(&e))?;
+        let mut config =
+            tokio_rustls::rustls::ServerConfig::builder_with_provider(Arc::new(provider()))
+                .with_safe_default_protocol_versions()
+                .map_err(|e| pem(&e))?
+                .with_no_client_auth()
+                .with_single_cert(chain, key)
+                .map_err(|e| pem(&e))?;
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
     }
@@ -308,11 +353,46 @@ pub fn endpoint(address: &str, tls: Option<&TlsConfig>) -> Result<Endpoint, TlsE
 }
 
 /// Whether the peer of `request` presented a certificate the server verified
-/// against the cluster CA (a server running with [`TlsConfig::server`]).
-/// Always false on a plaintext connection.
+/// against the cluster CA (a server running with [`TlsConfig::server`]:
+/// rustls refuses the handshake of a peer whose certificate does not
+/// verify, so any certificate seen here did). Always false on a plaintext
+/// connection, and on a listener other than TCP (tonic records peer
+/// certificates with TCP connection info only).
 #[must_use]
 pub fn peer_is_verified<T>(request: &tonic::Request<T>) -> bool {
     request.peer_certs().is_some_and(|certs| !certs.is_empty())
+}
+
+/// Whether the peer of `request` presented a verified certificate (see
+/// [`peer_is_verified`]) that names the host of `address` (`HOST:PORT`; an
+/// IP address or DNS name, matched as RFC 6125 says): how the om binds a
+/// datanode's certificate to the address it registers. A certificate that
+/// names other hosts cannot speak for a datanode on this one.
+#[must_use]
+pub fn peer_names_host<T>(request: &tonic::Request<T>, address: &str) -> bool {
+    request
+        .peer_certs()
+        .is_some_and(|certs| certificate_names_host(&certs, address))
+}
+
+/// Whether the first of `chain` (a verified peer's certificates, leaf
+/// first, as [`tonic::Request::peer_certs`] gives them) names the host of
+/// `address`; see [`peer_names_host`]. False for an empty chain.
+#[must_use]
+pub fn certificate_names_host(chain: &[CertificateDer<'_>], address: &str) -> bool {
+    let Some(leaf) = chain.first() else {
+        return false;
+    };
+    let host = address
+        .rsplit_once(':')
+        .map_or(address, |(h, _)| h)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    let Ok(name) = rustls_pki_types::ServerName::try_from(host) else {
+        return false;
+    };
+    webpki::EndEntityCert::try_from(leaf)
+        .is_ok_and(|cert| cert.verify_is_valid_for_subject_name(&name).is_ok())
 }
 
 #[cfg(test)]
@@ -334,12 +414,13 @@ mod tests {
         for (a, want) in [
             (args(Some(p), Some(p), None), "--tls-cert without --tls-key"),
             (args(Some(p), None, Some(p)), "--tls-key without --tls-cert"),
-            (args(None, Some(p), Some(p)), "--tls-cert needs --tls-ca"),
         ] {
             let e = a.load().expect_err("refused");
             assert!(matches!(e, TlsError::Incomplete(_)), "{e:?}");
             assert!(e.to_string().contains(want), "{e}");
         }
+        let e = args(None, Some(p), Some(p)).load().expect_err("no CA");
+        assert!(matches!(e, TlsError::NoCa), "{e:?}");
     }
 
     #[test]
@@ -373,18 +454,53 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// A CA, and a loopback certificate it signed with its key (PEM).
+    fn ca_and_leaf() -> (String, String, String) {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+        let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_key = KeyPair::generate().expect("key");
+        let ca_pem = ca.self_signed(&ca_key).expect("CA").pem();
+        let issuer = Issuer::new(ca, ca_key);
+        let leaf = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+            .expect("params");
+        let key = KeyPair::generate().expect("key");
+        let cert = leaf.signed_by(&key, &issuer).expect("leaf");
+        (ca_pem, cert.pem(), key.serialize_pem())
+    }
+
     #[test]
-    fn a_server_needs_an_identity_and_addresses_pick_the_scheme() {
-        // A syntactically valid PEM block is enough for the checks here;
-        // handshakes with real certificates are tested over loopback.
-        let pem = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
-        let t = TlsConfig::from_pem(pem, None).expect("config");
+    fn certificates_and_keys_are_checked_when_loaded() {
+        let (ca, cert, key) = ca_and_leaf();
+        let t = TlsConfig::from_pem(ca.clone(), None).expect("CA only");
         assert!(!t.has_identity());
         assert!(matches!(t.server(), Err(TlsError::NoIdentity)));
         assert!(matches!(t.https_acceptor(), Err(TlsError::NoIdentity)));
-        let e =
-            TlsConfig::from_pem(pem, Some((pem.into(), b"no key".to_vec()))).expect_err("no key");
-        assert!(e.to_string().contains("private key"), "{e}");
+        let t = TlsConfig::from_pem(ca.clone(), Some((cert.clone().into(), key.clone().into())))
+            .expect("with identity");
+        assert!(t.server().is_ok());
+        assert!(t.https_acceptor().is_ok());
+        assert!(!format!("{t:?}").contains("PRIVATE"), "Debug prints no key");
+
+        // Another key than the certificate's.
+        let (_, _, other_key) = ca_and_leaf();
+        let e = TlsConfig::from_pem(ca.clone(), Some((cert.clone().into(), other_key.into())))
+            .expect_err("mismatched key");
+        assert!(e.to_string().contains("does not fit"), "{e}");
+        // No key at all.
+        let e = TlsConfig::from_pem(ca.clone(), Some((cert.into(), b"no key".to_vec())))
+            .expect_err("no key");
+        assert!(e.to_string().contains("unencrypted PKCS#8"), "{e}");
+        // A PEM block that is not a certificate rustls can anchor trust in.
+        let fake = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+        let e = TlsConfig::from_pem(fake, None).expect_err("not a certificate");
+        assert!(e.to_string().contains("not a usable CA certificate"), "{e}");
+    }
+
+    #[test]
+    fn addresses_pick_the_scheme() {
+        let (ca, _, _) = ca_and_leaf();
+        let t = TlsConfig::from_pem(ca, None).expect("config");
         let plain = endpoint("127.0.0.1:9862", None).expect("plain");
         assert_eq!(plain.uri().scheme_str(), Some("http"));
         let tls = endpoint("127.0.0.1:9862", Some(&t)).expect("tls");
@@ -393,6 +509,5 @@ mod tests {
             endpoint("bad host:1", None),
             Err(TlsError::Address { .. })
         ));
-        assert!(!format!("{t:?}").contains("AAAA"), "Debug prints no PEM");
     }
 }
