@@ -111,8 +111,11 @@ impl TlsArgs {
 #[derive(Clone)]
 pub struct TlsConfig {
     ca_pem: Arc<[u8]>,
-    identity: Option<(Arc<[u8]>, Arc<[u8]>)>,
+    identity: Option<PemIdentity>,
 }
+
+/// A certificate chain and its private key, PEM.
+type PemIdentity = (Arc<[u8]>, Arc<[u8]>);
 
 impl std::fmt::Debug for TlsConfig {
     /// Never prints the key.

@@ -108,7 +108,10 @@ pub(crate) async fn run(args: BenchArgs, runtime: crate::RuntimeFlavor) -> anyho
     let cluster = match &args.om {
         Some(_) => None,
         None => Some(
-            MiniCluster::start(MiniClusterConfig::default())
+            // Security off: the baseline every suite measures; `bench pread`
+            // starts clusters of its own for its reuse-tokens and
+            // reuse-secure rows.
+            MiniCluster::start(MiniClusterConfig::default().with_security(None))
                 .await
                 .context("starting the minicluster")?,
         ),

@@ -1,7 +1,10 @@
 //! The `pread` suite: what reusing per-index block streams buys (ARCHITECTURE.md,
 //! read path), measured side by side in one run on one cluster:
 //! reuse vs reader-per-call vs the raw ReadChunk limit, degraded reuse with
-//! one data index down, a replicated key, and thread scaling.
+//! one data index down, a replicated key, and thread scaling; and, on
+//! clusters of their own started beside the bench's (which runs without
+//! security), the same reuse preads with block tokens (`reuse-tokens`) and
+//! with block tokens and TLS on every channel (`reuse-secure`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -292,6 +295,42 @@ async fn measure_threads(
     Ok(())
 }
 
+/// A cluster with security on (block tokens; and TLS when `tls`), holding
+/// the same EC key as the bench's cluster, and a reuse client of it.
+struct Secured {
+    mode: &'static str,
+    client: Client,
+    _cluster: minicluster::MiniCluster,
+}
+
+/// The `reuse-tokens` and `reuse-secure` clusters (in-process benches only:
+/// an external cluster's security is what it is).
+async fn secured_clusters(s: &Settings, key: &str) -> anyhow::Result<Vec<Secured>> {
+    let mut out = Vec::new();
+    if s.external {
+        return Ok(out);
+    }
+    for (mode, tls) in [("reuse-tokens", false), ("reuse-secure", true)] {
+        let cluster = minicluster::MiniCluster::start(
+            minicluster::MiniClusterConfig::default().with_tls(tls),
+        )
+        .await
+        .with_context(|| format!("starting the {mode} cluster"))?;
+        let client = cluster.client().await?;
+        let ec = ec_codec::EcReplicationConfig::default();
+        ensure_bucket(&client, EC_BUCKET, ReplicationConfig::Ec(ec), 256 << 20).await?;
+        write_key(&client, EC_BUCKET, key, s.size, 1).await?;
+        // A client of its own for the measurements (the writer's counters stay apart).
+        let client = cluster.client().await?;
+        out.push(Secured {
+            mode,
+            client,
+            _cluster: cluster,
+        });
+    }
+    Ok(out)
+}
+
 pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
     let started = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -309,6 +348,7 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
     let key = format!("pread-{}", s.size);
     let info = write_key(&setup, EC_BUCKET, &key, s.size, 1).await?;
     write_key(&setup, REP_BUCKET, &key, s.size, 1).await?;
+    let secured = secured_clusters(s, &key).await?;
 
     let reuse = s.client(ClientConfig::default()).await?;
     let per_call = s
@@ -391,6 +431,18 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
         .await?;
         measure_threads(&mut rows, &reuse, &key, s).await?;
         measure_cell_parallelism(&mut rows, &key, s).await?;
+        for sec in &secured {
+            measure_modes(
+                &mut rows,
+                &sec.client,
+                EC_BUCKET,
+                &key,
+                sec.mode,
+                s,
+                Some(ec.cell_size()),
+            )
+            .await?;
+        }
     }
     let rows = super::report::merge_rounds(rows);
 
@@ -421,6 +473,9 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
             "replicated",
             "reuse",
         );
+        for mode in ["reuse-tokens", "reuse-secure"] {
+            report.ratio(&format!("{name} {mode}/reuse"), name, mode, "reuse");
+        }
     }
     report.ratio(
         "random-pread-1m reuse/raw-readchunk",
