@@ -4,7 +4,11 @@ Run by .ci/run: aws-cli (mb, multipart cp up, ranged parallel cp down, ls,
 rm, checksums) and boto3 (every Range rule on GET and HEAD, ListObjectsV2
 paging, DeleteObjects, a presigned GET with requests, a wrong secret -> 403,
 checksums as trailers and per part, conditional writes).
-Reads the gateway address and keys from target/minicluster/cluster.json.
+Reads the gateway address and keys from target/minicluster/cluster.json;
+when the cluster runs with --tls (an https endpoint), every client trusts the
+CA cluster.json names (AWS_CA_BUNDLE for aws-cli and boto3,
+REQUESTS_CA_BUNDLE for requests) and one more check makes sure a client that
+does not trust it is refused.
 Prints "N passed, M failed" and exits non-zero on any failure.
 """
 
@@ -23,8 +27,13 @@ from botocore.client import Config
 from botocore.exceptions import ClientError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-INFO = json.load(open(os.path.join(ROOT, "target", "minicluster", "cluster.json")))["s3"]
+CLUSTER = json.load(open(os.path.join(ROOT, "target", "minicluster", "cluster.json")))
+INFO = CLUSTER["s3"]
 ENDPOINT, AK, SK = INFO["endpoint"], INFO["access_key"], INFO["secret_key"]
+CA = CLUSTER.get("tls", {}).get("ca") if ENDPOINT.startswith("https://") else None
+if CA:
+    os.environ["AWS_CA_BUNDLE"] = CA
+    os.environ["REQUESTS_CA_BUNDLE"] = CA
 
 passed, failed = 0, 0
 
@@ -369,7 +378,26 @@ def integrity_and_conditions():
     check("multipart full-object CRC32", done.get("ChecksumCRC32") == want, f"{done.get('ChecksumCRC32')} != {want}")
 
 
-for step in (aws_cli, ranges, listing_and_delete, more_operations, presigned_and_auth, integrity_and_conditions):
+def https_trust():
+    """Over HTTPS: the CA-trusting client above worked; one that trusts only the
+    system roots is refused at the handshake, and plain HTTP gets no S3 answer."""
+    if not CA:
+        return
+    try:
+        import certifi  # requests' own dependency: the public roots, not the cluster CA
+
+        requests.get(ENDPOINT, verify=certifi.where(), timeout=10)
+        check("a client without the cluster CA is refused", False, "the handshake succeeded")
+    except requests.exceptions.SSLError:
+        check("a client without the cluster CA is refused", True)
+    try:
+        r = requests.get("http://" + ENDPOINT[len("https://"):], timeout=10)
+        check("plain HTTP to the HTTPS port gets no S3 answer", "x-amz-request-id" not in r.headers, r.headers)
+    except requests.exceptions.RequestException:
+        check("plain HTTP to the HTTPS port gets no S3 answer", True)
+
+
+for step in (aws_cli, ranges, listing_and_delete, more_operations, presigned_and_auth, integrity_and_conditions, https_trust):
     try:
         step()
     except Exception as e:  # a crash in one step is a failure, not the end of the run
