@@ -49,6 +49,19 @@ fn heartbeat(d: &DatanodeDetails) -> om_pb::HeartbeatRequest {
     }
 }
 
+/// A heartbeat for `d` sent over a channel presenting `tls`'s certificate.
+async fn heartbeat_as(
+    cluster: &MiniCluster,
+    tls: &TlsConfig,
+    d: &DatanodeDetails,
+) -> Result<tonic::Response<om_pb::HeartbeatResponse>, String> {
+    om_client(cluster, Some(tls))
+        .await?
+        .heartbeat(heartbeat(d))
+        .await
+        .map_err(|s| format!("{s:?}"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_round_trip_with_tls_on_every_channel() {
     let cluster = tls_cluster().await;
@@ -237,14 +250,7 @@ async fn the_om_hands_secrets_only_to_certified_datanodes() {
         forged.identity_pem().map(|(c, k)| (c.to_vec(), k.to_vec())),
     )
     .expect("config");
-    let refused = async {
-        om_client(&cluster, Some(&forged))
-            .await?
-            .heartbeat(heartbeat(&registered))
-            .await
-            .map_err(|s| format!("{s:?}"))
-    }
-    .await;
+    let refused = heartbeat_as(&cluster, &forged, &registered).await;
     assert!(
         refused.is_err(),
         "a foreign certificate got secrets: {refused:?}"
@@ -296,14 +302,7 @@ async fn certificate_roles_and_admin_credentials() {
             .map(|(c, k)| (c.to_vec(), k.to_vec())),
     )
     .expect("gateway settings");
-    let r = async {
-        om_client(&cluster, Some(&gateway))
-            .await?
-            .heartbeat(heartbeat(&registered))
-            .await
-            .map_err(|s| format!("{s:?}"))
-    }
-    .await;
+    let r = heartbeat_as(&cluster, &gateway, &registered).await;
     assert!(
         r.is_err(),
         "the gateway's certificate spoke for a datanode: {r:?}"

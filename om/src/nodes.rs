@@ -177,6 +177,25 @@ impl TryFrom<pb::DatanodeStatus> for DatanodeStatus {
     }
 }
 
+/// A connected channel to the om at `address` (`HOST:PORT`), over TLS with
+/// `tls`: what the om's client-side helpers (this module, the admin client)
+/// call through.
+///
+/// # Errors
+/// [`crate::OmError::Unreachable`] naming the om and why (a malformed
+/// address, no connection, a refused TLS handshake).
+pub(crate) async fn om_channel(
+    address: &str,
+    tls: Option<&proto_crate::tls::TlsConfig>,
+) -> Result<tonic::transport::Channel, crate::OmError> {
+    let unreachable = |e: String| crate::OmError::Unreachable(format!("om {address}: {e}"));
+    proto_crate::tls::endpoint(address, tls)
+        .map_err(|e| unreachable(e.to_string()))?
+        .connect()
+        .await
+        .map_err(|e| unreachable(e.to_string()))
+}
+
 /// Asks the om at `address` (`HOST:PORT`) for every datanode's state
 /// (`ListDatanodes`).
 ///
@@ -190,12 +209,7 @@ pub async fn list_datanode_statuses(
 ) -> Result<Vec<DatanodeStatus>, crate::OmError> {
     use proto_crate::wire::om::ozone_manager_service_client::OzoneManagerServiceClient;
     let unreachable = |e: String| crate::OmError::Unreachable(format!("om {address}: {e}"));
-    let channel = proto_crate::tls::endpoint(address, tls)
-        .map_err(|e| unreachable(e.to_string()))?
-        .connect()
-        .await
-        .map_err(|e| unreachable(e.to_string()))?;
-    let mut c = OzoneManagerServiceClient::new(channel);
+    let mut c = OzoneManagerServiceClient::new(om_channel(address, tls).await?);
     let r = c
         .list_datanodes(pb::ListDatanodesRequest {})
         .await

@@ -307,12 +307,7 @@ impl OmAdminClient {
         address: &str,
         tls: Option<&proto_crate::tls::TlsConfig>,
     ) -> Result<Self, crate::OmError> {
-        let unreachable = |e: String| crate::OmError::Unreachable(format!("om {address}: {e}"));
-        let channel = proto_crate::tls::endpoint(address, tls)
-            .map_err(|e| unreachable(e.to_string()))?
-            .connect()
-            .await
-            .map_err(|e| unreachable(e.to_string()))?;
+        let channel = crate::nodes::om_channel(address, tls).await?;
         Ok(Self {
             inner: proto_crate::wire::admin::om_admin_service_client::OmAdminServiceClient::new(
                 channel,
