@@ -183,6 +183,33 @@ impl Target {
             .with_context(|| format!("connecting to the om at {om}"))
     }
 
+    /// A client of the om admin service of the minicluster whose
+    /// `cluster.json` is `info` (commands that name its datanodes by
+    /// position), with its TLS files — or the flags' — when it runs TLS.
+    /// Refuses a `--om` that names another om: the datanode ids would not
+    /// be that om's.
+    ///
+    /// # Errors
+    /// A `--om` other than `info.om`; as [`om_admin`](Self::om_admin).
+    pub async fn minicluster_om_admin(
+        &self,
+        info: &ClusterInfo,
+    ) -> anyhow::Result<om::OmAdminClient> {
+        if let Some(om) = self.om.as_ref().filter(|om| **om != info.om) {
+            bail!(
+                "--om {om} is not the om of the minicluster whose datanodes are numbered here \
+                 ({}); drop --om",
+                info.om
+            );
+        }
+        Self {
+            om: None,
+            ..self.clone()
+        }
+        .om_admin()
+        .await
+    }
+
     /// A client of the target's om.
     ///
     /// # Errors
@@ -221,4 +248,34 @@ fn read_cluster_file(dir: &Path) -> anyhow::Result<ClusterInfo> {
         )
     })?;
     serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_datanode_command_refuses_another_clusters_om() {
+        let info = ClusterInfo {
+            om: "127.0.0.1:41234".to_string(),
+            datanodes: Vec::new(),
+            control: None,
+            s3: None,
+            metrics: None,
+            block_tokens: false,
+            tls: None,
+        };
+        let target = Target {
+            om: Some("127.0.0.1:1".to_string()),
+            ..Target::default()
+        };
+        let e = target
+            .minicluster_om_admin(&info)
+            .await
+            .expect_err("another om");
+        assert!(
+            e.to_string().contains("is not the om of the minicluster"),
+            "{e}"
+        );
+    }
 }

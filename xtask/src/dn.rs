@@ -153,7 +153,7 @@ pub(crate) async fn run(target: &ozone_cli::Target, cmd: DnCommand) -> anyhow::R
         DnCommand::Decommission { n } => {
             let info = info()?;
             let dn = datanode(&info, n)?;
-            let mut admin = target.om_admin().await?;
+            let mut admin = target.minicluster_om_admin(&info).await?;
             let state = admin.decommission(&dn.id).await?;
             println!("datanode {n} ({}) is {state}", dn.address);
         }

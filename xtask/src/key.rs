@@ -56,7 +56,7 @@ pub(crate) async fn run(
                     info.datanodes.len()
                 )
             })?;
-            let mut admin = target.om_admin().await?;
+            let mut admin = target.minicluster_om_admin(&info).await?;
             let n = admin
                 .add_replica(bucket, key, group, ReplicaIndex::from_wire(index), &dn.id)
                 .await?;
