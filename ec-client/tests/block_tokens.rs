@@ -168,11 +168,31 @@ async fn streams_outlive_their_tokens_and_expired_tokens_are_refused() {
     let mut w = client.create_key("ec", "slow", None).await.expect("create");
     w.write(&src[..CELL as usize]).await.expect("write");
 
-    tokio::time::sleep(lifetime + Duration::from_millis(1500)).await;
-
-    // A raw call with the old token: expired.
+    // Wait on the datanode's own verdict, not a clock guess: a token issued
+    // after every other one (the streams', the writer's, `stale`) is polled
+    // until the datanode refuses it as expired; then all of them are.
     let g = &client.key_info("ec", "k").await.expect("info").block_groups[0];
     let node = g.pipeline.nodes_for(ri(1)).next().expect("index 1");
+    let probe = XceiverClientManager::direct(&node.address)
+        .expect("client")
+        .with_fixed_token(g.token.as_ref());
+    let deadline = tokio::time::Instant::now() + lifetime + Duration::from_secs(30);
+    let mut poll = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        poll.tick().await;
+        match probe.get_block(g.block_id(ri(1))).await {
+            Ok(_) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "a token outlived its lifetime by 30 s"
+            ),
+            Err(e) => {
+                assert!(e.to_string().contains("expired"), "{e}");
+                break;
+            }
+        }
+    }
+
+    // A raw call with the old token: expired.
     let why = refused(
         XceiverClientManager::direct(&node.address)
             .expect("client")
