@@ -197,9 +197,6 @@ pub struct S3Gateway {
     metrics_server: Option<proto_crate::metrics_http::MetricsServer>,
 }
 
-/// Longest a client may take over its TLS handshake.
-const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
 impl S3Gateway {
     /// Binds `config.listen` and serves S3 over `client` (HTTPS with
     /// [`GatewayConfig::https`]).
@@ -307,7 +304,7 @@ impl S3Gateway {
                                 Some(acceptor) => {
                                     // A handshake is bounded: a peer that never finishes it holds a task
                                     // and a socket for at most this long.
-                                    let tls = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                                    let tls = match tokio::time::timeout(proto_crate::tls::HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                                         Ok(Ok(tls)) => tls,
                                         Ok(Err(e)) => {
                                             tracing::debug!(error = %e, "s3 TLS handshake failed");
