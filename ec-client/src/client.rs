@@ -10,7 +10,8 @@ use block_stream::{ClientMetrics, MetricsSnapshot, XceiverClientManager};
 use std::collections::BTreeMap;
 
 use proto_crate::{
-    BucketInfo, DatanodeDetails, KeyInfo, MultipartUpload, ReplicationConfig, WriteCondition,
+    BucketInfo, CannedAcl, DatanodeDetails, KeyInfo, MultipartUpload, ReplicationConfig,
+    WriteCondition,
 };
 
 #[cfg(doc)]
@@ -54,6 +55,11 @@ pub struct BucketOptions {
     pub replication: Option<ReplicationConfig>,
     /// Internal block size, bytes; for EC a multiple of the cell size.
     pub block_size: Option<u64>,
+    /// The S3 user who owns the bucket (empty: none; only S3 administrators
+    /// reach it through the gateway).
+    pub owner: String,
+    /// Who besides the owner may list the bucket (S3 canned ACL).
+    pub acl: CannedAcl,
 }
 
 impl Client {
@@ -112,10 +118,7 @@ impl Client {
     /// [`ClientError::Om`] (`BUCKET_ALREADY_EXISTS`, `INVALID_ARGUMENT`, ...).
     #[tracing::instrument(level = "debug", name = "client.create_bucket", skip(self, options), fields(request_id = %request_id()), err(Display))]
     pub async fn create_bucket(&self, name: &str, options: BucketOptions) -> Result<BucketInfo> {
-        self.shared
-            .om
-            .create_bucket(name, options.replication, options.block_size)
-            .await
+        self.shared.om.create_bucket(name, &options).await
     }
 
     /// The bucket `name`.
@@ -132,6 +135,26 @@ impl Client {
     /// Om failures.
     pub async fn list_buckets(&self) -> Result<Vec<BucketInfo>> {
         self.shared.om.list_buckets().await
+    }
+
+    /// Replaces bucket `name`'s canned ACL (S3 PutBucketAcl).
+    ///
+    /// # Errors
+    /// [`ClientError::BucketNotFound`], om failures.
+    pub async fn set_bucket_acl(&self, name: &str, acl: CannedAcl) -> Result<BucketInfo> {
+        self.shared.om.set_bucket_acl(name, acl).await
+    }
+
+    /// The user and secret key of S3 access key `access_key`, for the S3
+    /// gateway's SigV4 check (the om answers it only to a peer whose client
+    /// certificate the cluster CA signed, when it runs with TLS).
+    ///
+    /// # Errors
+    /// [`ClientError::Om`] with `ACCESS_KEY_NOT_FOUND` for an unknown or
+    /// revoked key, `PERMISSION_DENIED` without a client certificate under
+    /// TLS; om failures.
+    pub async fn s3_secret(&self, access_key: &str) -> Result<(String, String)> {
+        self.shared.om.s3_secret(access_key).await
     }
 
     /// Deletes an empty bucket.

@@ -57,7 +57,7 @@ pub use proto_crate::{
     ResultCode,
 };
 pub use proto_crate::{
-    BucketInfo, DatanodeDetails, KeyInfo, MultipartUpload, PartInfo, ReplicationConfig,
+    BucketInfo, CannedAcl, DatanodeDetails, KeyInfo, MultipartUpload, PartInfo, ReplicationConfig,
     WriteCondition,
 };
 pub use proto_crate::{MULTIPART_PART_SIZES_KEY, OmErrorCode, object_metadata};

@@ -219,8 +219,7 @@ impl OmClient {
     pub(crate) async fn create_bucket(
         &self,
         name: &str,
-        replication: Option<ReplicationConfig>,
-        block_size: Option<u64>,
+        options: &crate::BucketOptions,
     ) -> Result<BucketInfo> {
         let mut c = self.inner.clone();
         let r = self
@@ -228,14 +227,53 @@ impl OmClient {
                 "CreateBucket",
                 c.create_bucket(pb::CreateBucketRequest {
                     name: name.to_string(),
-                    default_replication: replication.map(|r| r.to_string()).unwrap_or_default(),
-                    block_size: block_size.unwrap_or(0),
+                    default_replication: options
+                        .replication
+                        .map(|r| r.to_string())
+                        .unwrap_or_default(),
+                    block_size: options.block_size.unwrap_or(0),
+                    owner: options.owner.clone(),
+                    acl: options.acl.name().to_string(),
                 }),
             )
             .await?;
         Ok(r.bucket
             .ok_or(ProtocolError::MissingField("bucket"))?
             .try_into()?)
+    }
+
+    pub(crate) async fn set_bucket_acl(
+        &self,
+        name: &str,
+        acl: proto_crate::CannedAcl,
+    ) -> Result<BucketInfo> {
+        let mut c = self.inner.clone();
+        let r = self
+            .call(
+                "SetBucketAcl",
+                c.set_bucket_acl(pb::SetBucketAclRequest {
+                    name: name.to_string(),
+                    acl: acl.name().to_string(),
+                }),
+            )
+            .await
+            .map_err(|e| bucket_not_found(e, name))?;
+        Ok(r.bucket
+            .ok_or(ProtocolError::MissingField("bucket"))?
+            .try_into()?)
+    }
+
+    pub(crate) async fn s3_secret(&self, access_key: &str) -> Result<(String, String)> {
+        let mut c = self.inner.clone();
+        let r = self
+            .call(
+                "GetS3Secret",
+                c.get_s3_secret(pb::GetS3SecretRequest {
+                    access_key: access_key.to_string(),
+                }),
+            )
+            .await?;
+        Ok((r.user, r.secret_key))
     }
 
     pub(crate) async fn get_bucket(&self, name: &str) -> Result<BucketInfo> {

@@ -22,6 +22,7 @@ async fn replicated(client: &Client, bucket: &str) {
             BucketOptions {
                 replication: Some(ReplicationConfig::Replicated { factor: 3 }),
                 block_size: Some(256 * MIB),
+                ..Default::default()
             },
         )
         .await
@@ -77,6 +78,7 @@ async fn a_32_mib_cell_reads_past_one_piece_healthy_and_degraded() {
             BucketOptions {
                 replication: Some(ReplicationConfig::Ec(ec)),
                 block_size: Some(32 * MIB),
+                ..Default::default()
             },
         )
         .await

@@ -321,6 +321,7 @@ async fn run_op(client: &Client, op: &Op, slots: &[Option<String>; 2]) -> Outcom
                     BucketOptions {
                         replication: Some(ReplicationConfig::Replicated { factor: 3 }),
                         block_size: Some(1 << 20),
+                        ..Default::default()
                     },
                 )
                 .await,

@@ -106,6 +106,7 @@ async fn put_overwrite_delete_cycles_give_the_space_back() {
             ec_client::BucketOptions {
                 replication: Some(ec_client::ReplicationConfig::default()),
                 block_size: Some(4 << 20),
+                ..Default::default()
             },
         )
         .await

@@ -404,6 +404,10 @@ pub struct ClusterTls {
     /// Settings of the S3 gateway's HTTPS (`s3.pem`, `s3.key`: a server
     /// certificate that cannot authenticate as a client).
     pub https: ec_client::TlsConfig,
+    /// Settings of the S3 gateway's channels to the om and datanodes
+    /// (`s3-client.pem`, `s3-client.key`: a client certificate naming no
+    /// host, which the om asks of whoever reads S3 secrets).
+    pub s3_client: ec_client::TlsConfig,
     /// The files under `BASE/tls/`: the CA, and the certificate and key
     /// the om and datanodes serve with (`cluster.pem`, `cluster.key`).
     pub files: tls::IssuedFiles,
@@ -476,6 +480,8 @@ impl MiniCluster {
             let files = ca.write_loopback(&dir, "cluster")?;
             let s3 = ca.write(&dir, "s3", &tls::LOOPBACK_NAMES, tls::Usage::HttpsServer)?;
             let admin = ca.write(&dir, "admin", &["admin"], tls::Usage::Admin)?;
+            // The gateway's own client identity: it reads S3 secrets from the om.
+            let s3_client = ca.write(&dir, "s3-client", &["s3-gateway"], tls::Usage::Admin)?;
             let load = |f: &tls::IssuedFiles| {
                 ec_client::TlsConfig::load(&f.ca, Some((&f.cert, &f.key))).map_err(|e| {
                     io(format!("loading {}", f.cert.display()))(std::io::Error::other(e))
@@ -484,6 +490,7 @@ impl MiniCluster {
             Some(ClusterTls {
                 member: load(&files)?,
                 https: load(&s3)?,
+                s3_client: load(&s3_client)?,
                 admin,
                 files,
             })

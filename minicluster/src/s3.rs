@@ -3,6 +3,8 @@
 
 use std::net::SocketAddr;
 
+use ec_client::ClientConfig;
+
 use crate::{MiniCluster, MiniClusterError, S3_ACCESS_KEY, S3_SECRET_KEY, S3Info, io};
 
 impl MiniCluster {
@@ -17,7 +19,15 @@ impl MiniCluster {
         port: u16,
         auth: bool,
     ) -> Result<SocketAddr, MiniClusterError> {
-        let client = self.client().await?;
+        // With TLS the gateway presents its own client certificate: the om
+        // tells S3 secrets only to a peer the cluster CA vouches for.
+        let client = match self.tls() {
+            Some(t) => {
+                self.client_with(ClientConfig::default().with_tls(Some(t.s3_client.clone())))
+                    .await?
+            }
+            None => self.client().await?,
+        };
         let mut config = s3_gateway::GatewayConfig::new(
             ([127, 0, 0, 1], port).into(),
             S3_ACCESS_KEY,

@@ -87,6 +87,12 @@ pub enum OmError {
     /// copies) are readable. Not worth retrying until a datanode returns.
     #[error("unrecoverable for now: {0}")]
     InsufficientSources(String),
+    /// No S3 access key with this id (never issued, or revoked).
+    #[error("no S3 access key {0}")]
+    AccessKeyNotFound(String),
+    /// A bounded table is full (access keys of one user, users).
+    #[error("limit exceeded: {0}")]
+    LimitExceeded(String),
     /// The caller may not make this call (see
     /// [`OmErrorCode::PermissionDenied`]).
     #[error("permission denied: {0}")]
@@ -144,6 +150,8 @@ impl OmError {
             Self::EntityTooSmall(_) => OmErrorCode::EntityTooSmall,
             Self::Unreachable(_) => OmErrorCode::Unavailable,
             Self::PermissionDenied(_) => OmErrorCode::PermissionDenied,
+            Self::AccessKeyNotFound(_) => OmErrorCode::AccessKeyNotFound,
+            Self::LimitExceeded(_) => OmErrorCode::LimitExceeded,
             Self::DataDirInUse(_)
             | Self::DataDirLock(_)
             | Self::Db(_)

@@ -22,6 +22,7 @@
 //!
 //! Layering: depends on `proto-crate` only.
 
+mod admin;
 mod block_reports;
 mod block_tokens;
 mod clock;
@@ -42,10 +43,12 @@ mod reconstruction;
 mod repair_plan;
 mod replication;
 mod replication_manager;
+mod s3_users;
 mod server;
 mod service;
 mod sessions;
 
+pub use admin::{AdminCallError, OmAdminClient, OmAdminGrpc};
 pub use block_reports::{BlockReport, MAX_CHECKS_PER_PASS, MAX_REPORTED_BLOCKS};
 pub use block_tokens::{
     BlockTokenConfig, DEFAULT_BLOCK_TOKEN_LIFETIME, MIN_BLOCK_TOKEN_LIFETIME, TokenOwner,
@@ -62,11 +65,12 @@ pub use manager::{
 pub use multipart::MAX_PART_NUMBER;
 pub use nodes::{DatanodeStatus, Liveness, NodeState, NodeStats, list_datanode_statuses};
 pub use reconstruction::{RECONSTRUCTION_TIMEOUT, reconstruct_ec_indexes};
-pub use replication::{AdminCallError, OmAdminClient, OmAdminGrpc, add_replica};
+pub use replication::add_replica;
 pub use replication_manager::{
     DEFAULT_MAX_REPAIRS_IN_FLIGHT, DEFAULT_MAX_REPAIRS_PER_DATANODE, FULL_SCAN_INTERVAL,
     MAX_RETRY_BACKOFF, RepairConfig, RepairStatus, run_replication_manager,
 };
+pub use s3_users::{MAX_ACCESS_KEYS_PER_USER, MAX_S3_USERS, S3Credentials, S3User};
 pub use server::OmServer;
 pub use service::OmGrpcService;
 pub use sessions::{ANONYMOUS_CLIENT, MAX_OPEN_SESSIONS};

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use prost::Message;
 use proto_crate::wire::om as pb;
 use proto_crate::{
-    BlockGroup, BucketInfo, DatanodeDetails, DatanodeId, DirLock, ReplicationConfig,
+    BlockGroup, BucketInfo, CannedAcl, DatanodeDetails, DatanodeId, DirLock, ReplicationConfig,
 };
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
@@ -351,6 +351,8 @@ impl OzoneManager {
             txn.open_table(crate::completed::COMPLETED)?;
             txn.open_table(crate::completed::COMPLETED_BY_TIME)?;
             txn.open_table(crate::block_tokens::BLOCK_TOKEN_KEYS)?;
+            txn.open_table(crate::s3_users::S3_USERS)?;
+            txn.open_table(crate::s3_users::S3_ACCESS_KEYS)?;
         }
         txn.commit()?;
         let lost = reclaim_lost_sessions(&db)?;
@@ -565,6 +567,22 @@ impl OzoneManager {
         replication: Option<ReplicationConfig>,
         block_size: Option<u64>,
     ) -> Result<BucketInfo> {
+        self.create_bucket_as(name, replication, block_size, "", CannedAcl::Private)
+    }
+
+    /// [`create_bucket`](Self::create_bucket) for S3 user `owner` (empty:
+    /// none) with canned ACL `acl`.
+    ///
+    /// # Errors
+    /// As [`create_bucket`](Self::create_bucket).
+    pub fn create_bucket_as(
+        &self,
+        name: &str,
+        replication: Option<ReplicationConfig>,
+        block_size: Option<u64>,
+        owner: &str,
+        acl: CannedAcl,
+    ) -> Result<BucketInfo> {
         validate_name("bucket", name)?;
         let block_size = block_size.unwrap_or(self.config.default_block_size);
         if block_size == 0 {
@@ -586,6 +604,8 @@ impl OzoneManager {
             default_replication,
             block_size,
             created_unix_ms: now_ms(),
+            owner: owner.to_string(),
+            acl,
         };
         let txn = self.db.begin_write()?;
         {

@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
-use crate::replication::OmAdminGrpc;
+use crate::admin::OmAdminGrpc;
 use crate::{OmGrpcService, OzoneManager, run_block_deleting_service};
 
 /// A running om gRPC server with its background services: the block

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use proto_crate::wire::om as pb;
 use proto_crate::wire::om::ozone_manager_service_server::OzoneManagerService;
 use proto_crate::{
-    BlockGroup, DatanodeDetails, DatanodeId, ProtocolError, ReplicationConfig, WriteCondition,
+    BlockGroup, CannedAcl, DatanodeDetails, DatanodeId, ProtocolError, ReplicationConfig,
+    WriteCondition,
 };
 use tonic::{Request, Response, Status};
 
@@ -206,8 +207,9 @@ impl OzoneManagerService for OmGrpcService {
         let req = req.into_inner();
         let r = replication(&req.default_replication)?;
         let size = (req.block_size > 0).then_some(req.block_size);
+        let acl = CannedAcl::parse(&req.acl).map_err(bad)?;
         let b = self
-            .run(move |om| om.create_bucket(&req.name, r, size))
+            .run(move |om| om.create_bucket_as(&req.name, r, size, &req.owner, acl))
             .await?;
         Ok(Response::new(pb::CreateBucketResponse {
             bucket: Some(b.into()),
@@ -242,6 +244,38 @@ impl OzoneManagerService for OmGrpcService {
         let name = req.into_inner().name;
         self.run(move |om| om.delete_bucket(&name)).await?;
         Ok(Response::new(pb::DeleteBucketResponse {}))
+    }
+
+    async fn set_bucket_acl(
+        &self,
+        req: Request<pb::SetBucketAclRequest>,
+    ) -> Result<Response<pb::SetBucketAclResponse>, Status> {
+        let req = req.into_inner();
+        let acl = CannedAcl::parse(&req.acl).map_err(bad)?;
+        let b = self
+            .run(move |om| om.set_bucket_acl(&req.name, acl))
+            .await?;
+        Ok(Response::new(pb::SetBucketAclResponse {
+            bucket: Some(b.into()),
+        }))
+    }
+
+    async fn get_s3_secret(
+        &self,
+        req: Request<pb::GetS3SecretRequest>,
+    ) -> Result<Response<pb::GetS3SecretResponse>, Status> {
+        // Secrets go only to a peer the cluster CA vouches for (the gateway's
+        // client certificate) when the om runs with TLS.
+        if self.om.config().tls.is_some() && !proto_crate::tls::peer_is_verified(&req) {
+            return Err(Status::from(OmError::PermissionDenied(
+                "GetS3Secret needs a client certificate the cluster CA signed (the S3 \
+                 gateway's --om-cert and --om-key)"
+                    .into(),
+            )));
+        }
+        let access_key = req.into_inner().access_key;
+        let (user, secret_key) = self.run(move |om| om.s3_secret(&access_key)).await?;
+        Ok(Response::new(pb::GetS3SecretResponse { user, secret_key }))
     }
 
     async fn open_key(

@@ -63,6 +63,7 @@ pub async fn run(client: &Client, cmd: BucketCommand, as_json: bool) -> anyhow::
                     BucketOptions {
                         replication,
                         block_size,
+                        ..Default::default()
                     },
                 )
                 .await?;

@@ -150,6 +150,7 @@ pub async fn put(
                         BucketOptions {
                             replication,
                             block_size: None,
+                            ..Default::default()
                         },
                     )
                     .await?;

@@ -161,6 +161,7 @@ fn buckets_and_keys_end_to_end() {
                 ec_client::BucketOptions {
                     replication: Some(one),
                     block_size: None,
+                    ..Default::default()
                 },
             )
             .await

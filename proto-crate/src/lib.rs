@@ -62,8 +62,8 @@ pub use ec_codec::{EcReplicationConfig, ReplicaIndex};
 pub use error::ProtocolError;
 pub use logging::{LogFormat, ShutdownSignals, init_logging, init_logging_as};
 pub use metadata::{
-    BucketInfo, KeyInfo, MULTIPART_PART_SIZES_KEY, MultipartUpload, PartInfo, WriteCondition,
-    object_metadata,
+    BucketInfo, CannedAcl, KeyInfo, MULTIPART_PART_SIZES_KEY, MultipartUpload, PartInfo,
+    WriteCondition, object_metadata,
 };
 pub use om_code::{OM_ERROR_HEADER, OmErrorCode};
 pub use result::{ResultCode, result_code, status};

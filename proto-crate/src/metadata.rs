@@ -151,6 +151,79 @@ pub mod object_metadata {
     pub const USER_METADATA_PREFIX: &str = "x-amz-meta-";
     /// Prefix of object tags (`tag:KEY` → value).
     pub const TAG_PREFIX: &str = "tag:";
+    /// Prefix of the object's access control entries (only [`CANNED_ACL`]).
+    pub const ACL_PREFIX: &str = "acl:";
+    /// The object's canned ACL ([`CannedAcl::name`](crate::CannedAcl::name));
+    /// absent means `private`.
+    pub const CANNED_ACL: &str = "acl:canned";
+}
+
+/// An S3 canned ACL (Amazon S3 User Guide, "Canned ACL"): the grants a
+/// bucket or object carries besides its owner's FULL_CONTROL. Only the
+/// forms that grant reads are modelled; writes always need the owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum CannedAcl {
+    /// The owner only (the default).
+    #[default]
+    Private,
+    /// Everyone, anonymous requests included, may read.
+    PublicRead,
+    /// Every authenticated user may read.
+    AuthenticatedRead,
+}
+
+impl CannedAcl {
+    /// Every canned ACL modelled here.
+    pub const ALL: [CannedAcl; 3] = [Self::Private, Self::PublicRead, Self::AuthenticatedRead];
+
+    /// The name S3 uses in `x-amz-acl` (`private`, `public-read`,
+    /// `authenticated-read`).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Private => "private",
+            Self::PublicRead => "public-read",
+            Self::AuthenticatedRead => "authenticated-read",
+        }
+    }
+
+    /// The ACL named `name` (as [`name`](Self::name) spells it, ASCII case
+    /// ignored; empty means `private`, as stored for buckets that predate
+    /// ACLs).
+    ///
+    /// # Errors
+    /// [`ProtocolError::InvalidField`] (field `acl`) for any other name
+    /// (`public-read-write` and the `bucket-owner-*` forms are not modelled).
+    pub fn parse(name: &str) -> Result<Self, ProtocolError> {
+        let n = name.trim();
+        if n.is_empty() {
+            return Ok(Self::Private);
+        }
+        Self::ALL
+            .into_iter()
+            .find(|a| a.name().eq_ignore_ascii_case(n))
+            .ok_or_else(|| ProtocolError::InvalidField {
+                field: "acl",
+                reason: format!("unsupported canned ACL {name:?}"),
+            })
+    }
+
+    /// Whether this ACL lets a requester read: `authenticated` is false for
+    /// an anonymous (unsigned) request. The owner is not asked about here.
+    #[must_use]
+    pub fn grants_read(self, authenticated: bool) -> bool {
+        match self {
+            Self::Private => false,
+            Self::PublicRead => true,
+            Self::AuthenticatedRead => authenticated,
+        }
+    }
+}
+
+impl std::fmt::Display for CannedAcl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// One uploaded part of a multipart upload (S3's part; its data lives in
@@ -265,6 +338,12 @@ pub struct BucketInfo {
     pub block_size: u64,
     /// Creation time, milliseconds since the Unix epoch.
     pub created_unix_ms: u64,
+    /// The S3 user who owns the bucket; empty for a bucket created outside
+    /// S3 (the `ozone` CLI, `ec-client`), which only administrators reach
+    /// through the gateway.
+    pub owner: String,
+    /// Who besides the owner may list the bucket.
+    pub acl: CannedAcl,
 }
 
 impl TryFrom<om::BucketInfo> for BucketInfo {
@@ -275,6 +354,8 @@ impl TryFrom<om::BucketInfo> for BucketInfo {
             default_replication: b.default_replication.parse()?,
             block_size: b.block_size,
             created_unix_ms: b.created_unix_ms,
+            owner: b.owner,
+            acl: CannedAcl::parse(&b.acl)?,
         })
     }
 }
@@ -286,6 +367,8 @@ impl From<BucketInfo> for om::BucketInfo {
             default_replication: b.default_replication.to_string(),
             block_size: b.block_size,
             created_unix_ms: b.created_unix_ms,
+            owner: b.owner,
+            acl: b.acl.name().to_string(),
         }
     }
 }

@@ -53,11 +53,16 @@ pub enum OmErrorCode {
     /// heartbeat, block report) from a peer without a certificate the
     /// cluster CA signed, while the om runs with TLS.
     PermissionDenied,
+    /// No S3 access key with this id (never issued, or revoked).
+    AccessKeyNotFound,
+    /// A bounded table is full: a user holds as many access keys as
+    /// allowed, or the om as many users.
+    LimitExceeded,
 }
 
 impl OmErrorCode {
     /// Every code.
-    pub const ALL: [OmErrorCode; 18] = [
+    pub const ALL: [OmErrorCode; 20] = [
         Self::Unspecified,
         Self::BucketNotFound,
         Self::BucketAlreadyExists,
@@ -76,6 +81,8 @@ impl OmErrorCode {
         Self::Unavailable,
         Self::Internal,
         Self::PermissionDenied,
+        Self::AccessKeyNotFound,
+        Self::LimitExceeded,
     ];
 
     /// Stable upper-case name, as sent in [`OM_ERROR_HEADER`].
@@ -100,6 +107,8 @@ impl OmErrorCode {
             Self::Unavailable => "UNAVAILABLE",
             Self::Internal => "INTERNAL",
             Self::PermissionDenied => "PERMISSION_DENIED",
+            Self::AccessKeyNotFound => "ACCESS_KEY_NOT_FOUND",
+            Self::LimitExceeded => "LIMIT_EXCEEDED",
         }
     }
 
@@ -113,12 +122,16 @@ impl OmErrorCode {
     #[must_use]
     pub fn grpc_code(self) -> Code {
         match self {
-            Self::BucketNotFound | Self::KeyNotFound | Self::NoSuchSession | Self::NoSuchUpload => {
-                Code::NotFound
-            }
+            Self::BucketNotFound
+            | Self::KeyNotFound
+            | Self::NoSuchSession
+            | Self::NoSuchUpload
+            | Self::AccessKeyNotFound => Code::NotFound,
             Self::BucketAlreadyExists => Code::AlreadyExists,
             Self::BucketNotEmpty | Self::ConditionFailed => Code::FailedPrecondition,
-            Self::NotEnoughDatanodes | Self::TooManyOpenSessions => Code::ResourceExhausted,
+            Self::NotEnoughDatanodes | Self::TooManyOpenSessions | Self::LimitExceeded => {
+                Code::ResourceExhausted
+            }
             Self::InvalidArgument
             | Self::InvalidPart
             | Self::InvalidPartOrder

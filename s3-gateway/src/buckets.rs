@@ -3,14 +3,15 @@
 //! purpose bucket naming rules"), plugged into s3s so every request is checked the same way.
 
 use base64::Engine;
-use ec_client::{BucketOptions, ClientError, OmErrorCode};
+use ec_client::{BucketOptions, CannedAcl, ClientError, OmErrorCode};
 use s3s::dto;
 use s3s::validation::NameValidation;
 use s3s::{S3Response, S3Result, s3_error};
 
 use crate::Gateway;
+use crate::access::Principal;
 use crate::error::to_s3;
-use crate::object_meta::{owner, timestamp};
+use crate::object_meta::timestamp;
 
 /// The region the gateway answers for (its SigV4 scope and `GetBucketLocation`).
 pub(crate) const REGION: &str = "us-east-1";
@@ -60,6 +61,7 @@ const MAX_BUCKETS: usize = 10_000;
 pub(crate) async fn list(
     gw: &Gateway,
     i: dto::ListBucketsInput,
+    principal: &Principal,
 ) -> S3Result<S3Response<dto::ListBucketsOutput>> {
     let max = match i.max_buckets {
         None => None,
@@ -95,7 +97,7 @@ pub(crate) async fn list(
         .await
         .map_err(to_s3)?
         .into_iter()
-        .filter(|b| b.name.starts_with(&prefix) && b.name > after)
+        .filter(|b| b.name.starts_with(&prefix) && b.name > after && principal.owns(&b.owner))
         .collect();
     buckets.sort_by(|a, b| a.name.cmp(&b.name));
     let token = match max {
@@ -118,19 +120,22 @@ pub(crate) async fn list(
                 })
                 .collect(),
         ),
-        owner: Some(owner()),
+        owner: Some(crate::acl::policy(principal.owner(), CannedAcl::Private).0),
         continuation_token: token,
         prefix: i.prefix,
     }))
 }
 
-/// CreateBucket. Re-creating a bucket one owns is 200, as Amazon answers in us-east-1 (every
-/// bucket here has the one owner the gateway's key pair stands for); a location constraint
-/// other than us-east-1 is 400 `InvalidLocationConstraint`.
+/// CreateBucket, owned by the requesting user, with the request's canned ACL. Re-creating a
+/// bucket one owns is 200, as Amazon answers in us-east-1; another's is 409
+/// `BucketAlreadyExists`. A location constraint other than us-east-1 is 400
+/// `InvalidLocationConstraint`.
 pub(crate) async fn create(
     gw: &Gateway,
     i: dto::CreateBucketInput,
+    principal: &Principal,
 ) -> S3Result<S3Response<dto::CreateBucketOutput>> {
+    let acl = crate::acl::canned(i.acl.as_ref().map(dto::BucketCannedACL::as_str))?;
     let bucket = i.bucket;
     let constraint = i
         .create_bucket_configuration
@@ -147,16 +152,25 @@ pub(crate) async fn create(
             "The specified location-constraint is not valid: this endpoint serves {REGION} only"
         ));
     }
-    match gw
-        .client()
-        .create_bucket(&bucket, BucketOptions::default())
-        .await
-    {
+    let options = BucketOptions {
+        owner: principal.owner().to_string(),
+        acl,
+        ..BucketOptions::default()
+    };
+    match gw.client().create_bucket(&bucket, options).await {
         Ok(_) => {}
         Err(ClientError::Om {
             code: OmErrorCode::BucketAlreadyExists,
             ..
-        }) => {}
+        }) => {
+            let existing = gw.client().bucket(&bucket).await.map_err(to_s3)?;
+            if !principal.owns(&existing.owner) {
+                return Err(s3_error!(
+                    BucketAlreadyExists,
+                    "The requested bucket name is not available: another user owns it"
+                ));
+            }
+        }
         Err(e) => return Err(to_s3(e)),
     }
     Ok(S3Response::new(dto::CreateBucketOutput {

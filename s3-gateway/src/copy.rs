@@ -167,6 +167,8 @@ pub(crate) async fn copy_object(
         }
     };
     meta.extend(tags);
+    // A copy does not carry its source's ACL: it gets the request's (Amazon's CopyObject).
+    crate::acl::apply_requested(&mut meta, i.acl.as_ref())?;
     let mut w = gw
         .client()
         .create_key(&i.bucket, &i.key, None)

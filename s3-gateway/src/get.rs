@@ -33,9 +33,9 @@ use crate::range::{self, Resolved};
 /// The custom route serving GetObject and HeadObject.
 pub(crate) struct ObjectReadRoute {
     pub(crate) gw: Gateway,
-    /// Whether requests must be signed (false only for test gateways
-    /// started without credentials).
-    pub(crate) auth_required: bool,
+    /// Who may read what; `None` only for test gateways started without
+    /// credentials (every request passes).
+    pub(crate) access: Option<crate::access::Authorizer>,
 }
 
 /// Query parameters a plain GET/HEAD object may carry, besides presigned
@@ -100,9 +100,26 @@ impl S3Route for ObjectReadRoute {
     }
 
     async fn check_access(&self, req: &mut S3Request<Body>) -> S3Result<()> {
-        if self.auth_required && req.credentials.is_none() {
-            return Err(s3_error!(AccessDenied, "Signature is required"));
-        }
+        let Some(access) = &self.access else {
+            return Ok(());
+        };
+        let Some((bucket, key)) = object_of(&req.uri) else {
+            return Err(s3_error!(InvalidRequest, "not an object path"));
+        };
+        let principal = access.principal(req.credentials.as_ref()).await?;
+        let op = if req.method == Method::HEAD {
+            "HeadObject"
+        } else {
+            "GetObject"
+        };
+        let path = s3s::path::S3Path::Object {
+            bucket: bucket.into(),
+            key: key.into(),
+        };
+        access
+            .authorize(&principal, op, &path, &req.headers)
+            .await?;
+        req.extensions.insert(principal);
         Ok(())
     }
 

@@ -14,6 +14,10 @@
 //!   and discards.
 //! - [`GatewayMetrics`]: requests by operation and status, bytes, key lookups.
 //!
+//! - Identity and access: the administrator's key pair from the config, the
+//!   om's S3 users (secrets asked of the om on every signed request), bucket
+//!   owners and canned ACLs (`access`, `acl`).
+//!
 //! Where s3s differs from Amazon, this crate overrides it: s3s rejects a
 //! malformed `Range` header that Amazon ignores (the GET/HEAD route takes
 //! over before s3s parses it), and its `SimpleAuth` answers an unknown
@@ -21,6 +25,8 @@
 //!
 //! Layering: uses `ec-client` only (never datanodes or the om directly).
 
+mod access;
+mod acl;
 mod attributes;
 mod buckets;
 mod conditional;
@@ -50,7 +56,6 @@ pub use integrity::checksum_header;
 pub use metrics::{GatewayMetrics, GatewaySnapshot};
 pub use multipart::MIN_PART_SIZE;
 use proto_crate::ServingTask;
-use s3s::auth::{S3Auth, SecretKey};
 use s3s::service::S3ServiceBuilder;
 use tracing::Instrument;
 
@@ -60,8 +65,11 @@ use tracing::Instrument;
 pub struct GatewayConfig {
     /// Address to listen on (port 0 picks a free port).
     pub listen: SocketAddr,
-    /// (access key, secret key) every request must be signed with (SigV4);
-    /// `None` accepts unsigned requests (tests only).
+    /// The administrator's (access key, secret key): requests signed with
+    /// it may do anything. With it, requests are checked: signed with this
+    /// pair or with a key of one of the om's S3 users (SigV4), or anonymous
+    /// where an ACL makes the resource public. `None` accepts every request
+    /// unchecked (tests only).
     pub credentials: Option<(String, String)>,
     /// Object bytes one request may hold in memory at once (default 12 MiB):
     /// GET streams in chunks of a third of it.
@@ -106,27 +114,6 @@ impl GatewayConfig {
     pub fn without_auth(mut self) -> Self {
         self.credentials = None;
         self
-    }
-}
-
-/// The configured key pair. Unlike s3s's `SimpleAuth` (which answers
-/// `NotSignedUp`), an unknown access key gets Amazon's `InvalidAccessKeyId`.
-struct Credentials {
-    access_key: String,
-    secret_key: String,
-}
-
-#[async_trait::async_trait]
-impl S3Auth for Credentials {
-    async fn get_secret_key(&self, access_key: &str) -> s3s::S3Result<SecretKey> {
-        if access_key == self.access_key {
-            Ok(SecretKey::from(self.secret_key.clone()))
-        } else {
-            Err(s3s::s3_error!(
-                InvalidAccessKeyId,
-                "The AWS Access Key Id you provided does not exist in our records."
-            ))
-        }
     }
 }
 
@@ -219,16 +206,15 @@ impl S3Gateway {
         };
         let mut builder = S3ServiceBuilder::new(gw.clone());
         builder.set_validation(buckets::BucketNames);
-        if let Some((ak, sk)) = &config.credentials {
-            builder.set_auth(Credentials {
-                access_key: ak.clone(),
-                secret_key: sk.clone(),
-            });
+        let access = config
+            .credentials
+            .clone()
+            .map(|admin| access::Authorizer::new(gw.client().clone(), Some(admin)));
+        if let Some(a) = &access {
+            builder.set_auth(a.clone());
+            builder.set_access(a.clone());
         }
-        builder.set_route(get::ObjectReadRoute {
-            gw,
-            auth_required: config.credentials.is_some(),
-        });
+        builder.set_route(get::ObjectReadRoute { gw, access });
         let service = builder.build();
         let acceptor = config
             .https

@@ -1,5 +1,7 @@
 //! `s3-gateway --om HOST:PORT [--listen ADDR] --access-key AK --secret-key SK`:
-//! serves S3 over a running cluster until Ctrl-C or SIGTERM.
+//! serves S3 over a running cluster until Ctrl-C or SIGTERM. The key pair is
+//! the administrator's; the om's S3 users (`cargo xtask admin user create`)
+//! sign with their own.
 
 use std::net::SocketAddr;
 
@@ -36,6 +38,15 @@ struct Args {
     // (trusting that CA); --tls-cert and --tls-key make it serve HTTPS.
     #[command(flatten)]
     tls: proto_crate::tls::TlsArgs,
+    /// PEM certificate the gateway presents to the om and datanodes (signed
+    /// by --tls-ca; with --om-key). With TLS the om reveals S3 users'
+    /// secrets only to a client holding one, so users other than the
+    /// --access-key administrator need it.
+    #[arg(long, value_name = "PEM", requires_all = ["tls_ca", "om_key"])]
+    om_cert: Option<std::path::PathBuf>,
+    /// PEM private key of --om-cert.
+    #[arg(long, value_name = "PEM", requires = "om_cert")]
+    om_key: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
@@ -47,8 +58,16 @@ async fn main() -> anyhow::Result<()> {
     // its 5xx answers itself and counts the rest in its metrics.
     proto_crate::init_logging_as("info,s3s::ops=off", args.log_format);
     let tls = args.tls.load().context("loading the TLS files")?;
-    let client_config =
-        ClientConfig::default().with_tls(tls.as_ref().map(|t| t.without_identity()));
+    let client_tls = match (&args.tls.tls_ca, &args.om_cert, &args.om_key) {
+        (Some(ca), Some(cert), Some(key)) => Some(
+            proto_crate::tls::TlsConfig::load(ca, Some((cert.as_path(), key.as_path())))
+                .context("loading --om-cert and --om-key")?,
+        ),
+        _ => tls
+            .as_ref()
+            .map(proto_crate::tls::TlsConfig::without_identity),
+    };
+    let client_config = ClientConfig::default().with_tls(client_tls);
     let client = Client::connect(&args.om, client_config)
         .await
         .with_context(|| format!("connecting to the om at {}", args.om))?;

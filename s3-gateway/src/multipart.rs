@@ -90,6 +90,7 @@ pub(crate) async fn create(
     crate::object_meta::check_user_metadata(i.metadata.as_ref())?;
     let mut meta = object_metadata(crate::object_meta::system_metadata!(i), i.metadata.as_ref());
     meta.extend(tags);
+    crate::acl::apply_requested(&mut meta, i.acl.as_ref())?;
     let checksum = upload_checksum(i.checksum_algorithm.as_ref(), i.checksum_type.as_ref())?;
     if let Some((a, ty)) = checksum {
         meta.insert(CHECKSUM_ALGORITHM.to_string(), a.name().to_string());

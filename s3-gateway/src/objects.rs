@@ -119,8 +119,12 @@ impl S3 for Gateway {
         &self,
         req: S3Request<dto::ListBucketsInput>,
     ) -> S3Result<S3Response<dto::ListBucketsOutput>> {
-        self.tracked("ListBuckets", crate::buckets::list(self, req.input))
-            .await
+        let principal = crate::acl::principal(&req);
+        self.tracked(
+            "ListBuckets",
+            crate::buckets::list(self, req.input, &principal),
+        )
+        .await
     }
 
     async fn create_bucket(
@@ -129,9 +133,42 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<dto::CreateBucketOutput>> {
         self.tracked("CreateBucket", async {
             refuse_unsupported(&req.headers)?;
-            crate::buckets::create(self, req.input).await
+            let principal = crate::acl::principal(&req);
+            crate::buckets::create(self, req.input, &principal).await
         })
         .await
+    }
+
+    async fn get_bucket_acl(
+        &self,
+        req: S3Request<dto::GetBucketAclInput>,
+    ) -> S3Result<S3Response<dto::GetBucketAclOutput>> {
+        self.tracked("GetBucketAcl", crate::acl::get_bucket(self, req.input))
+            .await
+    }
+
+    async fn put_bucket_acl(
+        &self,
+        req: S3Request<dto::PutBucketAclInput>,
+    ) -> S3Result<S3Response<dto::PutBucketAclOutput>> {
+        self.tracked("PutBucketAcl", crate::acl::put_bucket(self, req))
+            .await
+    }
+
+    async fn get_object_acl(
+        &self,
+        req: S3Request<dto::GetObjectAclInput>,
+    ) -> S3Result<S3Response<dto::GetObjectAclOutput>> {
+        self.tracked("GetObjectAcl", crate::acl::get_object(self, req.input))
+            .await
+    }
+
+    async fn put_object_acl(
+        &self,
+        req: S3Request<dto::PutObjectAclInput>,
+    ) -> S3Result<S3Response<dto::PutObjectAclOutput>> {
+        self.tracked("PutObjectAcl", crate::acl::put_object(self, req))
+            .await
     }
 
     async fn get_object_attributes(
@@ -369,6 +406,7 @@ impl S3 for Gateway {
             .await?;
             let mut meta = object_metadata(system_metadata!(i), i.metadata.as_ref());
             meta.extend(tags);
+            crate::acl::apply_requested(&mut meta, i.acl.as_ref())?;
             let mut w = self
                 .client()
                 .create_key(&i.bucket, &i.key, None)

@@ -10,8 +10,9 @@ use s3s::{S3Error, S3ErrorCode, S3Result};
 fn unsupported(name: &str, value: &str) -> bool {
     let v = value.trim();
     match name {
-        // The one canned ACL every object here has anyway.
-        "x-amz-acl" => !v.eq_ignore_ascii_case("private"),
+        // The canned ACLs modelled here (see `acl`); the others would grant writes or
+        // name a second owner.
+        "x-amz-acl" => ec_client::CannedAcl::parse(v).is_err(),
         "x-amz-storage-class" => !v.eq_ignore_ascii_case("STANDARD"),
         "x-amz-bucket-object-lock-enabled" => v.eq_ignore_ascii_case("true"),
         "x-amz-website-redirect-location" | "x-amz-write-offset-bytes" => true,
@@ -51,7 +52,10 @@ mod tests {
     #[test]
     fn what_changes_a_writes_meaning_is_refused() {
         assert!(!unsupported("x-amz-acl", "private"));
-        assert!(unsupported("x-amz-acl", "public-read"));
+        assert!(!unsupported("x-amz-acl", "public-read"));
+        assert!(!unsupported("x-amz-acl", "authenticated-read"));
+        assert!(unsupported("x-amz-acl", "public-read-write"));
+        assert!(unsupported("x-amz-acl", "bucket-owner-full-control"));
         assert!(unsupported("x-amz-grant-read", "id=x"));
         assert!(unsupported("x-amz-server-side-encryption", "AES256"));
         assert!(unsupported(

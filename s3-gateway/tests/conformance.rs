@@ -106,7 +106,7 @@ async fn requests_clients_send_are_answered_as_amazon_does() {
         assert_eq!(header(&r.1, "x-amz-meta-new"), Some("1"));
 
         // Headers that would change a write's meaning are refused, not ignored.
-        for h in [("x-amz-server-side-encryption", "AES256"), ("x-amz-acl", "public-read"), ("x-amz-object-lock-mode", "COMPLIANCE")] {
+        for h in [("x-amz-server-side-encryption", "AES256"), ("x-amz-acl", "public-read-write"), ("x-amz-object-lock-mode", "COMPLIANCE")] {
             let r = s.send("PUT", "/conf/refused", &[], &[h], b"x");
             assert_eq!(code(&r), (501, "NotImplemented".into()), "{h:?}");
         }

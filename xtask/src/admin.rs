@@ -1,4 +1,5 @@
-//! `cargo xtask admin …`: cluster administration through the om's admin service.
+//! `cargo xtask admin …`: cluster administration through the om's admin service: the
+//! ReplicationManager's status and the S3 users.
 
 use std::time::{Duration, Instant};
 
@@ -23,6 +24,39 @@ pub enum AdminCommand {
         /// Seconds `--wait` waits at most.
         #[arg(long, default_value_t = 600)]
         timeout: u64,
+    },
+    /// S3 users and their access keys (stored in the om; the S3 gateway checks every signed
+    /// request against them).
+    User {
+        #[command(subcommand)]
+        command: UserCommand,
+    },
+}
+
+/// `admin user …`.
+#[derive(Debug, Subcommand)]
+pub enum UserCommand {
+    /// Issue a new access key pair for user NAME, creating the user if needed (at most two
+    /// active keys per user: rotate by creating the second, then revoking the first). The
+    /// secret is shown only here.
+    Create {
+        /// The user: 1 to 64 letters, digits or `+=,.@_-`.
+        name: String,
+        /// Print `{"user", "access_key", "secret_key"}` as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every user with its active access keys (never secrets).
+    List {
+        /// Print a JSON array of `{"user", "created_unix_ms", "access_keys"}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke an access key: requests signed with it are refused from then on
+    /// (`InvalidAccessKeyId`). The user and its buckets stay.
+    RevokeKey {
+        /// The access key id.
+        access_key: String,
     },
 }
 
@@ -50,7 +84,55 @@ pub async fn run(target: &ozone_cli::Target, command: AdminCommand) -> anyhow::R
             print(&status, as_json);
             Ok(())
         }
+        AdminCommand::User { command } => user(target, command).await,
     }
+}
+
+async fn user(target: &ozone_cli::Target, command: UserCommand) -> anyhow::Result<()> {
+    let mut admin = target.om_admin().await?;
+    match command {
+        UserCommand::Create {
+            name,
+            json: as_json,
+        } => {
+            let c = admin.create_user(&name).await?;
+            if as_json {
+                println!(
+                    "{}",
+                    json!({"user": c.user, "access_key": c.access_key, "secret_key": c.secret_key})
+                );
+            } else {
+                println!("user        {}", c.user);
+                println!("access key  {}", c.access_key);
+                println!("secret key  {}", c.secret_key);
+            }
+        }
+        UserCommand::List { json: as_json } => {
+            let users = admin.list_users().await?;
+            if as_json {
+                let list: Vec<_> = users
+                    .iter()
+                    .map(|u| {
+                        json!({
+                            "user": u.name,
+                            "created_unix_ms": u.created_unix_ms,
+                            "access_keys": u.access_keys,
+                        })
+                    })
+                    .collect();
+                println!("{}", serde_json::Value::Array(list));
+            } else {
+                for u in &users {
+                    println!("{}\t{}", u.name, u.access_keys.join(","));
+                }
+            }
+        }
+        UserCommand::RevokeKey { access_key } => {
+            let user = admin.revoke_key(&access_key).await?;
+            println!("revoked {access_key} of user {user}");
+        }
+    }
+    Ok(())
 }
 
 fn print(s: &om::RepairStatus, as_json: bool) {

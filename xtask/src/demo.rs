@@ -253,6 +253,7 @@ async fn demo(client: &Client, args: &MiniclusterArgs) -> anyhow::Result<String>
             BucketOptions {
                 replication: Some(ReplicationConfig::Ec(args.ec)),
                 block_size: Some(args.block_size),
+                ..Default::default()
             },
         )
         .await?;

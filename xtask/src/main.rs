@@ -75,7 +75,7 @@ enum Command {
         #[command(subcommand)]
         command: dn::DnCommand,
     },
-    /// Cluster administration: the ReplicationManager's repair status.
+    /// Cluster administration: the ReplicationManager's repair status, S3 users.
     Admin {
         #[command(flatten)]
         target: ozone_cli::Target,

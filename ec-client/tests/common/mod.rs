@@ -54,6 +54,7 @@ pub async fn replicated_bucket(client: &Client, name: &str, block_size: u64) {
             BucketOptions {
                 replication: Some(ReplicationConfig::Replicated { factor: 3 }),
                 block_size: Some(block_size),
+                ..Default::default()
             },
         )
         .await
@@ -68,6 +69,7 @@ pub async fn ec_bucket(client: &Client, name: &str, block_size: u64) {
             BucketOptions {
                 replication: Some(ReplicationConfig::Ec(rs32())),
                 block_size: Some(block_size),
+                ..Default::default()
             },
         )
         .await

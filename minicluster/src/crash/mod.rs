@@ -276,6 +276,7 @@ async fn create_buckets(client: &Client) -> Result<(), CrashTestError> {
         let opts = BucketOptions {
             replication: Some(replication),
             block_size: Some(block_size),
+            ..Default::default()
         };
         // The datanodes may still be registering: retry for a while.
         let mut attempt = 0;

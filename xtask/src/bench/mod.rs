@@ -219,6 +219,7 @@ pub(crate) async fn ensure_bucket(
                     BucketOptions {
                         replication: Some(replication),
                         block_size: Some(block_size),
+                        ..Default::default()
                     },
                 )
                 .await?;

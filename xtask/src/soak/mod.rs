@@ -196,6 +196,7 @@ pub(crate) async fn run(args: SoakArgs) -> anyhow::Result<()> {
                 BucketOptions {
                     replication: Some(replication),
                     block_size: None,
+                    ..Default::default()
                 },
             )
             .await
