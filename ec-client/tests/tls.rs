@@ -340,6 +340,45 @@ async fn certificate_roles_and_admin_credentials() {
         "past the credential check: {e}"
     );
 
+    // S3 users: managing them needs the admin credential, and so does reading
+    // a secret (what the gateway's --om-cert is for).
+    for e in [
+        anonymous.create_user("mallory").await.map(|_| ()),
+        anonymous.list_users().await.map(|_| ()),
+        anonymous.revoke_key("OZANY").await.map(|_| ()),
+    ] {
+        let e = e.expect_err("a user call without a credential");
+        assert_eq!(e.code, tonic::Code::PermissionDenied, "{e}");
+    }
+    let issued = certified.create_user("alice").await.expect("create user");
+    let secret = |c: &TlsConfig| {
+        let c = c.clone();
+        let key = issued.access_key.clone();
+        let cluster_om = cluster.om_address();
+        async move {
+            let endpoint = proto_crate::tls::endpoint(&cluster_om, Some(&c)).expect("endpoint");
+            OzoneManagerServiceClient::new(endpoint.connect().await.expect("channel"))
+                .get_s3_secret(om_pb::GetS3SecretRequest { access_key: key })
+                .await
+        }
+    };
+    let refused = secret(&ca_only)
+        .await
+        .expect_err("a secret without a credential");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    let told = secret(&admin)
+        .await
+        .expect("a secret with a credential")
+        .into_inner();
+    assert_eq!(
+        (told.user.as_str(), told.secret_key.as_str()),
+        ("alice", issued.secret_key.as_str())
+    );
+    assert_eq!(
+        certified.list_users().await.expect("list users")[0].access_keys,
+        vec![issued.access_key.clone()]
+    );
+
     let address = registered.address.as_str();
     let rule = datanode::FaultRule::new(
         datanode::RpcKind::GetBlock,

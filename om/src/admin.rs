@@ -46,11 +46,7 @@ impl OmAdminGrpc {
         &self,
         f: impl FnOnce(&OzoneManager) -> Result<T, OmError> + Send + 'static,
     ) -> Result<T, Status> {
-        let om = Arc::clone(&self.om);
-        tokio::task::spawn_blocking(move || f(&om))
-            .await
-            .map_err(|e| Status::from(OmError::Task(e)))?
-            .map_err(Status::from)
+        crate::service::on_blocking_pool(&self.om, f).await
     }
 }
 

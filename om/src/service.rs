@@ -62,12 +62,21 @@ impl OmGrpcService {
         &self,
         f: impl FnOnce(&OzoneManager) -> Result<T, OmError> + Send + 'static,
     ) -> Result<T, Status> {
-        let om = Arc::clone(&self.om);
-        tokio::task::spawn_blocking(move || f(&om))
-            .await
-            .map_err(|e| Status::from(OmError::Task(e)))?
-            .map_err(Status::from)
+        on_blocking_pool(&self.om, f).await
     }
+}
+
+/// Runs `f` (database work) on the blocking pool, off the async threads;
+/// its error becomes the status the client sees.
+pub(crate) async fn on_blocking_pool<T: Send + 'static>(
+    om: &Arc<OzoneManager>,
+    f: impl FnOnce(&OzoneManager) -> Result<T, OmError> + Send + 'static,
+) -> Result<T, Status> {
+    let om = Arc::clone(om);
+    tokio::task::spawn_blocking(move || f(&om))
+        .await
+        .map_err(|e| Status::from(OmError::Task(e)))?
+        .map_err(Status::from)
 }
 
 fn bad(e: ProtocolError) -> Status {

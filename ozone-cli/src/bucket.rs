@@ -43,6 +43,8 @@ fn to_json(b: &BucketInfo) -> serde_json::Value {
         "replication": b.default_replication.to_string(),
         "block_size": b.block_size,
         "created_unix_ms": b.created_unix_ms,
+        "owner": b.owner,
+        "acl": b.acl.name(),
     })
 }
 
@@ -98,8 +100,17 @@ pub async fn run(client: &Client, cmd: BucketCommand, as_json: bool) -> anyhow::
                 output::json(&to_json(&b))?;
             } else {
                 output::line(format_args!(
-                    "bucket {}\n  replication  {}\n  block size   {} bytes\n  created      {} ms after the Unix epoch",
-                    b.name, b.default_replication, b.block_size, b.created_unix_ms
+                    "bucket {}\n  replication  {}\n  block size   {} bytes\n  created      {} ms after the Unix epoch\n  owner        {}\n  acl          {}",
+                    b.name,
+                    b.default_replication,
+                    b.block_size,
+                    b.created_unix_ms,
+                    if b.owner.is_empty() {
+                        "(none: S3 administrators only)"
+                    } else {
+                        &b.owner
+                    },
+                    b.acl
                 ))?;
             }
         }

@@ -9,8 +9,9 @@
 //!   administrator: every request passes.
 //! - Any signed request may create a bucket (owned by its user) and list
 //!   its own buckets; anonymous ones may do neither.
-//! - Listing a bucket (ListObjects, HeadBucket, GetBucketLocation) needs its
-//!   owner or a bucket ACL that grants READ to the requester.
+//! - Listing a bucket (ListObjects, ListObjectVersions, HeadBucket,
+//!   GetBucketLocation) needs its owner or a bucket ACL that grants READ to
+//!   the requester.
 //! - Reading an object (GetObject, HeadObject, and the source of a copy)
 //!   needs the bucket's owner or an object ACL that grants READ.
 //! - Everything else (writes, deletes, uploads, ACLs, tags) needs the
@@ -135,9 +136,8 @@ fn need<'a>(op: &str, path: &'a S3Path, headers: &HeaderMap) -> Need<'a> {
         },
         S3Path::Bucket { bucket } => match op {
             "CreateBucket" => Need::Signed,
-            "ListObjects" | "ListObjectsV2" | "HeadBucket" | "GetBucketLocation" => {
-                Need::ListBucket(bucket)
-            }
+            "ListObjects" | "ListObjectsV2" | "ListObjectVersions" | "HeadBucket"
+            | "GetBucketLocation" => Need::ListBucket(bucket),
             _ => Need::Owner(bucket, None),
         },
         S3Path::Object { bucket, key } => match op {

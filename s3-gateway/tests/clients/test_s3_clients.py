@@ -3,7 +3,9 @@
 Run by .ci/run: aws-cli (mb, multipart cp up, ranged parallel cp down, ls,
 rm, checksums) and boto3 (every Range rule on GET and HEAD, ListObjectsV2
 paging, DeleteObjects, a presigned GET with requests, a wrong secret -> 403,
-checksums as trailers and per part, conditional writes).
+checksums as trailers and per part, conditional writes), and S3 users made
+with `cargo xtask admin user create` (owners, canned ACLs, anonymous reads,
+revoked keys).
 Reads the gateway address and keys from target/minicluster/cluster.json;
 when the cluster runs with --tls (an https endpoint), every client trusts the
 CA cluster.json names (AWS_CA_BUNDLE for aws-cli and boto3,
@@ -23,6 +25,7 @@ import urllib.parse
 
 import boto3
 import requests
+from botocore import UNSIGNED
 from botocore.client import Config
 from botocore.exceptions import ClientError
 
@@ -48,20 +51,35 @@ def check(name, cond, detail=""):
         print(f"FAIL {name} {detail}")
 
 
-def client(secret=SK):
+def client(secret=SK, access=AK, signed=True):
+    extra = {} if signed else {"signature_version": UNSIGNED}
     return boto3.client(
         "s3",
         endpoint_url=ENDPOINT,
-        aws_access_key_id=AK,
+        aws_access_key_id=access,
         aws_secret_access_key=secret,
         region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}, **extra),
     )
 
 
-def aws(*args):
-    env = dict(os.environ, AWS_ACCESS_KEY_ID=AK, AWS_SECRET_ACCESS_KEY=SK, AWS_DEFAULT_REGION="us-east-1")
+def aws(*args, keys=(AK, SK)):
+    env = dict(os.environ, AWS_ACCESS_KEY_ID=keys[0], AWS_SECRET_ACCESS_KEY=keys[1], AWS_DEFAULT_REGION="us-east-1")
     return subprocess.run(["aws", "--endpoint-url", ENDPOINT, *args], env=env, capture_output=True, text=True)
+
+
+def xtask(*args):
+    """`cargo xtask ARGS` from the workspace root: finds the cluster through cluster.json."""
+    return subprocess.run(["cargo", "xtask", *args], cwd=ROOT, capture_output=True, text=True)
+
+
+def error_of(call):
+    """(HTTP status, S3 error code) of a boto3 call expected to fail; (200, "") if it did not."""
+    try:
+        call()
+        return (200, "")
+    except ClientError as e:
+        return (e.response["ResponseMetadata"]["HTTPStatusCode"], e.response["Error"]["Code"])
 
 
 def aws_cli():
@@ -378,6 +396,69 @@ def integrity_and_conditions():
     check("multipart full-object CRC32", done.get("ChecksumCRC32") == want, f"{done.get('ChecksumCRC32')} != {want}")
 
 
+def users_and_acls():
+    """S3 users from `cargo xtask admin user create`: another user's private bucket and
+    object are 403 AccessDenied; canned ACLs (public-read, authenticated-read) open reads
+    to others and to anonymous requests; a revoked key is refused."""
+    def create(name):
+        r = xtask("admin", "user", "create", name, "--json")
+        check(f"cargo xtask admin user create {name} --json", r.returncode == 0, r.stderr)
+        u = json.loads(r.stdout)
+        check("the new key pair as JSON", set(u) == {"user", "access_key", "secret_key"} and u["user"] == name, u)
+        return u
+
+    a, b = create("py-alice"), create("py-bob")
+    ca = client(access=a["access_key"], secret=a["secret_key"])
+    cb = client(access=b["access_key"], secret=b["secret_key"])
+    anon = client(signed=False)
+    ca.create_bucket(Bucket="py-alice")
+    ca.put_object(Bucket="py-alice", Key="private", Body=b"p")
+    ca.put_object(Bucket="py-alice", Key="public", Body=b"open", ACL="public-read")
+    ca.put_object(Bucket="py-alice", Key="members", Body=b"m", ACL="authenticated-read")
+    forbidden = (403, "AccessDenied")
+    check("B: GET of A's private object is 403", error_of(lambda: cb.get_object(Bucket="py-alice", Key="private")) == forbidden)
+    check("B: listing A's private bucket is 403", error_of(lambda: cb.list_objects_v2(Bucket="py-alice")) == forbidden)
+    check("B: PUT into A's bucket is 403", error_of(lambda: cb.put_object(Bucket="py-alice", Key="b", Body=b"x")) == forbidden)
+    check("B: A's bucket ACL is 403", error_of(lambda: cb.get_bucket_acl(Bucket="py-alice")) == forbidden)
+    got = cb.get_object(Bucket="py-alice", Key="public")["Body"].read()
+    check("B: GET of a public-read object", got == b"open", got)
+    check("B: GET of an authenticated-read object", cb.get_object(Bucket="py-alice", Key="members")["Body"].read() == b"m")
+    check("anonymous: GET of a public-read object", anon.get_object(Bucket="py-alice", Key="public")["Body"].read() == b"open")
+    check("anonymous: GET of a private object is 403", error_of(lambda: anon.get_object(Bucket="py-alice", Key="private")) == forbidden)
+    check("anonymous: GET of an authenticated-read object is 403", error_of(lambda: anon.get_object(Bucket="py-alice", Key="members")) == forbidden)
+    r = requests.get(f"{ENDPOINT}/py-alice/public", timeout=10)
+    check("anonymous plain HTTP GET of a public-read object", r.status_code == 200 and r.content == b"open", r.status_code)
+    check("anonymous: ListBuckets is 403", error_of(lambda: anon.list_buckets()) == forbidden)
+    names = [x["Name"] for x in cb.list_buckets()["Buckets"]]
+    check("B's ListBuckets does not show A's bucket", "py-alice" not in names, names)
+
+    ca.put_bucket_acl(Bucket="py-alice", ACL="public-read")
+    grants = ca.get_bucket_acl(Bucket="py-alice")["Grants"]
+    check("GetBucketAcl shows the AllUsers READ grant",
+          any(g["Grantee"].get("URI", "").endswith("/AllUsers") and g["Permission"] == "READ" for g in grants), grants)
+    keys = [o["Key"] for o in cb.list_objects_v2(Bucket="py-alice").get("Contents", [])]
+    check("B lists a public-read bucket (200)", "private" in keys, keys)
+    check("a public-read bucket leaves its private objects 403",
+          error_of(lambda: cb.get_object(Bucket="py-alice", Key="private")) == forbidden)
+    r = aws("s3api", "put-object-acl", "--bucket", "py-alice", "--key", "private", "--acl", "public-read",
+            keys=(a["access_key"], a["secret_key"]))
+    check("aws s3api put-object-acl as the owner", r.returncode == 0, r.stderr)
+    check("B: GET after PutObjectAcl public-read", cb.get_object(Bucket="py-alice", Key="private")["Body"].read() == b"p")
+    r = aws("s3api", "put-object-acl", "--bucket", "py-alice", "--key", "private", "--acl", "public-read",
+            keys=(b["access_key"], b["secret_key"]))
+    check("aws s3api put-object-acl as another user is refused", r.returncode != 0 and "AccessDenied" in r.stderr, r.stderr)
+    check("PutObjectAcl public-read-write is 501",
+          error_of(lambda: ca.put_object_acl(Bucket="py-alice", Key="private", ACL="public-read-write")) == (501, "NotImplemented"))
+
+    r = xtask("admin", "user", "list", "--json")
+    users = {u["user"]: u["access_keys"] for u in json.loads(r.stdout)} if r.returncode == 0 else {}
+    check("cargo xtask admin user list --json", users.get("py-bob") == [b["access_key"]], r.stdout + r.stderr)
+    r = xtask("admin", "user", "revoke-key", b["access_key"])
+    check("cargo xtask admin user revoke-key", r.returncode == 0, r.stderr)
+    check("a revoked key is 403 InvalidAccessKeyId", error_of(lambda: cb.list_buckets()) == (403, "InvalidAccessKeyId"))
+    check("the administrator's key pair still works", any(x["Name"] == "py-alice" for x in client().list_buckets()["Buckets"]))
+
+
 def https_trust():
     """Over HTTPS: the CA-trusting client above worked; one that trusts only the
     system roots is refused at the handshake, and plain HTTP gets no S3 answer."""
@@ -397,7 +478,7 @@ def https_trust():
         check("plain HTTP to the HTTPS port gets no S3 answer", True)
 
 
-for step in (aws_cli, ranges, listing_and_delete, more_operations, presigned_and_auth, integrity_and_conditions, https_trust):
+for step in (aws_cli, ranges, listing_and_delete, more_operations, presigned_and_auth, integrity_and_conditions, users_and_acls, https_trust):
     try:
         step()
     except Exception as e:  # a crash in one step is a failure, not the end of the run
