@@ -26,7 +26,7 @@ use crate::{NodeState, OzoneManager};
 
 /// The gRPC methods the om serves (`OzoneManagerService` and `OmAdminService`):
 /// the values of the `method` label.
-pub(crate) const OM_METHODS: [&str; 29] = [
+pub(crate) const OM_METHODS: [&str; 34] = [
     "RegisterDatanode",
     "ListDatanodes",
     "Heartbeat",
@@ -35,6 +35,8 @@ pub(crate) const OM_METHODS: [&str; 29] = [
     "GetBucket",
     "ListBuckets",
     "DeleteBucket",
+    "SetBucketAcl",
+    "GetS3Secret",
     "OpenKey",
     "AllocateBlockGroup",
     "CommitKey",
@@ -56,6 +58,9 @@ pub(crate) const OM_METHODS: [&str; 29] = [
     "AddReplica",
     "RepairStatus",
     "Decommission",
+    "CreateUser",
+    "ListUsers",
+    "RevokeKey",
 ];
 
 #[derive(Debug)]
