@@ -33,6 +33,22 @@ pub struct ClusterInfo {
     /// TLS on every gRPC channel (and HTTPS on the gateway), when on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsInfo>,
+    /// Process ids, when the cluster runs as separate processes (`cargo
+    /// xtask cluster --processes`); absent for an in-process minicluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids: Option<ProcessIds>,
+}
+
+/// Process ids of a cluster of separate processes, in `cluster.json`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ProcessIds {
+    /// The om's (one today).
+    pub oms: Vec<u32>,
+    /// Each datanode's, in cluster order.
+    pub datanodes: Vec<u32>,
+    /// The S3 gateway's, when one runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<u32>,
 }
 
 /// Where each process of a cluster serves `/metrics`, in `cluster.json`.

@@ -28,7 +28,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use cluster_info::{
-    ClusterInfo, DatanodeInfo, MetricsInfo, S3_ACCESS_KEY, S3_SECRET_KEY, S3Info, TlsInfo,
+    ClusterInfo, DatanodeInfo, MetricsInfo, ProcessIds, S3_ACCESS_KEY, S3_SECRET_KEY, S3Info,
+    TlsInfo,
 };
 pub use control::{ControlClient, ControlServer};
 use datanode::{Datanode, DatanodeConfig, DatanodeMetrics, FaultInjector, FaultRule};
@@ -257,6 +258,21 @@ impl MiniClusterConfig {
             .with_max_open_files(self.max_open_files)
             .with_metrics_listen(([127, 0, 0, 1], 0).into())
     }
+}
+
+/// Locks `base` for one cluster (a second one started on it is refused,
+/// naming the first) and removes the `om/` and `dnN/` directories an
+/// earlier cluster left there, as [`MiniCluster::start`] does with a base
+/// dir: for clusters of processes (`cargo xtask cluster --processes`). Hold
+/// the lock while the cluster runs.
+///
+/// # Errors
+/// [`MiniClusterError::DirInUse`]; I/O errors.
+pub fn claim_base_dir(base: &Path) -> Result<proto_crate::DirLock, MiniClusterError> {
+    std::fs::create_dir_all(base).map_err(io(format!("creating {}", base.display())))?;
+    let lock = proto_crate::DirLock::acquire(base, "minicluster")?;
+    clean_base_dir(base)?;
+    Ok(lock)
 }
 
 /// Removes `om/` and `dnN/` directories that a minicluster created under
@@ -660,6 +676,7 @@ impl MiniCluster {
                     .collect(),
                 s3: self.s3_metrics_url(),
             }),
+            pids: None,
         }
     }
 

@@ -264,6 +264,7 @@ mod tests {
             metrics: None,
             block_tokens: false,
             tls: None,
+            pids: None,
         };
         let target = Target {
             om: Some("127.0.0.1:1".to_string()),

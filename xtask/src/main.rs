@@ -3,6 +3,7 @@
 
 mod admin;
 mod bench;
+mod cluster;
 mod crash;
 mod demo;
 mod dn;
@@ -46,6 +47,10 @@ enum Command {
     /// (sequentially and with random preads), print what it cost, then serve
     /// until Ctrl-C.
     Minicluster(demo::MiniclusterArgs),
+    /// Run the om, N datanodes and the S3 gateway as separate processes (the
+    /// release binaries, built first) with the binaries' own timings; write
+    /// cluster.json (with their pids) and serve until Ctrl-C.
+    Cluster(cluster::ClusterArgs),
     /// Put, get, describe and list keys on a running cluster.
     Key {
         #[command(flatten)]
@@ -130,6 +135,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     runtime.block_on(async {
         match cli.command {
             Command::Minicluster(args) => demo::run(args).await,
+            Command::Cluster(args) => cluster::run(args).await,
             Command::Key {
                 target,
                 json,

@@ -1,8 +1,9 @@
-//! [`ProcessCluster`]: an om and N datanodes as separate OS processes (the
-//! `om` and `datanode` binaries), for crash and restart tests that an
-//! in-process cluster cannot stand for: a SIGKILL stops a process between
-//! any two instructions, with its page cache writes done or not and its
-//! database transactions committed or not.
+//! [`ProcessCluster`]: an om, N datanodes and optionally an S3 gateway as
+//! separate OS processes (the `om`, `datanode` and `s3-gateway` binaries):
+//! for crash and restart tests that an in-process cluster cannot stand for
+//! (a SIGKILL stops a process between any two instructions, with its page
+//! cache writes done or not and its database transactions committed or
+//! not), and for `cargo xtask cluster --processes`.
 //!
 //! Each process listens on 127.0.0.1; the first start picks a free port
 //! (port 0) and every restart binds the same port again, so clients and
@@ -10,13 +11,12 @@
 //! stderr go to `BASE/logs/<name>.log` (appended across restarts); the
 //! harness learns the address from the `serving on HOST:PORT` line.
 
-use std::net::SocketAddr;
+mod managed;
+
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, Command};
+use managed::Managed;
 
 /// Why a process of the cluster could not be found, started or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -57,22 +57,26 @@ pub enum ProcessError {
     },
 }
 
-fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> ProcessError {
+pub(crate) fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> ProcessError {
     let context = context.into();
     move |source| ProcessError::Io { context, source }
 }
 
-/// Paths of the `om` and `datanode` executables.
+/// Paths of the `om`, `datanode` and `s3-gateway` executables.
 #[derive(Debug, Clone)]
 pub struct Binaries {
     /// The om.
     pub om: PathBuf,
     /// The datanode.
     pub datanode: PathBuf,
+    /// The S3 gateway, when it was found (only
+    /// [`ProcessCluster::start_gateway`] needs it).
+    pub s3_gateway: Option<PathBuf>,
 }
 
 impl Binaries {
-    /// `$OZONE_OM_BIN` and `$OZONE_DATANODE_BIN` when set, otherwise the
+    /// `$OZONE_OM_BIN`, `$OZONE_DATANODE_BIN` and `$OZONE_S3_GATEWAY_BIN`
+    /// when set, otherwise the
     /// binaries next to the running executable's profile directory
     /// (`target/<profile>/`, also when running from `target/<profile>/deps/`).
     ///
@@ -95,6 +99,7 @@ impl Binaries {
         Ok(Self {
             om: find("om", "OZONE_OM_BIN")?,
             datanode: find("datanode", "OZONE_DATANODE_BIN")?,
+            s3_gateway: find("s3-gateway", "OZONE_S3_GATEWAY_BIN").ok(),
         })
     }
 }
@@ -112,6 +117,22 @@ pub struct ProcessTimings {
     pub service_interval: Duration,
     /// How long the om waits before freeing an overwritten key's blocks.
     pub deletion_grace: Duration,
+}
+
+impl ProcessTimings {
+    /// The binaries' own defaults (heartbeat 3 s, stale after 90 s, dead
+    /// after 10 min, services every 5 s, deletion grace 60 s): a cluster to
+    /// use, not a test.
+    #[must_use]
+    pub fn service() -> Self {
+        Self {
+            heartbeat: Duration::from_secs(3),
+            stale_after: Duration::from_secs(90),
+            dead_after: Duration::from_secs(600),
+            service_interval: Duration::from_secs(5),
+            deletion_grace: Duration::from_secs(60),
+        }
+    }
 }
 
 impl Default for ProcessTimings {
@@ -133,149 +154,35 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// Tries of a start before it counts as failed.
 pub const START_ATTEMPTS: u32 = 3;
 
-/// One managed process: its command line, and the child while it runs.
-#[derive(Debug)]
-struct Managed {
-    name: String,
-    program: PathBuf,
-    /// Arguments other than `--listen`.
-    args: Vec<String>,
-    data_dir: PathBuf,
-    log: PathBuf,
-    address: Option<SocketAddr>,
-    child: Option<Child>,
-    starts: u32,
+/// The certificates of a process cluster with TLS, under `BASE/tls/`.
+#[derive(Debug, Clone)]
+pub struct ProcessTls {
+    /// The CA, and the loopback certificate the om and datanodes serve with.
+    pub cluster: crate::tls::IssuedFiles,
+    /// The gateway's HTTPS certificate (serverAuth only).
+    pub s3: crate::tls::IssuedFiles,
+    /// The gateway's client certificate towards the om (`--om-cert`).
+    pub s3_client: crate::tls::IssuedFiles,
+    /// The admin credential (clientAuth only, naming no host).
+    pub admin: crate::tls::IssuedFiles,
 }
 
-impl Managed {
-    /// Starts the process (on its previous port, if it had one) and waits
-    /// for its `serving on` line, at most [`START_TIMEOUT`]. A restart that
-    /// fails (the old port taken for a moment by another socket) is tried
-    /// again, [`START_ATTEMPTS`] times in all.
-    async fn start(&mut self) -> Result<(), ProcessError> {
-        let mut attempt = 1;
-        loop {
-            let result = match tokio::time::timeout(START_TIMEOUT, self.start_once()).await {
-                Ok(r) => r,
-                Err(_) => Err(ProcessError::DidNotStart {
-                    name: self.name.clone(),
-                    why: format!("no `serving on` line within {START_TIMEOUT:?}"),
-                    log: self.log.clone(),
-                }),
-            };
-            match result {
-                Err(ProcessError::DidNotStart { .. }) if attempt < START_ATTEMPTS => {
-                    self.kill().await?;
-                    attempt += 1;
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                r => return r,
-            }
-        }
-    }
+/// Process ids of a running [`ProcessCluster`] (`cluster.json`'s `pids`).
+pub use crate::cluster_info::ProcessIds;
 
-    async fn start_once(&mut self) -> Result<(), ProcessError> {
-        let listen = self
-            .address
-            .map_or_else(|| "127.0.0.1:0".to_string(), |a| a.to_string());
-        let mut log = tokio::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .await
-            .map_err(io(format!("opening {}", self.log.display())))?;
-        log.write_all(format!("=== start {} ===\n", self.starts + 1).as_bytes())
-            .await
-            .map_err(io("writing the log"))?;
-        let stderr = log
-            .try_clone()
-            .await
-            .map_err(io("duplicating the log handle"))?
-            .into_std()
-            .await;
-        let child = Command::new(&self.program)
-            .arg("--listen")
-            .arg(&listen)
-            .arg("--data-dir")
-            .arg(&self.data_dir)
-            .args(&self.args)
-            .env("RUST_LOG", "info,s3s::ops=off")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(io(format!("spawning {}", self.program.display())))?;
-        // Held here until it serves: a timeout drops (and kills) it.
-        let child = self.child.insert(child);
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| ProcessError::DidNotStart {
-                name: self.name.clone(),
-                why: "no stdout pipe".into(),
-                log: self.log.clone(),
-            })?;
-        let mut lines = BufReader::new(stdout).lines();
-        let address = loop {
-            let line = lines
-                .next_line()
-                .await
-                .map_err(io(format!("reading {}'s output", self.name)))?;
-            let Some(line) = line else {
-                let status = child.wait().await.map_err(io("waiting for the child"))?;
-                self.child = None;
-                return Err(ProcessError::DidNotStart {
-                    name: self.name.clone(),
-                    why: format!("exited with {status} before serving"),
-                    log: self.log.clone(),
-                });
-            };
-            log.write_all(line.as_bytes())
-                .await
-                .map_err(io("writing the log"))?;
-            log.write_all(b"\n").await.map_err(io("writing the log"))?;
-            if let Some(addr) = line
-                .split("serving on ")
-                .nth(1)
-                .and_then(|a| a.trim().parse::<SocketAddr>().ok())
-            {
-                break addr;
-            }
-        };
-        // Keep draining stdout into the log so the process never blocks on
-        // a full pipe; the task ends when the process does.
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
-                let _ = log.write_all(line.as_bytes()).await;
-                let _ = log.write_all(b"\n").await;
-            }
-        });
-        self.address = Some(address);
-        self.starts += 1;
-        Ok(())
-    }
+/// How long [`ProcessCluster::stop_all`] waits for a process after SIGTERM.
+pub const STOP_GRACE: Duration = Duration::from_secs(15);
 
-    /// Sends SIGKILL and reaps the process; a stopped one is left as is.
-    async fn kill(&mut self) -> Result<(), ProcessError> {
-        if let Some(mut child) = self.child.take() {
-            child
-                .kill()
-                .await
-                .map_err(io(format!("killing {}", self.name)))?;
-        }
-        Ok(())
-    }
-}
-
-/// An om and datanodes running as processes under one base directory.
+/// An om, datanodes and optionally an S3 gateway running as processes under
+/// one base directory.
 #[derive(Debug)]
 pub struct ProcessCluster {
     base: PathBuf,
     om: Managed,
     datanodes: Vec<Managed>,
-    /// The CA and the certificate every process serves with, when TLS is on.
-    tls: Option<crate::tls::IssuedFiles>,
+    gateway: Option<Managed>,
+    /// The certificates, when TLS is on.
+    tls: Option<ProcessTls>,
 }
 
 impl ProcessCluster {
@@ -312,8 +219,17 @@ impl ProcessCluster {
         std::fs::create_dir_all(&logs).map_err(io(format!("creating {}", logs.display())))?;
         let secs = |d: Duration| format!("{}", d.as_secs_f64());
         let tls = if tls {
+            let dir = base.join("tls");
             let made = crate::tls::ThrowawayCa::new("ozone-ec-rs process cluster CA")
-                .and_then(|ca| ca.write_loopback(&base.join("tls"), "cluster"))
+                .and_then(|ca| {
+                    use crate::tls::{LOOPBACK_NAMES, Usage};
+                    Ok(ProcessTls {
+                        cluster: ca.write_loopback(&dir, "cluster")?,
+                        s3: ca.write(&dir, "s3", &LOOPBACK_NAMES, Usage::HttpsServer)?,
+                        s3_client: ca.write(&dir, "s3-client", &["s3-gateway"], Usage::Admin)?,
+                        admin: ca.write(&dir, "admin", &["admin"], Usage::Admin)?,
+                    })
+                })
                 .map_err(|e| io("making the cluster's certificates")(std::io::Error::other(e)))?;
             Some(made)
         } else {
@@ -321,6 +237,7 @@ impl ProcessCluster {
         };
         let tls_args: Vec<String> = tls
             .iter()
+            .map(|t| &t.cluster)
             .flat_map(|t| {
                 [
                     "--tls-ca".to_string(),
@@ -332,10 +249,10 @@ impl ProcessCluster {
                 ]
             })
             .collect();
-        let mut om = Managed {
-            name: "om".into(),
-            program: bins.om.clone(),
-            args: vec![
+        let mut om = Managed::new(
+            "om".into(),
+            bins.om.clone(),
+            vec![
                 "--stale-after".into(),
                 secs(timings.stale_after),
                 "--dead-after".into(),
@@ -349,25 +266,23 @@ impl ProcessCluster {
             .into_iter()
             .chain(tls_args.iter().cloned())
             .collect(),
-            data_dir: base.join("om"),
-            log: logs.join("om.log"),
-            address: None,
-            child: None,
-            starts: 0,
-        };
+            Some(base.join("om")),
+            logs.join("om.log"),
+        );
         om.start().await?;
         let om_address = om.address.map(|a| a.to_string()).unwrap_or_default();
         let mut cluster = Self {
             base: base.to_path_buf(),
             om,
             datanodes: Vec::with_capacity(datanodes),
+            gateway: None,
             tls,
         };
         for i in 0..datanodes {
-            let mut dn = Managed {
-                name: format!("dn{i}"),
-                program: bins.datanode.clone(),
-                args: vec![
+            let mut dn = Managed::new(
+                format!("dn{i}"),
+                bins.datanode.clone(),
+                vec![
                     "--om".into(),
                     om_address.clone(),
                     "--heartbeat-interval".into(),
@@ -377,16 +292,120 @@ impl ProcessCluster {
                 .into_iter()
                 .chain(tls_args.iter().cloned())
                 .collect(),
-                data_dir: base.join(format!("dn{i}")),
-                log: logs.join(format!("dn{i}.log")),
-                address: None,
-                child: None,
-                starts: 0,
-            };
+                Some(base.join(format!("dn{i}"))),
+                logs.join(format!("dn{i}.log")),
+            );
             dn.start().await?;
             cluster.datanodes.push(dn);
         }
         Ok(cluster)
+    }
+
+    /// Starts the `s3-gateway` binary over this cluster on 127.0.0.1:`port`
+    /// (0: any free port) with `access_key`/`secret_key` as its
+    /// administrator, serving `/metrics` on a free port; with TLS it serves
+    /// HTTPS and presents its own client certificate to the om. Returns the
+    /// endpoint (`http(s)://HOST:PORT`).
+    ///
+    /// # Errors
+    /// [`ProcessError::BinaryNotFound`] when `bins` has no gateway;
+    /// [`ProcessError::DidNotStart`].
+    pub async fn start_gateway(
+        &mut self,
+        bins: &Binaries,
+        port: u16,
+        access_key: &str,
+        secret_key: &str,
+    ) -> Result<String, ProcessError> {
+        let program = bins
+            .s3_gateway
+            .clone()
+            .ok_or_else(|| ProcessError::BinaryNotFound {
+                name: "s3-gateway",
+                path: bins.om.with_file_name("s3-gateway"),
+                env: "OZONE_S3_GATEWAY_BIN",
+            })?;
+        let mut args = vec![
+            "--om".to_string(),
+            self.om_address(),
+            "--access-key".into(),
+            access_key.into(),
+            "--secret-key".into(),
+            secret_key.into(),
+            "--metrics-listen".into(),
+            "127.0.0.1:0".into(),
+        ];
+        if let Some(t) = &self.tls {
+            for (flag, path) in [
+                ("--tls-ca", &t.s3.ca),
+                ("--tls-cert", &t.s3.cert),
+                ("--tls-key", &t.s3.key),
+                ("--om-cert", &t.s3_client.cert),
+                ("--om-key", &t.s3_client.key),
+            ] {
+                args.push(flag.into());
+                args.push(path.display().to_string());
+            }
+        }
+        let mut gw = Managed::new(
+            "s3".into(),
+            program,
+            args,
+            None,
+            self.base.join("logs").join("s3.log"),
+        );
+        if port != 0 {
+            gw.address = Some(([127, 0, 0, 1], port).into());
+        }
+        gw.start().await?;
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let endpoint = format!(
+            "{scheme}://{}",
+            gw.address.map(|a| a.to_string()).unwrap_or_default()
+        );
+        self.gateway = Some(gw);
+        Ok(endpoint)
+    }
+
+    /// The certificates, when the cluster runs with TLS.
+    #[must_use]
+    pub fn tls(&self) -> Option<&ProcessTls> {
+        self.tls.as_ref()
+    }
+
+    /// `HOST:PORT` of each datanode, in cluster order (empty for one that
+    /// never served).
+    #[must_use]
+    pub fn datanode_addresses(&self) -> Vec<String> {
+        self.datanodes
+            .iter()
+            .map(|d| d.address.map(|a| a.to_string()).unwrap_or_default())
+            .collect()
+    }
+
+    /// The ids of the running processes.
+    #[must_use]
+    pub fn pids(&self) -> ProcessIds {
+        ProcessIds {
+            oms: self.om.pid().into_iter().collect(),
+            datanodes: self.datanodes.iter().filter_map(Managed::pid).collect(),
+            s3: self.gateway.as_ref().and_then(Managed::pid),
+        }
+    }
+
+    /// Stops every process gracefully: the gateway, the datanodes, then the
+    /// om, each with SIGTERM and [`STOP_GRACE`] to finish before a SIGKILL.
+    ///
+    /// # Errors
+    /// Signal or wait failures.
+    pub async fn stop_all(&mut self) -> Result<(), ProcessError> {
+        if let Some(g) = &mut self.gateway {
+            g.stop(STOP_GRACE).await?;
+        }
+        for d in &mut self.datanodes {
+            d.stop(STOP_GRACE).await?;
+        }
+        self.om.stop(STOP_GRACE).await
     }
 
     /// The om's `HOST:PORT`.
@@ -404,7 +423,7 @@ impl ProcessCluster {
         self.tls
             .as_ref()
             .map(|t| {
-                ec_client::TlsConfig::load(&t.ca, None)
+                ec_client::TlsConfig::load(&t.cluster.ca, None)
                     .map_err(|e| io("loading the cluster CA")(std::io::Error::other(e)))
             })
             .transpose()
@@ -419,7 +438,7 @@ impl ProcessCluster {
     /// Data directory of datanode `i`.
     #[must_use]
     pub fn datanode_dir(&self, i: usize) -> Option<&Path> {
-        self.datanodes.get(i).map(|d| d.data_dir.as_path())
+        self.datanodes.get(i).and_then(|d| d.data_dir.as_deref())
     }
 
     /// The base directory (data dirs and `logs/`).
@@ -495,6 +514,9 @@ impl ProcessCluster {
     /// # Errors
     /// Signal or wait failures.
     pub async fn kill_all(&mut self) -> Result<(), ProcessError> {
+        if let Some(g) = &mut self.gateway {
+            g.kill().await?;
+        }
         for d in &mut self.datanodes {
             d.kill().await?;
         }
