@@ -366,9 +366,14 @@ async fn certificate_roles_and_admin_credentials() {
         .await
         .expect_err("a secret without a credential");
     assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
-    let told = secret(&admin)
+    // Only the gateway's certificate: not the admin's, not a datanode's.
+    for other in [&admin, &t.member] {
+        let refused = secret(other).await.expect_err("a secret to another role");
+        assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    }
+    let told = secret(&t.s3_client)
         .await
-        .expect("a secret with a credential")
+        .expect("a secret to the gateway")
         .into_inner();
     assert_eq!(
         (told.user.as_str(), told.secret_key.as_str()),

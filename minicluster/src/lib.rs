@@ -497,7 +497,12 @@ impl MiniCluster {
             let s3 = ca.write(&dir, "s3", &tls::LOOPBACK_NAMES, tls::Usage::HttpsServer)?;
             let admin = ca.write(&dir, "admin", &["admin"], tls::Usage::Admin)?;
             // The gateway's own client identity: it reads S3 secrets from the om.
-            let s3_client = ca.write(&dir, "s3-client", &["s3-gateway"], tls::Usage::Admin)?;
+            let s3_client = ca.write(
+                &dir,
+                "s3-client",
+                &[proto_crate::tls::S3_GATEWAY_NAME],
+                tls::Usage::Admin,
+            )?;
             let load = |f: &tls::IssuedFiles| {
                 ec_client::TlsConfig::load(&f.ca, Some((&f.cert, &f.key))).map_err(|e| {
                     io(format!("loading {}", f.cert.display()))(std::io::Error::other(e))

@@ -70,7 +70,10 @@ pub use replication_manager::{
     DEFAULT_MAX_REPAIRS_IN_FLIGHT, DEFAULT_MAX_REPAIRS_PER_DATANODE, FULL_SCAN_INTERVAL,
     MAX_RETRY_BACKOFF, RepairConfig, RepairStatus, run_replication_manager,
 };
-pub use s3_users::{MAX_ACCESS_KEYS_PER_USER, MAX_S3_USERS, S3Credentials, S3User};
+pub use s3_users::{
+    MAX_ACCESS_KEYS_PER_USER, MAX_BUCKETS_PER_OWNER, MAX_S3_USERS, RESERVED_USER, S3Credentials,
+    S3User,
+};
 pub use server::OmServer;
 pub use service::OmGrpcService;
 pub use sessions::{ANONYMOUS_CLIENT, MAX_OPEN_SESSIONS};

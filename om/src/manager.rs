@@ -337,7 +337,15 @@ impl OzoneManager {
             proto_crate::DirLockError::InUse { .. } => OmError::DataDirInUse(e.to_string()),
             other => OmError::DataDirLock(other),
         })?;
-        let db = Database::create(config.data_dir.join("om.redb"))?;
+        let db_path = config.data_dir.join("om.redb");
+        let db = Database::create(&db_path)?;
+        // The database holds secrets (block-token keys, S3 secret keys): the
+        // om's user only.
+        std::fs::set_permissions(
+            &db_path,
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .map_err(|e| OmError::Internal(format!("restricting {}: {e}", db_path.display())))?;
         let txn = db.begin_write()?;
         {
             txn.open_table(DATANODES)?;
@@ -574,7 +582,8 @@ impl OzoneManager {
     /// none) with canned ACL `acl`.
     ///
     /// # Errors
-    /// As [`create_bucket`](Self::create_bucket).
+    /// As [`create_bucket`](Self::create_bucket); [`OmError::LimitExceeded`]
+    /// when `owner` already owns [`MAX_BUCKETS_PER_OWNER`](crate::MAX_BUCKETS_PER_OWNER).
     pub fn create_bucket_as(
         &self,
         name: &str,
@@ -612,6 +621,20 @@ impl OzoneManager {
             let mut t = txn.open_table(BUCKETS)?;
             if t.get(name)?.is_some() {
                 return Err(OmError::BucketAlreadyExists(name.to_string()));
+            }
+            if !owner.is_empty() {
+                let mut owned = 0;
+                for entry in t.iter()? {
+                    let (_, v) = entry?;
+                    if decode::<pb::BucketInfo, BucketInfo>(v.value(), "bucket")?.owner == owner {
+                        owned += 1;
+                    }
+                }
+                if owned >= crate::MAX_BUCKETS_PER_OWNER {
+                    return Err(OmError::LimitExceeded(format!(
+                        "user {owner} owns {owned} buckets, the most one user may"
+                    )));
+                }
             }
             t.insert(
                 name,

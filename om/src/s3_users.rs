@@ -43,8 +43,9 @@ const ACCESS_KEY_LEN: usize = 20;
 /// Length of a secret key (as Amazon's: 40 characters).
 const SECRET_KEY_LEN: usize = 40;
 
-/// A new access key pair, as issued once to the administrator.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A new access key pair, as issued once to the administrator (its
+/// `Debug` form hides the secret).
+#[derive(Clone, PartialEq, Eq)]
 pub struct S3Credentials {
     /// The user the key belongs to.
     pub user: String,
@@ -53,6 +54,24 @@ pub struct S3Credentials {
     /// The secret: 40 letters and digits (about 238 random bits).
     pub secret_key: String,
 }
+
+impl std::fmt::Debug for S3Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Credentials")
+            .field("user", &self.user)
+            .field("access_key", &self.access_key)
+            .field("secret_key", &"<hidden>")
+            .finish()
+    }
+}
+
+/// The owner id the gateway shows for what its administrator owns; no user
+/// may take the name.
+pub const RESERVED_USER: &str = "ozone";
+
+/// Most buckets one S3 user owns (Amazon's default quota per account was
+/// 100, now 10,000; 1,000 here). Buckets with no owner are not counted.
+pub const MAX_BUCKETS_PER_OWNER: usize = 1000;
 
 /// An S3 user as listed: never with secrets.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,8 +85,13 @@ pub struct S3User {
 }
 
 /// Checks an S3 user name with IAM's rules: 1 to 64 characters of letters,
-/// digits and `+=,.@_-`.
+/// digits and `+=,.@_-`; [`RESERVED_USER`] is refused.
 fn validate_user_name(name: &str) -> Result<()> {
+    if name == RESERVED_USER {
+        return Err(OmError::InvalidArgument(format!(
+            "user name {name:?} is reserved for the S3 administrator"
+        )));
+    }
     let ok = (1..=64).contains(&name.len())
         && name
             .chars()
@@ -163,14 +187,19 @@ impl OzoneManager {
     /// Database errors.
     pub fn list_s3_users(&self) -> Result<Vec<S3User>> {
         let read = self.db.begin_read()?;
-        let mut users = Vec::new();
+        // By name (the table's order).
+        let mut users = std::collections::BTreeMap::new();
         for entry in read.open_table(S3_USERS)?.iter()? {
             let (k, v) = entry?;
-            users.push(S3User {
-                name: k.value().to_string(),
-                created_unix_ms: v.value(),
-                access_keys: Vec::new(),
-            });
+            let name = k.value().to_string();
+            users.insert(
+                name.clone(),
+                S3User {
+                    name,
+                    created_unix_ms: v.value(),
+                    access_keys: Vec::new(),
+                },
+            );
         }
         let mut keys = Vec::new();
         for entry in read.open_table(S3_ACCESS_KEYS)?.iter()? {
@@ -179,11 +208,11 @@ impl OzoneManager {
         }
         keys.sort_by_key(|k| k.created_unix_ms);
         for k in keys {
-            if let Some(u) = users.iter_mut().find(|u| u.name == k.user) {
+            if let Some(u) = users.get_mut(&k.user) {
                 u.access_keys.push(k.access_key);
             }
         }
-        Ok(users)
+        Ok(users.into_values().collect())
     }
 
     /// Revokes `access_key`: requests signed with it fail from then on (the
@@ -302,7 +331,7 @@ mod tests {
     #[test]
     fn bad_user_names_are_refused() {
         let (_dir, om) = om();
-        for bad in ["", "a b", "ü", &"x".repeat(65), "a/b"] {
+        for bad in ["", "a b", "ü", &"x".repeat(65), "a/b", RESERVED_USER] {
             assert!(
                 matches!(om.create_s3_key(bad), Err(OmError::InvalidArgument(_))),
                 "{bad:?}"

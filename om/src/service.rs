@@ -273,14 +273,16 @@ impl OzoneManagerService for OmGrpcService {
         &self,
         req: Request<pb::GetS3SecretRequest>,
     ) -> Result<Response<pb::GetS3SecretResponse>, Status> {
-        // Secrets go only to a peer the cluster CA vouches for (the gateway's
-        // client certificate) when the om runs with TLS.
-        if self.om.config().tls.is_some() && !proto_crate::tls::peer_is_verified(&req) {
-            return Err(Status::from(OmError::PermissionDenied(
-                "GetS3Secret needs a client certificate the cluster CA signed (the S3 \
-                 gateway's --om-cert and --om-key)"
-                    .into(),
-            )));
+        // With TLS, secrets go only to the S3 gateway: a peer whose certificate
+        // the cluster CA signed for the name `s3-gateway`.
+        if self.om.config().tls.is_some()
+            && !proto_crate::tls::peer_names_host(&req, proto_crate::tls::S3_GATEWAY_NAME)
+        {
+            return Err(Status::from(OmError::PermissionDenied(format!(
+                "GetS3Secret needs the S3 gateway's client certificate: one the cluster CA \
+                 signed for the DNS name `{}` (the gateway's --om-cert and --om-key)",
+                proto_crate::tls::S3_GATEWAY_NAME
+            ))));
         }
         let access_key = req.into_inner().access_key;
         let (user, secret_key) = self.run(move |om| om.s3_secret(&access_key)).await?;

@@ -355,6 +355,11 @@ pub fn endpoint(address: &str, tls: Option<&TlsConfig>) -> Result<Endpoint, TlsE
     }
 }
 
+/// The DNS name an S3 gateway's client certificate carries (its only name):
+/// the om tells S3 secrets to a peer whose certificate names it, and to no
+/// other (not to a datanode's or an admin's).
+pub const S3_GATEWAY_NAME: &str = "s3-gateway";
+
 /// Whether the peer of `request` presented a certificate the server verified
 /// against the cluster CA (a server running with [`TlsConfig::server`]:
 /// rustls refuses the handshake of a peer whose certificate does not

@@ -24,7 +24,7 @@
 //! bucket, `AccessDenied` to others (as Amazon does, so that existence does
 //! not leak).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use ec_client::{CannedAcl, Client, ClientError, OmErrorCode, object_metadata};
@@ -46,6 +46,33 @@ pub(crate) enum Principal {
     /// The gateway's configured key pair, or any request when the gateway
     /// runs without authentication.
     Admin,
+}
+
+/// Kept in a request's extensions when a read was allowed by the object's
+/// ACL rather than by ownership: whoever serves the object checks the ACL
+/// again on the key record it actually reads, so that an overwrite between
+/// the check and the read (a public object replaced by a private one)
+/// cannot leak the new bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReadByAcl {
+    /// Whether the request was signed (what `authenticated-read` needs).
+    pub(crate) authenticated: bool,
+}
+
+/// Checks again, on the key record being served (`metadata`), a read that a
+/// request's [`ReadByAcl`] says was allowed by the object's ACL; nothing to
+/// do for owners and administrators.
+///
+/// # Errors
+/// 403 `AccessDenied` when the served record's ACL does not grant the read.
+pub(crate) fn recheck_read(
+    extensions: &http::Extensions,
+    metadata: &BTreeMap<String, String>,
+) -> S3Result<()> {
+    match extensions.get::<ReadByAcl>() {
+        Some(r) if !object_acl(metadata)?.grants_read(r.authenticated) => Err(denied()),
+        _ => Ok(()),
+    }
 }
 
 impl Principal {
@@ -70,17 +97,24 @@ impl Principal {
         }
     }
 
-    /// The principal of a request that passed the access check; a request
-    /// without one was served by a gateway without authentication, where
-    /// every caller is trusted.
-    pub(crate) fn of(extensions: &http::Extensions) -> Self {
-        extensions.get::<Self>().cloned().unwrap_or(Self::Admin)
+    /// The principal of a request that passed the access check. A request
+    /// without one is trusted only on a gateway without authentication
+    /// (`auth` false); with authentication it counts as anonymous (fails
+    /// closed).
+    pub(crate) fn of(extensions: &http::Extensions, auth: bool) -> Self {
+        match extensions.get::<Self>() {
+            Some(p) => p.clone(),
+            None if auth => Self::Anonymous,
+            None => Self::Admin,
+        }
     }
 }
 
 /// Most access key → user names remembered (the mapping never changes: an
 /// access key is issued once, to one user). Cleared when full.
-const MAX_REMEMBERED_KEYS: usize = 4096;
+/// Above the om's bound on keys (5,000 users × 2), so that it is not
+/// cleared over and over.
+const MAX_REMEMBERED_KEYS: usize = 16_384;
 
 /// SigV4 secrets and access decisions; cheap to clone.
 #[derive(Clone)]
@@ -103,6 +137,7 @@ fn denied() -> s3s::S3Error {
 }
 
 /// What an operation needs.
+#[derive(Debug)]
 enum Need<'a> {
     /// A signed request (CreateBucket, ListBuckets).
     Signed,
@@ -110,22 +145,27 @@ enum Need<'a> {
     ListBucket(&'a str),
     /// Object READ: bucket owner or object ACL.
     ReadObject(&'a str, &'a str),
-    /// The bucket's owner (and READ on a copy's source).
-    Owner(&'a str, Option<(String, String)>),
+    /// The bucket's owner.
+    Owner(&'a str),
+    /// The destination bucket's owner and READ on the source object; `None`:
+    /// a copy source that names no object (refused).
+    Copy(&'a str, Option<(String, String)>),
     /// Only the administrator.
     Admin,
 }
 
-/// The `bucket`/`key` of an `x-amz-copy-source` header (URL-encoded, an
-/// optional leading `/`, an optional `?versionId=`).
+/// The `bucket`/`key` of an `x-amz-copy-source` header, parsed by s3s's
+/// own parser (the one the operation uses, so the check and the copy see
+/// the same object); `None` for a header that is missing, malformed or names
+/// an access point.
 fn copy_source(headers: &HeaderMap) -> Option<(String, String)> {
     let raw = headers.get("x-amz-copy-source")?.to_str().ok()?;
-    let path = raw.split('?').next()?.trim_start_matches('/');
-    let decoded = percent_encoding::percent_decode_str(path)
-        .decode_utf8()
-        .ok()?;
-    let (b, k) = decoded.split_once('/')?;
-    Some((b.to_string(), k.to_string()))
+    match s3s::dto::CopySource::parse(raw).ok()? {
+        s3s::dto::CopySource::Bucket { bucket, key, .. } => {
+            Some((bucket.to_string(), key.to_string()))
+        }
+        _ => None,
+    }
 }
 
 fn need<'a>(op: &str, path: &'a S3Path, headers: &HeaderMap) -> Need<'a> {
@@ -138,12 +178,12 @@ fn need<'a>(op: &str, path: &'a S3Path, headers: &HeaderMap) -> Need<'a> {
             "CreateBucket" => Need::Signed,
             "ListObjects" | "ListObjectsV2" | "ListObjectVersions" | "HeadBucket"
             | "GetBucketLocation" => Need::ListBucket(bucket),
-            _ => Need::Owner(bucket, None),
+            _ => Need::Owner(bucket),
         },
         S3Path::Object { bucket, key } => match op {
             "GetObject" | "HeadObject" => Need::ReadObject(bucket, key),
-            "CopyObject" | "UploadPartCopy" => Need::Owner(bucket, copy_source(headers)),
-            _ => Need::Owner(bucket, None),
+            "CopyObject" | "UploadPartCopy" => Need::Copy(bucket, copy_source(headers)),
+            _ => Need::Owner(bucket),
         },
     }
 }
@@ -232,21 +272,47 @@ impl Authorizer {
         })
     }
 
-    async fn may_read(&self, p: &Principal, bucket: &str, key: &str) -> S3Result<bool> {
+    /// Whether `p` may read `bucket/key`: `Some(None)` by ownership (or a
+    /// missing bucket, which the operation answers), `Some(Some(_))` by the
+    /// object's ACL (checked again on the record served), `None` not.
+    async fn may_read(
+        &self,
+        p: &Principal,
+        bucket: &str,
+        key: &str,
+    ) -> S3Result<Option<Option<ReadByAcl>>> {
         let Some((owner, _)) = self.bucket(bucket).await? else {
-            return Ok(true);
+            return Ok(Some(None));
         };
         if p.owns(&owner) {
-            return Ok(true);
+            return Ok(Some(None));
         }
+        let by_acl = ReadByAcl {
+            authenticated: *p != Principal::Anonymous,
+        };
         match self.client.key_info(bucket, key).await {
-            Ok(info) => Ok(object_acl(&info.metadata)?.grants_read(*p != Principal::Anonymous)),
-            Err(ClientError::KeyNotFound { .. }) => self.may_list(p, bucket).await,
+            Ok(info) => Ok(object_acl(&info.metadata)?
+                .grants_read(by_acl.authenticated)
+                .then_some(Some(by_acl))),
+            // Missing: NoSuchKey to those who may list the bucket.
+            Err(ClientError::KeyNotFound { .. }) => {
+                Ok(self.may_list(p, bucket).await?.then_some(Some(by_acl)))
+            }
             Err(e) => Err(to_s3(e)),
         }
     }
 
-    /// Decides operation `op` (s3s's name) on `path` for `p`.
+    async fn owns_bucket(&self, p: &Principal, bucket: &str) -> S3Result<bool> {
+        Ok(*p != Principal::Anonymous
+            && self
+                .bucket(bucket)
+                .await?
+                .is_none_or(|(owner, _)| p.owns(&owner)))
+    }
+
+    /// Decides operation `op` (s3s's name) on `path` for `p`. Returns the
+    /// [`ReadByAcl`] to keep in the request when an object (or a copy's
+    /// source) may be read only by its ACL.
     ///
     /// # Errors
     /// 403 `AccessDenied`; om failures.
@@ -256,28 +322,25 @@ impl Authorizer {
         op: &str,
         path: &S3Path,
         headers: &HeaderMap,
-    ) -> S3Result<()> {
+    ) -> S3Result<Option<ReadByAcl>> {
         if *p == Principal::Admin {
-            return Ok(());
+            return Ok(None);
         }
         let allowed = match need(op, path, headers) {
-            Need::Admin => false,
-            Need::Signed => *p != Principal::Anonymous,
-            Need::ListBucket(b) => self.may_list(p, b).await?,
+            Need::Admin | Need::Copy(_, None) => None,
+            Need::Signed => (*p != Principal::Anonymous).then_some(None),
+            Need::ListBucket(b) => self.may_list(p, b).await?.then_some(None),
             Need::ReadObject(b, k) => self.may_read(p, b, k).await?,
-            Need::Owner(b, source) => {
-                *p != Principal::Anonymous
-                    && self
-                        .bucket(b)
-                        .await?
-                        .is_none_or(|(owner, _)| p.owns(&owner))
-                    && match source {
-                        None => true,
-                        Some((sb, sk)) => self.may_read(p, &sb, &sk).await?,
-                    }
+            Need::Owner(b) => self.owns_bucket(p, b).await?.then_some(None),
+            Need::Copy(b, Some((sb, sk))) => {
+                if self.owns_bucket(p, b).await? {
+                    self.may_read(p, &sb, &sk).await?
+                } else {
+                    None
+                }
             }
         };
-        if allowed { Ok(()) } else { Err(denied()) }
+        allowed.ok_or_else(denied)
     }
 }
 
@@ -285,9 +348,7 @@ impl Authorizer {
 ///
 /// # Errors
 /// 500 for a stored value that is not a canned ACL (a corrupt record).
-pub(crate) fn object_acl(
-    metadata: &std::collections::BTreeMap<String, String>,
-) -> S3Result<CannedAcl> {
+pub(crate) fn object_acl(metadata: &BTreeMap<String, String>) -> S3Result<CannedAcl> {
     match metadata.get(object_metadata::CANNED_ACL) {
         None => Ok(CannedAcl::Private),
         Some(v) => CannedAcl::parse(v)
@@ -313,7 +374,9 @@ impl s3s::access::S3Access for Authorizer {
     async fn check(&self, cx: &mut s3s::access::S3AccessContext<'_>) -> S3Result<()> {
         let p = self.principal(cx.credentials()).await?;
         let op = cx.s3_op().name();
-        self.authorize(&p, op, cx.s3_path(), cx.headers()).await?;
+        if let Some(r) = self.authorize(&p, op, cx.s3_path(), cx.headers()).await? {
+            cx.extensions_mut().insert(r);
+        }
         cx.extensions_mut().insert(p);
         Ok(())
     }
@@ -328,10 +391,15 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(
             "x-amz-copy-source",
-            "/b1/a%20b/c?versionId=x".parse().unwrap(),
+            "/bk1/a%20b/c?versionId=null".parse().unwrap(),
         );
-        assert_eq!(copy_source(&h), Some(("b1".into(), "a b/c".into())));
-        h.insert("x-amz-copy-source", "b1".parse().unwrap());
+        assert_eq!(copy_source(&h), Some(("bk1".into(), "a b/c".into())));
+        // Decoded before the leading slash is stripped, as the copy itself does.
+        h.insert("x-amz-copy-source", "%2Fbk1/k".parse().unwrap());
+        assert_eq!(copy_source(&h), Some(("bk1".into(), "k".into())));
+        h.insert("x-amz-copy-source", "bk1/se%3Fcret".parse().unwrap());
+        assert_eq!(copy_source(&h), Some(("bk1".into(), "se?cret".into())));
+        h.insert("x-amz-copy-source", "bk1".parse().unwrap());
         assert_eq!(copy_source(&h), None);
     }
 
@@ -352,11 +420,11 @@ mod tests {
         ));
         assert!(matches!(
             need("PutBucketAcl", &bucket, &h),
-            Need::Owner("b", None)
+            Need::Owner("b")
         ));
         assert!(matches!(
             need("DeleteBucket", &bucket, &h),
-            Need::Owner("b", None)
+            Need::Owner("b")
         ));
         assert!(matches!(
             need("GetObject", &object, &h),
@@ -364,17 +432,18 @@ mod tests {
         ));
         assert!(matches!(
             need("GetObjectAcl", &object, &h),
-            Need::Owner("b", None)
+            Need::Owner("b")
         ));
+        assert!(matches!(need("PutObject", &object, &h), Need::Owner("b")));
         assert!(matches!(
-            need("PutObject", &object, &h),
-            Need::Owner("b", None)
+            need("UploadPartCopy", &object, &h),
+            Need::Copy("b", None)
         ));
         let mut copy = HeaderMap::new();
         copy.insert("x-amz-copy-source", "src/key".parse().unwrap());
         assert!(matches!(
             need("CopyObject", &object, &copy),
-            Need::Owner("b", Some((ref sb, ref sk))) if sb == "src" && sk == "key"
+            Need::Copy("b", Some((ref sb, ref sk))) if sb == "src" && sk == "key"
         ));
     }
 

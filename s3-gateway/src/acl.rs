@@ -235,8 +235,8 @@ pub(crate) async fn put_object(
 }
 
 /// The principal a request was checked as (see [`Principal::of`]).
-pub(crate) fn principal<T>(req: &S3Request<T>) -> Principal {
-    Principal::of(&req.extensions)
+pub(crate) fn principal<T>(gw: &Gateway, req: &S3Request<T>) -> Principal {
+    Principal::of(&req.extensions, gw.auth())
 }
 
 #[cfg(test)]

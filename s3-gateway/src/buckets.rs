@@ -171,6 +171,11 @@ pub(crate) async fn create(
                 ));
             }
         }
+        Err(ClientError::Om {
+            code: OmErrorCode::LimitExceeded,
+            message,
+            ..
+        }) => return Err(s3_error!(TooManyBuckets, "{message}")),
         Err(e) => return Err(to_s3(e)),
     }
     Ok(S3Response::new(dto::CreateBucketOutput {

@@ -75,6 +75,7 @@ impl SourceCheck {
 async fn open_source(
     gw: &Gateway,
     source: &dto::CopySource,
+    extensions: &http::Extensions,
 ) -> S3Result<(String, String, ec_client::KeyInputStream)> {
     let dto::CopySource::Bucket {
         bucket,
@@ -92,6 +93,8 @@ async fn open_source(
     }
     let src = gw.client().open_key(bucket, key).await.map_err(to_s3)?;
     gw.metrics().key_lookup();
+    // A source the object's ACL let the requester read is decided again on the record copied.
+    crate::access::recheck_read(extensions, &src.info().metadata)?;
     Ok((bucket.to_string(), key.to_string(), src))
 }
 
@@ -111,8 +114,9 @@ pub(crate) async fn copy_object(
         .map(|v| v.trim().to_ascii_uppercase());
     let if_match = header_condition(&req.headers, "if-match")?;
     let if_none_match = header_condition(&req.headers, "if-none-match")?;
+    let extensions = req.extensions;
     let i = req.input;
-    let (bucket, key, src) = open_source(gw, &i.copy_source).await?;
+    let (bucket, key, src) = open_source(gw, &i.copy_source, &extensions).await?;
     check_copy_source(copy_source_conditions!(i), src.info())?;
     let condition = write_condition(
         gw,
@@ -287,13 +291,14 @@ pub(crate) async fn upload_part_copy(
     req: s3s::S3Request<dto::UploadPartCopyInput>,
 ) -> S3Result<S3Response<dto::UploadPartCopyOutput>> {
     crate::unsupported::refuse_unsupported(&req.headers)?;
+    let extensions = req.extensions;
     let i = req.input;
     let part_number = u32::try_from(i.part_number)
         .ok()
         .filter(|n| (1..=10_000).contains(n))
         .ok_or_else(|| s3_error!(InvalidArgument, "part number must be between 1 and 10000"))?;
     let u = crate::multipart::upload_of(gw, &i.upload_id, &i.bucket, &i.key).await?;
-    let (_, _, src) = open_source(gw, &i.copy_source).await?;
+    let (_, _, src) = open_source(gw, &i.copy_source, &extensions).await?;
     crate::write_conditions::check_copy_source(
         crate::write_conditions::copy_source_conditions!(i),
         src.info(),

@@ -3,7 +3,10 @@
 //! `partNumber` follow RFC 9110 and Amazon exactly (s3s would reject a
 //! malformed Range that S3 ignores).
 //!
-//! One GET costs one om key lookup. The body starts at the range's first
+//! One GET by the administrator or the bucket's owner costs one om key
+//! lookup (and, for a user, the secret and bucket look-ups of the access
+//! check); a read allowed by the object's ACL costs one more, and the ACL is
+//! checked again on the record served. The body starts at the range's first
 //! byte through the stateless positioned read — nothing before the range is
 //! ever read — and streams in chunks of a third of `max_request_buffer`
 //! through a one-slot channel, so a request holds at most that much memory
@@ -225,6 +228,8 @@ impl ObjectReadRoute {
             .await
             .map_err(to_s3)?;
         let info = stream.info();
+        // A read the object's ACL allowed is decided again on the record served.
+        crate::access::recheck_read(&req.extensions, &info.metadata)?;
         let size = info.length;
         let etag = etag_of(info);
         let modified = timestamp(info.created_unix_ms);

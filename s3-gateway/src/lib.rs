@@ -123,6 +123,9 @@ pub struct Gateway {
     client: Client,
     metrics: Arc<GatewayMetrics>,
     max_buffer: u64,
+    /// Whether requests are authenticated (a request that reached an
+    /// operation without a principal then counts as anonymous).
+    auth: bool,
 }
 
 impl Gateway {
@@ -137,6 +140,7 @@ impl Gateway {
             client,
             metrics: Arc::new(GatewayMetrics::default()),
             max_buffer: max_request_buffer.max(192 * 1024),
+            auth: false,
         }
     }
 
@@ -167,6 +171,9 @@ impl Gateway {
     pub(crate) fn max_buffer(&self) -> u64 {
         self.max_buffer
     }
+    pub(crate) fn auth(&self) -> bool {
+        self.auth
+    }
 }
 
 /// A running gateway.
@@ -192,7 +199,8 @@ impl S3Gateway {
     /// Bind errors; an HTTPS certificate rustls refuses (as
     /// [`std::io::ErrorKind::Other`]).
     pub async fn start(client: Client, config: GatewayConfig) -> std::io::Result<Self> {
-        let gw = Gateway::new(client, config.max_request_buffer);
+        let mut gw = Gateway::new(client, config.max_request_buffer);
+        gw.auth = config.credentials.is_some();
         let metrics = Arc::clone(&gw.metrics);
         let metrics_server = match config.metrics_listen {
             Some(addr) => Some(

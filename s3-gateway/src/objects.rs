@@ -119,7 +119,7 @@ impl S3 for Gateway {
         &self,
         req: S3Request<dto::ListBucketsInput>,
     ) -> S3Result<S3Response<dto::ListBucketsOutput>> {
-        let principal = crate::acl::principal(&req);
+        let principal = crate::acl::principal(self, &req);
         self.tracked(
             "ListBuckets",
             crate::buckets::list(self, req.input, &principal),
@@ -133,7 +133,7 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<dto::CreateBucketOutput>> {
         self.tracked("CreateBucket", async {
             refuse_unsupported(&req.headers)?;
-            let principal = crate::acl::principal(&req);
+            let principal = crate::acl::principal(self, &req);
             crate::buckets::create(self, req.input, &principal).await
         })
         .await

@@ -346,3 +346,90 @@ async fn owners_acls_and_anonymous_requests() {
     assert_eq!(names, [("alice", 1), ("bob", 1)]);
     drop(cluster);
 }
+
+/// Copies decide READ on the object the copy really reads (the header as
+/// s3s parses it, `%2F` and all); an upload's ACL survives Complete; an
+/// `authenticated-read` bucket opens its listing to users, not to anonymous
+/// requests; a bucket made outside S3 is the administrator's alone; a user
+/// cannot be named like the administrator's owner id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_uploads_and_ownerless_buckets() {
+    let (cluster, admin) = signed_cluster().await;
+    let mut om = om::OmAdminClient::connect(&cluster.om_address(), None)
+        .await
+        .expect("admin client");
+    let e = om
+        .create_user(om::RESERVED_USER)
+        .await
+        .expect_err("reserved");
+    assert_eq!(e.code, tonic::Code::InvalidArgument, "{e}");
+    let alice = as_user(&admin, &om.create_user("alice").await.expect("alice"));
+    let bob = as_user(&admin, &om.create_user("bob").await.expect("bob"));
+    cluster
+        .client()
+        .await
+        .expect("client")
+        .create_bucket("cli-b", ec_client::BucketOptions::default())
+        .await
+        .expect("a bucket made outside S3");
+    let addr = admin.addr;
+    let anon = move |method: &str, path: &str| http(addr, method, path, &[], b"");
+    run(move || {
+        ok(&alice.send("PUT", "/alice-b", &[], &[], b""), "alice's bucket");
+        ok(&alice.send("PUT", "/alice-b/secret", &[], &[], b"s"), "a private object");
+        ok(&bob.send("PUT", "/bob-b", &[], &[], b""), "bob's bucket");
+        // The same private object, however the copy source is spelled.
+        for source in ["/alice-b/secret", "alice-b/secret", "%2Falice-b/secret", "%2Falice-b%2Fsecret"] {
+            denied(
+                &bob.send("PUT", "/bob-b/stolen", &[], &[("x-amz-copy-source", source)], b""),
+                &format!("CopyObject from {source}"),
+            );
+        }
+        denied(
+            &bob.send("PUT", "/bob-b/stolen", &[], &[("x-amz-copy-source", "alice-b")], b""),
+            "a copy source naming no object",
+        );
+        let r = bob.send("POST", "/bob-b/mpu", &[("uploads", "")], &[], b"");
+        let id = common::between(&text(&r), "<UploadId>", "</UploadId>")[0].clone();
+        denied(
+            &bob.send(
+                "PUT",
+                "/bob-b/mpu",
+                &[("partNumber", "1"), ("uploadId", &id)],
+                &[("x-amz-copy-source", "%2Falice-b/secret")],
+                b"",
+            ),
+            "UploadPartCopy from a private object",
+        );
+        assert_eq!(bob.send("GET", "/bob-b/stolen", &[], &[], b"").0, 404, "nothing was copied");
+
+        // x-amz-acl on CreateMultipartUpload is the completed object's.
+        let r = alice.send("POST", "/alice-b/open", &[("uploads", "")], &[("x-amz-acl", "public-read")], b"");
+        let id = common::between(&text(&r), "<UploadId>", "</UploadId>")[0].clone();
+        let r = alice.send("PUT", "/alice-b/open", &[("partNumber", "1"), ("uploadId", &id)], &[], b"part");
+        let etag = common::header(&r.1, "etag").expect("etag").to_string();
+        let xml = format!(
+            "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>{etag}</ETag></Part></CompleteMultipartUpload>"
+        );
+        ok(&alice.send("POST", "/alice-b/open", &[("uploadId", &id)], &[], xml.as_bytes()), "Complete");
+        let r = anon("GET", "/alice-b/open");
+        assert_eq!((r.0, common::dechunk(&r.2, &r.1)), (200, b"part".to_vec()), "public-read after Complete");
+
+        // authenticated-read on a bucket: users list it, anonymous requests do not.
+        ok(
+            &alice.send("PUT", "/alice-b", &[("acl", "")], &[("x-amz-acl", "authenticated-read")], b""),
+            "PutBucketAcl authenticated-read",
+        );
+        ok(&bob.send("GET", "/alice-b", &[], &[], b""), "bob lists");
+        denied(&anon("GET", "/alice-b"), "anonymous list of an authenticated-read bucket");
+
+        // A bucket with no owner: the administrator's alone.
+        denied(&bob.send("GET", "/cli-b", &[], &[], b""), "a user lists an ownerless bucket");
+        denied(&bob.send("PUT", "/cli-b/x", &[], &[], b"x"), "a user writes into it");
+        ok(&admin.send("PUT", "/cli-b/x", &[], &[], b"x"), "the administrator writes into it");
+        let acl = text(&admin.send("GET", "/cli-b", &[("acl", "")], &[], b""));
+        assert!(acl.contains(&format!("<ID>{}</ID>", om::RESERVED_USER)), "{acl}");
+    })
+    .await;
+    drop(cluster);
+}

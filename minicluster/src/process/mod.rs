@@ -226,7 +226,12 @@ impl ProcessCluster {
                     Ok(ProcessTls {
                         cluster: ca.write_loopback(&dir, "cluster")?,
                         s3: ca.write(&dir, "s3", &LOOPBACK_NAMES, Usage::HttpsServer)?,
-                        s3_client: ca.write(&dir, "s3-client", &["s3-gateway"], Usage::Admin)?,
+                        s3_client: ca.write(
+                            &dir,
+                            "s3-client",
+                            &[proto_crate::tls::S3_GATEWAY_NAME],
+                            Usage::Admin,
+                        )?,
                         admin: ca.write(&dir, "admin", &["admin"], Usage::Admin)?,
                     })
                 })
