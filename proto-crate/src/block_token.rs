@@ -190,8 +190,23 @@ impl BlockTokenIdentifier {
 
 /// An encoded, signed block token as the om hands it out and a client sends
 /// it back (Ozone's `encodedToken`): opaque bytes to the client.
-#[derive(Clone, PartialEq, Eq)]
-pub struct BlockToken(Bytes);
+///
+/// It keeps its metadata value encoded once (binary metadata travels as
+/// base64), so that a stream sending it with every call does not encode it
+/// every time.
+#[derive(Clone)]
+pub struct BlockToken {
+    bytes: Bytes,
+    header: tonic::metadata::BinaryMetadataValue,
+}
+
+impl PartialEq for BlockToken {
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes == other.bytes
+    }
+}
+
+impl Eq for BlockToken {}
 
 impl fmt::Debug for BlockToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -211,13 +226,16 @@ impl BlockToken {
     /// The token in `bytes` as the om sent it (not checked here).
     #[must_use]
     pub fn from_bytes(bytes: Bytes) -> Self {
-        Self(bytes)
+        Self {
+            header: tonic::metadata::MetadataValue::from_bytes(&bytes),
+            bytes,
+        }
     }
 
     /// The encoded token, as sent in [`BLOCK_TOKEN_METADATA`].
     #[must_use]
     pub fn as_bytes(&self) -> &Bytes {
-        &self.0
+        &self.bytes
     }
 
     /// The identifier inside, unverified (a client reads its expiry).
@@ -225,7 +243,7 @@ impl BlockToken {
     /// # Errors
     /// [`TokenError::Malformed`] when the bytes are not a token.
     pub fn identifier(&self) -> Result<BlockTokenIdentifier, TokenError> {
-        let t = pb::BlockToken::decode(self.0.as_ref()).map_err(|_| TokenError::Malformed)?;
+        let t = pb::BlockToken::decode(self.bytes.as_ref()).map_err(|_| TokenError::Malformed)?;
         let id = pb::BlockTokenIdentifier::decode(t.identifier.as_ref())
             .map_err(|_| TokenError::Malformed)?;
         Ok(BlockTokenIdentifier::from_wire(id))
@@ -244,10 +262,8 @@ impl BlockToken {
 /// Puts `token` (if any) into `req`'s metadata as [`BLOCK_TOKEN_METADATA`].
 pub fn attach<T>(req: &mut tonic::Request<T>, token: Option<&BlockToken>) {
     if let Some(t) = token {
-        req.metadata_mut().insert_bin(
-            BLOCK_TOKEN_METADATA,
-            tonic::metadata::MetadataValue::from_bytes(t.as_bytes()),
-        );
+        req.metadata_mut()
+            .insert_bin(BLOCK_TOKEN_METADATA, t.header.clone());
     }
 }
 
@@ -297,7 +313,7 @@ impl BlockTokenSecret {
     pub fn sign(&self, id: &BlockTokenIdentifier) -> BlockToken {
         let identifier = id.to_wire().encode_to_vec();
         let signature = self.mac(&identifier).finalize().into_bytes().to_vec();
-        BlockToken(Bytes::from(
+        BlockToken::from_bytes(Bytes::from(
             pb::BlockToken {
                 identifier: identifier.into(),
                 signature: signature.into(),
@@ -437,6 +453,25 @@ pub fn verify(
     rpc: &'static str,
     now_ms: u64,
 ) -> Result<BlockTokenIdentifier, TokenError> {
+    let (id, expiry) = authenticate(secrets, token)?;
+    check_claims(&id, expiry, block, needed, rpc, now_ms)?;
+    Ok(id)
+}
+
+/// The first half of [`verify`]: decodes `token` and checks its signature
+/// with the secret it names. Returns the identifier and the expiry that
+/// holds for it (ms since the Unix epoch: its own, or its secret's if
+/// sooner). What it returns depends only on the token's bytes and the
+/// secrets, so a verifier may remember it for the same bytes while its
+/// secrets are unchanged.
+///
+/// # Errors
+/// [`TokenError::Missing`], `Malformed`, `NoSecrets`, `KeyNotYetKnown`,
+/// `UnknownKey`, `BadSignature`.
+pub fn authenticate(
+    secrets: &[BlockTokenSecret],
+    token: Option<&[u8]>,
+) -> Result<(BlockTokenIdentifier, u64), TokenError> {
     let token = token.ok_or(TokenError::Missing)?;
     let t = pb::BlockToken::decode(token).map_err(|_| TokenError::Malformed)?;
     let raw = pb::BlockTokenIdentifier::decode(t.identifier.as_ref())
@@ -458,6 +493,23 @@ pub fn verify(
         .map_err(|_| TokenError::BadSignature)?;
     let id = BlockTokenIdentifier::from_wire(raw);
     let expiry = id.expiry_unix_ms.min(secret.expires_unix_ms);
+    Ok((id, expiry))
+}
+
+/// The second half of [`verify`]: whether an authenticated identifier
+/// (`id`, valid until `expiry`, ms since the Unix epoch) allows call `rpc`
+/// needing `needed` on `block` at `now_ms`.
+///
+/// # Errors
+/// [`TokenError::Expired`], `WrongBlock`, `WrongMode`.
+pub fn check_claims(
+    id: &BlockTokenIdentifier,
+    expiry: u64,
+    block: Option<BlockId>,
+    needed: AccessModes,
+    rpc: &'static str,
+    now_ms: u64,
+) -> Result<(), TokenError> {
     if now_ms > expiry {
         return Err(TokenError::Expired {
             expiry_unix_ms: expiry,
@@ -485,7 +537,7 @@ pub fn verify(
             rpc,
         });
     }
-    Ok(id)
+    Ok(())
 }
 
 #[cfg(test)]
