@@ -398,18 +398,38 @@ impl DatanodeHandle {
         if let Some(m) = self.metrics_address {
             config.metrics_listen = Some(m);
         }
-        let node = Datanode::start(config)
-            .await
-            .map_err(|source| MiniClusterError::Datanode {
-                index: self.index,
-                source,
-            })?;
+        // The old port may be held for a moment by another socket (an
+        // outgoing connection of a test running beside this one took it as
+        // its ephemeral port): try again for a while before giving up.
+        let mut attempts = 0;
+        let node = loop {
+            match Datanode::start(config.clone()).await {
+                Ok(node) => break node,
+                Err(datanode::DatanodeError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::AddrInUse
+                        && attempts < RESTART_BIND_ATTEMPTS =>
+                {
+                    attempts += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(source) => {
+                    return Err(MiniClusterError::Datanode {
+                        index: self.index,
+                        source,
+                    });
+                }
+            }
+        };
         self.metrics = Arc::clone(node.metrics());
         self.faults = Arc::clone(node.faults());
         self.node = Some(node);
         Ok(())
     }
 }
+
+/// Binds of a restarted datanode's old port tried (100 ms apart) while
+/// another socket holds it.
+const RESTART_BIND_ATTEMPTS: u32 = 100;
 
 /// The TLS material of a cluster run with TLS.
 #[derive(Debug, Clone)]
