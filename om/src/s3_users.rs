@@ -284,23 +284,23 @@ mod tests {
     use crate::OmConfig;
 
     fn om() -> (tempfile::TempDir, OzoneManager) {
-        let dir = tempfile::tempdir().unwrap();
-        let om = OzoneManager::open(OmConfig::new(dir.path())).unwrap();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let om = OzoneManager::open(OmConfig::new(dir.path())).expect("open the om");
         (dir, om)
     }
 
     #[test]
     fn keys_are_issued_listed_looked_up_and_revoked() {
         let (_dir, om) = om();
-        let a = om.create_s3_key("alice").unwrap();
+        let a = om.create_s3_key("alice").expect("issue a key");
         assert_eq!(a.access_key.len(), 20);
         assert!(a.access_key.starts_with("OZ"));
         assert_eq!(a.secret_key.len(), 40);
-        let a2 = om.create_s3_key("alice").unwrap();
+        let a2 = om.create_s3_key("alice").expect("issue a key");
         assert_ne!(a.access_key, a2.access_key);
         assert_ne!(a.secret_key, a2.secret_key);
         assert_eq!(
-            om.s3_secret(&a.access_key).unwrap(),
+            om.s3_secret(&a.access_key).expect("the om call"),
             ("alice".to_string(), a.secret_key.clone())
         );
         // A third key is refused: the bound holds.
@@ -308,10 +308,13 @@ mod tests {
             om.create_s3_key("alice"),
             Err(OmError::LimitExceeded(_))
         ));
-        let users = om.list_s3_users().unwrap();
+        let users = om.list_s3_users().expect("the om call");
         assert_eq!(users.len(), 1);
         assert_eq!(users[0].access_keys.len(), 2);
-        assert_eq!(om.revoke_s3_key(&a.access_key).unwrap(), "alice");
+        assert_eq!(
+            om.revoke_s3_key(&a.access_key).expect("the om call"),
+            "alice"
+        );
         assert!(matches!(
             om.s3_secret(&a.access_key),
             Err(OmError::AccessKeyNotFound(_))
@@ -321,11 +324,11 @@ mod tests {
             Err(OmError::AccessKeyNotFound(_))
         ));
         assert_eq!(
-            om.list_s3_users().unwrap()[0].access_keys,
+            om.list_s3_users().expect("the om call")[0].access_keys,
             vec![a2.access_key.clone()]
         );
         // After a revocation the user may hold a new key.
-        om.create_s3_key("alice").unwrap();
+        om.create_s3_key("alice").expect("issue a key");
     }
 
     #[test]
@@ -337,18 +340,21 @@ mod tests {
                 "{bad:?}"
             );
         }
-        assert!(om.list_s3_users().unwrap().is_empty());
+        assert!(om.list_s3_users().expect("the om call").is_empty());
     }
 
     #[test]
     fn users_and_keys_survive_a_restart() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().expect("temp dir");
         let k = {
-            let om = OzoneManager::open(OmConfig::new(dir.path())).unwrap();
-            om.create_s3_key("bob").unwrap()
+            let om = OzoneManager::open(OmConfig::new(dir.path())).expect("open the om");
+            om.create_s3_key("bob").expect("issue a key")
         };
-        let om = OzoneManager::open(OmConfig::new(dir.path())).unwrap();
-        assert_eq!(om.s3_secret(&k.access_key).unwrap().1, k.secret_key);
+        let om = OzoneManager::open(OmConfig::new(dir.path())).expect("open the om");
+        assert_eq!(
+            om.s3_secret(&k.access_key).expect("the om call").1,
+            k.secret_key
+        );
     }
 
     #[test]
@@ -356,10 +362,11 @@ mod tests {
         let (_dir, om) = om();
         let b = om
             .create_bucket_as("b1", None, None, "alice", CannedAcl::Private)
-            .unwrap();
+            .expect("the om call");
         assert_eq!((b.owner.as_str(), b.acl), ("alice", CannedAcl::Private));
-        om.set_bucket_acl("b1", CannedAcl::PublicRead).unwrap();
-        let b = om.get_bucket("b1").unwrap();
+        om.set_bucket_acl("b1", CannedAcl::PublicRead)
+            .expect("the om call");
+        let b = om.get_bucket("b1").expect("the om call");
         assert_eq!((b.owner.as_str(), b.acl), ("alice", CannedAcl::PublicRead));
         assert!(matches!(
             om.set_bucket_acl("nope", CannedAcl::PublicRead),

@@ -391,15 +391,26 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(
             "x-amz-copy-source",
-            "/bk1/a%20b/c?versionId=null".parse().unwrap(),
+            "/bk1/a%20b/c?versionId=null"
+                .parse()
+                .expect("a valid header value"),
         );
         assert_eq!(copy_source(&h), Some(("bk1".into(), "a b/c".into())));
         // Decoded before the leading slash is stripped, as the copy itself does.
-        h.insert("x-amz-copy-source", "%2Fbk1/k".parse().unwrap());
+        h.insert(
+            "x-amz-copy-source",
+            "%2Fbk1/k".parse().expect("a valid header value"),
+        );
         assert_eq!(copy_source(&h), Some(("bk1".into(), "k".into())));
-        h.insert("x-amz-copy-source", "bk1/se%3Fcret".parse().unwrap());
+        h.insert(
+            "x-amz-copy-source",
+            "bk1/se%3Fcret".parse().expect("a valid header value"),
+        );
         assert_eq!(copy_source(&h), Some(("bk1".into(), "se?cret".into())));
-        h.insert("x-amz-copy-source", "bk1".parse().unwrap());
+        h.insert(
+            "x-amz-copy-source",
+            "bk1".parse().expect("a valid header value"),
+        );
         assert_eq!(copy_source(&h), None);
     }
 
@@ -440,7 +451,10 @@ mod tests {
             Need::Copy("b", None)
         ));
         let mut copy = HeaderMap::new();
-        copy.insert("x-amz-copy-source", "src/key".parse().unwrap());
+        copy.insert(
+            "x-amz-copy-source",
+            "src/key".parse().expect("a valid header value"),
+        );
         assert!(matches!(
             need("CopyObject", &object, &copy),
             Need::Copy("b", Some((ref sb, ref sk))) if sb == "src" && sk == "key"

@@ -253,7 +253,7 @@ mod tests {
                     owner: Some(o),
                 };
                 assert_eq!(
-                    requested(None, Some(&doc), owner).unwrap(),
+                    requested(None, Some(&doc), owner).expect("a canned form"),
                     acl,
                     "{owner} {acl}"
                 );
@@ -281,7 +281,10 @@ mod tests {
         assert!(requested(None, Some(&doc), "alice").is_err());
         assert!(canned(Some("public-read-write")).is_err());
         assert!(canned(Some("bucket-owner-full-control")).is_err());
-        assert_eq!(canned(Some("public-read")).unwrap(), CannedAcl::PublicRead);
+        assert_eq!(
+            canned(Some("public-read")).expect("modelled"),
+            CannedAcl::PublicRead
+        );
         assert_eq!(
             requested(None, None, "alice").unwrap_err().code(),
             &s3s::S3ErrorCode::MalformedACLError
@@ -300,6 +303,9 @@ mod tests {
         set_object_acl(&mut m, CannedAcl::Private);
         assert_eq!(m.len(), 1);
         set_object_acl(&mut m, CannedAcl::AuthenticatedRead);
-        assert_eq!(object_acl(&m).unwrap(), CannedAcl::AuthenticatedRead);
+        assert_eq!(
+            object_acl(&m).expect("a stored ACL"),
+            CannedAcl::AuthenticatedRead
+        );
     }
 }
