@@ -57,6 +57,7 @@ fn quick_bench_counts() {
         "reuse",
         "reader-per-call",
         "raw-readchunk",
+        "raw-verified",
         "degraded",
         "replicated",
     ];
@@ -75,6 +76,23 @@ fn quick_bench_counts() {
             .any(|r| r["workload"] == "random-pread-4k" && r["threads"] == 8),
         "thread-scaling row"
     );
+    // The raw rows read the reuse rows' ops from the same datanodes: one
+    // ReadChunk per cell the ops touch (sequential 64 KiB reads never cross
+    // a cell), and no GetBlock.
+    for w in workloads {
+        let cells = find(&pread, w, "reuse")["cells_touched"]
+            .as_u64()
+            .unwrap_or(100);
+        for m in ["raw-readchunk", "raw-verified"] {
+            let raw = find(&pread, w, m);
+            assert_eq!(
+                rpc(raw, "ReadChunk"),
+                cells,
+                "{w}/{m}: one ReadChunk per cell"
+            );
+            assert_eq!(rpc(raw, "GetBlock"), 0, "{w}/{m}: no GetBlock");
+        }
+    }
     for w in ["random-pread-4k", "random-pread-64k", "positioned-scan-64k"] {
         let reuse = find(&pread, w, "reuse");
         assert_eq!(

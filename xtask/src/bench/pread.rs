@@ -143,76 +143,122 @@ async fn measure_modes(
     Ok(())
 }
 
-/// Raw ReadChunk RPCs of the same sizes, to one datanode, no EC layer and
-/// no checksum verification: the transport's limit.
+/// Raw ReadChunk RPCs for the same ops as the `reuse` rows (the same key
+/// offsets, split into cells by the group's layout and sent to the same
+/// datanodes), with no EC layer: without checksum verification (the
+/// transport's limit, `raw-readchunk`) and with it (`raw-verified`: the
+/// checksum windows around each piece are read and verified, as a block
+/// stream does; a 4 KiB pread fetches at least one 16 KiB bytesPerChecksum
+/// window). reuse/raw-verified is the EC and stream layers' own cost,
+/// raw-verified/raw-readchunk the cost of end-to-end verification.
+///
+/// Reading the same datanodes matters: one ReadChunk's latency differs by up
+/// to a third between the datanodes of one in-process cluster, so a raw row
+/// served by index 1 alone is not a baseline for reads spread over 1..=d.
 async fn measure_raw(
     rows: &mut Vec<Row>,
     client: &Client,
     info: &ec_client::KeyInfo,
+    ec: ec_codec::EcReplicationConfig,
     s: &Settings,
 ) -> anyhow::Result<()> {
     let g = info
         .block_groups
         .first()
         .context("key has no block group")?;
-    let node = g
-        .pipeline
-        .nodes_for(ReplicaIndex::FIRST)
-        .next()
-        .context("no index 1")?;
-    // A channel of its own, with the benchmark client's transport settings
-    // and counters of its own (the RPCs of this mode are counted there).
+    anyhow::ensure!(
+        info.block_groups.len() == 1,
+        "the pread bench's key must be one block group"
+    );
+    let layout = ec_codec::BlockGroupLayout::new(ec, g.length);
+    // A channel of its own per datanode, with the benchmark client's
+    // transport settings and counters of its own (the RPCs of these modes
+    // are counted there).
     let raw = block_stream::XceiverClientManager::new(
         client.config().xceiver.clone(),
         std::sync::Arc::default(),
     );
-    // With security on, the raw reads carry the key's READ token.
-    let dn = raw
-        .client(&node.address)?
-        .with_fixed_token(g.token.as_ref());
-    let block = dn.get_block(g.block_id(ReplicaIndex::FIRST)).await?;
-    // The four workloads, and 1 MiB reads (whole cells here) beside
-    // `random-pread-1m`, with as many ops as that row.
-    let one_mib = ("random-pread-1m", 1u64 << 20, Pattern::Random);
-    let ops_of = |name: &str| {
-        if name == one_mib.0 {
-            (s.ops / 4).max(1)
-        } else {
-            s.ops
+    let mut blocks = Vec::new();
+    for unit in 0..ec.data() {
+        let index = ReplicaIndex::from_unit(unit).context("replica index")?;
+        let node = g
+            .pipeline
+            .nodes_for(index)
+            .next()
+            .with_context(|| format!("no datanode holds index {index}"))?;
+        // With security on, the raw reads carry the key's READ token.
+        let dn = raw
+            .client(&node.address)?
+            .with_fixed_token(g.token.as_ref());
+        let block = dn.get_block(g.block_id(index)).await?;
+        blocks.push((g.block_id(index), node.address.clone(), dn, block));
+    }
+    // The four workloads with the reuse rows' offsets, and 1 MiB reads
+    // beside `random-pread-1m` (the cell-parallelism rows' offsets).
+    let mut workloads: Vec<_> = WORKLOADS
+        .iter()
+        .enumerate()
+        .map(|(i, (name, size, pattern))| {
+            (
+                *name,
+                *size,
+                offsets(*pattern, s.ops, *size, g.length, 100 + i as u64),
+            )
+        })
+        .collect();
+    let one_mib_ops = (s.ops / 4).max(1);
+    workloads.push((
+        "random-pread-1m",
+        1 << 20,
+        offsets(Pattern::Random, one_mib_ops, 1 << 20, g.length, 400),
+    ));
+    for (mode, verified) in [("raw-readchunk", false), ("raw-verified", true)] {
+        for (name, size, offs) in &workloads {
+            let mut lat = Latencies::default();
+            let before = raw.metrics().snapshot();
+            let start = Instant::now();
+            for &o in offs {
+                let t = Instant::now();
+                for span in layout.cells_for_range(o..o + size)? {
+                    let (block_id, address, dn, block) = blocks
+                        .get(span.replica_index.get() as usize - 1)
+                        .context("span on a parity index")?;
+                    let mut at = span.offset_in_block;
+                    let end = at + span.len;
+                    while at < end {
+                        let chunk = block
+                            .chunks
+                            .get(block.chunks.partition_point(|c| c.end() <= at))
+                            .context("block shorter than the key says")?;
+                        let n = end.min(chunk.end()) - at;
+                        if verified {
+                            let (w_off, w_len) = block_stream::checksum::widen(chunk, at, n);
+                            let bytes = dn.read_chunk(*block_id, chunk, w_off, w_len).await?;
+                            block_stream::checksum::verify(
+                                *block_id, address, chunk, w_off, &bytes,
+                            )?;
+                        } else {
+                            dn.read_chunk(*block_id, chunk, at, n).await?;
+                        }
+                        at += n;
+                    }
+                }
+                lat.push(t.elapsed());
+            }
+            let elapsed = start.elapsed();
+            let rpcs = raw.metrics().snapshot().since(&before);
+            let ops = offs.len() as u64;
+            rows.push(super::report::row(
+                name,
+                mode,
+                1,
+                ops,
+                ops * size,
+                elapsed,
+                &lat,
+                &rpcs,
+            ));
         }
-    };
-    for (i, (name, size, pattern)) in WORKLOADS.iter().chain([&one_mib]).enumerate() {
-        let ops = ops_of(name);
-        let offs = offsets(*pattern, ops, *size, block.size, 200 + i as u64);
-        let mut lat = Latencies::default();
-        let before = raw.metrics().snapshot();
-        let start = Instant::now();
-        for &o in &offs {
-            let idx = block.chunks.partition_point(|c| c.end() <= o);
-            let chunk = block
-                .chunks
-                .get(idx)
-                .or_else(|| block.chunks.last())
-                .context("block has no chunks")?;
-            let at = o.min(chunk.end().saturating_sub(*size)).max(chunk.offset);
-            let n = (*size).min(chunk.end() - at);
-            let t = Instant::now();
-            dn.read_chunk(g.block_id(ReplicaIndex::FIRST), chunk, at, n)
-                .await?;
-            lat.push(t.elapsed());
-        }
-        let elapsed = start.elapsed();
-        let rpcs = raw.metrics().snapshot().since(&before);
-        rows.push(super::report::row(
-            name,
-            "raw-readchunk",
-            1,
-            ops,
-            ops * size,
-            elapsed,
-            &lat,
-            &rpcs,
-        ));
     }
     Ok(())
 }
@@ -409,7 +455,7 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
             Some(ec.cell_size()),
         )
         .await?;
-        measure_raw(&mut rows, &reuse, &info, s).await?;
+        measure_raw(&mut rows, &reuse, &info, ec, s).await?;
         for rpc in [RpcKind::GetBlock, RpcKind::ReadChunk] {
             admin
                 .inject(FaultRule::new(rpc, FaultKind::Unavailable)?)
@@ -466,6 +512,18 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
             "reuse",
             "raw-readchunk",
         );
+        report.ratio(
+            &format!("{name} reuse/raw-verified"),
+            name,
+            "reuse",
+            "raw-verified",
+        );
+        report.ratio(
+            &format!("{name} raw-verified/raw-readchunk"),
+            name,
+            "raw-verified",
+            "raw-readchunk",
+        );
         report.ratio(&format!("{name} degraded/reuse"), name, "degraded", "reuse");
         report.ratio(
             &format!("{name} replicated/reuse"),
@@ -482,6 +540,12 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
         "random-pread-1m",
         "reuse",
         "raw-readchunk",
+    );
+    report.ratio(
+        "random-pread-1m reuse/raw-verified",
+        "random-pread-1m",
+        "reuse",
+        "raw-verified",
     );
     report.ratio(
         "random-pread-1m parallel/serial cells",
