@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{
     STRIPE, data, ec_bucket, node_of, plant, read_all, replicated_bucket, ri, test_config,
-    wait_repair,
+    wait_repair, wait_repair_within,
 };
 use datanode::RpcKind;
 use ec_client::Client;
@@ -177,7 +177,14 @@ async fn a_report_older_than_a_block_does_not_trigger_a_repair() {
                 .is_some_and(|r| !r.contains(block))
         })
         .count() as u64;
-    let before = wait_repair(&cluster, |s| s.checked_replicas == stale).await;
+    // A commit does not make the ReplicationManager scan (its keys were placed on healthy
+    // datanodes; see the om's `Picture`): when the last scan that found nothing to do ran
+    // before the write, these candidates are checked by the next full scan, at most
+    // FULL_SCAN_INTERVAL after it. (A 60 s limit raced that scan: seen failing in CI.)
+    let before = wait_repair_within(&cluster, 2 * om::FULL_SCAN_INTERVAL, |s| {
+        s.checked_replicas == stale
+    })
+    .await;
 
     let n = node_of(&cluster, &info, 0, 1);
     let dn = &cluster.datanodes()[n];

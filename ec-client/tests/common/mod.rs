@@ -327,10 +327,19 @@ pub async fn plant(
 /// satisfies `pred`; panics after 60 s.
 pub async fn wait_repair(
     cluster: &MiniCluster,
+    pred: impl FnMut(&om::RepairStatus) -> bool,
+) -> om::RepairStatus {
+    wait_repair_within(cluster, std::time::Duration::from_secs(60), pred).await
+}
+
+/// As [`wait_repair`], panicking after `limit`.
+pub async fn wait_repair_within(
+    cluster: &MiniCluster,
+    limit: std::time::Duration,
     mut pred: impl FnMut(&om::RepairStatus) -> bool,
 ) -> om::RepairStatus {
     let mut passes = cluster.om().watch_repair_passes();
-    tokio::time::timeout(std::time::Duration::from_secs(60), async {
+    tokio::time::timeout(limit, async {
         loop {
             let s = cluster.om().repair_status();
             if pred(&s) {
@@ -342,7 +351,7 @@ pub async fn wait_repair(
     .await
     .unwrap_or_else(|_| {
         panic!(
-            "the ReplicationManager did not reach the expected state within 60 s: {:?}",
+            "the ReplicationManager did not reach the expected state within {limit:?}: {:?}",
             cluster.om().repair_status()
         )
     })
