@@ -37,6 +37,20 @@ const WORKLOADS: [(&str, u64, Pattern); 4] = [
     ("positioned-scan-64k", 65536, Pattern::Scan),
 ];
 
+/// Offsets of workload `i` of [`WORKLOADS`] over a key of `len` bytes, with
+/// `ops` operations: the same for every mode that replays them (the `reuse`
+/// and raw rows compare the same reads).
+fn workload_offsets(i: usize, ops: u64, len: u64) -> Vec<u64> {
+    let (_, size, pattern) = WORKLOADS[i];
+    offsets(pattern, ops, size, len, 100 + i as u64)
+}
+
+/// Operations of the random 1 MiB preads (a quarter of `--ops`) and their
+/// offsets over a key of `len` bytes, shared by the cell-parallelism and raw rows.
+fn one_mib_offsets(s: &Settings, len: u64) -> Vec<u64> {
+    offsets(Pattern::Random, (s.ops / 4).max(1), 1 << 20, len, 400)
+}
+
 /// Offsets of `ops` operations of `size` bytes over a key of `len` bytes.
 fn offsets(pattern: Pattern, ops: u64, size: u64, len: u64, seed: u64) -> Vec<u64> {
     let span = len.saturating_sub(size).max(1);
@@ -125,7 +139,7 @@ async fn measure_modes(
     for (i, (name, size, pattern)) in WORKLOADS.iter().enumerate() {
         let before = client.metrics();
         let readers = client.ec_metrics();
-        let offs = offsets(*pattern, s.ops, *size, len, 100 + i as u64);
+        let offs = workload_offsets(i, s.ops, len);
         let m = match pattern {
             Pattern::Sequential => sequential(&mut stream, s.ops, *size).await?,
             Pattern::Random | Pattern::Scan => preads(&stream, &offs, *size).await?,
@@ -274,20 +288,9 @@ async fn measure_raw(
     let mut workloads: Vec<_> = WORKLOADS
         .iter()
         .enumerate()
-        .map(|(i, (name, size, pattern))| {
-            (
-                *name,
-                *size,
-                offsets(*pattern, s.ops, *size, info.length, 100 + i as u64),
-            )
-        })
+        .map(|(i, (name, size, _))| (*name, *size, workload_offsets(i, s.ops, info.length)))
         .collect();
-    let one_mib_ops = (s.ops / 4).max(1);
-    workloads.push((
-        "random-pread-1m",
-        1 << 20,
-        offsets(Pattern::Random, one_mib_ops, 1 << 20, info.length, 400),
-    ));
+    workloads.push(("random-pread-1m", 1 << 20, one_mib_offsets(s, info.length)));
     for (mode, verified) in [("raw-readchunk", false), ("raw-verified", true)] {
         for (name, size, offs) in &workloads {
             let mut lat = Latencies::default();
@@ -324,7 +327,6 @@ async fn measure_cell_parallelism(
     key: &str,
     s: &Settings,
 ) -> anyhow::Result<()> {
-    let ops = (s.ops / 4).max(1);
     for (mode, parallel) in [("reuse", true), ("reuse-serial-cells", false)] {
         let client = s
             .client(ClientConfig::default().with_parallel_cell_reads(parallel))
@@ -333,7 +335,7 @@ async fn measure_cell_parallelism(
         let len = stream.len();
         let mut warm = vec![0u8; usize::try_from(len.min(4 << 20))?];
         stream.read_exact_at(0, &mut warm).await?;
-        let offs = offsets(Pattern::Random, ops, 1 << 20, len, 400);
+        let offs = one_mib_offsets(s, len);
         let before = client.metrics();
         let m = preads(&stream, &offs, 1 << 20).await?;
         let rpcs = client.metrics().since(&before);
