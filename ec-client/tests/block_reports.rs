@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{
     STRIPE, data, ec_bucket, node_of, plant, read_all, replicated_bucket, ri, test_config,
-    wait_repair, wait_repair_within,
+    wait_repair,
 };
 use datanode::RpcKind;
 use ec_client::Client;
@@ -137,11 +137,27 @@ async fn a_replica_cut_short_on_disk_is_copied_again() {
 
 /// A report is a snapshot: one that lacks a block the datanode does hold (taken before the
 /// block was written) makes the om ask the datanode once — exactly one GetBlock — and repair
-/// nothing; later passes do not ask again until the datanode sends a newer report.
+/// nothing; later passes and full scans do not ask again until the datanode sends a newer
+/// report.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_report_older_than_a_block_does_not_trigger_a_repair() {
-    // Reports every minute: only the one at registration arrives during the test.
-    let (cluster, client) = cluster(5, Duration::from_secs(60)).await;
+    // Reports every hour: only the one each datanode sends at registration arrives during the
+    // test. (With reports every minute the second round could replace the registration
+    // reports before a scan looked at them: the test then waited for checks that never came.)
+    // A commit does not make the ReplicationManager scan — its keys were placed on healthy
+    // datanodes (see the om's `Picture`) — so the checks come with the next full scan: every
+    // 2 s here.
+    let cluster = MiniCluster::start(
+        MiniClusterConfig::default()
+            .with_datanodes(5)
+            .with_block_report_interval(Duration::from_secs(3600))
+            .with_service_interval(Duration::from_millis(100))
+            .with_full_scan_interval(Duration::from_secs(2))
+            .with_deletion_grace(Duration::ZERO),
+    )
+    .await
+    .expect("minicluster");
+    let client = cluster.client_with(test_config()).await.expect("client");
     ec_bucket(&client, "b", 1 << 20).await;
     let info = client
         .put_key("b", "k", None, &data(STRIPE, 9))
@@ -177,14 +193,7 @@ async fn a_report_older_than_a_block_does_not_trigger_a_repair() {
                 .is_some_and(|r| !r.contains(block))
         })
         .count() as u64;
-    // A commit does not make the ReplicationManager scan (its keys were placed on healthy
-    // datanodes; see the om's `Picture`): when the last scan that found nothing to do ran
-    // before the write, these candidates are checked by the next full scan, at most
-    // FULL_SCAN_INTERVAL after it. (A 60 s limit raced that scan: seen failing in CI.)
-    let before = wait_repair_within(&cluster, 2 * om::FULL_SCAN_INTERVAL, |s| {
-        s.checked_replicas == stale
-    })
-    .await;
+    let before = wait_repair(&cluster, |s| s.checked_replicas == stale).await;
 
     let n = node_of(&cluster, &info, 0, 1);
     let dn = &cluster.datanodes()[n];
@@ -199,9 +208,9 @@ async fn a_report_older_than_a_block_does_not_trigger_a_repair() {
         s.checked_replicas == before.checked_replicas + 1
     })
     .await;
-    // Several more passes: no repair, no further question.
-    let passes = s.passes;
-    let s = wait_repair(&cluster, |s| s.passes >= passes + 5).await;
+    // Several more full scans: no repair, no further question.
+    let scans = s.scans;
+    let s = wait_repair(&cluster, |s| s.scans >= scans + 3).await;
     assert_eq!(s.missing_replicas, 0, "{s:?}");
     assert_eq!(s.under_replicated, 0, "{s:?}");
     assert_eq!(s.completed, before.completed, "{s:?}");

@@ -107,6 +107,9 @@ pub struct MiniClusterConfig {
     pub open_key_lease: Duration,
     /// The om's background service interval (default 1 s).
     pub service_interval: Duration,
+    /// The om's longest time between two full ReplicationManager scans (default
+    /// [`om::DEFAULT_FULL_SCAN_INTERVAL`]).
+    pub full_scan_interval: Duration,
     /// Each datanode's `--max-open-files` (default 256).
     pub max_open_files: usize,
     /// The om's deletion grace (default 1 s, so tests see space come back
@@ -138,6 +141,7 @@ impl Default for MiniClusterConfig {
             dead_after: Duration::from_secs(10),
             open_key_lease: om::DEFAULT_OPEN_KEY_LEASE,
             service_interval: Duration::from_secs(1),
+            full_scan_interval: om::DEFAULT_FULL_SCAN_INTERVAL,
             max_open_files: datanode::DEFAULT_MAX_OPEN_FILES,
             deletion_grace: Duration::from_secs(1),
             om_clock: None,
@@ -202,6 +206,12 @@ impl MiniClusterConfig {
     #[must_use]
     pub fn with_service_interval(mut self, interval: Duration) -> Self {
         self.service_interval = interval;
+        self
+    }
+    /// Sets the om's longest time between two full ReplicationManager scans.
+    #[must_use]
+    pub fn with_full_scan_interval(mut self, interval: Duration) -> Self {
+        self.full_scan_interval = interval;
         self
     }
     /// Sets the om's clock of leases and liveness.
@@ -501,6 +511,7 @@ impl MiniCluster {
             .with_liveness(config.stale_after, config.dead_after)
             .with_open_key_lease(config.open_key_lease)
             .with_service_interval(config.service_interval)
+            .with_full_scan_interval(config.full_scan_interval)
             .with_deletion_grace(config.deletion_grace);
         let om_config = match &config.om_clock {
             Some(c) => om_config.with_clock(Arc::clone(c)),

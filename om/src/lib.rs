@@ -67,7 +67,7 @@ pub use nodes::{DatanodeStatus, Liveness, NodeState, NodeStats, list_datanode_st
 pub use reconstruction::{RECONSTRUCTION_TIMEOUT, reconstruct_ec_indexes};
 pub use replication::add_replica;
 pub use replication_manager::{
-    DEFAULT_MAX_REPAIRS_IN_FLIGHT, DEFAULT_MAX_REPAIRS_PER_DATANODE, FULL_SCAN_INTERVAL,
+    DEFAULT_FULL_SCAN_INTERVAL, DEFAULT_MAX_REPAIRS_IN_FLIGHT, DEFAULT_MAX_REPAIRS_PER_DATANODE,
     MAX_RETRY_BACKOFF, RepairConfig, RepairStatus, run_replication_manager,
 };
 pub use s3_users::{

@@ -42,6 +42,10 @@ struct Args {
     /// opened the key before it was overwritten or deleted can finish).
     #[arg(long, default_value_t = om::DEFAULT_DELETION_GRACE.as_secs_f64())]
     deletion_grace: f64,
+    /// Longest time, in seconds, between two full ReplicationManager scans of every key while
+    /// nothing it watches (datanode states, block reports) changes.
+    #[arg(long, default_value_t = om::DEFAULT_FULL_SCAN_INTERVAL.as_secs_f64())]
+    full_scan_interval: f64,
     /// Repairs (EC rebuilds, replica copies) the ReplicationManager runs at once.
     #[arg(long, default_value_t = om::DEFAULT_MAX_REPAIRS_IN_FLIGHT)]
     max_repairs_in_flight: usize,
@@ -107,6 +111,7 @@ async fn main() -> anyhow::Result<()> {
         .with_open_key_lease(seconds(args.open_key_lease, "--open-key-lease")?)
         .with_max_sessions_per_client(args.max_sessions_per_client)
         .with_service_interval(seconds(args.service_interval, "--service-interval")?)
+        .with_full_scan_interval(seconds(args.full_scan_interval, "--full-scan-interval")?)
         .with_deletion_grace(
             Duration::try_from_secs_f64(args.deletion_grace)
                 .context("--deletion-grace must be a number of seconds")?,

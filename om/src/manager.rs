@@ -78,6 +78,11 @@ pub struct OmConfig {
     pub clock: Arc<dyn Clock>,
     /// Limits of the ReplicationManager's repairs.
     pub repair: crate::RepairConfig,
+    /// Longest time between two full ReplicationManager scans while nothing it watches
+    /// changes (default [`crate::DEFAULT_FULL_SCAN_INTERVAL`]): a key committed after a
+    /// clean scan onto a datanode that has changed state since its placement, or a block
+    /// missing from a datanode's report taken before the next one, waits at most this long.
+    pub full_scan_interval: Duration,
     /// Security (`--security`): block tokens with every block location
     /// handed out, checked by datanodes that run with security too. `None`
     /// (the default): no tokens.
@@ -105,6 +110,7 @@ impl OmConfig {
             deletion_grace: DEFAULT_DELETION_GRACE,
             clock: Arc::new(SystemClock),
             repair: crate::RepairConfig::default(),
+            full_scan_interval: crate::DEFAULT_FULL_SCAN_INTERVAL,
             block_tokens: None,
             tls: None,
         }
@@ -129,6 +135,13 @@ impl OmConfig {
     #[must_use]
     pub fn with_repair(mut self, repair: crate::RepairConfig) -> Self {
         self.repair = repair;
+        self
+    }
+
+    /// Sets the longest time between two full ReplicationManager scans.
+    #[must_use]
+    pub fn with_full_scan_interval(mut self, interval: Duration) -> Self {
+        self.full_scan_interval = interval;
         self
     }
 

@@ -15,7 +15,8 @@
 //! the set of live datanodes changes (a datanode came back). Passes run every service interval
 //! and as soon as a repair ends; a pass reads the keys only when something it depends on changed
 //! since a scan that found nothing to do (datanode states, block reports, missing locations; a
-//! decommission in progress always scans) or [`FULL_SCAN_INTERVAL`] passed, so an idle cluster
+//! decommission in progress always scans) or the full-scan interval
+//! ([`crate::OmConfig::full_scan_interval`], default [`DEFAULT_FULL_SCAN_INTERVAL`]) passed, so an idle cluster
 //! does not decode every key every second.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -38,9 +39,11 @@ pub const DEFAULT_MAX_REPAIRS_IN_FLIGHT: usize = 8;
 pub const DEFAULT_MAX_REPAIRS_PER_DATANODE: usize = 2;
 /// Longest wait before a failed repair is tried again.
 pub const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(300);
-/// Longest time between two full scans while nothing the ReplicationManager watches changes
-/// (see [`OzoneManager::repair_once`]).
-pub const FULL_SCAN_INTERVAL: Duration = Duration::from_secs(60);
+/// Default longest time between two full scans while nothing the ReplicationManager watches
+/// changes ([`crate::OmConfig::full_scan_interval`]; see [`OzoneManager::repair_once`]).
+/// Ozone's ReplicationManager runs every 300 s by default; a full scan here is cheaper (keys
+/// only, no container reports to merge), so it runs more often.
+pub const DEFAULT_FULL_SCAN_INTERVAL: Duration = Duration::from_secs(60);
 /// Keys read per database transaction while scanning.
 const SCAN_PAGE: usize = 1000;
 /// Deficits kept per pass; the rest wait for a later pass.
@@ -98,7 +101,7 @@ pub struct RepairStatus {
     pub passes: u64,
     /// Passes that scanned every key, since the om started. A pass skips the scan while
     /// nothing changed since a scan that found nothing to do (datanode states, block reports,
-    /// missing locations), for at most [`FULL_SCAN_INTERVAL`].
+    /// missing locations), for at most [`crate::OmConfig::full_scan_interval`].
     pub scans: u64,
 }
 
@@ -151,7 +154,7 @@ impl From<admin_pb::RepairStatusResponse> for RepairStatus {
 /// What a scan's outcome depends on besides the keys themselves. Keys committed after a scan
 /// were placed on HEALTHY, in-service datanodes, so while this picture holds they need no repair
 /// — except a key whose datanode changed state between placement and commit, which the next
-/// full scan (at most [`FULL_SCAN_INTERVAL`] later) finds.
+/// full scan (at most [`crate::OmConfig::full_scan_interval`] later) finds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Picture {
     nodes: Vec<(DatanodeId, NodeState, OperationalState)>,
@@ -339,7 +342,7 @@ impl OzoneManager {
             // again (a decommission needs its scans, so it always scans).
             let mut inner = self.repair.lock();
             let unchanged = inner.clean.as_ref().is_some_and(|(p, at)| {
-                *p == picture && now.saturating_duration_since(*at) < FULL_SCAN_INTERVAL
+                *p == picture && now.saturating_duration_since(*at) < self.config.full_scan_interval
             });
             let decommissioning = picture
                 .nodes

@@ -327,17 +327,9 @@ pub async fn plant(
 /// satisfies `pred`; panics after 60 s.
 pub async fn wait_repair(
     cluster: &MiniCluster,
-    pred: impl FnMut(&om::RepairStatus) -> bool,
-) -> om::RepairStatus {
-    wait_repair_within(cluster, std::time::Duration::from_secs(60), pred).await
-}
-
-/// As [`wait_repair`], panicking after `limit`.
-pub async fn wait_repair_within(
-    cluster: &MiniCluster,
-    limit: std::time::Duration,
     mut pred: impl FnMut(&om::RepairStatus) -> bool,
 ) -> om::RepairStatus {
+    let limit = std::time::Duration::from_secs(60);
     let mut passes = cluster.om().watch_repair_passes();
     tokio::time::timeout(limit, async {
         loop {
