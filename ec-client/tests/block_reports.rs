@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{
     STRIPE, data, ec_bucket, node_of, plant, read_all, replicated_bucket, ri, test_config,
-    wait_repair,
+    wait_first_reports, wait_repair,
 };
 use datanode::RpcKind;
 use ec_client::Client;
@@ -173,17 +173,7 @@ async fn a_report_older_than_a_block_does_not_trigger_a_repair() {
         .iter()
         .map(|l| l.datanode.uuid.clone())
         .collect();
-    let mut reports = cluster.om().watch_block_reports();
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while !holders
-            .iter()
-            .all(|u| cluster.om().block_report(u).is_some())
-        {
-            reports.changed().await.expect("om alive");
-        }
-    })
-    .await
-    .expect("every datanode reports at registration");
+    wait_first_reports(&cluster, &holders).await;
     let stale = holders
         .iter()
         .filter(|u| {

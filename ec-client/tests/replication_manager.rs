@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{
-    STRIPE, data, ec_bucket, node_of, read_all, replicated_bucket, ri, test_config, wait_repair,
-    wait_statuses,
+    STRIPE, data, ec_bucket, node_of, read_all, replicated_bucket, ri, test_config,
+    wait_first_reports, wait_repair, wait_statuses,
 };
 use ec_client::Client;
 use minicluster::{MiniCluster, MiniClusterConfig};
@@ -369,7 +369,15 @@ async fn an_idle_cluster_does_not_rescan_every_key() {
         .put_key("b", "k", None, &data(STRIPE, 4))
         .await
         .expect("put");
-    // Settled: a pass that did not scan (block reports and their checks are done).
+    // Every datanode's registration report is in (one arriving later would make a pass
+    // scan again; the next reports come a minute after registration). Settled: a pass that
+    // did not scan.
+    let uuids: Vec<proto_crate::DatanodeId> = cluster
+        .datanodes()
+        .iter()
+        .map(|d| d.uuid().parse().expect("uuid"))
+        .collect();
+    wait_first_reports(&cluster, &uuids).await;
     let mut last = cluster.om().repair_status();
     let settled = wait_repair(&cluster, move |s| {
         let skipped = s.passes > last.passes && s.scans == last.scans;

@@ -18,7 +18,10 @@ pub enum AdminCommand {
         /// `checked_replicas`, `orphan_replicas`, `passes`, `scans` and the object `by_remaining`.
         #[arg(long)]
         json: bool,
-        /// Wait until nothing is under-replicated or in flight (exit 1 after `--timeout`).
+        /// Wait until nothing is under-replicated or in flight, as seen by a ReplicationManager
+        /// pass that ran after this command started (so a decommission or a datanode state
+        /// change just before it is taken into account; a datanode stopped just before is seen
+        /// only once the om marks it STALE). Exit 1 after `--timeout`.
         #[arg(long)]
         wait: bool,
         /// Seconds `--wait` waits at most.
@@ -70,9 +73,16 @@ pub async fn run(target: &ozone_cli::Target, command: AdminCommand) -> anyhow::R
         } => {
             let mut admin = target.om_admin().await?;
             let deadline = Instant::now() + Duration::from_secs(timeout);
+            let first = admin.repair_status().await?;
+            if !wait {
+                print(&first, as_json);
+                return Ok(());
+            }
             let status = loop {
                 let s = admin.repair_status().await?;
-                if !wait || (s.under_replicated == 0 && s.in_flight == 0) {
+                // A status is as fresh as the pass that wrote it: one that ran before this
+                // command may not know of a change made just before it.
+                if s.passes > first.passes && s.under_replicated == 0 && s.in_flight == 0 {
                     break s;
                 }
                 if Instant::now() >= deadline {

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use minicluster::process::{Binaries, ProcessCluster, ProcessTimings};
+use minicluster::process::{Binaries, ProcessCluster, ProcessSecurity, ProcessTimings};
 use minicluster::{
     ClusterInfo, DatanodeInfo, MiniCluster, S3_ACCESS_KEY, S3_SECRET_KEY, S3Info, TlsInfo,
 };
@@ -50,34 +50,21 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
     let dir = std::path::absolute(&dir).unwrap_or(dir);
     let signals = proto_crate::ShutdownSignals::install().context("installing signal handlers")?;
     if !args.no_build {
-        println!("building the om, datanode and s3-gateway binaries (release)…");
-        let status =
-            std::process::Command::new(std::env::var_os("CARGO").unwrap_or("cargo".into()))
-                .current_dir(&root)
-                .args([
-                    "build",
-                    "--release",
-                    "--quiet",
-                    "-p",
-                    "om",
-                    "-p",
-                    "datanode",
-                    "-p",
-                    "s3-gateway",
-                ])
-                .status()
-                .context("running cargo build")?;
-        anyhow::ensure!(status.success(), "cargo build failed ({status})");
+        build_service_binaries()?;
     }
     let bins = Binaries::locate()?;
     let _lock = minicluster::claim_base_dir(&dir)?;
     let json = dir.join("cluster.json");
-    let mut cluster = ProcessCluster::start_with_tls(
+    let security = ProcessSecurity {
+        tls: args.tls,
+        block_tokens: true,
+    };
+    let mut cluster = ProcessCluster::start_with(
         &bins,
         &dir,
         args.datanodes,
         ProcessTimings::service(),
-        args.tls,
+        security,
     )
     .await?;
     let served = serve(&mut cluster, &bins, &args, &json, signals).await;
@@ -87,6 +74,32 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
     served?;
     stopped?;
     println!("stopped");
+    Ok(())
+}
+
+/// Builds the om, datanode and s3-gateway binaries (release), which
+/// [`Binaries::locate`] then finds next to the running xtask.
+///
+/// # Errors
+/// When cargo cannot run or the build fails.
+pub(crate) fn build_service_binaries() -> anyhow::Result<()> {
+    println!("building the om, datanode and s3-gateway binaries (release)…");
+    let status = std::process::Command::new(std::env::var_os("CARGO").unwrap_or("cargo".into()))
+        .current_dir(crate::workspace_root())
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "-p",
+            "om",
+            "-p",
+            "datanode",
+            "-p",
+            "s3-gateway",
+        ])
+        .status()
+        .context("running cargo build")?;
+    anyhow::ensure!(status.success(), "cargo build failed ({status})");
     Ok(())
 }
 

@@ -5,7 +5,6 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::Args;
 use minicluster::crash::{CrashConfig, run as run_once};
 use minicluster::process::{Binaries, Target};
@@ -39,7 +38,7 @@ pub(crate) struct CrashArgs {
 pub(crate) async fn run(args: CrashArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.datanodes >= 6, "--datanodes must be at least 6");
     anyhow::ensure!(args.kill_points >= 1, "--kill-points must be positive");
-    build_binaries()?;
+    crate::cluster::build_service_binaries()?;
     let bins = Binaries::locate()?;
     let (mut kills, mut om_kills, mut ok, mut failed, mut keys) =
         (0usize, 0usize, 0u64, 0u64, 0usize);
@@ -101,22 +100,6 @@ pub(crate) async fn run(args: CrashArgs) -> anyhow::Result<()> {
          {failed} failed, {keys} keys' final versions verified (before and after an offline \
          recovery), {orphans} orphan block files removed, {tails} tails truncated",
         args.iterations
-    );
-    Ok(())
-}
-
-/// `cargo build --release -p om -p datanode` (cargo's own path from
-/// `$CARGO`, which `cargo xtask` sets).
-fn build_binaries() -> anyhow::Result<()> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = std::process::Command::new(cargo)
-        .args(["build", "--release", "-p", "om", "-p", "datanode"])
-        .current_dir(crate::workspace_root())
-        .status()
-        .context("running cargo build for the om and datanode binaries")?;
-    anyhow::ensure!(
-        status.success(),
-        "building om and datanode failed: {status}"
     );
     Ok(())
 }

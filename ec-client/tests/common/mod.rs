@@ -323,6 +323,19 @@ pub async fn plant(
     plant_with(store, b, bytes, std::collections::BTreeMap::new()).await;
 }
 
+/// Waits (on the om's report counter, no polling) until every datanode in `uuids` has sent
+/// its first block report (each sends one at registration); panics after 30 s.
+pub async fn wait_first_reports(cluster: &MiniCluster, uuids: &[proto_crate::DatanodeId]) {
+    let mut reports = cluster.om().watch_block_reports();
+    tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        while !uuids.iter().all(|u| cluster.om().block_report(u).is_some()) {
+            reports.changed().await.expect("om alive");
+        }
+    })
+    .await
+    .expect("every datanode reports at registration");
+}
+
 /// Waits (on the om's pass counter, no polling) until the ReplicationManager's status
 /// satisfies `pred`; panics after 60 s.
 pub async fn wait_repair(

@@ -154,6 +154,26 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// Tries of a start before it counts as failed.
 pub const START_ATTEMPTS: u32 = 3;
 
+/// The security a [`ProcessCluster`] runs with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessSecurity {
+    /// TLS on every gRPC channel (default off).
+    pub tls: bool,
+    /// Block tokens (`--security` on the om and the datanodes; default on,
+    /// as in the minicluster). Off only for benchmarks that measure the
+    /// data path without them.
+    pub block_tokens: bool,
+}
+
+impl Default for ProcessSecurity {
+    fn default() -> Self {
+        Self {
+            tls: false,
+            block_tokens: true,
+        }
+    }
+}
+
 /// The certificates of a process cluster with TLS, under `BASE/tls/`.
 #[derive(Debug, Clone)]
 pub struct ProcessTls {
@@ -197,24 +217,27 @@ impl ProcessCluster {
         datanodes: usize,
         timings: ProcessTimings,
     ) -> Result<Self, ProcessError> {
-        Self::start_with_tls(bins, base, datanodes, timings, false).await
+        Self::start_with(bins, base, datanodes, timings, ProcessSecurity::default()).await
     }
 
-    /// [`start`](Self::start), with TLS on every channel when `tls`: a
-    /// throwaway CA and one loopback certificate are written under
+    /// [`start`](Self::start), with the security `security` asks for. With
+    /// TLS, a throwaway CA and one loopback certificate are written under
     /// `base/tls/` and every process gets `--tls-ca`, `--tls-cert` and
-    /// `--tls-key` (the datanodes register over mutual TLS).
+    /// `--tls-key` (the datanodes register over mutual TLS); with block
+    /// tokens, the om and every datanode get `--security`.
     ///
     /// # Errors
     /// As [`start`](Self::start); [`ProcessError::Io`] if the certificates
     /// cannot be made or written.
-    pub async fn start_with_tls(
+    pub async fn start_with(
         bins: &Binaries,
         base: &Path,
         datanodes: usize,
         timings: ProcessTimings,
-        tls: bool,
+        security: ProcessSecurity,
     ) -> Result<Self, ProcessError> {
+        let ProcessSecurity { tls, block_tokens } = security;
+        let security_flag = block_tokens.then(|| "--security".to_string());
         let logs = base.join("logs");
         std::fs::create_dir_all(&logs).map_err(io(format!("creating {}", logs.display())))?;
         let secs = |d: Duration| format!("{}", d.as_secs_f64());
@@ -266,9 +289,9 @@ impl ProcessCluster {
                 secs(timings.service_interval),
                 "--deletion-grace".into(),
                 secs(timings.deletion_grace),
-                "--security".into(),
             ]
             .into_iter()
+            .chain(security_flag.clone())
             .chain(tls_args.iter().cloned())
             .collect(),
             Some(base.join("om")),
@@ -292,9 +315,9 @@ impl ProcessCluster {
                     om_address.clone(),
                     "--heartbeat-interval".into(),
                     secs(timings.heartbeat),
-                    "--security".into(),
                 ]
                 .into_iter()
+                .chain(security_flag.clone())
                 .chain(tls_args.iter().cloned())
                 .collect(),
                 Some(base.join(format!("dn{i}"))),

@@ -15,6 +15,7 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use ec_client::{BucketOptions, Client, ClientConfig, ClientError, KeyInfo, ReplicationConfig};
 use indicatif::{ProgressBar, ProgressStyle};
+use minicluster::process::{Binaries, ProcessCluster, ProcessSecurity, ProcessTimings};
 use minicluster::{MiniCluster, MiniClusterConfig, pattern};
 
 pub(crate) use report::{Latencies, Report, Row};
@@ -63,6 +64,89 @@ pub(crate) struct BenchArgs {
     /// Use the cluster whose om is at HOST:PORT instead of starting one.
     #[arg(long)]
     om: Option<String>,
+    /// Start the om and the datanodes as processes of their own (the release
+    /// binaries, built first), as they are deployed, instead of in the bench's
+    /// process, where they share its runtime with the client.
+    #[arg(long, conflicts_with = "om")]
+    processes: bool,
+}
+
+/// The cluster a bench run measures.
+enum BenchCluster {
+    /// `--om`: a running cluster, not ours to stop.
+    External,
+    /// The default: a minicluster inside this process.
+    InProcess(Box<MiniCluster>),
+    /// `--processes`: the om and datanodes as processes, under a temp dir.
+    Processes(Box<ProcessCluster>, tempfile::TempDir),
+}
+
+impl BenchCluster {
+    /// Starts the cluster `args` asks for, with security off (the baseline
+    /// every suite measures; `bench pread` starts clusters of its own for its
+    /// reuse-tokens and reuse-secure rows).
+    async fn start(args: &BenchArgs) -> anyhow::Result<Self> {
+        if args.om.is_some() {
+            return Ok(Self::External);
+        }
+        if !args.processes {
+            let cluster = MiniCluster::start(MiniClusterConfig::default().with_security(None))
+                .await
+                .context("starting the minicluster")?;
+            return Ok(Self::InProcess(Box::new(cluster)));
+        }
+        crate::cluster::build_service_binaries()?;
+        let bins = Binaries::locate()?;
+        let dir = tempfile::tempdir().context("making the cluster's temp dir")?;
+        let security = ProcessSecurity {
+            tls: false,
+            block_tokens: false,
+        };
+        let cluster = ProcessCluster::start_with(
+            &bins,
+            dir.path(),
+            MiniClusterConfig::default().datanodes,
+            ProcessTimings::service(),
+            security,
+        )
+        .await
+        .context("starting the om and datanode processes")?;
+        Ok(Self::Processes(Box::new(cluster), dir))
+    }
+
+    /// The om's address (`--om` when external).
+    fn om_address(&self, args: &BenchArgs) -> anyhow::Result<String> {
+        match self {
+            Self::External => args.om.clone().context("no om address"),
+            Self::InProcess(c) => Ok(c.om_address()),
+            Self::Processes(c, _) => Ok(c.om_address()),
+        }
+    }
+
+    /// A directory on the datanodes' file system, for rows that measure the
+    /// disk itself; `None` for an external cluster.
+    fn scratch_dir(&self) -> Option<PathBuf> {
+        match self {
+            Self::External => None,
+            Self::InProcess(c) => Some(c.base_dir().join("bench-disk-limit")),
+            Self::Processes(c, _) => Some(c.base_dir().join("bench-disk-limit")),
+        }
+    }
+
+    /// Stops what this run started.
+    async fn stop(self) -> anyhow::Result<()> {
+        match self {
+            Self::External => Ok(()),
+            Self::InProcess(c) => {
+                c.shutdown().await;
+                Ok(())
+            }
+            Self::Processes(mut c, _dir) => c
+                .stop_all()
+                .await
+                .context("stopping the om and datanode processes"),
+        }
+    }
 }
 
 /// Resolved settings shared by the suites.
@@ -75,6 +159,8 @@ pub(crate) struct Settings {
     pub(crate) om: String,
     pub(crate) runtime: crate::RuntimeFlavor,
     pub(crate) external: bool,
+    /// `--processes`: the om and datanodes run as processes of their own.
+    pub(crate) processes: bool,
     /// `--size` as given (suites with their own default size use it only then).
     pub(crate) size_given: Option<u64>,
     /// A directory on the datanodes' file system (the in-process cluster's
@@ -91,7 +177,13 @@ impl Settings {
             "threads": self.threads,
             "quick": self.quick,
             "runtime": format!("{:?}", self.runtime),
-            "cluster": if self.external { "external" } else { "in-process" },
+            "cluster": if self.external {
+                "external"
+            } else if self.processes {
+                "processes"
+            } else {
+                "in-process"
+            },
             "cpus": std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
         })
     }
@@ -105,17 +197,7 @@ impl Settings {
 }
 
 pub(crate) async fn run(args: BenchArgs, runtime: crate::RuntimeFlavor) -> anyhow::Result<()> {
-    let cluster = match &args.om {
-        Some(_) => None,
-        None => Some(
-            // Security off: the baseline every suite measures; `bench pread`
-            // starts clusters of its own for its reuse-tokens and
-            // reuse-secure rows.
-            MiniCluster::start(MiniClusterConfig::default().with_security(None))
-                .await
-                .context("starting the minicluster")?,
-        ),
-    };
+    let cluster = BenchCluster::start(&args).await?;
     let settings = Settings {
         size: args
             .size
@@ -128,15 +210,10 @@ pub(crate) async fn run(args: BenchArgs, runtime: crate::RuntimeFlavor) -> anyho
         quick: args.quick,
         runtime,
         external: args.om.is_some(),
+        processes: args.processes,
         size_given: args.size,
-        scratch_dir: cluster
-            .as_ref()
-            .map(|c| c.base_dir().join("bench-disk-limit")),
-        om: match (&args.om, &cluster) {
-            (Some(om), _) => om.clone(),
-            (None, Some(c)) => c.om_address(),
-            (None, None) => anyhow::bail!("no cluster"),
-        },
+        scratch_dir: cluster.scratch_dir(),
+        om: cluster.om_address(&args)?,
     };
     let suites: &[Suite] = match args.suite {
         Suite::All => &[
@@ -197,10 +274,8 @@ pub(crate) async fn run(args: BenchArgs, runtime: crate::RuntimeFlavor) -> anyho
         anyhow::Ok(())
     }
     .await;
-    if let Some(c) = cluster {
-        c.shutdown().await;
-    }
-    result
+    let stopped = cluster.stop().await;
+    result.and(stopped)
 }
 
 /// Creates `bucket` with `replication` unless it exists.
