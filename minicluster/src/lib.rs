@@ -115,8 +115,9 @@ pub struct MiniClusterConfig {
     /// The om's deletion grace (default 1 s, so tests see space come back
     /// quickly; the om's own default is a minute).
     pub deletion_grace: Duration,
-    /// The om's clock of leases and liveness (default the system clock;
-    /// tests pass an [`om::ManualClock`] to step time instead of waiting).
+    /// The om's clock of leases, liveness and full scans (default the system
+    /// clock; tests pass an [`om::ManualClock`] to step time instead of
+    /// waiting).
     pub om_clock: Option<Arc<dyn om::Clock>>,
     /// Security (default on, with the om's default token lifetime): the om
     /// hands out block tokens and every datanode checks them. `None`: off.

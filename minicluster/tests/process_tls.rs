@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use ec_client::{BucketOptions, Client, ClientConfig};
 use minicluster::pattern;
-use minicluster::process::{Binaries, ProcessCluster, ProcessSecurity, ProcessTimings, Target};
+use minicluster::process::{Binaries, ProcessCluster, ProcessOptions, ProcessTimings, Target};
 
 async fn read_all(client: &Client) -> Vec<u8> {
     use tokio::io::AsyncReadExt;
@@ -22,12 +22,12 @@ async fn read_all(client: &Client) -> Vec<u8> {
 async fn binaries_serve_tls_and_datanodes_register_over_mutual_tls() {
     let bins = Binaries::locate().expect("om and datanode binaries");
     let dir = tempfile::tempdir().expect("temp dir");
-    let security = ProcessSecurity {
+    let options = ProcessOptions {
         tls: true,
-        ..ProcessSecurity::default()
+        ..ProcessOptions::default()
     };
     let mut cluster =
-        ProcessCluster::start_with(&bins, dir.path(), 5, ProcessTimings::default(), security)
+        ProcessCluster::start_with(&bins, dir.path(), 5, ProcessTimings::default(), options)
             .await
             .expect("cluster of processes with TLS");
     let tls = cluster.client_tls().expect("CA").expect("TLS on");

@@ -74,14 +74,16 @@ pub struct OmConfig {
     /// deletion (default [`DEFAULT_DELETION_GRACE`]): a reader that opened
     /// the key before it was overwritten or deleted can finish.
     pub deletion_grace: Duration,
-    /// The clock of leases and liveness (default [`SystemClock`]).
+    /// The clock of leases, liveness and the full-scan interval (default [`SystemClock`]).
     pub clock: Arc<dyn Clock>,
     /// Limits of the ReplicationManager's repairs.
     pub repair: crate::RepairConfig,
     /// Longest time between two full ReplicationManager scans while nothing it watches
-    /// changes (default [`crate::DEFAULT_FULL_SCAN_INTERVAL`]): a key committed after a
-    /// clean scan onto a datanode that has changed state since its placement, or a block
-    /// missing from a datanode's report taken before the next one, waits at most this long.
+    /// changes (default [`crate::DEFAULT_FULL_SCAN_INTERVAL`]), measured on
+    /// [`OmConfig::clock`]: a key committed after a clean scan onto a datanode that has
+    /// changed state since its placement, or a block absent from a datanode's report taken
+    /// before the block was written, waits at most this long. [`Duration::ZERO`]: every pass
+    /// scans.
     pub full_scan_interval: Duration,
     /// Security (`--security`): block tokens with every block location
     /// handed out, checked by datanodes that run with security too. `None`

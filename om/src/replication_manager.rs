@@ -16,8 +16,8 @@
 //! and as soon as a repair ends; a pass reads the keys only when something it depends on changed
 //! since a scan that found nothing to do (datanode states, block reports, missing locations; a
 //! decommission in progress always scans) or the full-scan interval
-//! ([`crate::OmConfig::full_scan_interval`], default [`DEFAULT_FULL_SCAN_INTERVAL`]) passed, so an idle cluster
-//! does not decode every key every second.
+//! ([`crate::OmConfig::full_scan_interval`], default [`DEFAULT_FULL_SCAN_INTERVAL`]) passed,
+//! so an idle cluster does not decode every key every second.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};

@@ -19,9 +19,9 @@ pub enum AdminCommand {
         #[arg(long)]
         json: bool,
         /// Wait until nothing is under-replicated or in flight, as seen by a ReplicationManager
-        /// pass that ran after this command started (so a decommission or a datanode state
-        /// change just before it is taken into account; a datanode stopped just before is seen
-        /// only once the om marks it STALE). Exit 1 after `--timeout`.
+        /// pass that started after this command did (so a decommission or a datanode state
+        /// change just before it is taken into account; a datanode stopped just before counts
+        /// as lost only once the om marks it DEAD, `--dead-after`). Exit 1 after `--timeout`.
         #[arg(long)]
         wait: bool,
         /// Seconds `--wait` waits at most.
@@ -80,9 +80,10 @@ pub async fn run(target: &ozone_cli::Target, command: AdminCommand) -> anyhow::R
             }
             let status = loop {
                 let s = admin.repair_status().await?;
-                // A status is as fresh as the pass that wrote it: one that ran before this
-                // command may not know of a change made just before it.
-                if s.passes > first.passes && s.under_replicated == 0 && s.in_flight == 0 {
+                // A status is as fresh as the pass that wrote it, and a pass reads the
+                // datanodes' states when it starts: the pass that ends first may have
+                // started before this command; the one after it did not.
+                if s.passes >= first.passes + 2 && s.under_replicated == 0 && s.in_flight == 0 {
                     break s;
                 }
                 if Instant::now() >= deadline {

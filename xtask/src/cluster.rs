@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use minicluster::process::{Binaries, ProcessCluster, ProcessSecurity, ProcessTimings};
+use minicluster::process::{Binaries, ProcessCluster, ProcessOptions, ProcessTimings};
 use minicluster::{
     ClusterInfo, DatanodeInfo, MiniCluster, S3_ACCESS_KEY, S3_SECRET_KEY, S3Info, TlsInfo,
 };
@@ -55,16 +55,16 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
     let bins = Binaries::locate()?;
     let _lock = minicluster::claim_base_dir(&dir)?;
     let json = dir.join("cluster.json");
-    let security = ProcessSecurity {
+    let options = ProcessOptions {
         tls: args.tls,
-        block_tokens: true,
+        ..ProcessOptions::default()
     };
     let mut cluster = ProcessCluster::start_with(
         &bins,
         &dir,
         args.datanodes,
         ProcessTimings::service(),
-        security,
+        options,
     )
     .await?;
     let served = serve(&mut cluster, &bins, &args, &json, signals).await;

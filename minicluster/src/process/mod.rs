@@ -120,9 +120,10 @@ pub struct ProcessTimings {
 }
 
 impl ProcessTimings {
-    /// The binaries' own defaults (heartbeat 3 s, stale after 90 s, dead
-    /// after 10 min, services every 5 s, deletion grace 60 s): a cluster to
-    /// use, not a test.
+    /// Timings of a cluster to use, not a test: heartbeat 3 s, services
+    /// every 5 s and deletion grace 60 s (the binaries' defaults), and a
+    /// datanode STALE after 90 s and DEAD after 10 min (longer than the om
+    /// binary's defaults, 30 s and 90 s).
     #[must_use]
     pub fn service() -> Self {
         Self {
@@ -154,22 +155,27 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// Tries of a start before it counts as failed.
 pub const START_ATTEMPTS: u32 = 3;
 
-/// The security a [`ProcessCluster`] runs with.
+/// Security and test hooks a [`ProcessCluster`] runs with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProcessSecurity {
+pub struct ProcessOptions {
     /// TLS on every gRPC channel (default off).
     pub tls: bool,
     /// Block tokens (`--security` on the om and the datanodes; default on,
     /// as in the minicluster). Off only for benchmarks that measure the
     /// data path without them.
     pub block_tokens: bool,
+    /// The datanodes' fault-injection RPCs (`--enable-fault-injection`;
+    /// default off): what `bench pread`'s degraded rows use to fail a
+    /// datanode's reads.
+    pub fault_injection: bool,
 }
 
-impl Default for ProcessSecurity {
+impl Default for ProcessOptions {
     fn default() -> Self {
         Self {
             tls: false,
             block_tokens: true,
+            fault_injection: false,
         }
     }
 }
@@ -217,14 +223,15 @@ impl ProcessCluster {
         datanodes: usize,
         timings: ProcessTimings,
     ) -> Result<Self, ProcessError> {
-        Self::start_with(bins, base, datanodes, timings, ProcessSecurity::default()).await
+        Self::start_with(bins, base, datanodes, timings, ProcessOptions::default()).await
     }
 
-    /// [`start`](Self::start), with the security `security` asks for. With
-    /// TLS, a throwaway CA and one loopback certificate are written under
+    /// [`start`](Self::start), with what `options` asks for. With TLS, a
+    /// throwaway CA and one loopback certificate are written under
     /// `base/tls/` and every process gets `--tls-ca`, `--tls-cert` and
     /// `--tls-key` (the datanodes register over mutual TLS); with block
-    /// tokens, the om and every datanode get `--security`.
+    /// tokens, the om and every datanode get `--security`; with fault
+    /// injection, every datanode gets `--enable-fault-injection`.
     ///
     /// # Errors
     /// As [`start`](Self::start); [`ProcessError::Io`] if the certificates
@@ -234,10 +241,15 @@ impl ProcessCluster {
         base: &Path,
         datanodes: usize,
         timings: ProcessTimings,
-        security: ProcessSecurity,
+        options: ProcessOptions,
     ) -> Result<Self, ProcessError> {
-        let ProcessSecurity { tls, block_tokens } = security;
+        let ProcessOptions {
+            tls,
+            block_tokens,
+            fault_injection,
+        } = options;
         let security_flag = block_tokens.then(|| "--security".to_string());
+        let fault_flag = fault_injection.then(|| "--enable-fault-injection".to_string());
         let logs = base.join("logs");
         std::fs::create_dir_all(&logs).map_err(io(format!("creating {}", logs.display())))?;
         let secs = |d: Duration| format!("{}", d.as_secs_f64());
@@ -318,6 +330,7 @@ impl ProcessCluster {
                 ]
                 .into_iter()
                 .chain(security_flag.clone())
+                .chain(fault_flag.clone())
                 .chain(tls_args.iter().cloned())
                 .collect(),
                 Some(base.join(format!("dn{i}"))),

@@ -15,7 +15,7 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use ec_client::{BucketOptions, Client, ClientConfig, ClientError, KeyInfo, ReplicationConfig};
 use indicatif::{ProgressBar, ProgressStyle};
-use minicluster::process::{Binaries, ProcessCluster, ProcessSecurity, ProcessTimings};
+use minicluster::process::{Binaries, ProcessCluster, ProcessOptions, ProcessTimings};
 use minicluster::{MiniCluster, MiniClusterConfig, pattern};
 
 pub(crate) use report::{Latencies, Report, Row};
@@ -65,8 +65,11 @@ pub(crate) struct BenchArgs {
     #[arg(long)]
     om: Option<String>,
     /// Start the om and the datanodes as processes of their own (the release
-    /// binaries, built first), as they are deployed, instead of in the bench's
-    /// process, where they share its runtime with the client.
+    /// binaries, built first, with `ProcessTimings::service`), as they are
+    /// deployed, instead of in the bench's process, where they share its
+    /// runtime with the client. The repair suite and pread's reuse-tokens and
+    /// reuse-secure rows keep clusters of their own in process (pread leaves
+    /// those two rows out here).
     #[arg(long, conflicts_with = "om")]
     processes: bool,
 }
@@ -98,20 +101,27 @@ impl BenchCluster {
         crate::cluster::build_service_binaries()?;
         let bins = Binaries::locate()?;
         let dir = tempfile::tempdir().context("making the cluster's temp dir")?;
-        let security = ProcessSecurity {
+        let options = ProcessOptions {
             tls: false,
             block_tokens: false,
+            fault_injection: true,
         };
-        let cluster = ProcessCluster::start_with(
+        let started = ProcessCluster::start_with(
             &bins,
             dir.path(),
             MiniClusterConfig::default().datanodes,
             ProcessTimings::service(),
-            security,
+            options,
         )
-        .await
-        .context("starting the om and datanode processes")?;
-        Ok(Self::Processes(Box::new(cluster), dir))
+        .await;
+        match started {
+            Ok(cluster) => Ok(Self::Processes(Box::new(cluster), dir)),
+            // The logs the error names stay for reading.
+            Err(e) => Err(anyhow::Error::new(e).context(format!(
+                "starting the om and datanode processes (kept: {})",
+                dir.keep().display()
+            ))),
+        }
     }
 
     /// The om's address (`--om` when external).
@@ -133,18 +143,28 @@ impl BenchCluster {
         }
     }
 
-    /// Stops what this run started.
-    async fn stop(self) -> anyhow::Result<()> {
+    /// Stops what this run started; after a failed run (`failed`), a process
+    /// cluster's directory and logs are kept and named.
+    async fn stop(self, failed: bool) -> anyhow::Result<()> {
         match self {
             Self::External => Ok(()),
             Self::InProcess(c) => {
                 c.shutdown().await;
                 Ok(())
             }
-            Self::Processes(mut c, _dir) => c
-                .stop_all()
-                .await
-                .context("stopping the om and datanode processes"),
+            Self::Processes(mut c, dir) => {
+                let stopped = c
+                    .stop_all()
+                    .await
+                    .context("stopping the om and datanode processes");
+                if failed {
+                    eprintln!(
+                        "the cluster's data and logs are kept in {}",
+                        dir.keep().display()
+                    );
+                }
+                stopped
+            }
         }
     }
 }
@@ -274,7 +294,7 @@ pub(crate) async fn run(args: BenchArgs, runtime: crate::RuntimeFlavor) -> anyho
         anyhow::Ok(())
     }
     .await;
-    let stopped = cluster.stop().await;
+    let stopped = cluster.stop(result.is_err()).await;
     result.and(stopped)
 }
 

@@ -405,10 +405,11 @@ struct Secured {
 }
 
 /// The `reuse-tokens` and `reuse-secure` clusters (in-process benches only:
-/// an external cluster's security is what it is).
+/// an external cluster's security is what it is, and with `--processes` an
+/// in-process secured cluster would not measure security alone).
 async fn secured_clusters(s: &Settings, key: &str) -> anyhow::Result<Vec<Secured>> {
     let mut out = Vec::new();
-    if s.external {
+    if s.external || s.processes {
         return Ok(out);
     }
     for (mode, tls) in [("reuse-tokens", false), ("reuse-secure", true)] {
