@@ -239,7 +239,8 @@ impl BlockInputStream {
     }
 
     /// Reads `buf.len()` bytes at `pos` (all inside the committed block) from
-    /// one location, chunk by chunk, verifying checksums.
+    /// one location, chunk by chunk, verifying checksums unless the
+    /// location's client was configured not to.
     async fn read_from(
         &self,
         loc: &XceiverClient,
@@ -263,9 +264,17 @@ impl BlockInputStream {
             // At most MAX_READ_PIECE per ReadChunk, so that the widened
             // request stays under the datanode's 32 MiB cap.
             let piece_end = end.min(chunk.end()).min(at + MAX_READ_PIECE);
-            let (w_off, w_len) = checksum::widen(chunk, at, piece_end - at);
+            // Verifying needs whole checksum windows; without it the piece
+            // is fetched exactly (Ozone's reader with verify.checksum off).
+            let (w_off, w_len) = if loc.verifies_checksum() {
+                checksum::widen(chunk, at, piece_end - at)
+            } else {
+                (at, piece_end - at)
+            };
             let bytes = loc.read_chunk(self.block_id, chunk, w_off, w_len).await?;
-            checksum::verify(self.block_id, loc.address(), chunk, w_off, &bytes)?;
+            if loc.verifies_checksum() {
+                checksum::verify(self.block_id, loc.address(), chunk, w_off, &bytes)?;
+            }
             let from = usize::try_from(at - w_off).unwrap_or(usize::MAX);
             let to = usize::try_from(piece_end - w_off).unwrap_or(usize::MAX);
             let dst_from = usize::try_from(at - pos).unwrap_or(usize::MAX);

@@ -41,6 +41,14 @@ pub struct XceiverConfig {
     pub checksum_type: ChecksumType,
     /// Window of one checksum, bytes (default 16 KiB, Ozone's `ozone.client.bytes.per.checksum`).
     pub bytes_per_checksum: u32,
+    /// Whether block readers verify what they read against the chunks'
+    /// checksums (default `true`, Ozone's `ozone.client.verify.checksum`).
+    /// On, a read of bytes `[a, b)` of a chunk fetches the whole
+    /// bytesPerChecksum windows around them and checks every window, so a
+    /// corrupt replica is a failed location; off, it fetches exactly
+    /// `[a, b)` and returns what the datanode sent, unchecked (the datanode
+    /// does not verify on read either).
+    pub verify_checksum: bool,
     /// HTTP/2 max frame size the client announces, bytes (default 1 MiB: the
     /// main lever for large reads on loopback).
     pub http2_max_frame_size: u32,
@@ -64,6 +72,7 @@ impl Default for XceiverConfig {
             connect_timeout: Duration::from_secs(5),
             checksum_type: ChecksumType::Crc32,
             bytes_per_checksum: 16 * 1024,
+            verify_checksum: true,
             http2_max_frame_size: 1024 * 1024 - 1,
             max_message_size: 64 * 1024 * 1024,
             retry: RetryPolicy::default(),
@@ -102,6 +111,13 @@ impl XceiverConfig {
     #[must_use]
     pub fn with_checksum_type(mut self, t: ChecksumType) -> Self {
         self.checksum_type = t;
+        self
+    }
+    /// Turns checksum verification on reads on or off (see
+    /// [`verify_checksum`](Self::verify_checksum)).
+    #[must_use]
+    pub fn with_verify_checksum(mut self, on: bool) -> Self {
+        self.verify_checksum = on;
         self
     }
     /// Sets bytesPerChecksum (0 is replaced by the default; values above

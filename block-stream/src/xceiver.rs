@@ -155,6 +155,9 @@ pub struct XceiverClient {
     counters: Arc<DatanodeCounters>,
     metrics: Arc<ClientMetrics>,
     rpc_timeout: Duration,
+    /// Whether readers of this client verify checksums
+    /// ([`XceiverConfig::verify_checksum`]).
+    verify_checksum: bool,
     /// The block token sent with every call (security on), if any.
     token: Option<Arc<BlockTokenSource>>,
 }
@@ -188,6 +191,7 @@ impl XceiverClient {
             inner,
             metrics,
             rpc_timeout: config.rpc_timeout,
+            verify_checksum: config.verify_checksum,
             token: None,
         })
     }
@@ -210,6 +214,13 @@ impl XceiverClient {
     #[must_use]
     pub fn address(&self) -> &str {
         &self.address
+    }
+
+    /// Whether block readers verify what this client reads against the
+    /// chunks' checksums ([`XceiverConfig::verify_checksum`] of its manager).
+    #[must_use]
+    pub fn verifies_checksum(&self) -> bool {
+        self.verify_checksum
     }
 
     /// Runs an RPC: `send` gets a clone of the generated client and `msg` as

@@ -295,11 +295,12 @@ struct Source {
 
 impl EcReconstructionCoordinator {
     /// A coordinator whose reads and writes use `config` (timeouts, retries), running at most
-    /// `max_at_once` reconstructions at a time (at least 1).
+    /// `max_at_once` reconstructions at a time (at least 1). Its reads always verify checksums,
+    /// whatever `config` says: a corrupt source must fail, not be rebuilt into a new replica.
     #[must_use]
     pub fn new(config: XceiverConfig, max_at_once: usize) -> Self {
         Self {
-            xceivers: XceiverClientManager::new(config, Arc::default()),
+            xceivers: XceiverClientManager::new(config.with_verify_checksum(true), Arc::default()),
             permits: Semaphore::new(max_at_once.max(1)),
         }
     }

@@ -176,6 +176,17 @@ impl ClientConfig {
         self
     }
 
+    /// Turns checksum verification on reads on or off (default on, Ozone's
+    /// `ozone.client.verify.checksum`). Off, a read fetches exactly the
+    /// bytes asked for, not the bytesPerChecksum windows around them, and a
+    /// corrupt replica's bytes reach the caller unchecked: for callers that
+    /// verify the data themselves, and to measure what verification costs.
+    #[must_use]
+    pub fn with_verify_checksum(mut self, on: bool) -> Self {
+        self.xceiver = self.xceiver.with_verify_checksum(on);
+        self
+    }
+
     /// Turns concurrent per-index cell reads on or off.
     #[must_use]
     pub fn with_parallel_cell_reads(mut self, on: bool) -> Self {

@@ -70,9 +70,16 @@ async fn a_32_mib_cell_reads_past_one_piece_healthy_and_degraded() {
     let mut cluster = MiniCluster::start(MiniClusterConfig::default())
         .await
         .expect("minicluster");
+    // The write uses the default 30 s RPC deadline: one 20 MiB WriteChunk
+    // with its fsync missed failure_config's 1 s on a loaded CI machine. The
+    // reads below use failure_config (the lost datanode is refused at once).
+    let writer = cluster
+        .client_with(common::test_config())
+        .await
+        .expect("client");
     let client = cluster.client_with(failure_config()).await.expect("client");
     let ec = "rs-3-2-32768k".parse().expect("config");
-    client
+    writer
         .create_bucket(
             "ec",
             BucketOptions {
@@ -84,7 +91,7 @@ async fn a_32_mib_cell_reads_past_one_piece_healthy_and_degraded() {
         .await
         .expect("bucket");
     let src = data(20 * MIB + 5, 3);
-    let info = client.put_key("ec", "k", None, &src).await.expect("put");
+    let info = writer.put_key("ec", "k", None, &src).await.expect("put");
     check(&client, "ec", "k", &src, 0, 20 * MIB).await;
     let before = client.ec_metrics();
     let n = node_of(&cluster, &info, 0, 1);

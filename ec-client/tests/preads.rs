@@ -5,7 +5,9 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{CELL, STRIPE, cluster, data, ec_bucket};
+use common::{
+    CELL, Failure, STRIPE, cluster, data, ec_bucket, fail, failure_cluster, failure_config, node_of,
+};
 use ec_client::RpcKind;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -97,5 +99,57 @@ async fn sixteen_concurrent_pread_tasks_get_correct_bytes() {
     for t in tasks {
         t.await.expect("task");
     }
+    cluster.shutdown().await;
+}
+
+/// Checksum verification on reads (Ozone's `ozone.client.verify.checksum`):
+/// on (the default), a 100-byte pread fetches the whole 1 KiB
+/// bytesPerChecksum window around it and a corrupt replica is a failed
+/// location, read around by reconstruction; off, the pread fetches exactly
+/// its 100 bytes and hands back what the datanode sent, corrupt or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checksum_verification_fetches_whole_windows_and_can_be_turned_off() {
+    let (mut cluster, verifying) = failure_cluster(5).await;
+    let trusting = cluster
+        .client_with(failure_config().with_verify_checksum(false))
+        .await
+        .expect("client");
+    ec_bucket(&verifying, "b", 1 << 20).await;
+    let src = data(2 * STRIPE, 21);
+    let info = verifying.put_key("b", "k", None, &src).await.expect("put");
+    // 100 bytes inside index 1's first cell, in its second 1 KiB window.
+    let (pos, len) = (1500u64, 100usize);
+    let want = &src[pos as usize..pos as usize + len];
+    let on = verifying.open_key("b", "k").await.expect("open");
+    let off = trusting.open_key("b", "k").await.expect("open");
+    for (stream, client, fetched) in [(&on, &verifying, 1024), (&off, &trusting, len as u64)] {
+        let before = client.metrics();
+        let mut buf = vec![0u8; len];
+        stream.read_exact_at(pos, &mut buf).await.expect("pread");
+        assert!(buf[..] == *want);
+        let delta = client.metrics().since(&before);
+        assert_eq!(delta.rpcs(RpcKind::ReadChunk), 1);
+        assert_eq!(delta.read_bytes, fetched, "bytes fetched by one pread");
+    }
+
+    let holder = node_of(&cluster, &info, 0, 1);
+    fail(&mut cluster, holder, Failure::Corrupt).await;
+    let before = verifying.ec_metrics();
+    let mut buf = vec![0u8; len];
+    on.read_exact_at(pos, &mut buf).await.expect("pread");
+    assert!(
+        buf[..] == *want,
+        "verified read reconstructs the right bytes"
+    );
+    assert_eq!(verifying.ec_metrics().since(&before).failovers, 1);
+    let before = trusting.ec_metrics();
+    off.read_exact_at(pos, &mut buf).await.expect("pread");
+    assert!(
+        buf[..] != *want,
+        "an unverified read returns the corrupt bytes"
+    );
+    assert_eq!(buf[0], !want[0], "the fault flips the answer's first byte");
+    assert_eq!(buf[1..], want[1..]);
+    assert_eq!(trusting.ec_metrics().since(&before).failovers, 0);
     cluster.shutdown().await;
 }

@@ -2,7 +2,8 @@
 //! `cargo xtask bench --quick` and asserts only counts — zero GetBlock after
 //! warm-up in Reuse mode, one GetBlock per touched cell in ReaderPerCall
 //! mode (HDDS-10135's regression), that merging never adds ReadChunks, that
-//! a repair rebuilds something, and that the JSON of every suite has every row.
+//! a repair rebuilds something, and that the JSON of every suite (the meta
+//! suite's redb and etcd stores included) has every row.
 
 use std::process::Command;
 
@@ -55,6 +56,7 @@ fn quick_bench_counts() {
     ];
     let modes = [
         "reuse",
+        "reuse-noverify",
         "reader-per-call",
         "raw-readchunk",
         "raw-verified",
@@ -251,4 +253,23 @@ fn quick_bench_counts() {
         "at least one index rebuilt: {rebuild}"
     );
     assert!(repair["ratios"]["rebuild/read-sequential (MB/s)"].is_number());
+
+    // The meta suite: every store and workload, with exactly the ops asked
+    // for (open-commit runs a quarter of --ops, list-100 a tenth).
+    let meta: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("quick-meta.json")).expect("meta json"),
+    )
+    .expect("meta JSON parses");
+    for mode in ["redb", "etcd-1", "etcd-3"] {
+        for (w, ops) in [("open-commit", 25), ("lookup", 100), ("list-100", 10)] {
+            assert_eq!(find(&meta, w, mode)["ops"], ops, "{w}/{mode}");
+        }
+    }
+    for ratio in [
+        "open-commit etcd-1/redb",
+        "lookup etcd-3/redb",
+        "list-100 etcd-1/redb",
+    ] {
+        assert!(meta["ratios"][ratio].is_number(), "{ratio}");
+    }
 }

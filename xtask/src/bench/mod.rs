@@ -2,6 +2,7 @@
 //! run on one minicluster, print Markdown tables, write JSON.
 
 mod codec;
+mod meta;
 mod pread;
 mod repair;
 mod report;
@@ -36,6 +37,9 @@ pub(crate) enum Suite {
     Repair,
     /// Reed-Solomon encode and 2-erasure decode GB/s, vectorised vs scalar kernel.
     Codec,
+    /// The om's metadata store: key open+commit, lookup and list on redb vs etcd (one member
+    /// and three, started as local processes).
+    Meta,
     /// Every suite.
     All,
 }
@@ -243,6 +247,7 @@ pub(crate) async fn run(args: BenchArgs, runtime: crate::RuntimeFlavor) -> anyho
             Suite::S3,
             Suite::Repair,
             Suite::Codec,
+            Suite::Meta,
         ],
         Suite::Pread => &[Suite::Pread],
         Suite::Write => &[Suite::Write],
@@ -250,6 +255,7 @@ pub(crate) async fn run(args: BenchArgs, runtime: crate::RuntimeFlavor) -> anyho
         Suite::S3 => &[Suite::S3],
         Suite::Repair => &[Suite::Repair],
         Suite::Codec => &[Suite::Codec],
+        Suite::Meta => &[Suite::Meta],
     };
     let result = async {
         for suite in suites {
@@ -260,6 +266,7 @@ pub(crate) async fn run(args: BenchArgs, runtime: crate::RuntimeFlavor) -> anyho
                 Suite::S3 => s3::run(&settings).await?,
                 Suite::Repair => repair::run(&settings).await?,
                 Suite::Codec => codec::run(&settings).await?,
+                Suite::Meta => meta::run(&settings).await?,
                 Suite::All => continue,
             };
             let table = match suite {

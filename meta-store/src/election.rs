@@ -1,0 +1,251 @@
+//! Leader election among oms that share a store: which om runs the
+//! background services (liveness, deletion, the ReplicationManager).
+//!
+//! On etcd it is etcd's own election API over a lease: a candidate holds a
+//! lease of `ttl`, renews it every `ttl / 3`, and campaigns; the candidate
+//! whose key under the election's name was created first leads. When the
+//! leader dies its lease expires within `ttl` and the next candidate leads;
+//! when it steps down (or drops its [`Leadership`]) the lease is revoked and
+//! the next one leads at once. On redb the store is one file that one om
+//! process holds, so that om always leads.
+//!
+//! A leader learns that it may have lost the lease ([`Leadership::lost`]) as
+//! soon as a renewal has not been answered two thirds of `ttl` after the last
+//! renewal was sent (the lease was extended no earlier than that send), so it
+//! stops acting before another candidate can be elected.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::{MetaStore, StoreError};
+
+/// Shortest lease a candidate may ask for: etcd's own minimum lease TTL with
+/// its default election timeout (leases are whole seconds).
+pub const MIN_TTL: Duration = Duration::from_secs(2);
+
+/// Leadership of one election, held until it is dropped, resigned or lost.
+#[derive(Debug)]
+pub struct Leadership {
+    lost: watch::Receiver<bool>,
+    /// On redb, the sender that never reports a loss (kept so that the
+    /// channel stays open); on etcd the renewal task owns it.
+    _never: Option<watch::Sender<bool>>,
+    held: Option<Held>,
+}
+
+/// What an etcd leadership holds: the lease and its renewal task.
+struct Held {
+    client: etcd_client::Client,
+    lease: i64,
+    renewer: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Held")
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Leadership {
+    /// Whether the leadership is still held (no renewal has failed, and the
+    /// renewal task is running).
+    #[must_use]
+    pub fn is_held(&self) -> bool {
+        !*self.lost.borrow() && self.lost.has_changed().is_ok()
+    }
+
+    /// Resolves once a renewal of the lease failed: from then on another
+    /// candidate may lead, so the holder must stop acting as leader. Never
+    /// resolves on redb.
+    pub async fn lost(&mut self) {
+        // An error means the renewal task is gone, which is a loss too.
+        let _ = self.lost.wait_for(|lost| *lost).await;
+    }
+
+    /// Steps down: revokes the lease (which deletes the leader key), so the
+    /// next candidate leads at once.
+    ///
+    /// # Errors
+    /// [`StoreError::Etcd`] if the revoke fails (the lease then expires
+    /// within its TTL).
+    pub async fn resign(mut self) -> Result<(), StoreError> {
+        if let Some(held) = self.held.take() {
+            held.renewer.abort();
+            let mut client = held.client;
+            client.lease_revoke(held.lease).await?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Leadership {
+    fn drop(&mut self) {
+        if let Some(held) = self.held.take() {
+            held.renewer.abort();
+            // Best effort: without it the lease expires within its TTL.
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                let mut client = held.client;
+                rt.spawn(async move {
+                    let _ = client.lease_revoke(held.lease).await;
+                });
+            }
+        }
+    }
+}
+
+/// Checks an election name: not empty, no `/`.
+fn check_name(name: &str) -> Result<(), StoreError> {
+    if name.is_empty() || name.contains('/') {
+        return Err(StoreError::InvalidElectionName(name.to_string()));
+    }
+    Ok(())
+}
+
+impl MetaStore {
+    /// Campaigns in election `name` (not empty, no `/`) as `candidate` (an
+    /// om's address: what [`leader`](Self::leader) answers) with a lease of
+    /// `ttl` (at least [`MIN_TTL`], whole seconds), and returns once this
+    /// candidate leads, however long another candidate leads before it.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidElectionName`]; [`StoreError::LeaseLost`] if the
+    /// lease could not be renewed while it waited; [`StoreError::Etcd`] if
+    /// etcd fails; [`StoreError::Protocol`] if etcd answers without a leader
+    /// key.
+    pub async fn campaign(
+        &self,
+        name: &str,
+        candidate: &str,
+        ttl: Duration,
+    ) -> Result<Leadership, StoreError> {
+        check_name(name)?;
+        let store = match self {
+            Self::Redb(_) => {
+                let (never, lost) = watch::channel(false);
+                return Ok(Leadership {
+                    lost,
+                    _never: Some(never),
+                    held: None,
+                });
+            }
+            Self::Etcd(s) => s,
+        };
+        let ttl = Duration::from_secs(ttl.max(MIN_TTL).as_secs());
+        let mut client = store.election_client();
+        // The lease runs from no earlier than this.
+        let granted = Instant::now();
+        let lease = tokio::time::timeout(
+            ttl / 3,
+            client.lease_grant(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX), None),
+        )
+        .await
+        .map_err(|_| StoreError::Timeout(ttl / 3))??
+        .id();
+        let (tx, lost) = watch::channel(false);
+        let renewer = tokio::spawn(renew(client.clone(), lease, ttl, granted, tx));
+        let mut watching = lost.clone();
+        let campaign = client.campaign(store.election_name(name), candidate, lease);
+        let elected = tokio::select! {
+            r = campaign => match r {
+                Ok(mut resp) => resp.take_leader().map(|_| ()).ok_or_else(|| {
+                    StoreError::Protocol("a campaign answer without a leader key".into())
+                }),
+                Err(e) => Err(e.into()),
+            },
+            _ = watching.wait_for(|lost| *lost) => Err(StoreError::LeaseLost {
+                election: name.to_string(),
+                candidate: candidate.to_string(),
+            }),
+        };
+        if let Err(e) = elected {
+            renewer.abort();
+            let _ = client.lease_revoke(lease).await;
+            return Err(e);
+        }
+        Ok(Leadership {
+            lost,
+            _never: None,
+            held: Some(Held {
+                client,
+                lease,
+                renewer,
+            }),
+        })
+    }
+
+    /// The candidate leading election `name` now, if any (on redb: none
+    /// recorded; its one om leads).
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidElectionName`]; [`StoreError::Etcd`] if etcd
+    /// fails (a cluster without quorum included).
+    pub async fn leader(&self, name: &str) -> Result<Option<String>, StoreError> {
+        check_name(name)?;
+        let Self::Etcd(store) = self else {
+            return Ok(None);
+        };
+        let mut client = store.election_client();
+        let asked = tokio::time::timeout(
+            store.call_timeout(),
+            client.leader(store.election_name(name)),
+        )
+        .await
+        .map_err(|_| StoreError::Timeout(store.call_timeout()))?;
+        match asked {
+            Ok(resp) => Ok(resp
+                .kv()
+                .map(|kv| String::from_utf8_lossy(kv.value()).into_owned())),
+            // etcd's answer for an election nobody leads (not "etcdserver:
+            // no leader", which is a cluster without quorum).
+            Err(etcd_client::Error::GRpcStatus(s)) if s.message() == "election: no leader" => {
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// Renews `lease` (granted no earlier than `granted`) every `ttl / 3`; sets
+/// `lost` and stops once a renewal has no answer two thirds of `ttl` after
+/// the last renewal was sent, fails, or finds the lease gone.
+async fn renew(
+    client: etcd_client::Client,
+    lease: i64,
+    ttl: Duration,
+    granted: Instant,
+    lost: watch::Sender<bool>,
+) {
+    let renewed = async {
+        // The lease is good until `last + ttl`; act only until `last + 2/3 ttl`.
+        let mut last = granted;
+        let mut lease_client = client.lease_client();
+        // `keep_alive` sends the first renewal and reads its answer itself.
+        let sent = Instant::now();
+        let (mut keeper, mut stream) =
+            tokio::time::timeout_at(last + ttl * 2 / 3, lease_client.keep_alive(lease))
+                .await
+                .ok()?
+                .ok()?;
+        last = sent;
+        loop {
+            tokio::time::sleep_until(last + ttl / 3).await;
+            let sent = Instant::now();
+            let deadline = last + ttl * 2 / 3;
+            tokio::time::timeout_at(deadline, keeper.keep_alive())
+                .await
+                .ok()?
+                .ok()?;
+            match tokio::time::timeout_at(deadline, stream.message()).await {
+                Ok(Ok(Some(resp))) if resp.ttl() > 0 => last = sent,
+                _ => return Some(()),
+            }
+        }
+    };
+    let _ = renewed.await;
+    let _ = lost.send(true);
+}

@@ -1,0 +1,124 @@
+//! [`StoreError`]: what the metadata store's calls fail with.
+
+/// Errors of [`MetaStore`](crate::MetaStore) calls.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// A key was empty (etcd refuses empty keys; so does every back end).
+    #[error("empty key")]
+    EmptyKey,
+    /// A transaction had more than [`MAX_TXN_OPS`](crate::MAX_TXN_OPS)
+    /// compares or ops (etcd's `--max-txn-ops`).
+    #[error(
+        "transaction has {compares} compares and {ops} ops; at most {} of each are allowed",
+        crate::MAX_TXN_OPS
+    )]
+    TooManyOps {
+        /// Compares in the transaction.
+        compares: usize,
+        /// Ops in the transaction.
+        ops: usize,
+    },
+    /// A transaction was larger than [`MAX_REQUEST_BYTES`](crate::MAX_REQUEST_BYTES)
+    /// (etcd's `--max-request-bytes`).
+    #[error(
+        "transaction is {bytes} bytes; at most {} are allowed",
+        crate::MAX_REQUEST_BYTES
+    )]
+    RequestTooLarge {
+        /// Bytes counted by [`Txn::request_bytes`](crate::Txn::request_bytes).
+        bytes: usize,
+    },
+    /// A key appeared twice among one transaction's ops (etcd refuses it).
+    #[error("key {key:?} is written twice in one transaction")]
+    DuplicateKey {
+        /// The key, lossily as text.
+        key: String,
+    },
+    /// An etcd namespace was empty or too long.
+    #[error(
+        "etcd namespace of {len} bytes; it must have 1 to {} bytes",
+        crate::etcd_store::MAX_NAMESPACE_BYTES
+    )]
+    InvalidNamespace {
+        /// Its length, bytes.
+        len: usize,
+    },
+    /// A row of a [`Table`](crate::Table) did not decode as its types.
+    #[error("table {table}: stored row does not decode: {reason}")]
+    Corrupt {
+        /// The table.
+        table: &'static str,
+        /// What did not decode.
+        reason: String,
+    },
+    /// The store is out of space and wrote nothing: etcd's backend would
+    /// pass its quota (`--quota-backend-bytes`; a cluster in NOSPACE alarm
+    /// refuses every write that adds data, while reads and deletes run), or
+    /// redb's disk is full. Free rows, then
+    /// [`MetaStore::reclaim_space`](crate::MetaStore::reclaim_space); see
+    /// [`crate::space`].
+    #[error("metadata store out of space: {0}")]
+    SpaceExhausted(String),
+    /// The redb file failed (I/O, corruption).
+    #[error("redb metadata store: {0}")]
+    Redb(redb::Error),
+    /// etcd refused a call, or could not be reached within the deadline
+    /// (a read, or a commit that was never sent).
+    #[error("etcd metadata store: {0}")]
+    Etcd(#[from] etcd_client::Error),
+    /// A read got no answer from any member within the call deadline.
+    #[error("etcd metadata store: no answer within {0:?}")]
+    Timeout(std::time::Duration),
+    /// A compare named revision 0, which no write has (etcd would read it
+    /// as "the key is absent"; say [`Compare::Absent`](crate::Compare) instead).
+    #[error("a compare names revision 0 of key {key:?}; use Absent")]
+    ZeroRevision {
+        /// The key, lossily as text.
+        key: String,
+    },
+    /// An election name was empty or held `/` (etcd appends `/` to a name, so
+    /// `a` and `a/b` would share candidates).
+    #[error("election name {0:?} must be non-empty and without '/'")]
+    InvalidElectionName(String),
+    /// A candidate's lease expired or could not be renewed while it waited
+    /// to lead.
+    #[error("the lease of candidate {candidate} in election {election} was lost while it waited")]
+    LeaseLost {
+        /// The election.
+        election: String,
+        /// The candidate.
+        candidate: String,
+    },
+    /// A commit failed in transport after it may have reached a member: it
+    /// may or may not have been applied. Read the keys it guards or writes
+    /// to tell before retrying it.
+    #[error("etcd commit may or may not have been applied: {0}")]
+    CommitOutcomeUnknown(etcd_client::Error),
+    /// etcd answered something this store cannot use (a negative revision,
+    /// a key outside the store's namespace).
+    #[error("etcd metadata store answered {0}")]
+    Protocol(String),
+    /// A blocking task of the redb store did not finish (the runtime is
+    /// shutting down).
+    #[error("redb metadata store task: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+macro_rules! redb_errors {
+    ($($t:ty),*) => {$(
+        impl From<$t> for StoreError {
+            fn from(e: $t) -> Self {
+                crate::space::redb_failure(redb::Error::from(e))
+            }
+        }
+    )*};
+}
+redb_errors!(
+    redb::Error,
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError
+);

@@ -1,0 +1,427 @@
+//! [`EtcdStore`]: the metadata store on an etcd cluster (etcd's v3 API
+//! through the `etcd-client` crate).
+//!
+//! Every key lives under the store's namespace (a key prefix, so that
+//! several clusters or tests can share one etcd): key `K` is etcd key
+//! `NAMESPACE k/K`, election `E` lives under `NAMESPACE e/E`. The prefix is
+//! added on the way in and removed on the way out. Reads are linearizable (etcd's
+//! default, not `serializable`), so a read sees every commit that returned
+//! before it started, on whichever member answers.
+
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare as EtcdCompare, CompareOp, ConnectOptions, GetOptions, Txn as EtcdTxn, TxnOp,
+};
+
+use crate::{Compare, Entry, Op, Outcome, Page, StoreError, Txn, prefix_end};
+
+/// Longest namespace, bytes: the namespace and `k/` are added to every
+/// key, and [`ENTRY_OVERHEAD_BYTES`](crate::ENTRY_OVERHEAD_BYTES) covers them
+/// with etcd's own framing of a put (about 40 bytes).
+pub const MAX_NAMESPACE_BYTES: usize = 16;
+
+/// How to reach etcd.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct EtcdConfig {
+    /// Client URLs of the members (`http://HOST:PORT`); the client balances
+    /// calls over them and moves past a member that does not answer.
+    pub endpoints: Vec<String>,
+    /// Prefix of every key this store writes (default `/ozone/`; at most
+    /// [`MAX_NAMESPACE_BYTES`]).
+    pub namespace: Vec<u8>,
+    /// Deadline of one call (default 5 s).
+    pub timeout: Duration,
+    /// Deadline of connecting to a member (default 3 s).
+    pub connect_timeout: Duration,
+}
+
+impl EtcdConfig {
+    /// `endpoints` with the default namespace and deadlines.
+    #[must_use]
+    pub fn new(endpoints: Vec<String>) -> Self {
+        Self {
+            endpoints,
+            namespace: b"/ozone/".to_vec(),
+            timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(3),
+        }
+    }
+
+    /// Sets the key prefix (for several clusters, or tests, on one etcd).
+    #[must_use]
+    pub fn with_namespace(mut self, namespace: impl Into<Vec<u8>>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+}
+
+/// The metadata store on etcd. Cheap to clone: clones share the channels.
+///
+/// The client spreads calls over the members at random and does not skip a
+/// member that is down. A read that fails in transport, or gets no answer
+/// within a third of the call deadline, is sent again (on another pick)
+/// until the deadline has passed; so is a commit whose connection was
+/// refused (it was never sent). A commit that failed after it may have been
+/// sent is [`StoreError::CommitOutcomeUnknown`]: it may have been applied,
+/// and only the caller can tell by reading.
+#[derive(Clone)]
+pub struct EtcdStore {
+    /// Key-value calls: each bounded by the call deadline.
+    client: std::sync::Arc<Client>,
+    /// Election calls: a campaign waits as long as another candidate leads,
+    /// so these channels have no request deadline (a lost lease ends the wait).
+    elections: std::sync::Arc<Client>,
+    namespace: Vec<u8>,
+    timeout: Duration,
+    /// The members' client URLs, for calls that go to each member in turn
+    /// (defragmentation: see [`crate::space`]).
+    pub(crate) endpoints: Vec<String>,
+    pub(crate) connect_timeout: Duration,
+}
+
+/// Largest answer a range read decodes, bytes (64 MiB): a page of `limit`
+/// entries of up to 1.5 MiB each past it fails with [`StoreError::Etcd`];
+/// callers page large values with small limits.
+pub const MAX_PAGE_BYTES: usize = 64 * 1024 * 1024;
+
+impl std::fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("namespace", &String::from_utf8_lossy(&self.namespace))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Pause between tries of a call that failed in transport.
+const RETRY_PAUSE: Duration = Duration::from_millis(20);
+
+/// Whether `e` says the call never reached a member: its connection was
+/// refused (the member is down). Any call, commits included, is safe to send
+/// again then. Other I/O errors may come from a connection the call already
+/// went out on, so they are not counted here.
+fn not_sent(e: &etcd_client::Error) -> bool {
+    // etcd_client::Error does not chain its sources: start from the status
+    // (or transport error) it wraps.
+    let mut source: Option<&(dyn std::error::Error + 'static)> = match e {
+        etcd_client::Error::GRpcStatus(status) => Some(status),
+        etcd_client::Error::TransportError(t) => Some(t),
+        _ => None,
+    };
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::ConnectionRefused;
+        }
+        source = err.source();
+    }
+    false
+}
+
+/// Whether `e` is a failure of the transport or of a member's availability
+/// (a closed connection, a member without a leader, the call deadline: a
+/// proposal forwarded to a leader that just died waits until then), after
+/// which a read can be sent again and a commit's outcome is unknown.
+fn transient(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::TransportError(_) => true,
+        etcd_client::Error::GRpcStatus(s) => {
+            use std::error::Error as _;
+            match s.code() {
+                tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => true,
+                // tonic reports a connection that broke mid-call as Unknown,
+                // and its own call deadline as Cancelled, with the transport
+                // error as the source (a member's answer has none).
+                tonic::Code::Unknown | tonic::Code::Cancelled => s.source().is_some(),
+                _ => false,
+            }
+        }
+        _ => false,
+    }
+}
+
+/// Which failures a call is sent again after.
+#[derive(Clone, Copy)]
+enum Retry {
+    /// Reads: any transient failure.
+    Transient,
+    /// Commits: only a failure to connect.
+    NotSent,
+}
+
+impl EtcdStore {
+    /// Connects to the cluster `config` names.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidNamespace`] for an empty namespace or one longer
+    /// than [`MAX_NAMESPACE_BYTES`]; [`StoreError::Etcd`] if no endpoint is
+    /// valid or none answers in time.
+    pub async fn connect(config: &EtcdConfig) -> Result<Self, StoreError> {
+        if config.namespace.is_empty() || config.namespace.len() > MAX_NAMESPACE_BYTES {
+            return Err(StoreError::InvalidNamespace {
+                len: config.namespace.len(),
+            });
+        }
+        let options = ConnectOptions::new().with_connect_timeout(config.connect_timeout);
+        let elections = Client::connect(&config.endpoints, Some(options.clone())).await?;
+        let client = Client::connect(
+            &config.endpoints,
+            Some(options.with_timeout(config.timeout)),
+        )
+        .await?;
+        Ok(Self {
+            client: std::sync::Arc::new(client),
+            elections: std::sync::Arc::new(elections),
+            namespace: config.namespace.clone(),
+            timeout: config.timeout,
+            endpoints: config.endpoints.clone(),
+            connect_timeout: config.connect_timeout,
+        })
+    }
+
+    /// Runs `call` on a fresh KV client, again while it fails as `retry`
+    /// allows and the deadline has not passed. A read's attempt gets a third
+    /// of the deadline, so one hung member leaves time to try another.
+    async fn retrying<T, F, Fut>(&self, retry: Retry, call: F) -> Result<T, StoreError>
+    where
+        F: Fn(etcd_client::KvClient) -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let started = std::time::Instant::now();
+        loop {
+            let kv = self
+                .client
+                .kv_client()
+                .max_decoding_message_size(MAX_PAGE_BYTES);
+            let attempt = match retry {
+                Retry::Transient => match tokio::time::timeout(self.timeout / 3, call(kv)).await {
+                    Ok(r) => r,
+                    Err(_) if started.elapsed() < self.timeout => {
+                        tracing::debug!("etcd read unanswered; sending it again");
+                        continue;
+                    }
+                    Err(_) => return Err(StoreError::Timeout(self.timeout)),
+                },
+                Retry::NotSent => call(kv).await,
+            };
+            let in_time = started.elapsed() < self.timeout;
+            match attempt {
+                Ok(v) => return Ok(v),
+                Err(e) if not_sent(&e) && in_time => {}
+                // Never sent, so never applied, even for a commit.
+                Err(e) if not_sent(&e) => return Err(StoreError::Etcd(e)),
+                Err(e) if transient(&e) => match retry {
+                    Retry::Transient if in_time => {}
+                    Retry::Transient => return Err(StoreError::Etcd(e)),
+                    Retry::NotSent => return Err(StoreError::CommitOutcomeUnknown(e)),
+                },
+                Err(e) => return Err(crate::space::refusal(e)),
+            }
+            tracing::debug!("etcd call failed in transport; sending it again");
+            tokio::time::sleep(RETRY_PAUSE).await;
+        }
+    }
+
+    /// A KV client (for compaction; no retries: see [`crate::space`]).
+    pub(crate) fn kv_client(&self) -> etcd_client::KvClient {
+        self.client.kv_client()
+    }
+
+    /// A maintenance client (alarms) over the balanced channels.
+    pub(crate) fn maintenance_client(&self) -> etcd_client::MaintenanceClient {
+        self.client.maintenance_client()
+    }
+
+    /// The deadline of one call.
+    pub(crate) fn call_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// A client for elections and leases (no request deadline; cheap: it
+    /// shares the channels).
+    pub(crate) fn election_client(&self) -> Client {
+        Client::clone(&self.elections)
+    }
+
+    /// The etcd key prefix of election `name`: `NAMESPACE e/NAME`, apart
+    /// from the store's keys (`NAMESPACE k/KEY`).
+    pub(crate) fn election_name(&self, name: &str) -> Vec<u8> {
+        let mut k = self.namespace.clone();
+        k.extend_from_slice(b"e/");
+        k.extend_from_slice(name.as_bytes());
+        k
+    }
+
+    /// Where the store's keys live in etcd: `NAMESPACE k/`.
+    fn key_prefix(&self) -> Vec<u8> {
+        let mut k = self.namespace.clone();
+        k.extend_from_slice(b"k/");
+        k
+    }
+
+    fn full(&self, key: &[u8]) -> Vec<u8> {
+        let mut k = self.key_prefix();
+        k.extend_from_slice(key);
+        k
+    }
+
+    fn entry(&self, kv: &etcd_client::KeyValue) -> Result<Entry, StoreError> {
+        let key = kv
+            .key()
+            .strip_prefix(self.key_prefix().as_slice())
+            .ok_or_else(|| {
+                StoreError::Protocol(format!(
+                    "a key outside the namespace: {:?}",
+                    String::from_utf8_lossy(kv.key())
+                ))
+            })?;
+        Ok(Entry {
+            key: key.to_vec(),
+            value: kv.value().to_vec(),
+            create_revision: revision(kv.create_revision())?,
+            mod_revision: revision(kv.mod_revision())?,
+        })
+    }
+
+    pub(crate) async fn get(&self, key: &[u8]) -> Result<Option<Entry>, StoreError> {
+        let key = self.full(key);
+        let resp = self
+            .retrying(Retry::Transient, |mut kv| {
+                let key = key.clone();
+                async move { kv.get(key, None).await }
+            })
+            .await?;
+        resp.kvs().first().map(|kv| self.entry(kv)).transpose()
+    }
+
+    pub(crate) async fn range(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        let end = match end {
+            Some(e) => self.full(e),
+            // The end of the keyspace is the end of the store's keys.
+            None => prefix_end(&self.key_prefix()).unwrap_or_else(|| vec![0]),
+        };
+        let start = self.full(start);
+        if end <= start {
+            // etcd would read `[start, end)` with `end <= start` as the key
+            // `start` alone; an empty range holds nothing.
+            return Ok(Page {
+                entries: Vec::new(),
+                more: false,
+                revision: self.revision().await?,
+            });
+        }
+        let options = GetOptions::new()
+            .with_range(end)
+            .with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
+        let resp = self
+            .retrying(Retry::Transient, |mut kv| {
+                let (start, options) = (start.clone(), options.clone());
+                async move { kv.get(start, Some(options)).await }
+            })
+            .await?;
+        let entries = resp
+            .kvs()
+            .iter()
+            .map(|kv| self.entry(kv))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Page {
+            entries,
+            more: resp.more(),
+            revision: header_revision(resp.header())?,
+        })
+    }
+
+    pub(crate) async fn commit(&self, txn: Txn) -> Result<Outcome, StoreError> {
+        let compares: Vec<EtcdCompare> = txn
+            .compares()
+            .iter()
+            .map(|c| match c {
+                Compare::Absent(k) => {
+                    EtcdCompare::create_revision(self.full(k), CompareOp::Equal, 0)
+                }
+                Compare::ModRevision(k, r) => EtcdCompare::mod_revision(
+                    self.full(k),
+                    CompareOp::Equal,
+                    i64::try_from(*r).unwrap_or(i64::MAX),
+                ),
+            })
+            .collect();
+        let ops: Vec<TxnOp> = txn
+            .ops()
+            .iter()
+            .map(|o| match o {
+                Op::Put(k, v) => TxnOp::put(self.full(k), v.clone(), None),
+                Op::Delete(k) => TxnOp::delete(self.full(k), None),
+            })
+            .collect();
+        let txn = EtcdTxn::new().when(compares).and_then(ops);
+        let resp = self
+            .retrying(Retry::NotSent, |mut kv| {
+                let txn = txn.clone();
+                async move { kv.txn(txn).await }
+            })
+            .await?;
+        if resp.succeeded() {
+            Ok(Outcome::Committed {
+                revision: header_revision(resp.header())?,
+            })
+        } else {
+            Ok(Outcome::Conflict)
+        }
+    }
+
+    pub(crate) async fn revision(&self) -> Result<u64, StoreError> {
+        // A one-key read of the namespace answers with the cluster's revision.
+        let options = GetOptions::new().with_count_only();
+        let resp = self
+            .retrying(Retry::Transient, |mut kv| {
+                let (key, options) = (self.namespace.clone(), options.clone());
+                async move { kv.get(key, Some(options)).await }
+            })
+            .await?;
+        header_revision(resp.header())
+    }
+}
+
+fn revision(r: i64) -> Result<u64, StoreError> {
+    u64::try_from(r).map_err(|_| StoreError::Protocol(format!("a negative revision {r}")))
+}
+
+fn header_revision(h: Option<&etcd_client::ResponseHeader>) -> Result<u64, StoreError> {
+    let h = h.ok_or_else(|| StoreError::Protocol("a response without a header".into()))?;
+    revision(h.revision())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_connection_is_not_sent_and_other_failures_may_have_been() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let e = etcd_client::Error::GRpcStatus(tonic::Status::from_error(Box::new(refused)));
+        assert!(not_sent(&e));
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        let e = etcd_client::Error::GRpcStatus(tonic::Status::from_error(Box::new(reset)));
+        assert!(!not_sent(&e));
+        // A connection broken mid-call (tonic: Unknown with a source) is transient.
+        assert!(transient(&e));
+    }
+
+    #[test]
+    fn a_members_own_refusal_is_not_transient() {
+        let answer = |code| etcd_client::Error::GRpcStatus(tonic::Status::new(code, "x"));
+        assert!(transient(&answer(tonic::Code::Unavailable)));
+        assert!(transient(&answer(tonic::Code::DeadlineExceeded)));
+        // Without a local source these are the member's answers.
+        assert!(!transient(&answer(tonic::Code::Unknown)));
+        assert!(!transient(&answer(tonic::Code::Cancelled)));
+        assert!(!transient(&answer(tonic::Code::InvalidArgument)));
+        assert!(!not_sent(&answer(tonic::Code::Unavailable)));
+    }
+}

@@ -1,0 +1,200 @@
+//! [`RedbStore`]: the metadata store in one embedded redb file.
+//!
+//! One table maps each key to `(create_revision, mod_revision, value)`; a
+//! second holds the store's revision. A commit is one redb write
+//! transaction: redb runs one writer at a time, so its compares and ops see
+//! no other writer in between, and it is durable when `commit` returns (redb
+//! syncs the file). Calls run on tokio's blocking pool, since redb's are
+//! synchronous and a commit waits for the disk.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+
+use crate::{Compare, Entry, Op, Outcome, Page, StoreError, Txn};
+
+/// Key -> (create_revision, mod_revision, value).
+const KV: TableDefinition<&[u8], (u64, u64, &[u8])> = TableDefinition::new("meta_kv");
+/// "revision" -> the store's revision.
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta_revision");
+const REVISION: &str = "revision";
+
+/// The metadata store in a redb file (one om on one machine). Cheap to clone:
+/// clones share the database.
+#[derive(Clone)]
+pub struct RedbStore {
+    db: Arc<Database>,
+}
+
+impl std::fmt::Debug for RedbStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedbStore").finish_non_exhaustive()
+    }
+}
+
+impl RedbStore {
+    /// Opens the store at `path`, creating the file (and its tables) if it
+    /// does not exist.
+    ///
+    /// # Errors
+    /// [`StoreError::Redb`] if the file cannot be created, opened or read
+    /// (another process holds it, it is corrupt, the disk fails).
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let db = Database::create(path)?;
+        let txn = db.begin_write()?;
+        txn.open_table(KV)?;
+        txn.open_table(META)?;
+        txn.commit()?;
+        Ok(Self { db: Arc::new(db) })
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Database) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let db = Arc::clone(&self.db);
+        tokio::task::spawn_blocking(move || f(&db)).await?
+    }
+
+    pub(crate) async fn get(&self, key: &[u8]) -> Result<Option<Entry>, StoreError> {
+        let key = key.to_vec();
+        self.blocking(move |db| {
+            let read = db.begin_read()?;
+            let table = read.open_table(KV)?;
+            Ok(table.get(key.as_slice())?.map(|v| {
+                let (create_revision, mod_revision, value) = v.value();
+                Entry {
+                    key,
+                    value: value.to_vec(),
+                    create_revision,
+                    mod_revision,
+                }
+            }))
+        })
+        .await
+    }
+
+    pub(crate) async fn range(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        let start = start.to_vec();
+        let end = end.map(<[u8]>::to_vec);
+        self.blocking(move |db| {
+            let read = db.begin_read()?;
+            let table = read.open_table(KV)?;
+            let revision = read_revision(&read.open_table(META)?)?;
+            let mut entries = Vec::new();
+            let mut more = false;
+            let iter = match &end {
+                // An empty or inverted range holds nothing (etcd's answer too).
+                Some(e) if e.as_slice() <= start.as_slice() => {
+                    return Ok(Page {
+                        entries,
+                        more,
+                        revision,
+                    });
+                }
+                Some(e) => table.range(start.as_slice()..e.as_slice())?,
+                None => table.range(start.as_slice()..)?,
+            };
+            for item in iter {
+                let (k, v) = item?;
+                if entries.len() == limit {
+                    more = true;
+                    break;
+                }
+                let (create_revision, mod_revision, value) = v.value();
+                entries.push(Entry {
+                    key: k.value().to_vec(),
+                    value: value.to_vec(),
+                    create_revision,
+                    mod_revision,
+                });
+            }
+            Ok(Page {
+                entries,
+                more,
+                revision,
+            })
+        })
+        .await
+    }
+
+    pub(crate) async fn commit(&self, txn: Txn) -> Result<Outcome, StoreError> {
+        self.blocking(move |db| {
+            let write = db.begin_write()?;
+            let outcome = {
+                let mut table = write.open_table(KV)?;
+                let mut meta = write.open_table(META)?;
+                let revision = read_revision(&meta)?;
+                let holds = |c: &Compare| -> Result<bool, StoreError> {
+                    Ok(match c {
+                        Compare::Absent(k) => table.get(k.as_slice())?.is_none(),
+                        Compare::ModRevision(k, r) => {
+                            table.get(k.as_slice())?.is_some_and(|v| v.value().1 == *r)
+                        }
+                    })
+                };
+                let mut all = true;
+                for c in txn.compares() {
+                    if !holds(c)? {
+                        all = false;
+                        break;
+                    }
+                }
+                if all {
+                    // etcd advances the revision only when something changed
+                    // (a delete of an absent key changes nothing).
+                    let next = revision + 1;
+                    let mut changed = false;
+                    for op in txn.ops() {
+                        match op {
+                            Op::Put(k, v) => {
+                                let created =
+                                    table.get(k.as_slice())?.map_or(next, |old| old.value().0);
+                                table.insert(k.as_slice(), (created, next, v.as_slice()))?;
+                                changed = true;
+                            }
+                            Op::Delete(k) => {
+                                changed |= table.remove(k.as_slice())?.is_some();
+                            }
+                        }
+                    }
+                    let revision = if changed {
+                        meta.insert(REVISION, next)?;
+                        next
+                    } else {
+                        revision
+                    };
+                    Outcome::Committed { revision }
+                } else {
+                    Outcome::Conflict
+                }
+            };
+            if outcome.committed() {
+                write.commit()?;
+            } else {
+                write.abort()?;
+            }
+            Ok(outcome)
+        })
+        .await
+    }
+
+    pub(crate) async fn revision(&self) -> Result<u64, StoreError> {
+        self.blocking(|db| {
+            let read = db.begin_read()?;
+            read_revision(&read.open_table(META)?)
+        })
+        .await
+    }
+}
+
+/// The store's revision (1 before any write, as etcd's first revision).
+fn read_revision(meta: &impl ReadableTable<&'static str, u64>) -> Result<u64, StoreError> {
+    Ok(meta.get(REVISION)?.map_or(1, |v| v.value()))
+}

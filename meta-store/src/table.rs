@@ -1,0 +1,195 @@
+//! [`Table`]: a typed table over the store's one keyspace, as a redb
+//! `TableDefinition<K, V>` is over a redb file. Table `name`'s entry `k`
+//! lives at key `name / encode(k)` with value `encode(v)` ([`codec`](crate::codec)),
+//! so a table is one key range and its entries sort as their keys do.
+
+use std::marker::PhantomData;
+
+use crate::codec::{Codec, from_bytes, to_bytes};
+use crate::{Entry, MetaStore, StoreError, Txn, prefix_end};
+
+/// A typed table: keys `K`, values `V`, under `name` (lower-case ASCII
+/// letters, digits and `_`, so that no table's range holds another's).
+#[derive(Debug)]
+pub struct Table<K, V> {
+    name: &'static str,
+    _types: PhantomData<fn() -> (K, V)>,
+}
+
+impl<K, V> Clone for Table<K, V> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<K, V> Copy for Table<K, V> {}
+
+/// One row read from a [`Table`], with the revision to guard a write on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row<K, V> {
+    /// The key.
+    pub key: K,
+    /// The value.
+    pub value: V,
+    /// Store revision of the write that last changed the row
+    /// (what [`Table::when_as_read`] guards on).
+    pub mod_revision: u64,
+}
+
+/// Rows of one [`Table::scan`] call, in key order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rows<K, V> {
+    /// The rows.
+    pub rows: Vec<Row<K, V>>,
+    /// Whether more rows follow the last one.
+    pub more: bool,
+}
+
+impl<K: Codec, V: Codec> Table<K, V> {
+    /// The table `name`.
+    ///
+    /// # Panics
+    /// At compile time (it is `const`) or at once, when `name` is empty or
+    /// has a character other than `a-z`, `0-9` and `_`: a programming error.
+    #[must_use]
+    pub const fn new(name: &'static str) -> Self {
+        let b = name.as_bytes();
+        assert!(!b.is_empty(), "table names are not empty");
+        let mut i = 0;
+        while i < b.len() {
+            let c = b[i];
+            assert!(
+                c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_',
+                "table names are a-z, 0-9 and _"
+            );
+            i += 1;
+        }
+        Self {
+            name,
+            _types: PhantomData,
+        }
+    }
+
+    /// The table's name.
+    #[must_use]
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The store key of `key`: `name/` then its encoding.
+    #[must_use]
+    pub fn store_key(&self, key: &K) -> Vec<u8> {
+        let mut k = self.prefix();
+        key.encode(&mut k);
+        k
+    }
+
+    fn prefix(&self) -> Vec<u8> {
+        let mut k = Vec::with_capacity(self.name.len() + 16);
+        k.extend_from_slice(self.name.as_bytes());
+        k.push(b'/');
+        k
+    }
+
+    fn row(&self, e: Entry) -> Result<Row<K, V>, StoreError> {
+        let prefix_len = self.name.len() + 1;
+        let key = e
+            .key
+            .get(prefix_len..)
+            .ok_or_else(|| StoreError::Corrupt {
+                table: self.name,
+                reason: "a key shorter than the table's prefix".into(),
+            })
+            .and_then(|k| {
+                from_bytes::<K>(k).map_err(|err| StoreError::Corrupt {
+                    table: self.name,
+                    reason: format!("key: {err}"),
+                })
+            })?;
+        let value = from_bytes::<V>(&e.value).map_err(|err| StoreError::Corrupt {
+            table: self.name,
+            reason: format!("value: {err}"),
+        })?;
+        Ok(Row {
+            key,
+            value,
+            mod_revision: e.mod_revision,
+        })
+    }
+
+    /// The row at `key`, if any.
+    ///
+    /// # Errors
+    /// The store's errors; [`StoreError::Corrupt`] if the stored bytes do not
+    /// decode as `K`/`V`.
+    pub async fn get(&self, store: &MetaStore, key: &K) -> Result<Option<Row<K, V>>, StoreError> {
+        match store.get(&self.store_key(key)).await? {
+            Some(e) => Ok(Some(self.row(e)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// At most `limit` rows whose key's encoding starts with `prefix`'s (a
+    /// leading part of the key, such as the bucket of `(bucket, key)`; `()`
+    /// for the whole table), after `after` (exclusive) when given, in key
+    /// order.
+    ///
+    /// # Errors
+    /// As [`get`](Self::get).
+    pub async fn scan<P: Codec>(
+        &self,
+        store: &MetaStore,
+        prefix: &P,
+        after: Option<&K>,
+        limit: usize,
+    ) -> Result<Rows<K, V>, StoreError> {
+        let mut start = self.prefix();
+        prefix.encode(&mut start);
+        let end = prefix_end(&start);
+        if let Some(a) = after {
+            let mut past = self.store_key(a);
+            // The first key after `a`: `a`'s own key plus a 0x00 byte.
+            past.push(0);
+            if past > start {
+                start = past;
+            }
+        }
+        let page = store.range(&start, end.as_deref(), limit).await?;
+        let rows = page
+            .entries
+            .into_iter()
+            .map(|e| self.row(e))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Rows {
+            rows,
+            more: page.more,
+        })
+    }
+
+    /// `txn` with a put of `value` at `key`.
+    #[must_use]
+    pub fn put(&self, txn: Txn, key: &K, value: &V) -> Txn {
+        txn.put(self.store_key(key), to_bytes(value))
+    }
+
+    /// `txn` with a delete of `key`.
+    #[must_use]
+    pub fn delete(&self, txn: Txn, key: &K) -> Txn {
+        txn.delete(self.store_key(key))
+    }
+
+    /// `txn` guarded on `key` being absent.
+    #[must_use]
+    pub fn when_absent(&self, txn: Txn, key: &K) -> Txn {
+        txn.when_absent(self.store_key(key))
+    }
+
+    /// `txn` guarded on `key` being as `seen` says: absent for `None`, else
+    /// unchanged since that read.
+    #[must_use]
+    pub fn when_as_read(&self, txn: Txn, key: &K, seen: Option<&Row<K, V>>) -> Txn {
+        match seen {
+            None => txn.when_absent(self.store_key(key)),
+            Some(r) => txn.when_unchanged(self.store_key(key), r.mod_revision),
+        }
+    }
+}

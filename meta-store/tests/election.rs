@@ -1,0 +1,177 @@
+//! Leader election on real etcd members: one leader at a time, a hand-over
+//! on resign, a bounded take-over after the leader dies, and a leader that
+//! learns it lost its lease when etcd is gone.
+
+use std::time::{Duration, Instant};
+
+use meta_store::local_etcd::LocalEtcd;
+use meta_store::{EtcdConfig, EtcdStore, MetaStore, RedbStore, StoreError};
+
+const TTL: Duration = Duration::from_secs(3);
+
+async fn store(etcd: &LocalEtcd) -> MetaStore {
+    MetaStore::Etcd(
+        EtcdStore::connect(&EtcdConfig::new(etcd.endpoints()))
+            .await
+            .expect("connect"),
+    )
+}
+
+/// The first candidate leads; a second waits (past the 5 s call deadline)
+/// until the first resigns, then leads at once; `leader` names each in turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_candidate_leads_once_the_leader_resigns() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let etcd = LocalEtcd::start(dir.path(), 1).await.expect("etcd");
+    let (a, b) = (store(&etcd).await, store(&etcd).await);
+    let first = a.campaign("services", "om-a", TTL).await.expect("a leads");
+    assert!(first.is_held());
+    assert_eq!(
+        a.leader("services").await.expect("leader").as_deref(),
+        Some("om-a")
+    );
+    let mut waiting = tokio::spawn(async move { b.campaign("services", "om-b", TTL).await });
+    // The campaign must still be waiting after 6 s, longer than a call's 5 s
+    // deadline: waiting to lead is not a call that times out, and b must not
+    // lead while a does.
+    if let Ok(r) = tokio::time::timeout(Duration::from_secs(6), &mut waiting).await {
+        panic!("b's campaign ended while a leads: {r:?}");
+    }
+    let resigned = Instant::now();
+    first.resign().await.expect("resign");
+    let second = tokio::time::timeout(Duration::from_secs(2), waiting)
+        .await
+        .expect("b leads at once after a resigns")
+        .expect("task")
+        .expect("campaign");
+    assert!(second.is_held());
+    assert!(resigned.elapsed() < Duration::from_secs(2));
+    assert_eq!(
+        a.leader("services").await.expect("leader").as_deref(),
+        Some("om-b")
+    );
+    drop(second);
+}
+
+/// A leader that dies without resigning (its runtime stops: no revoke, no
+/// renewal) is replaced once its lease expires, within its TTL plus a
+/// little.
+#[test]
+fn the_next_candidate_leads_within_the_ttl_after_the_leader_dies() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let main = tokio::runtime::Runtime::new().expect("runtime");
+    let etcd = main
+        .block_on(LocalEtcd::start(dir.path(), 1))
+        .expect("etcd");
+    let endpoints = etcd.endpoints();
+    // The first om: a runtime of its own, shut down below as a crash would.
+    let crashing = tokio::runtime::Runtime::new().expect("runtime");
+    let leadership = crashing.block_on(async {
+        let a = MetaStore::Etcd(
+            EtcdStore::connect(&EtcdConfig::new(endpoints))
+                .await
+                .expect("connect"),
+        );
+        a.campaign("services", "om-a", TTL).await.expect("a leads")
+    });
+    main.block_on(async {
+        let b = store(&etcd).await;
+        assert_eq!(
+            b.leader("services").await.expect("leader").as_deref(),
+            Some("om-a")
+        );
+        // No resign and no revoke: the leader's process is gone.
+        std::mem::forget(leadership);
+        let died = Instant::now();
+        crashing.shutdown_background();
+        let second = b.campaign("services", "om-b", TTL).await.expect("b leads");
+        let took = died.elapsed();
+        assert!(second.is_held());
+        // Not at once (nothing revoked the lease: it had to expire), and
+        // within the TTL plus a little.
+        assert!(
+            took >= Duration::from_millis(1000) && took < TTL + Duration::from_secs(3),
+            "took {took:?} to replace a dead leader"
+        );
+        assert_eq!(
+            b.leader("services").await.expect("leader").as_deref(),
+            Some("om-b")
+        );
+    });
+}
+
+/// A leader whose etcd is gone learns it may have lost the lease within
+/// two thirds of its TTL (it must stop acting before another could lead):
+/// with the member killed (connections refused at once) and with it frozen
+/// by SIGSTOP (renewals go unanswered, the harder case).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_learns_of_a_lost_lease_within_the_ttl() {
+    for freeze in [false, true] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut etcd = LocalEtcd::start(dir.path(), 1).await.expect("etcd");
+        let a = store(&etcd).await;
+        let mut leadership = a.campaign("services", "om-a", TTL).await.expect("a leads");
+        let pid = etcd.pids()[0];
+        let stopped = Instant::now();
+        if freeze {
+            signal("-STOP", pid);
+        } else {
+            etcd.kill(0).await.expect("kill");
+        }
+        tokio::time::timeout(TTL, leadership.lost())
+            .await
+            .expect("the loss is seen within the TTL");
+        let took = stopped.elapsed();
+        assert!(!leadership.is_held());
+        // Two thirds of the TTL after the last renewal was sent, which was
+        // at most a third of the TTL before the member stopped; plus slack
+        // for a loaded machine.
+        assert!(
+            took < TTL * 2 / 3 + Duration::from_millis(700),
+            "freeze {freeze}: took {took:?}"
+        );
+        if freeze {
+            signal("-CONT", pid);
+        }
+    }
+}
+
+/// Sends `sig` (`-STOP`, `-CONT`) to process `pid` with kill(1).
+fn signal(sig: &str, pid: u32) {
+    let status = std::process::Command::new("kill")
+        .arg(sig)
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill {sig} {pid}");
+}
+
+/// Election names are checked: empty or with `/` (which would share
+/// candidates with another election) is refused on both back ends.
+#[tokio::test]
+async fn bad_election_names_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = MetaStore::Redb(RedbStore::open(&dir.path().join("m.redb")).expect("open"));
+    for name in ["", "a/b"] {
+        let err = s.campaign(name, "om-a", TTL).await.expect_err("refused");
+        assert!(matches!(err, StoreError::InvalidElectionName(_)), "{err}");
+    }
+}
+
+/// On redb (one om holds the file) the candidate leads at once, for good.
+#[tokio::test]
+async fn on_redb_the_one_om_leads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = MetaStore::Redb(RedbStore::open(&dir.path().join("m.redb")).expect("open"));
+    let l = s.campaign("services", "om-a", TTL).await.expect("leads");
+    assert!(l.is_held());
+    assert_eq!(s.leader("services").await.expect("leader"), None);
+    let mut l = l;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), l.lost())
+            .await
+            .is_err(),
+        "a redb leadership is never lost"
+    );
+    assert!(l.is_held());
+}

@@ -1,0 +1,220 @@
+//! The `meta` suite: the om's metadata store on redb and on etcd (one local
+//! member, and three), side by side in one run, with the transaction shapes
+//! of the om's key operations (issue 18; the om itself is not on the store
+//! yet, so these are the store's own rates, the floor under the om's):
+//!
+//! - `open-commit`: what opening and committing a key costs the store: a
+//!   guarded create of an open-key record, a read of the key, and a commit
+//!   guarded on that read that writes the key and deletes the open record
+//!   (one op = one get + two transactions);
+//! - `lookup`: a get of a committed key (what a key lookup reads);
+//! - `list-100`: a scan of 100 rows of one bucket;
+//! - the same `open-commit` and `lookup` from `--threads` tasks at once.
+//!
+//! Ratios `WORKLOAD etcd-1/redb` and `etcd-3/redb` say what etcd costs.
+//! Every mode's store is fresh, under a temp dir of its own; etcd runs as
+//! real members on loopback (`LocalEtcd`).
+
+use std::time::Instant;
+
+use anyhow::Context;
+use meta_store::local_etcd::LocalEtcd;
+use meta_store::{EtcdConfig, EtcdStore, MetaStore, RedbStore, Table, Txn};
+
+use super::{Latencies, Report, Row, Settings};
+
+/// `(bucket, key) -> (size, generation)`, the shape of the om's key table.
+const KEYS: Table<(String, String), (u64, u64)> = Table::new("keys");
+/// Open-key records: `(bucket, key, session) -> client`.
+const OPEN: Table<(String, String, u64), String> = Table::new("open_keys");
+
+/// One store under test and what keeps it running.
+struct Backend {
+    mode: &'static str,
+    store: MetaStore,
+    _etcd: Option<LocalEtcd>,
+}
+
+async fn backends(dir: &std::path::Path) -> anyhow::Result<Vec<Backend>> {
+    let redb = RedbStore::open(&dir.join("meta.redb")).context("opening redb")?;
+    let mut out = vec![Backend {
+        mode: "redb",
+        store: MetaStore::Redb(redb),
+        _etcd: None,
+    }];
+    for (mode, members) in [("etcd-1", 1), ("etcd-3", 3)] {
+        let etcd = LocalEtcd::start(&dir.join(mode), members)
+            .await
+            .with_context(|| format!("starting {members} etcd member(s)"))?;
+        let store = EtcdStore::connect(&EtcdConfig::new(etcd.endpoints()))
+            .await
+            .context("connecting to etcd")?;
+        out.push(Backend {
+            mode,
+            store: MetaStore::Etcd(store),
+            _etcd: Some(etcd),
+        });
+    }
+    Ok(out)
+}
+
+/// Opens and commits key `name` of `bucket` as session `session`.
+async fn open_commit(
+    store: &MetaStore,
+    bucket: &str,
+    name: &str,
+    session: u64,
+) -> anyhow::Result<()> {
+    let open = (bucket.to_string(), name.to_string(), session);
+    let txn = OPEN.when_absent(Txn::new(), &open);
+    let txn = OPEN.put(txn, &open, &"bench".to_string());
+    anyhow::ensure!(store.commit(txn).await?.committed(), "open conflicted");
+    let key = (bucket.to_string(), name.to_string());
+    let seen = KEYS.get(store, &key).await?;
+    let generation = seen.as_ref().map_or(0, |r| r.value.1 + 1);
+    let txn = KEYS.when_as_read(Txn::new(), &key, seen.as_ref());
+    let txn = KEYS.put(txn, &key, &(4096, generation));
+    let txn = OPEN.delete(txn, &open);
+    anyhow::ensure!(store.commit(txn).await?.committed(), "commit conflicted");
+    Ok(())
+}
+
+/// Runs `op(i)` for `i` in `0..ops`, from `tasks` tasks; returns the row.
+async fn measure<F, Fut>(
+    workload: &str,
+    mode: &str,
+    tasks: usize,
+    ops: u64,
+    op: F,
+) -> anyhow::Result<Row>
+where
+    F: Fn(u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
+{
+    let per_task = (ops / tasks as u64).max(1);
+    let start = Instant::now();
+    let handles: Vec<_> = (0..tasks as u64)
+        .map(|t| {
+            let op = op.clone();
+            tokio::spawn(async move {
+                let mut lat = Latencies::default();
+                for i in 0..per_task {
+                    let began = Instant::now();
+                    op(t * per_task + i).await?;
+                    lat.push(began.elapsed());
+                }
+                anyhow::Ok(lat)
+            })
+        })
+        .collect();
+    let mut lat = Latencies::default();
+    for h in handles {
+        lat.extend(h.await??);
+    }
+    let total = per_task * tasks as u64;
+    Ok(super::report::row(
+        workload,
+        mode,
+        tasks,
+        total,
+        0,
+        start.elapsed(),
+        &lat,
+        &block_stream::MetricsSnapshot::default(),
+    ))
+}
+
+pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
+    let dir = tempfile::tempdir().context("temp dir")?;
+    let backends = backends(dir.path()).await?;
+    // Each open-commit is three store calls, two of them durable writes.
+    let ops = (s.ops / 4).max(1);
+    let mut rows = Vec::new();
+    for b in &backends {
+        let store = b.store.clone();
+        rows.push(
+            measure("open-commit", b.mode, 1, ops, move |i| {
+                let store = store.clone();
+                async move { open_commit(&store, "bench", &format!("k{i:08}"), i).await }
+            })
+            .await?,
+        );
+        let store = b.store.clone();
+        rows.push(
+            measure("open-commit", b.mode, s.threads, ops, move |i| {
+                let store = store.clone();
+                async move { open_commit(&store, "bench-mt", &format!("k{i:08}"), i).await }
+            })
+            .await?,
+        );
+        for tasks in [1, s.threads] {
+            let store = b.store.clone();
+            rows.push(
+                measure("lookup", b.mode, tasks, s.ops, move |i| {
+                    let store = store.clone();
+                    async move {
+                        let key = ("bench".to_string(), format!("k{:08}", i % ops));
+                        KEYS.get(&store, &key)
+                            .await?
+                            .context("a committed key is missing")?;
+                        Ok(())
+                    }
+                })
+                .await?,
+            );
+        }
+        let store = b.store.clone();
+        rows.push(
+            measure("list-100", b.mode, 1, (s.ops / 10).max(1), move |i| {
+                let store = store.clone();
+                async move {
+                    let after = ("bench".to_string(), format!("k{:08}", (i * 37) % ops));
+                    let rows = KEYS
+                        .scan(&store, &"bench".to_string(), Some(&after), 100)
+                        .await?;
+                    anyhow::ensure!(
+                        !rows.rows.is_empty() || !rows.more,
+                        "an empty page with more"
+                    );
+                    Ok(())
+                }
+            })
+            .await?,
+        );
+    }
+    let mut report = Report {
+        suite: "meta".into(),
+        started_unix_ms: started,
+        config: s.config_json(),
+        rows,
+        ratios: Default::default(),
+    };
+    for w in ["open-commit", "lookup", "list-100"] {
+        for mode in ["etcd-1", "etcd-3"] {
+            report.ratio(&format!("{w} {mode}/redb"), w, mode, "redb");
+        }
+    }
+    for mode in ["redb", "etcd-1", "etcd-3"] {
+        let one = report.find("open-commit", mode).map(|r| r.ops_per_sec);
+        let many = report
+            .rows
+            .iter()
+            .find(|r| {
+                r.workload == "open-commit"
+                    && r.mode == mode
+                    && r.threads == s.threads
+                    && s.threads > 1
+            })
+            .map(|r| r.ops_per_sec);
+        if let (Some(a), Some(b)) = (one, many) {
+            report.ratios.insert(
+                format!("open-commit {mode} {}-tasks/1-task", s.threads),
+                ((b / a) * 1000.0).round() / 1000.0,
+            );
+        }
+    }
+    Ok(report)
+}
