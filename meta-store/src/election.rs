@@ -36,11 +36,31 @@ pub struct Leadership {
     held: Option<Held>,
 }
 
-/// What an etcd leadership holds: the lease and its renewal task.
+/// What an etcd leadership holds: the leader key, its lease and the
+/// lease's renewal task.
 struct Held {
     client: etcd_client::Client,
+    leader: etcd_client::LeaderKey,
     lease: i64,
     renewer: JoinHandle<()>,
+}
+
+impl Held {
+    /// Deletes the leader key (etcd's `Resign`: the next candidate leads at
+    /// once), then revokes the lease. The revoke is best effort: with etcd's
+    /// authentication on, etcd 3.4 refuses a client's revoke of a lease
+    /// that has keys ("user name is empty"), and a lease without keys only
+    /// waits out its TTL.
+    async fn step_down(self) -> Result<(), StoreError> {
+        self.renewer.abort();
+        let mut client = self.client;
+        let options = etcd_client::ResignOptions::new().with_leader(self.leader);
+        let resigned = client.resign(Some(options)).await;
+        if let Err(e) = client.lease_revoke(self.lease).await {
+            tracing::debug!(lease = self.lease, "lease revoke after resign: {e}");
+        }
+        resigned.map(|_| ()).map_err(StoreError::from)
+    }
 }
 
 impl std::fmt::Debug for Held {
@@ -67,19 +87,17 @@ impl Leadership {
         let _ = self.lost.wait_for(|lost| *lost).await;
     }
 
-    /// Steps down: revokes the lease (which deletes the leader key), so the
-    /// next candidate leads at once.
+    /// Steps down: deletes the leader key, so the next candidate leads at
+    /// once, and revokes the lease.
     ///
     /// # Errors
-    /// [`StoreError::Etcd`] if the revoke fails (the lease then expires
-    /// within its TTL).
+    /// [`StoreError::Etcd`] if the resign fails (the lease then expires
+    /// within its TTL, since it is no longer renewed).
     pub async fn resign(mut self) -> Result<(), StoreError> {
-        if let Some(held) = self.held.take() {
-            held.renewer.abort();
-            let mut client = held.client;
-            client.lease_revoke(held.lease).await?;
+        match self.held.take() {
+            Some(held) => held.step_down().await,
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 
@@ -89,9 +107,8 @@ impl Drop for Leadership {
             held.renewer.abort();
             // Best effort: without it the lease expires within its TTL.
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                let mut client = held.client;
                 rt.spawn(async move {
-                    let _ = client.lease_revoke(held.lease).await;
+                    let _ = held.step_down().await;
                 });
             }
         }
@@ -152,7 +169,7 @@ impl MetaStore {
         let campaign = client.campaign(store.election_name(name), candidate, lease);
         let elected = tokio::select! {
             r = campaign => match r {
-                Ok(mut resp) => resp.take_leader().map(|_| ()).ok_or_else(|| {
+                Ok(mut resp) => resp.take_leader().ok_or_else(|| {
                     StoreError::Protocol("a campaign answer without a leader key".into())
                 }),
                 Err(e) => Err(e.into()),
@@ -162,16 +179,20 @@ impl MetaStore {
                 candidate: candidate.to_string(),
             }),
         };
-        if let Err(e) = elected {
-            renewer.abort();
-            let _ = client.lease_revoke(lease).await;
-            return Err(e);
-        }
+        let leader = match elected {
+            Ok(leader) => leader,
+            Err(e) => {
+                renewer.abort();
+                let _ = client.lease_revoke(lease).await;
+                return Err(e);
+            }
+        };
         Ok(Leadership {
             lost,
             _never: None,
             held: Some(Held {
                 client,
+                leader,
                 lease,
                 renewer,
             }),

@@ -44,6 +44,15 @@ pub enum StoreError {
         /// Its length, bytes.
         len: usize,
     },
+    /// An etcd endpoint was not a URL of the form the config needs
+    /// (`http://HOST:PORT`, or `https://` with TLS), or there was none.
+    #[error("etcd endpoint {endpoint:?}: {reason}")]
+    InvalidEndpoint {
+        /// The endpoint as given.
+        endpoint: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A row of a [`Table`](crate::Table) did not decode as its types.
     #[error("table {table}: stored row does not decode: {reason}")]
     Corrupt {

@@ -10,52 +10,15 @@
 
 use std::time::Duration;
 
-use etcd_client::{
-    Client, Compare as EtcdCompare, CompareOp, ConnectOptions, GetOptions, Txn as EtcdTxn, TxnOp,
-};
+use etcd_client::{Client, Compare as EtcdCompare, CompareOp, GetOptions, Txn as EtcdTxn, TxnOp};
 
+use crate::etcd_config::{EtcdConfig, connect_client};
 use crate::{Compare, Entry, Op, Outcome, Page, StoreError, Txn, prefix_end};
 
 /// Longest namespace, bytes: the namespace and `k/` are added to every
 /// key, and [`ENTRY_OVERHEAD_BYTES`](crate::ENTRY_OVERHEAD_BYTES) covers them
 /// with etcd's own framing of a put (about 40 bytes).
 pub const MAX_NAMESPACE_BYTES: usize = 16;
-
-/// How to reach etcd.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct EtcdConfig {
-    /// Client URLs of the members (`http://HOST:PORT`); the client balances
-    /// calls over them and moves past a member that does not answer.
-    pub endpoints: Vec<String>,
-    /// Prefix of every key this store writes (default `/ozone/`; at most
-    /// [`MAX_NAMESPACE_BYTES`]).
-    pub namespace: Vec<u8>,
-    /// Deadline of one call (default 5 s).
-    pub timeout: Duration,
-    /// Deadline of connecting to a member (default 3 s).
-    pub connect_timeout: Duration,
-}
-
-impl EtcdConfig {
-    /// `endpoints` with the default namespace and deadlines.
-    #[must_use]
-    pub fn new(endpoints: Vec<String>) -> Self {
-        Self {
-            endpoints,
-            namespace: b"/ozone/".to_vec(),
-            timeout: Duration::from_secs(5),
-            connect_timeout: Duration::from_secs(3),
-        }
-    }
-
-    /// Sets the key prefix (for several clusters, or tests, on one etcd).
-    #[must_use]
-    pub fn with_namespace(mut self, namespace: impl Into<Vec<u8>>) -> Self {
-        self.namespace = namespace.into();
-        self
-    }
-}
 
 /// The metadata store on etcd. Cheap to clone: clones share the channels.
 ///
@@ -75,10 +38,9 @@ pub struct EtcdStore {
     elections: std::sync::Arc<Client>,
     namespace: Vec<u8>,
     timeout: Duration,
-    /// The members' client URLs, for calls that go to each member in turn
+    /// How it connected, for calls that go to each member in turn
     /// (defragmentation: see [`crate::space`]).
-    pub(crate) endpoints: Vec<String>,
-    pub(crate) connect_timeout: Duration,
+    pub(crate) config: std::sync::Arc<EtcdConfig>,
 }
 
 /// Largest answer a range read decodes, bytes (64 MiB): a page of `limit`
@@ -140,6 +102,14 @@ fn transient(e: &etcd_client::Error) -> bool {
     }
 }
 
+/// Whether etcd refused the call's auth token as invalid (expired, or
+/// issued by a member that has since restarted). etcd checks the token
+/// before it proposes a write, so the call was not applied.
+pub(crate) fn auth_expired(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(s)
+        if s.code() == tonic::Code::Unauthenticated && s.message().contains("invalid auth token"))
+}
+
 /// Which failures a call is sent again after.
 #[derive(Clone, Copy)]
 enum Retry {
@@ -162,20 +132,14 @@ impl EtcdStore {
                 len: config.namespace.len(),
             });
         }
-        let options = ConnectOptions::new().with_connect_timeout(config.connect_timeout);
-        let elections = Client::connect(&config.endpoints, Some(options.clone())).await?;
-        let client = Client::connect(
-            &config.endpoints,
-            Some(options.with_timeout(config.timeout)),
-        )
-        .await?;
+        let elections = connect_client(config, &config.endpoints, None).await?;
+        let client = connect_client(config, &config.endpoints, Some(config.timeout)).await?;
         Ok(Self {
             client: std::sync::Arc::new(client),
             elections: std::sync::Arc::new(elections),
             namespace: config.namespace.clone(),
             timeout: config.timeout,
-            endpoints: config.endpoints.clone(),
-            connect_timeout: config.connect_timeout,
+            config: std::sync::Arc::new(config.clone()),
         })
     }
 
@@ -188,6 +152,7 @@ impl EtcdStore {
         Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
     {
         let started = std::time::Instant::now();
+        let mut refreshed = false;
         loop {
             let kv = self
                 .client
@@ -207,6 +172,14 @@ impl EtcdStore {
             let in_time = started.elapsed() < self.timeout;
             match attempt {
                 Ok(v) => return Ok(v),
+                // etcd refused the token before proposing anything (it
+                // expired after `--auth-token-ttl` idle, or the member
+                // restarted): authenticate again, once per call.
+                Err(e) if auth_expired(&e) && !refreshed => {
+                    refreshed = true;
+                    self.client.refresh_token().await?;
+                    continue;
+                }
                 Err(e) if not_sent(&e) && in_time => {}
                 // Never sent, so never applied, even for a commit.
                 Err(e) if not_sent(&e) => return Err(StoreError::Etcd(e)),

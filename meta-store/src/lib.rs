@@ -36,6 +36,7 @@
 pub mod codec;
 mod election;
 mod error;
+mod etcd_config;
 mod etcd_store;
 pub mod local_etcd;
 mod redb_store;
@@ -44,7 +45,8 @@ mod table;
 
 pub use election::{Leadership, MIN_TTL};
 pub use error::StoreError;
-pub use etcd_store::{EtcdConfig, EtcdStore, MAX_NAMESPACE_BYTES, MAX_PAGE_BYTES};
+pub use etcd_config::{EtcdConfig, EtcdTls};
+pub use etcd_store::{EtcdStore, MAX_NAMESPACE_BYTES, MAX_PAGE_BYTES};
 pub use redb_store::RedbStore;
 pub use space::MemberSpace;
 pub use table::{Row, Rows, Table};

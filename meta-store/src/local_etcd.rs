@@ -41,6 +41,9 @@ pub enum LocalEtcdError {
     /// No member with that number.
     #[error("no etcd member {0}")]
     NoMember(usize),
+    /// Setting up the members (users, roles) failed.
+    #[error("local etcd set-up: {0}")]
+    Store(#[from] crate::StoreError),
 }
 
 /// How long a member may take to serve after it starts.
@@ -55,6 +58,19 @@ struct Member {
     child: Option<Child>,
 }
 
+/// PEM files of local members' TLS.
+#[derive(Debug, Clone)]
+pub struct LocalEtcdTls {
+    /// The CA certificate: members trust only certificates it signed, on
+    /// the client port and between members.
+    pub ca: PathBuf,
+    /// Every member's certificate (for 127.0.0.1; serverAuth and
+    /// clientAuth: it is also each member's client certificate to its peers).
+    pub cert: PathBuf,
+    /// Its private key.
+    pub key: PathBuf,
+}
+
 /// Settings of local members beyond etcd's defaults.
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
@@ -62,9 +78,29 @@ pub struct LocalEtcdOptions {
     /// Each member's backend quota, bytes (`--quota-backend-bytes`; `None`:
     /// etcd's 2 GiB). Tests of a full store set it small.
     pub quota_backend_bytes: Option<u64>,
+    /// TLS on the client and peer ports, with client certificates required
+    /// on both (`--client-cert-auth`, `--peer-client-cert-auth`).
+    pub tls: Option<LocalEtcdTls>,
+    /// How long an idle auth token lives (`--auth-token-ttl`, whole
+    /// seconds; etcd's default 300 s).
+    pub auth_token_ttl: Option<Duration>,
 }
 
 impl LocalEtcdOptions {
+    /// Turns TLS on with the files of `tls`.
+    #[must_use]
+    pub fn with_tls(mut self, tls: LocalEtcdTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Sets how long an idle auth token lives.
+    #[must_use]
+    pub fn with_auth_token_ttl(mut self, ttl: Duration) -> Self {
+        self.auth_token_ttl = Some(ttl);
+        self
+    }
+
     /// Sets each member's backend quota, bytes.
     #[must_use]
     pub fn with_quota_backend_bytes(mut self, bytes: u64) -> Self {
@@ -124,13 +160,18 @@ impl LocalEtcd {
         // Every port stays bound until all are picked, then is released
         // just before the members bind them.
         let mut held = Vec::new();
+        let scheme = if options.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         for i in 0..members.max(1) {
             let data_dir = dir.join(format!("member-{i}"));
             std::fs::create_dir_all(&data_dir)?;
             list.push(Member {
                 name: format!("m{i}"),
-                client_url: format!("http://127.0.0.1:{}", free_port(&mut held)?),
-                peer_url: format!("http://127.0.0.1:{}", free_port(&mut held)?),
+                client_url: format!("{scheme}://127.0.0.1:{}", free_port(&mut held)?),
+                peer_url: format!("{scheme}://127.0.0.1:{}", free_port(&mut held)?),
                 log: dir.join(format!("member-{i}.log")),
                 data_dir,
                 child: None,
@@ -163,6 +204,60 @@ impl LocalEtcd {
         self.members.iter().map(|m| m.client_url.clone()).collect()
     }
 
+    /// A store config for these members: their endpoints and, with TLS,
+    /// their CA and the members' certificate as the client's own (the
+    /// default namespace; no user).
+    ///
+    /// # Errors
+    /// [`LocalEtcdError::Io`] if a TLS file cannot be read.
+    pub fn config(&self) -> Result<crate::EtcdConfig, LocalEtcdError> {
+        self.config_for(self.endpoints())
+    }
+
+    fn config_for(&self, endpoints: Vec<String>) -> Result<crate::EtcdConfig, LocalEtcdError> {
+        let config = crate::EtcdConfig::new(endpoints);
+        Ok(match &self.options.tls {
+            None => config,
+            Some(tls) => config.with_tls(
+                crate::EtcdTls::new(std::fs::read(&tls.ca)?)
+                    .with_identity(std::fs::read(&tls.cert)?, std::fs::read(&tls.key)?),
+            ),
+        })
+    }
+
+    /// Turns etcd's authentication on, as `etcdctl user add root`, `user
+    /// grant-role root root` and `auth enable` would, and first adds each
+    /// `(name, password, prefix)` of `users`: a user whose role of the same
+    /// name may read and write the keys that start with `prefix`, nothing
+    /// else.
+    ///
+    /// # Errors
+    /// [`LocalEtcdError::Store`] if a member refuses (a user or role that
+    /// exists) or cannot be reached; [`LocalEtcdError::Io`] for TLS files.
+    pub async fn enable_auth(
+        &self,
+        root_password: &str,
+        users: &[(&str, &str, &[u8])],
+    ) -> Result<(), LocalEtcdError> {
+        let config = self.config()?;
+        let mut c =
+            crate::etcd_config::connect_client(&config, &config.endpoints, Some(config.timeout))
+                .await?;
+        let e = crate::StoreError::from;
+        for (name, password, prefix) in users {
+            c.role_add(*name).await.map_err(e)?;
+            let perm = etcd_client::Permission::read_write(prefix.to_vec()).with_prefix();
+            c.role_grant_permission(*name, perm).await.map_err(e)?;
+            c.user_add(*name, *password, None).await.map_err(e)?;
+            c.user_grant_role(*name, *name).await.map_err(e)?;
+        }
+        c.role_add("root").await.map_err(e)?;
+        c.user_add("root", root_password, None).await.map_err(e)?;
+        c.user_grant_role("root", "root").await.map_err(e)?;
+        c.auth_enable().await.map_err(e)?;
+        Ok(())
+    }
+
     /// Process ids of the running members.
     #[must_use]
     pub fn pids(&self) -> Vec<u32> {
@@ -181,6 +276,23 @@ impl LocalEtcd {
         let mut command = Command::new(&self.binary);
         if let Some(quota) = self.options.quota_backend_bytes {
             command.arg("--quota-backend-bytes").arg(quota.to_string());
+        }
+        if let Some(ttl) = self.options.auth_token_ttl {
+            command
+                .arg("--auth-token-ttl")
+                .arg(ttl.as_secs().max(1).to_string());
+        }
+        if let Some(tls) = &self.options.tls {
+            for side in ["", "peer-"] {
+                command
+                    .arg(format!("--{side}cert-file"))
+                    .arg(&tls.cert)
+                    .arg(format!("--{side}key-file"))
+                    .arg(&tls.key)
+                    .arg(format!("--{side}trusted-ca-file"))
+                    .arg(&tls.ca)
+                    .arg(format!("--{side}client-cert-auth"));
+            }
         }
         let child = command
             .arg("--name")
@@ -231,12 +343,15 @@ impl LocalEtcd {
             {
                 return Err(self.not_ready(i, format!("it exited with {status}")));
             }
-            let options = etcd_client::ConnectOptions::new()
-                .with_connect_timeout(Duration::from_secs(1))
-                .with_timeout(Duration::from_secs(2));
             // A linearizable read needs a leader: the member serves the cluster.
-            if let Ok(mut c) = etcd_client::Client::connect([url.as_str()], Some(options)).await
-                && c.get("/ready-probe", None).await.is_ok()
+            let probe = self.config_for(vec![url.clone()]).map(|mut c| {
+                c.timeout = Duration::from_secs(2);
+                c.connect_timeout = Duration::from_secs(1);
+                c
+            });
+            if let Ok(config) = probe
+                && let Ok(store) = crate::EtcdStore::connect(&config).await
+                && store.get(b"ready-probe").await.is_ok()
             {
                 return Ok(());
             }

@@ -23,9 +23,10 @@
 
 use std::time::Duration;
 
-use etcd_client::{AlarmAction, AlarmType, Client, CompactionOptions, ConnectOptions};
+use etcd_client::{AlarmAction, AlarmType, CompactionOptions};
 
 use crate::StoreError;
+use crate::etcd_config::connect_client;
 use crate::etcd_store::EtcdStore;
 
 /// Deadline of defragmenting one member: it rewrites the member's whole
@@ -116,14 +117,12 @@ impl EtcdStore {
     /// Compacts all history, defragments each member, disarms NOSPACE.
     pub(crate) async fn reclaim_space(&self) -> Result<Vec<MemberSpace>, StoreError> {
         self.compact_history(0).await?;
-        let mut members = Vec::with_capacity(self.endpoints.len());
-        for endpoint in &self.endpoints {
+        let mut members = Vec::with_capacity(self.config.endpoints.len());
+        for endpoint in &self.config.endpoints {
             // One connection to this member alone: a defragmentation runs
             // on the member it reaches, and the balanced channels pick one.
-            let options = ConnectOptions::new()
-                .with_connect_timeout(self.connect_timeout)
-                .with_timeout(DEFRAGMENT_TIMEOUT);
-            let mut client = Client::connect([endpoint.as_str()], Some(options)).await?;
+            let one = std::slice::from_ref(endpoint);
+            let mut client = connect_client(&self.config, one, Some(DEFRAGMENT_TIMEOUT)).await?;
             let before = db_bytes(client.status().await?.db_size())?;
             client.defragment().await.map_err(refusal)?;
             let after = db_bytes(client.status().await?.db_size())?;
