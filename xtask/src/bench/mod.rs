@@ -305,6 +305,21 @@ pub(crate) async fn run(args: BenchArgs, runtime: crate::RuntimeFlavor) -> anyho
     result.and(stopped)
 }
 
+/// Creates the two buckets most suites compare, unless they exist:
+/// `ec_bucket` with the default EC scheme and `rep_bucket` 3-way
+/// replicated, both with blocks of `block_size` bytes.
+pub(crate) async fn ensure_ec_and_replicated(
+    client: &Client,
+    ec_bucket: &str,
+    rep_bucket: &str,
+    block_size: u64,
+) -> anyhow::Result<()> {
+    let ec = ReplicationConfig::Ec(ec_codec::EcReplicationConfig::default());
+    ensure_bucket(client, ec_bucket, ec, block_size).await?;
+    let replicated = ReplicationConfig::Replicated { factor: 3 };
+    ensure_bucket(client, rep_bucket, replicated, block_size).await
+}
+
 /// Creates `bucket` with `replication` unless it exists.
 pub(crate) async fn ensure_bucket(
     client: &Client,

@@ -10,15 +10,14 @@
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use ec_client::{ClientConfig, KeyInputStream, ReplicationConfig, RpcKind};
-use ec_codec::EcReplicationConfig;
+use ec_client::{ClientConfig, KeyInputStream, RpcKind};
 use rand::rngs::SmallRng;
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::sync::Mutex;
 
-use super::{Latencies, Report, Row, Settings, ensure_bucket, write_key};
+use super::{Latencies, Report, Row, Settings, ensure_ec_and_replicated, write_key};
 
 const REP_BUCKET: &str = "bench-vec-rep";
 const EC_BUCKET: &str = "bench-vec-ec";
@@ -139,20 +138,7 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
         (100_000_000, 20 << 20, 1 << 20, 128 << 10, 20)
     };
     let setup = s.client(ClientConfig::default()).await?;
-    ensure_bucket(
-        &setup,
-        REP_BUCKET,
-        ReplicationConfig::Replicated { factor: 3 },
-        block,
-    )
-    .await?;
-    ensure_bucket(
-        &setup,
-        EC_BUCKET,
-        ReplicationConfig::Ec(EcReplicationConfig::default()),
-        block,
-    )
-    .await?;
+    ensure_ec_and_replicated(&setup, EC_BUCKET, REP_BUCKET, block).await?;
     let key = format!("vectored-{size}");
     write_key(&setup, REP_BUCKET, &key, size, 5).await?;
     write_key(&setup, EC_BUCKET, &key, size, 5).await?;

@@ -8,11 +8,11 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use ec_client::{ClientConfig, EcWriteMode, ReplicationConfig, RpcKind};
+use ec_client::{ClientConfig, EcWriteMode, RpcKind};
 use ec_codec::EcReplicationConfig;
 use minicluster::pattern;
 
-use super::{Latencies, Report, Settings, ensure_bucket};
+use super::{Latencies, Report, Settings, ensure_ec_and_replicated};
 
 const EC_BUCKET: &str = "bench-write-ec";
 const REP_BUCKET: &str = "bench-write-rep";
@@ -94,20 +94,7 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
     let setup = s.client(ClientConfig::default()).await?;
-    ensure_bucket(
-        &setup,
-        EC_BUCKET,
-        ReplicationConfig::Ec(EcReplicationConfig::default()),
-        256 << 20,
-    )
-    .await?;
-    ensure_bucket(
-        &setup,
-        REP_BUCKET,
-        ReplicationConfig::Replicated { factor: 3 },
-        256 << 20,
-    )
-    .await?;
+    ensure_ec_and_replicated(&setup, EC_BUCKET, REP_BUCKET, 256 << 20).await?;
     let runs = [
         ("write-ec", "serial", EC_BUCKET, EcWriteMode::Serial),
         ("write-ec", "pipelined", EC_BUCKET, EcWriteMode::Pipelined),

@@ -19,7 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 mod raw;
 
-use super::{Latencies, Report, Row, Settings, ensure_bucket, write_key};
+use super::{Latencies, Report, Row, Settings, ensure_bucket, ensure_ec_and_replicated, write_key};
 use ozone_cli::table::Table;
 
 const EC_BUCKET: &str = "bench-ec";
@@ -280,14 +280,7 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
     let setup = s.client(ClientConfig::default()).await?;
     let ec = ec_codec::EcReplicationConfig::default();
-    ensure_bucket(&setup, EC_BUCKET, ReplicationConfig::Ec(ec), 256 << 20).await?;
-    ensure_bucket(
-        &setup,
-        REP_BUCKET,
-        ReplicationConfig::Replicated { factor: 3 },
-        256 << 20,
-    )
-    .await?;
+    ensure_ec_and_replicated(&setup, EC_BUCKET, REP_BUCKET, 256 << 20).await?;
     let key = format!("pread-{}", s.size);
     let info = write_key(&setup, EC_BUCKET, &key, s.size, 1).await?;
     write_key(&setup, REP_BUCKET, &key, s.size, 1).await?;
