@@ -5,8 +5,8 @@
 //! lease of `ttl`, renews it every `ttl / 3`, and campaigns; the candidate
 //! whose key under the election's name was created first leads. When the
 //! leader dies its lease expires within `ttl` and the next candidate leads;
-//! when it steps down (or drops its [`Leadership`]) the lease is revoked and
-//! the next one leads at once. On redb the store is one file that one om
+//! when it steps down (or drops its [`Leadership`]) its key is deleted
+//! (etcd's `Resign`), the lease revoked, and the next one leads at once. On redb the store is one file that one om
 //! process holds, so that om always leads.
 //!
 //! A leader learns that it may have lost the lease ([`Leadership::lost`]) as
@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::etcd_store::auth_expired;
 use crate::{MetaStore, StoreError};
 
 /// Shortest lease a candidate may ask for: etcd's own minimum lease TTL with
@@ -43,6 +44,8 @@ struct Held {
     leader: etcd_client::LeaderKey,
     lease: i64,
     renewer: JoinHandle<()>,
+    /// Deadline of each call made to step down.
+    timeout: Duration,
 }
 
 impl Held {
@@ -54,13 +57,44 @@ impl Held {
     async fn step_down(self) -> Result<(), StoreError> {
         self.renewer.abort();
         let mut client = self.client;
-        let options = etcd_client::ResignOptions::new().with_leader(self.leader);
-        let resigned = client.resign(Some(options)).await;
-        if let Err(e) = client.lease_revoke(self.lease).await {
+        let timeout = self.timeout;
+        let mut resigned = bounded(timeout, resign(&mut client, &self.leader)).await;
+        if matches!(&resigned, Err(StoreError::Etcd(e)) if auth_expired(e)) {
+            // The token expired while leading: authenticate again, once.
+            bounded(timeout, async {
+                client.refresh_token().await.map_err(Into::into)
+            })
+            .await?;
+            resigned = bounded(timeout, resign(&mut client, &self.leader)).await;
+        }
+        let revoked = bounded(timeout, async {
+            client.lease_revoke(self.lease).await.map_err(Into::into)
+        });
+        if let Err(e) = revoked.await {
             tracing::debug!(lease = self.lease, "lease revoke after resign: {e}");
         }
-        resigned.map(|_| ()).map_err(StoreError::from)
+        resigned
     }
+}
+
+/// etcd's `Resign` of `leader`.
+async fn resign(
+    client: &mut etcd_client::Client,
+    leader: &etcd_client::LeaderKey,
+) -> Result<(), StoreError> {
+    let options = etcd_client::ResignOptions::new().with_leader(leader.clone());
+    client.resign(Some(options)).await?;
+    Ok(())
+}
+
+/// `call`, or [`StoreError::Timeout`] after `deadline`.
+async fn bounded<T>(
+    deadline: Duration,
+    call: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    tokio::time::timeout(deadline, call)
+        .await
+        .map_err(|_| StoreError::Timeout(deadline))?
 }
 
 impl std::fmt::Debug for Held {
@@ -154,6 +188,14 @@ impl MetaStore {
         };
         let ttl = Duration::from_secs(ttl.max(MIN_TTL).as_secs());
         let mut client = store.election_client();
+        if store.has_user() {
+            // The election client's token may have expired while it was
+            // idle (a campaign is rare): authenticate again first.
+            bounded(store.call_timeout(), async {
+                client.refresh_token().await.map_err(Into::into)
+            })
+            .await?;
+        }
         // The lease runs from no earlier than this.
         let granted = Instant::now();
         let lease = tokio::time::timeout(
@@ -183,7 +225,8 @@ impl MetaStore {
             Ok(leader) => leader,
             Err(e) => {
                 renewer.abort();
-                let _ = client.lease_revoke(lease).await;
+                let revoke = async { client.lease_revoke(lease).await.map_err(Into::into) };
+                let _ = bounded(store.call_timeout(), revoke).await;
                 return Err(e);
             }
         };
@@ -195,6 +238,7 @@ impl MetaStore {
                 leader,
                 lease,
                 renewer,
+                timeout: store.call_timeout(),
             }),
         })
     }
@@ -211,12 +255,25 @@ impl MetaStore {
             return Ok(None);
         };
         let mut client = store.election_client();
-        let asked = tokio::time::timeout(
+        let mut asked = tokio::time::timeout(
             store.call_timeout(),
             client.leader(store.election_name(name)),
         )
         .await
         .map_err(|_| StoreError::Timeout(store.call_timeout()))?;
+        if matches!(&asked, Err(e) if auth_expired(e)) {
+            // An idle election client's token expired: authenticate again, once.
+            bounded(store.call_timeout(), async {
+                client.refresh_token().await.map_err(Into::into)
+            })
+            .await?;
+            asked = tokio::time::timeout(
+                store.call_timeout(),
+                client.leader(store.election_name(name)),
+            )
+            .await
+            .map_err(|_| StoreError::Timeout(store.call_timeout()))?;
+        }
         match asked {
             Ok(resp) => Ok(resp
                 .kv()

@@ -61,11 +61,15 @@ pub enum StoreError {
         /// What did not decode.
         reason: String,
     },
-    /// The store is out of space and wrote nothing: etcd's backend would
-    /// pass its quota (`--quota-backend-bytes`; a cluster in NOSPACE alarm
-    /// refuses every write that adds data, while reads and deletes run), or
-    /// redb's disk is full. Free rows, then
-    /// [`MetaStore::reclaim_space`](crate::MetaStore::reclaim_space); see
+    /// The store is out of space. On etcd the backend would pass its quota
+    /// (`--quota-backend-bytes`; a cluster in NOSPACE alarm refuses every
+    /// write that adds data, while reads and deletes run): the commit was
+    /// refused — unless it raced another commit across the quota, when etcd
+    /// applies it and still answers this, so re-read before retrying (a
+    /// guarded retry conflicts if it was applied). Free rows, then
+    /// [`MetaStore::reclaim_space`](crate::MetaStore::reclaim_space). On
+    /// redb the disk is full: redb refuses every later call after an I/O
+    /// failure, so free disk space and reopen the store. See
     /// [`crate::space`].
     #[error("metadata store out of space: {0}")]
     SpaceExhausted(String),
@@ -76,7 +80,9 @@ pub enum StoreError {
     /// (a read, or a commit that was never sent).
     #[error("etcd metadata store: {0}")]
     Etcd(#[from] etcd_client::Error),
-    /// A read got no answer from any member within the call deadline.
+    /// A call got no answer within its deadline: a read from any member,
+    /// authentication, a lease grant, or a compaction (which may still have
+    /// been applied).
     #[error("etcd metadata store: no answer within {0:?}")]
     Timeout(std::time::Duration),
     /// A compare named revision 0, which no write has (etcd would read it

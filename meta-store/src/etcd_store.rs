@@ -59,10 +59,10 @@ impl std::fmt::Debug for EtcdStore {
 /// Pause between tries of a call that failed in transport.
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
 
-/// Whether `e` says the call never reached a member: its connection was
-/// refused (the member is down). Any call, commits included, is safe to send
-/// again then. Other I/O errors may come from a connection the call already
-/// went out on, so they are not counted here.
+/// Whether `e` says the call never reached a member: no connection could
+/// be made (refused, timed out, a failed TLS handshake). Any call, commits
+/// included, is safe to send again then. Other I/O errors may come from a
+/// connection the call already went out on, so they are not counted here.
 fn not_sent(e: &etcd_client::Error) -> bool {
     // etcd_client::Error does not chain its sources: start from the status
     // (or transport error) it wraps.
@@ -72,6 +72,12 @@ fn not_sent(e: &etcd_client::Error) -> bool {
         _ => None,
     };
     while let Some(err) = source {
+        // tonic's connector wraps every failure to make a connection
+        // (refused, timed out, a failed TLS handshake); a request is only
+        // written to a connection that was made.
+        if err.is::<tonic::ConnectError>() {
+            return true;
+        }
         if let Some(io) = err.downcast_ref::<std::io::Error>() {
             return io.kind() == std::io::ErrorKind::ConnectionRefused;
         }
@@ -104,10 +110,13 @@ fn transient(e: &etcd_client::Error) -> bool {
 
 /// Whether etcd refused the call's auth token as invalid (expired, or
 /// issued by a member that has since restarted). etcd checks the token
-/// before it proposes a write, so the call was not applied.
+/// before it proposes a write, so the call was not applied. The KV service
+/// answers `UNAUTHENTICATED`; the election service, which relays through
+/// etcd's own client, `UNKNOWN` with the same message.
 pub(crate) fn auth_expired(e: &etcd_client::Error) -> bool {
     matches!(e, etcd_client::Error::GRpcStatus(s)
-        if s.code() == tonic::Code::Unauthenticated && s.message().contains("invalid auth token"))
+        if matches!(s.code(), tonic::Code::Unauthenticated | tonic::Code::Unknown)
+            && s.message().contains("invalid auth token"))
 }
 
 /// Which failures a call is sent again after.
@@ -124,8 +133,11 @@ impl EtcdStore {
     ///
     /// # Errors
     /// [`StoreError::InvalidNamespace`] for an empty namespace or one longer
-    /// than [`MAX_NAMESPACE_BYTES`]; [`StoreError::Etcd`] if no endpoint is
-    /// valid or none answers in time.
+    /// than [`MAX_NAMESPACE_BYTES`]; [`StoreError::InvalidEndpoint`] for no
+    /// endpoint, or one that is not a URL of the scheme TLS calls for. With
+    /// a user it authenticates here: [`StoreError::Timeout`] if no member
+    /// answers in time, [`StoreError::Etcd`] if etcd refuses. Without one,
+    /// no member is contacted until the first call.
     pub async fn connect(config: &EtcdConfig) -> Result<Self, StoreError> {
         if config.namespace.is_empty() || config.namespace.len() > MAX_NAMESPACE_BYTES {
             return Err(StoreError::InvalidNamespace {
@@ -211,9 +223,14 @@ impl EtcdStore {
     }
 
     /// A client for elections and leases (no request deadline; cheap: it
-    /// shares the channels).
+    /// shares the channels and the auth token).
     pub(crate) fn election_client(&self) -> Client {
         Client::clone(&self.elections)
+    }
+
+    /// Whether the store authenticates as an etcd user.
+    pub(crate) fn has_user(&self) -> bool {
+        self.config.user.is_some()
     }
 
     /// The etcd key prefix of election `name`: `NAMESPACE e/NAME`, apart

@@ -400,7 +400,9 @@ impl MetaStore {
     ///
     /// # Errors
     /// [`StoreError::Etcd`] if a member cannot be reached (every member must
-    /// be up) or refuses; [`StoreError::Timeout`].
+    /// be up) or refuses — defragmentation and alarms need etcd's `root`
+    /// role, and a user without it has compacted all history before the
+    /// refusal; [`StoreError::Timeout`].
     pub async fn reclaim_space(&self) -> Result<Vec<MemberSpace>, StoreError> {
         match self {
             Self::Redb(_) => Ok(Vec::new()),

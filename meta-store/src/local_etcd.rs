@@ -125,6 +125,19 @@ impl std::fmt::Debug for LocalEtcd {
     }
 }
 
+/// Whether a probe's answer shows the member serves: an answer, or an
+/// authentication refusal (with auth on, the probe has no user: etcd says
+/// "user name is empty", which it only says once it has read its data).
+fn serving<T>(answer: Result<T, crate::StoreError>) -> bool {
+    match answer {
+        Ok(_) => true,
+        Err(crate::StoreError::Etcd(etcd_client::Error::GRpcStatus(s))) => {
+            s.message().contains("user name is empty")
+        }
+        Err(_) => false,
+    }
+}
+
 /// A port of 127.0.0.1 that nothing listens on: bound on port 0 and held
 /// (so that the next pick cannot get it too) until the caller drops it.
 fn free_port(held: &mut Vec<std::net::TcpListener>) -> std::io::Result<u16> {
@@ -351,7 +364,7 @@ impl LocalEtcd {
             });
             if let Ok(config) = probe
                 && let Ok(store) = crate::EtcdStore::connect(&config).await
-                && store.get(b"ready-probe").await.is_ok()
+                && serving(store.get(b"ready-probe").await)
             {
                 return Ok(());
             }

@@ -7,8 +7,11 @@
 //! the quota is refused with "database space exceeded", and the member raises
 //! a cluster-wide NOSPACE alarm after which every write that adds data is
 //! refused (reads and delete-only transactions still run) until the alarm is
-//! disarmed. Both refusals surface as [`StoreError::SpaceExhausted`]; nothing
-//! was written then, so the caller may free rows and try again.
+//! disarmed. Both surface as [`StoreError::SpaceExhausted`]. The first is
+//! checked before the write is proposed, so nothing was written; but etcd
+//! checks again when it applies a write and answers the same error after
+//! applying one that raced another across the quota, so a caller re-reads
+//! before retrying.
 //!
 //! [`MetaStore::compact_history`](crate::MetaStore::compact_history) drops
 //! old versions (run it periodically; guarded commits compare current
@@ -19,7 +22,9 @@
 //!
 //! redb keeps one version of each key and reuses freed pages, so it has no
 //! history to compact; it runs out of space only when its disk is full
-//! (`ENOSPC`), which is [`StoreError::SpaceExhausted`] too.
+//! (`ENOSPC`), which is [`StoreError::SpaceExhausted`] too. redb refuses
+//! every call after an I/O failure, so the store is reopened once the disk
+//! has room.
 
 use std::time::Duration;
 
@@ -89,6 +94,16 @@ impl EtcdStore {
     /// that is not past the last compaction). Returns the revision
     /// compacted to, if any.
     pub(crate) async fn compact_history(&self, retain: u64) -> Result<Option<u64>, StoreError> {
+        self.compact_within(retain, self.call_timeout()).await
+    }
+
+    /// [`compact_history`](Self::compact_history) with its own deadline (a
+    /// physical compaction of a large store takes longer than a call).
+    async fn compact_within(
+        &self,
+        retain: u64,
+        deadline: Duration,
+    ) -> Result<Option<u64>, StoreError> {
         let current = self.revision().await?;
         let Some(to) = current.checked_sub(retain).filter(|r| *r > 0) else {
             return Ok(None);
@@ -97,13 +112,8 @@ impl EtcdStore {
         // `physical`: the answer comes once the old versions are gone from
         // the backend, so a defragmentation after it gives their space back.
         let options = CompactionOptions::new().with_physical();
-        match tokio::time::timeout(
-            self.call_timeout(),
-            self.kv_client().compact(rev, Some(options)),
-        )
-        .await
-        {
-            Err(_) => Err(StoreError::Timeout(self.call_timeout())),
+        match tokio::time::timeout(deadline, self.kv_client().compact(rev, Some(options))).await {
+            Err(_) => Err(StoreError::Timeout(deadline)),
             Ok(Ok(_)) => Ok(Some(to)),
             Ok(Err(etcd_client::Error::GRpcStatus(s)))
                 if s.message().contains(ALREADY_COMPACTED) =>
@@ -116,7 +126,7 @@ impl EtcdStore {
 
     /// Compacts all history, defragments each member, disarms NOSPACE.
     pub(crate) async fn reclaim_space(&self) -> Result<Vec<MemberSpace>, StoreError> {
-        self.compact_history(0).await?;
+        self.compact_within(0, DEFRAGMENT_TIMEOUT).await?;
         let mut members = Vec::with_capacity(self.config.endpoints.len());
         for endpoint in &self.config.endpoints {
             // One connection to this member alone: a defragmentation runs

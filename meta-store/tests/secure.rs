@@ -118,6 +118,7 @@ async fn a_user_works_in_its_namespace_only_and_survives_token_expiry() {
         Some("om-a")
     );
     leadership.resign().await.expect("resign");
+    assert_eq!(om.leader("services").await.expect("leader"), None);
 
     // The token expires after a second idle; the store authenticates again.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -133,6 +134,31 @@ async fn a_user_works_in_its_namespace_only_and_survives_token_expiry() {
         om.commit(Txn::new().put("k2", "v"))
             .await
             .expect("commit after expiry")
+            .committed()
+    );
+
+    // Elections after the election client sat idle past the TTL: campaign,
+    // leader and resign authenticate again; a resign frees the election.
+    let leadership = om
+        .campaign("services", "om-b", meta_store::MIN_TTL)
+        .await
+        .expect("campaign after expiry");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        om.leader("services").await.expect("leader").as_deref(),
+        Some("om-b")
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    leadership.resign().await.expect("resign after expiry");
+    assert_eq!(om.leader("services").await.expect("leader"), None);
+
+    // A restarted member forgets every token: the store authenticates again.
+    let mut etcd = etcd;
+    etcd.restart(0).await.expect("restart with auth on");
+    assert!(
+        om.commit(Txn::new().put("k4", "v"))
+            .await
+            .expect("commit after restart")
             .committed()
     );
 
