@@ -63,10 +63,17 @@ pub struct BucketOptions {
 }
 
 impl Client {
-    /// Connects to the om at `om_address` (`HOST:PORT`).
+    /// Connects to the om at `om_address` (`HOST:PORT`), or to the first
+    /// reachable of several (`HOST:PORT,HOST:PORT,...`, for oms that share
+    /// their metadata). Calls then fail over along the list as Ozone's
+    /// `OMFailoverProxyProvider` does: a read moves to the next om after
+    /// any transport failure (`UNAVAILABLE`), a change only when its
+    /// connection was refused (it never left, so it was not applied).
     ///
     /// # Errors
-    /// [`ClientError::Connect`] if the om cannot be reached.
+    /// [`ClientError::InvalidArgument`] for a malformed or repeated address;
+    /// [`ClientError::Connect`] if no om can be reached (naming each
+    /// address and why).
     #[tracing::instrument(level = "debug", name = "client.connect", skip(config), err(Display))]
     pub async fn connect(om_address: &str, config: ClientConfig) -> Result<Self> {
         let om =

@@ -140,7 +140,8 @@ pub enum ClientError {
     /// Connecting to the om failed.
     #[error("connecting to om at {address}: {message}")]
     Connect {
-        /// `HOST:PORT`.
+        /// `HOST:PORT` (several, comma-separated, for an om list of which
+        /// none answered).
         address: String,
         /// Why.
         message: String,

@@ -3,6 +3,8 @@
 use proto_crate::block_token::BlockToken;
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use proto_crate::request_id;
@@ -19,15 +21,80 @@ use tonic::transport::Channel;
 use crate::session::{OpenedKey, SessionGrant, Undo, guarded, open_guarded};
 use crate::{ClientError, Result};
 
-/// A connected om client (Ozone's `OzoneManagerProtocolClientSideTranslatorPB`, reduced).
+/// The om's gRPC client stub, with the request id attached to every call.
+type Stub = OzoneManagerServiceClient<InterceptedService<Channel, request_id::Attach>>;
+
+/// A connected om client (Ozone's `OzoneManagerProtocolClientSideTranslatorPB`,
+/// reduced) over one or more om addresses, with failover between them as
+/// Ozone's `OMFailoverProxyProvider` does: calls go to the om that last
+/// answered, and move on to the next address in the list when a call could
+/// not reach it (see [`Resend`]).
 #[derive(Debug, Clone)]
 pub(crate) struct OmClient {
-    /// Every call carries the current request id ([`request_id::attach`]).
-    inner: OzoneManagerServiceClient<InterceptedService<Channel, request_id::Attach>>,
+    /// One stub per om address, in the order given. Every call carries the
+    /// current request id ([`request_id::attach`]).
+    oms: Arc<[(String, Stub)]>,
+    /// Index into `oms` of the om calls go to first: the last one that
+    /// answered. Shared by clones.
+    current: Arc<AtomicUsize>,
     timeout: Duration,
     /// Random per connected client: the om bounds the sessions one client
     /// holds open by this id.
     client_id: String,
+}
+
+/// When a failed call is sent again to the next om address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resend {
+    /// A read (or a token mint): after any transport failure (gRPC
+    /// `UNAVAILABLE`), since sending it twice changes nothing.
+    Read,
+    /// A change: only when no connection could be made, so the call never
+    /// left; after a failure mid-call the om may have applied it, and the
+    /// caller sees the error.
+    IfNotSent,
+}
+
+/// Whether `status` says the call never reached the om: no connection
+/// could be made (refused, timed out, or a failed TLS handshake). tonic
+/// keeps its `ConnectError`, and the I/O error under it, among the sources;
+/// a request is written only to a connection that was made.
+fn not_sent(status: &Status) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(status);
+    while let Some(err) = source {
+        if err.is::<tonic::ConnectError>() {
+            return true;
+        }
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::ConnectionRefused;
+        }
+        source = err.source();
+    }
+    false
+}
+
+/// Whether a call that failed with `status` goes to the next om.
+fn resend(status: &Status, how: Resend) -> bool {
+    not_sent(status) || (how == Resend::Read && status.code() == tonic::Code::Unavailable)
+}
+
+/// The om addresses in `list`: comma-separated `HOST:PORT`s, at least one,
+/// none twice.
+///
+/// # Errors
+/// [`ClientError::InvalidArgument`] naming the first bad address.
+pub(crate) fn parse_addresses(list: &str) -> Result<Vec<String>> {
+    let mut out: Vec<String> = Vec::new();
+    for address in list.split(',').map(str::trim) {
+        check_address(address)?;
+        if out.iter().any(|a| a == address) {
+            return Err(ClientError::InvalidArgument(format!(
+                "om address `{address}` is listed twice"
+            )));
+        }
+        out.push(address.to_string());
+    }
+    Ok(out)
 }
 
 /// How a writer's om session ends.
@@ -158,56 +225,124 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 impl OmClient {
+    /// Connects to the oms at `addresses` (comma-separated `HOST:PORT`s):
+    /// to the first that accepts a connection, in order; the others are
+    /// connected when a call first fails over to them.
+    ///
+    /// # Errors
+    /// [`ClientError::InvalidArgument`] for a malformed or repeated address;
+    /// [`ClientError::Connect`] naming every address and why it failed if
+    /// none accepts a connection.
     pub(crate) async fn connect(
-        address: &str,
+        addresses: &str,
         timeout: Duration,
         tls: Option<&proto_crate::tls::TlsConfig>,
     ) -> Result<Self> {
-        check_address(address)?;
-        let endpoint = proto_crate::tls::endpoint(address, tls)
-            .map_err(|e| ClientError::Connect {
-                address: address.to_string(),
-                message: e.to_string(),
-            })?
-            .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true);
-        let channel = endpoint.connect().await.map_err(|e| ClientError::Connect {
-            address: address.to_string(),
-            message: error_chain(&e),
-        })?;
-        let id: u128 = rand::random();
-        Ok(Self {
-            inner: OzoneManagerServiceClient::with_interceptor(
+        let addresses = parse_addresses(addresses)?;
+        let stub = |channel| {
+            OzoneManagerServiceClient::with_interceptor(
                 channel,
                 request_id::attach as request_id::Attach,
             )
-            .max_decoding_message_size(64 * 1024 * 1024),
+            .max_decoding_message_size(64 * 1024 * 1024)
+        };
+        let mut oms = Vec::with_capacity(addresses.len());
+        let mut failures = Vec::new();
+        let mut current = None;
+        for address in addresses {
+            let endpoint = proto_crate::tls::endpoint(&address, tls)
+                .map_err(|e| ClientError::Connect {
+                    address: address.clone(),
+                    message: e.to_string(),
+                })?
+                .connect_timeout(Duration::from_secs(5))
+                .tcp_nodelay(true);
+            let channel = if current.is_some() {
+                endpoint.connect_lazy()
+            } else {
+                match endpoint.connect().await {
+                    Ok(channel) => {
+                        current = Some(oms.len());
+                        channel
+                    }
+                    Err(e) => {
+                        failures.push(format!("{address}: {}", error_chain(&e)));
+                        endpoint.connect_lazy()
+                    }
+                }
+            };
+            oms.push((address, stub(channel)));
+        }
+        let Some(current) = current else {
+            return Err(ClientError::Connect {
+                address: oms
+                    .iter()
+                    .map(|(a, _)| a.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                message: failures.join("; "),
+            });
+        };
+        let id: u128 = rand::random();
+        Ok(Self {
+            oms: oms.into(),
+            current: Arc::new(AtomicUsize::new(current)),
             timeout,
             client_id: format!("{id:032x}"),
         })
     }
 
-    async fn call<T>(
-        &self,
-        op: &'static str,
-        fut: impl Future<Output = std::result::Result<tonic::Response<T>, Status>>,
-    ) -> Result<T> {
-        match tokio::time::timeout(self.timeout, fut).await {
-            Err(_) => Err(ClientError::OmTimeout {
-                op,
-                after: self.timeout,
-            }),
-            Ok(Ok(r)) => Ok(r.into_inner()),
-            Ok(Err(s)) => Err(om_error(op, &s)),
+    /// Sends `req` with `send` to the current om, and on to the next
+    /// addresses in turn while it fails as `how` allows, all within the om
+    /// deadline. The om that answers becomes the current one.
+    async fn call<Q, T, F, Fut>(&self, op: &'static str, how: Resend, req: Q, send: F) -> Result<T>
+    where
+        Q: Clone,
+        F: Fn(Stub, Q) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<T>, Status>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let n = self.oms.len();
+        let first = self.current.load(Ordering::Relaxed) % n;
+        let mut failed: Option<Status> = None;
+        for i in (0..n).map(|k| (first + k) % n) {
+            let Some((address, stub)) = self.oms.get(i) else {
+                break;
+            };
+            match tokio::time::timeout_at(deadline, send(stub.clone(), req.clone())).await {
+                Err(_) => {
+                    return Err(ClientError::OmTimeout {
+                        op,
+                        after: self.timeout,
+                    });
+                }
+                Ok(Ok(r)) => {
+                    if i != first {
+                        self.current.store(i, Ordering::Relaxed);
+                        tracing::info!(op, om = %address, "failed over to om");
+                    }
+                    return Ok(r.into_inner());
+                }
+                Ok(Err(s)) if n > 1 && resend(&s, how) => {
+                    tracing::debug!(op, om = %address, "om unreachable: {}", s.message());
+                    failed = Some(s);
+                }
+                Ok(Err(s)) => return Err(om_error(op, &s)),
+            }
         }
+        Err(failed.map_or_else(
+            || ClientError::InvalidArgument("no om address".into()),
+            |s| om_error(op, &s),
+        ))
     }
 
     pub(crate) async fn list_datanodes(&self) -> Result<Vec<DatanodeDetails>> {
-        let mut c = self.inner.clone();
         let r = self
             .call(
                 "ListDatanodes",
-                c.list_datanodes(pb::ListDatanodesRequest {}),
+                Resend::Read,
+                pb::ListDatanodesRequest {},
+                |mut c, r| async move { c.list_datanodes(r).await },
             )
             .await?;
         Ok(r.datanodes
@@ -221,11 +356,11 @@ impl OmClient {
         name: &str,
         options: &crate::BucketOptions,
     ) -> Result<BucketInfo> {
-        let mut c = self.inner.clone();
         let r = self
             .call(
                 "CreateBucket",
-                c.create_bucket(pb::CreateBucketRequest {
+                Resend::IfNotSent,
+                pb::CreateBucketRequest {
                     name: name.to_string(),
                     default_replication: options
                         .replication
@@ -234,7 +369,8 @@ impl OmClient {
                     block_size: options.block_size.unwrap_or(0),
                     owner: options.owner.clone(),
                     acl: options.acl.name().to_string(),
-                }),
+                },
+                |mut c, r| async move { c.create_bucket(r).await },
             )
             .await?;
         Ok(r.bucket
@@ -247,14 +383,15 @@ impl OmClient {
         name: &str,
         acl: proto_crate::CannedAcl,
     ) -> Result<BucketInfo> {
-        let mut c = self.inner.clone();
         let r = self
             .call(
                 "SetBucketAcl",
-                c.set_bucket_acl(pb::SetBucketAclRequest {
+                Resend::IfNotSent,
+                pb::SetBucketAclRequest {
                     name: name.to_string(),
                     acl: acl.name().to_string(),
-                }),
+                },
+                |mut c, r| async move { c.set_bucket_acl(r).await },
             )
             .await
             .map_err(|e| bucket_not_found(e, name))?;
@@ -264,26 +401,28 @@ impl OmClient {
     }
 
     pub(crate) async fn s3_secret(&self, access_key: &str) -> Result<(String, String)> {
-        let mut c = self.inner.clone();
         let r = self
             .call(
                 "GetS3Secret",
-                c.get_s3_secret(pb::GetS3SecretRequest {
+                Resend::Read,
+                pb::GetS3SecretRequest {
                     access_key: access_key.to_string(),
-                }),
+                },
+                |mut c, r| async move { c.get_s3_secret(r).await },
             )
             .await?;
         Ok((r.user, r.secret_key))
     }
 
     pub(crate) async fn get_bucket(&self, name: &str) -> Result<BucketInfo> {
-        let mut c = self.inner.clone();
         let r = self
             .call(
                 "GetBucket",
-                c.get_bucket(pb::GetBucketRequest {
+                Resend::Read,
+                pb::GetBucketRequest {
                     name: name.to_string(),
-                }),
+                },
+                |mut c, r| async move { c.get_bucket(r).await },
             )
             .await
             .map_err(|e| bucket_not_found(e, name))?;
@@ -293,9 +432,13 @@ impl OmClient {
     }
 
     pub(crate) async fn list_buckets(&self) -> Result<Vec<BucketInfo>> {
-        let mut c = self.inner.clone();
         let r = self
-            .call("ListBuckets", c.list_buckets(pb::ListBucketsRequest {}))
+            .call(
+                "ListBuckets",
+                Resend::Read,
+                pb::ListBucketsRequest {},
+                |mut c, r| async move { c.list_buckets(r).await },
+            )
             .await?;
         Ok(r.buckets
             .into_iter()
@@ -304,12 +447,13 @@ impl OmClient {
     }
 
     pub(crate) async fn delete_bucket(&self, name: &str) -> Result<()> {
-        let mut c = self.inner.clone();
         self.call(
             "DeleteBucket",
-            c.delete_bucket(pb::DeleteBucketRequest {
+            Resend::IfNotSent,
+            pb::DeleteBucketRequest {
                 name: name.to_string(),
-            }),
+            },
+            |mut c, r| async move { c.delete_bucket(r).await },
         )
         .await?;
         Ok(())
@@ -332,9 +476,10 @@ impl OmClient {
         };
         let bucket = bucket.to_string();
         open_guarded(self, async move {
-            let mut c = this.inner.clone();
             let r = this
-                .call("OpenKey", c.open_key(req))
+                .call("OpenKey", Resend::IfNotSent, req, |mut c, r| async move {
+                    c.open_key(r).await
+                })
                 .await
                 .map_err(|e| bucket_not_found(e, &bucket))?;
             Ok(SessionGrant {
@@ -352,14 +497,15 @@ impl OmClient {
         session_id: u64,
         exclude: Vec<DatanodeId>,
     ) -> Result<BlockGroup> {
-        let mut c = self.inner.clone();
         let r = self
             .call(
                 "AllocateBlockGroup",
-                c.allocate_block_group(pb::AllocateBlockGroupRequest {
+                Resend::IfNotSent,
+                pb::AllocateBlockGroupRequest {
                     session_id,
                     exclude_datanodes: exclude.into_iter().map(String::from).collect(),
-                }),
+                },
+                |mut c, r| async move { c.allocate_block_group(r).await },
             )
             .await?;
         Ok(r.block_group
@@ -376,20 +522,21 @@ impl OmClient {
         length: u64,
         commit: Commit,
     ) -> Result<Committed> {
-        let mut c = self.inner.clone();
         let block_groups = groups.into_iter().map(Into::into).collect();
         match commit {
             Commit::Key(metadata, condition) => {
                 let r = self
                     .call(
                         "CommitKey",
-                        c.commit_key(pb::CommitKeyRequest {
+                        Resend::IfNotSent,
+                        pb::CommitKeyRequest {
                             session_id,
                             block_groups,
                             length,
                             metadata: metadata.into_iter().collect(),
                             condition: condition.map(Into::into),
-                        }),
+                        },
+                        |mut c, r| async move { c.commit_key(r).await },
                     )
                     .await?;
                 Ok(Committed::Key(
@@ -402,13 +549,15 @@ impl OmClient {
                 let r = self
                     .call(
                         "CommitPart",
-                        c.commit_part(pb::CommitPartRequest {
+                        Resend::IfNotSent,
+                        pb::CommitPartRequest {
                             session_id,
                             block_groups,
                             length,
                             etag,
                             metadata: metadata.into_iter().collect(),
-                        }),
+                        },
+                        |mut c, r| async move { c.commit_part(r).await },
                     )
                     .await?;
                 Ok(Committed::Part(
@@ -439,9 +588,13 @@ impl OmClient {
         };
         let bucket = bucket.to_string();
         let (id, guard) = guarded(self, async move {
-            let mut c = this.inner.clone();
             let r = this
-                .call("InitiateMultipartUpload", c.initiate_multipart_upload(req))
+                .call(
+                    "InitiateMultipartUpload",
+                    Resend::IfNotSent,
+                    req,
+                    |mut c, r| async move { c.initiate_multipart_upload(r).await },
+                )
                 .await
                 .map_err(|e| bucket_not_found(e, &bucket))?;
             let undo = Undo::Upload(r.upload_id.clone());
@@ -462,8 +615,11 @@ impl OmClient {
             client_id: self.client_id.clone(),
         };
         open_guarded(self, async move {
-            let mut c = this.inner.clone();
-            let r = this.call("OpenPart", c.open_part(req)).await?;
+            let r = this
+                .call("OpenPart", Resend::IfNotSent, req, |mut c, r| async move {
+                    c.open_part(r).await
+                })
+                .await?;
             Ok(SessionGrant {
                 session_id: r.session_id,
                 replication: r.replication,
@@ -475,13 +631,14 @@ impl OmClient {
     }
 
     pub(crate) async fn list_parts(&self, upload_id: &str) -> Result<MultipartUpload> {
-        let mut c = self.inner.clone();
         let r = self
             .call(
                 "ListParts",
-                c.list_parts(pb::ListPartsRequest {
+                Resend::Read,
+                pb::ListPartsRequest {
                     upload_id: upload_id.to_string(),
-                }),
+                },
+                |mut c, r| async move { c.list_parts(r).await },
             )
             .await?;
         Ok(r.upload
@@ -494,14 +651,15 @@ impl OmClient {
         bucket: &str,
         prefix: &str,
     ) -> Result<Vec<MultipartUpload>> {
-        let mut c = self.inner.clone();
         let r = self
             .call(
                 "ListMultipartUploads",
-                c.list_multipart_uploads(pb::ListMultipartUploadsRequest {
+                Resend::Read,
+                pb::ListMultipartUploadsRequest {
                     bucket: bucket.to_string(),
                     prefix: prefix.to_string(),
-                }),
+                },
+                |mut c, r| async move { c.list_multipart_uploads(r).await },
             )
             .await
             .map_err(|e| bucket_not_found(e, bucket))?;
@@ -519,11 +677,11 @@ impl OmClient {
         metadata: BTreeMap<String, String>,
         condition: Option<WriteCondition>,
     ) -> Result<KeyInfo> {
-        let mut c = self.inner.clone();
         let r = self
             .call(
                 "CompleteMultipartUpload",
-                c.complete_multipart_upload(pb::CompleteMultipartUploadRequest {
+                Resend::IfNotSent,
+                pb::CompleteMultipartUploadRequest {
                     upload_id: upload_id.to_string(),
                     parts: parts
                         .iter()
@@ -535,7 +693,8 @@ impl OmClient {
                     min_part_size,
                     metadata: metadata.into_iter().collect(),
                     condition: condition.map(Into::into),
-                }),
+                },
+                |mut c, r| async move { c.complete_multipart_upload(r).await },
             )
             .await?;
         Ok(r.key
@@ -544,28 +703,37 @@ impl OmClient {
     }
 
     pub(crate) async fn abort_multipart_upload(&self, upload_id: &str) -> Result<()> {
-        let mut c = self.inner.clone();
         self.call(
             "AbortMultipartUpload",
-            c.abort_multipart_upload(pb::AbortMultipartUploadRequest {
+            Resend::IfNotSent,
+            pb::AbortMultipartUploadRequest {
                 upload_id: upload_id.to_string(),
-            }),
+            },
+            |mut c, r| async move { c.abort_multipart_upload(r).await },
         )
         .await?;
         Ok(())
     }
 
     pub(crate) async fn abort_key(&self, session_id: u64) -> Result<()> {
-        let mut c = self.inner.clone();
-        self.call("AbortKey", c.abort_key(pb::AbortKeyRequest { session_id }))
-            .await?;
+        self.call(
+            "AbortKey",
+            Resend::IfNotSent,
+            pb::AbortKeyRequest { session_id },
+            |mut c, r| async move { c.abort_key(r).await },
+        )
+        .await?;
         Ok(())
     }
 
     pub(crate) async fn renew_key(&self, session_id: u64) -> Result<()> {
-        let mut c = self.inner.clone();
-        self.call("RenewKey", c.renew_key(pb::RenewKeyRequest { session_id }))
-            .await?;
+        self.call(
+            "RenewKey",
+            Resend::IfNotSent,
+            pb::RenewKeyRequest { session_id },
+            |mut c, r| async move { c.renew_key(r).await },
+        )
+        .await?;
         Ok(())
     }
 
@@ -577,29 +745,31 @@ impl OmClient {
         container_id: u64,
         local_id: u64,
     ) -> Result<Option<BlockToken>> {
-        let mut c = self.inner.clone();
         let r = self
             .call(
                 "GetBlockToken",
-                c.get_block_token(pb::GetBlockTokenRequest {
+                Resend::Read,
+                pb::GetBlockTokenRequest {
                     owner: Some(owner),
                     container_id,
                     local_id,
-                }),
+                },
+                |mut c, r| async move { c.get_block_token(r).await },
             )
             .await?;
         Ok((!r.token.is_empty()).then(|| BlockToken::from_bytes(r.token)))
     }
 
     pub(crate) async fn lookup_key(&self, bucket: &str, key: &str) -> Result<KeyInfo> {
-        let mut c = self.inner.clone();
         let r = self
             .call(
                 "LookupKey",
-                c.lookup_key(pb::LookupKeyRequest {
+                Resend::Read,
+                pb::LookupKeyRequest {
                     bucket: bucket.to_string(),
                     key: key.to_string(),
-                }),
+                },
+                |mut c, r| async move { c.lookup_key(r).await },
             )
             .await
             .map_err(|e| key_not_found(e, bucket, key))?;
@@ -615,16 +785,17 @@ impl OmClient {
         start_after: &str,
         max_keys: u32,
     ) -> Result<Vec<KeyInfo>> {
-        let mut c = self.inner.clone();
         let r = self
             .call(
                 "ListKeys",
-                c.list_keys(pb::ListKeysRequest {
+                Resend::Read,
+                pb::ListKeysRequest {
                     bucket: bucket.to_string(),
                     prefix: prefix.to_string(),
                     start_after: start_after.to_string(),
                     max_keys,
-                }),
+                },
+                |mut c, r| async move { c.list_keys(r).await },
             )
             .await?;
         Ok(r.keys
@@ -640,16 +811,17 @@ impl OmClient {
         to: &str,
         condition: Option<WriteCondition>,
     ) -> Result<KeyInfo> {
-        let mut c = self.inner.clone();
         let r = self
             .call(
                 "RenameKey",
-                c.rename_key(pb::RenameKeyRequest {
+                Resend::IfNotSent,
+                pb::RenameKeyRequest {
                     bucket: bucket.to_string(),
                     from_key: from.to_string(),
                     to_key: to.to_string(),
                     condition: condition.map(Into::into),
-                }),
+                },
+                |mut c, r| async move { c.rename_key(r).await },
             )
             .await
             .map_err(|e| key_not_found(e, bucket, from))?;
@@ -665,16 +837,17 @@ impl OmClient {
         prefix: &str,
         entries: BTreeMap<String, String>,
     ) -> Result<KeyInfo> {
-        let mut c = self.inner.clone();
         let r = self
             .call(
                 "SetKeyMetadata",
-                c.set_key_metadata(pb::SetKeyMetadataRequest {
+                Resend::IfNotSent,
+                pb::SetKeyMetadataRequest {
                     bucket: bucket.to_string(),
                     key: key.to_string(),
                     prefix: prefix.to_string(),
                     entries: entries.into_iter().collect(),
-                }),
+                },
+                |mut c, r| async move { c.set_key_metadata(r).await },
             )
             .await
             .map_err(|e| key_not_found(e, bucket, key))?;
@@ -689,14 +862,15 @@ impl OmClient {
         key: &str,
         condition: Option<WriteCondition>,
     ) -> Result<()> {
-        let mut c = self.inner.clone();
         self.call(
             "DeleteKey",
-            c.delete_key(pb::DeleteKeyRequest {
+            Resend::IfNotSent,
+            pb::DeleteKeyRequest {
                 bucket: bucket.to_string(),
                 key: key.to_string(),
                 condition: condition.map(Into::into),
-            }),
+            },
+            |mut c, r| async move { c.delete_key(r).await },
         )
         .await
         .map_err(|e| key_not_found(e, bucket, key))?;

@@ -17,13 +17,15 @@ pub const DEFAULT_DATA_DIR: &str = "target/minicluster";
 /// The cluster options every command takes.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct Target {
-    /// The om, HOST:PORT. Default: $OZONE_OM_ADDRESS, else the om in the
-    /// minicluster's cluster.json.
+    /// The om, HOST:PORT, or several oms that share their metadata,
+    /// HOST:PORT,HOST:PORT,... (key and bucket commands fail over along
+    /// the list; admin commands take one address). Default:
+    /// $OZONE_OM_ADDRESS, else the om in the minicluster's cluster.json.
     #[arg(
         long,
         global = true,
         env = "OZONE_OM_ADDRESS",
-        value_name = "HOST:PORT"
+        value_name = "HOST:PORT[,HOST:PORT...]"
     )]
     pub om: Option<String>,
     /// A minicluster's data directory (as given to `cargo xtask minicluster
@@ -178,6 +180,12 @@ impl Target {
     /// As [`tls`](Self::tls); an om that cannot be reached.
     pub async fn om_admin(&self) -> anyhow::Result<om::OmAdminClient> {
         let (om, _, tls) = self.resolve()?;
+        if om.contains(',') {
+            bail!(
+                "admin commands ask one om: --om {om} lists several; name the one to ask \
+                 (HOST:PORT)"
+            );
+        }
         om::OmAdminClient::connect(&om, tls.as_ref())
             .await
             .with_context(|| format!("connecting to the om at {om}"))
@@ -278,5 +286,15 @@ mod tests {
             e.to_string().contains("is not the om of the minicluster"),
             "{e}"
         );
+    }
+
+    #[tokio::test]
+    async fn an_admin_command_refuses_an_om_list() {
+        let target = Target {
+            om: Some("127.0.0.1:1,127.0.0.1:2".to_string()),
+            ..Target::default()
+        };
+        let e = target.om_admin().await.expect_err("a list");
+        assert!(e.to_string().contains("admin commands ask one om"), "{e}");
     }
 }

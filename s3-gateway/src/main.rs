@@ -14,8 +14,10 @@ use s3_gateway::{GatewayConfig, S3Gateway};
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
-    /// The om (HOST:PORT).
-    #[arg(long)]
+    /// The om (HOST:PORT), or several oms that share their metadata
+    /// (HOST:PORT,HOST:PORT,...): the gateway's client fails over along the
+    /// list.
+    #[arg(long, value_name = "HOST:PORT[,HOST:PORT...]")]
     om: String,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:9878")]

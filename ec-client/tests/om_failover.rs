@@ -1,0 +1,118 @@
+//! A client given several om addresses (`HOST:PORT,HOST:PORT`): it connects
+//! to the first that answers and fails over along the list when an om goes
+//! away — reads after any transport failure, changes only when the
+//! connection was refused. Two real oms on loopback, each with its own
+//! metadata, so where a call landed is visible.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ec_client::{BucketOptions, Client, ClientConfig, ClientError};
+use om::{OmConfig, OmServer, OzoneManager};
+
+async fn om(dir: &std::path::Path) -> OmServer {
+    let om = OzoneManager::open(OmConfig::new(dir)).expect("om opens");
+    OmServer::start("127.0.0.1:0".parse().expect("addr"), Arc::new(om))
+        .await
+        .expect("om serves")
+}
+
+/// An address nothing listens on (bound, then released).
+fn refused() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").to_string()
+}
+
+fn names(om: &OmServer) -> Vec<String> {
+    let buckets = om.om().list_buckets().expect("list");
+    buckets.into_iter().map(|b| b.name).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_skips_a_dead_om_and_fails_over_when_its_om_goes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = om(&dir.path().join("a")).await;
+    let b = om(&dir.path().join("b")).await;
+    let (a_addr, b_addr) = (a.address().to_string(), b.address().to_string());
+
+    // The first address refuses: the client connects to the second.
+    let list = format!("{}, {a_addr}", refused());
+    let c = Client::connect(&list, ClientConfig::default())
+        .await
+        .expect("connect");
+    c.create_bucket("first", BucketOptions::default())
+        .await
+        .expect("create");
+    assert_eq!(names(&a), ["first"]);
+
+    // Two clients connected to a while b stands by; a goes away.
+    let list = format!("{a_addr},{b_addr}");
+    let writer = Client::connect(&list, ClientConfig::default())
+        .await
+        .expect("connect");
+    let reader = Client::connect(&list, ClientConfig::default())
+        .await
+        .expect("connect");
+    assert_eq!(reader.list_buckets().await.expect("list on a").len(), 1);
+    let a_om = Arc::clone(a.om());
+    a.shutdown().await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A change whose connection to a is refused never left: it goes to b.
+    writer
+        .create_bucket("second", BucketOptions::default())
+        .await
+        .expect("create fails over to b");
+    assert_eq!(names(&b), ["second"]);
+    let on_a: Vec<String> = a_om
+        .list_buckets()
+        .expect("list")
+        .into_iter()
+        .map(|b| b.name)
+        .collect();
+    assert_eq!(on_a, ["first"]);
+    // A read moves to b too, and stays there.
+    let listed = reader.list_buckets().await.expect("list fails over to b");
+    assert_eq!(
+        listed.iter().map(|b| b.name.as_str()).collect::<Vec<_>>(),
+        ["second"]
+    );
+    reader.bucket("second").await.expect("get on b");
+
+    // With every om gone, the call fails with the last om's error.
+    b.shutdown().await;
+    let e = writer
+        .create_bucket("third", BucketOptions::default())
+        .await
+        .expect_err("no om is up");
+    assert!(matches!(e, ClientError::Om { .. }), "{e:?}");
+}
+
+#[tokio::test]
+async fn bad_om_lists_are_refused_and_an_all_dead_list_names_every_address() {
+    for bad in [
+        "",
+        "127.0.0.1:1,",
+        "127.0.0.1:9862,127.0.0.1:9862",
+        "a:1,http://b:2",
+    ] {
+        let e = Client::connect(bad, ClientConfig::default())
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{bad:?} accepted"));
+        assert!(
+            matches!(e, ClientError::InvalidArgument(_)),
+            "{bad:?}: {e:?}"
+        );
+    }
+    let (x, y) = (refused(), refused());
+    let e = Client::connect(&format!("{x},{y}"), ClientConfig::default())
+        .await
+        .expect_err("nothing listens");
+    match e {
+        ClientError::Connect { address, message } => {
+            assert_eq!(address, format!("{x},{y}"));
+            assert!(message.contains(&x) && message.contains(&y), "{message}");
+        }
+        e => panic!("{e:?}"),
+    }
+}
