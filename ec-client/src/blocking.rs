@@ -86,10 +86,13 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to the om at `om_address` (`HOST:PORT`).
+    /// Connects to the om at `om_address` (`HOST:PORT`, or a list
+    /// `HOST:PORT,HOST:PORT` to fail over along, as
+    /// [`crate::Client::connect`]).
     ///
     /// # Errors
-    /// [`ClientError::Connect`] if the om cannot be reached;
+    /// [`ClientError::InvalidArgument`] for a malformed or repeated address;
+    /// [`ClientError::Connect`] if no om can be reached;
     /// [`ClientError::Internal`] if the runtime cannot start.
     pub fn connect(om_address: &str, config: ClientConfig) -> Result<Self> {
         let rt = Runtime::new()?;

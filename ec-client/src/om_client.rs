@@ -46,8 +46,9 @@ pub(crate) struct OmClient {
 /// When a failed call is sent again to the next om address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Resend {
-    /// A read (or a token mint): after any transport failure (gRPC
-    /// `UNAVAILABLE`), since sending it twice changes nothing.
+    /// A read (or a token mint): after any failure that is not an om's
+    /// answer (see [`OmErrorCode::Unavailable`]), since sending it twice
+    /// changes nothing.
     Read,
     /// A change: only when no connection could be made, so the call never
     /// left; after a failure mid-call the om may have applied it, and the
@@ -73,9 +74,12 @@ fn not_sent(status: &Status) -> bool {
     false
 }
 
-/// Whether a call that failed with `status` goes to the next om.
+/// Whether a call that failed with `status` goes to the next om: one that
+/// never left, or a read that got no answer (a transport failure without an
+/// om error code: `UNAVAILABLE`, or a connection lost mid-call, which tonic
+/// reports as `UNKNOWN` or `CANCELLED`).
 fn resend(status: &Status, how: Resend) -> bool {
-    not_sent(status) || (how == Resend::Read && status.code() == tonic::Code::Unavailable)
+    not_sent(status) || (how == Resend::Read && OmErrorCode::of(status) == OmErrorCode::Unavailable)
 }
 
 /// The om addresses in `list`: comma-separated `HOST:PORT`s, at least one,
@@ -266,7 +270,7 @@ impl OmClient {
                         channel
                     }
                     Err(e) => {
-                        failures.push(format!("{address}: {}", error_chain(&e)));
+                        failures.push((address.clone(), error_chain(&e)));
                         endpoint.connect_lazy()
                     }
                 }
@@ -280,7 +284,14 @@ impl OmClient {
                     .map(|(a, _)| a.as_str())
                     .collect::<Vec<_>>()
                     .join(","),
-                message: failures.join("; "),
+                message: match failures.as_slice() {
+                    [(_, why)] => why.clone(),
+                    all => all
+                        .iter()
+                        .map(|(a, why)| format!("{a}: {why}"))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                },
             });
         };
         let id: u128 = rand::random();
@@ -292,10 +303,50 @@ impl OmClient {
         })
     }
 
+    /// A client of om `i` alone (no failover), for the calls of a session
+    /// that om granted: open-key sessions live in the memory of the om that
+    /// opened them.
+    fn pinned(&self, i: usize) -> OmClient {
+        let one: Vec<(String, Stub)> = self.oms.get(i).cloned().into_iter().collect();
+        let oms: Arc<[(String, Stub)]> = if one.is_empty() {
+            Arc::clone(&self.oms)
+        } else {
+            one.into()
+        };
+        Self {
+            oms,
+            current: Arc::new(AtomicUsize::new(0)),
+            timeout: self.timeout,
+            client_id: self.client_id.clone(),
+        }
+    }
+
+    /// Whether this client has more than one om address.
+    pub(crate) fn fails_over(&self) -> bool {
+        self.oms.len() > 1
+    }
+
     /// Sends `req` with `send` to the current om, and on to the next
     /// addresses in turn while it fails as `how` allows, all within the om
-    /// deadline. The om that answers becomes the current one.
+    /// deadline. The om that answered (even with an error) becomes the
+    /// current one.
     async fn call<Q, T, F, Fut>(&self, op: &'static str, how: Resend, req: Q, send: F) -> Result<T>
+    where
+        Q: Clone,
+        F: Fn(Stub, Q) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<T>, Status>>,
+    {
+        Ok(self.call_at(op, how, req, send).await?.0)
+    }
+
+    /// [`call`](Self::call), also returning the index of the om that answered.
+    async fn call_at<Q, T, F, Fut>(
+        &self,
+        op: &'static str,
+        how: Resend,
+        req: Q,
+        send: F,
+    ) -> Result<(T, usize)>
     where
         Q: Clone,
         F: Fn(Stub, Q) -> Fut,
@@ -304,36 +355,42 @@ impl OmClient {
         let deadline = tokio::time::Instant::now() + self.timeout;
         let n = self.oms.len();
         let first = self.current.load(Ordering::Relaxed) % n;
-        let mut failed: Option<Status> = None;
-        for i in (0..n).map(|k| (first + k) % n) {
-            let Some((address, stub)) = self.oms.get(i) else {
-                break;
-            };
-            match tokio::time::timeout_at(deadline, send(stub.clone(), req.clone())).await {
+        let mut failed: Vec<String> = Vec::new();
+        let mut last: Option<Status> = None;
+        for (i, (address, stub)) in self.oms.iter().enumerate().cycle().skip(first).take(n) {
+            let answer = tokio::time::timeout_at(deadline, send(stub.clone(), req.clone())).await;
+            let status = match answer {
                 Err(_) => {
                     return Err(ClientError::OmTimeout {
                         op,
                         after: self.timeout,
                     });
                 }
-                Ok(Ok(r)) => {
-                    if i != first {
-                        self.current.store(i, Ordering::Relaxed);
-                        tracing::info!(op, om = %address, "failed over to om");
-                    }
-                    return Ok(r.into_inner());
-                }
+                Ok(Ok(r)) => Ok(r.into_inner()),
                 Ok(Err(s)) if n > 1 && resend(&s, how) => {
                     tracing::debug!(op, om = %address, "om unreachable: {}", s.message());
-                    failed = Some(s);
+                    failed.push(format!("{address}: {}", s.message()));
+                    last = Some(s);
+                    continue;
                 }
-                Ok(Err(s)) => return Err(om_error(op, &s)),
+                Ok(Err(s)) => Err(s),
+            };
+            if i != first {
+                // This om answered: later calls go to it first.
+                self.current.store(i, Ordering::Relaxed);
+                tracing::info!(op, om = %address, "failed over to om");
             }
+            return status.map(|v| (v, i)).map_err(|s| om_error(op, &s));
         }
-        Err(failed.map_or_else(
-            || ClientError::InvalidArgument("no om address".into()),
-            |s| om_error(op, &s),
-        ))
+        let Some(last) = last else {
+            return Err(ClientError::InvalidArgument("no om address".into()));
+        };
+        // Every om failed: name each and why.
+        let mut e = om_error(op, &last);
+        if let ClientError::Om { message, .. } = &mut e {
+            *message = format!("no om answered ({})", failed.join("; "));
+        }
+        Err(e)
     }
 
     pub(crate) async fn list_datanodes(&self) -> Result<Vec<DatanodeDetails>> {
@@ -476,8 +533,8 @@ impl OmClient {
         };
         let bucket = bucket.to_string();
         open_guarded(self, async move {
-            let r = this
-                .call("OpenKey", Resend::IfNotSent, req, |mut c, r| async move {
+            let (r, om) = this
+                .call_at("OpenKey", Resend::IfNotSent, req, |mut c, r| async move {
                     c.open_key(r).await
                 })
                 .await
@@ -487,6 +544,7 @@ impl OmClient {
                 replication: r.replication,
                 block_size: r.block_size,
                 lease_ms: r.lease_ms,
+                om: this.pinned(om),
             })
         })
         .await
@@ -615,8 +673,8 @@ impl OmClient {
             client_id: self.client_id.clone(),
         };
         open_guarded(self, async move {
-            let r = this
-                .call("OpenPart", Resend::IfNotSent, req, |mut c, r| async move {
+            let (r, om) = this
+                .call_at("OpenPart", Resend::IfNotSent, req, |mut c, r| async move {
                     c.open_part(r).await
                 })
                 .await?;
@@ -625,6 +683,7 @@ impl OmClient {
                 replication: r.replication,
                 block_size: r.block_size,
                 lease_ms: r.lease_ms,
+                om: this.pinned(om),
             })
         })
         .await
@@ -881,6 +940,79 @@ impl OmClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn refused() -> Status {
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let mut s = Status::unavailable("tcp connect error");
+        s.set_source(Arc::new(tonic::ConnectError(Box::new(io))));
+        s
+    }
+
+    #[test]
+    fn only_reads_go_to_the_next_om_after_a_call_may_have_left() {
+        // Never sent: anything may go on.
+        assert!(resend(&refused(), Resend::Read));
+        assert!(resend(&refused(), Resend::IfNotSent));
+        // Lost mid-call (no connect error): a read goes on, a change does not.
+        for lost in [
+            Status::unavailable("connection reset"),
+            Status::unknown("h2 protocol error"),
+            Status::cancelled("operation was canceled"),
+        ] {
+            assert!(resend(&lost, Resend::Read), "{lost:?}");
+            assert!(!resend(&lost, Resend::IfNotSent), "{lost:?}");
+        }
+        // An om's own answer (with its code) is final either way.
+        let answered = OmErrorCode::KeyNotFound.status("no such key");
+        assert!(!resend(&answered, Resend::Read));
+        assert!(!resend(&answered, Resend::IfNotSent));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_session_stays_on_the_om_that_granted_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut servers = Vec::new();
+        for name in ["a", "b"] {
+            let om = om::OzoneManager::open(om::OmConfig::new(dir.path().join(name))).expect("om");
+            let listen = "127.0.0.1:0".parse().expect("addr");
+            let server = om::OmServer::start(listen, Arc::new(om))
+                .await
+                .expect("serve");
+            servers.push(server);
+        }
+        let list = format!("{},{}", servers[0].address(), servers[1].address());
+        let client = OmClient::connect(&list, Duration::from_secs(5), None)
+            .await
+            .expect("connect");
+        for server in &servers {
+            server.om().create_bucket("b", None, None).expect("bucket");
+        }
+        let opened = client.open_key("b", "k", None).await.expect("open on a");
+        assert_eq!(opened.om.oms.len(), 1);
+        assert_eq!(opened.om.oms[0].0, servers[0].address().to_string());
+        // Calls of the client now go to b first; the session's still go to a,
+        // which alone knows it (b has no such session).
+        client.current.store(1, Ordering::Relaxed);
+        assert!(client.renew_key(opened.session_id).await.is_err());
+        opened
+            .om
+            .renew_key(opened.session_id)
+            .await
+            .expect("renew on a");
+        opened.guard.undo().await;
+        assert_eq!(servers[0].om().open_sessions(), 0);
+    }
+
+    #[test]
+    fn om_lists_are_comma_separated_without_repeats() {
+        assert_eq!(
+            parse_addresses("a:1, b:2").expect("list"),
+            ["a:1".to_string(), "b:2".to_string()]
+        );
+        for bad in ["", "a:1,", "a:1,a:1", "a:1,b"] {
+            assert!(parse_addresses(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn om_addresses_must_be_host_and_port() {

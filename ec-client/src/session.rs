@@ -17,8 +17,8 @@ use crate::{ClientError, Result};
 /// What a [`Guard`] undoes.
 #[derive(Debug, Clone)]
 pub(crate) enum Undo {
-    /// Abort a key or part session.
-    Session(u64),
+    /// Abort a key or part session, on the om that granted it.
+    Session(u64, OmClient),
     /// Abort a multipart upload.
     Upload(String),
 }
@@ -28,7 +28,7 @@ impl Undo {
         // A failure leaves the session to its lease, the upload to an
         // explicit abort.
         let _ = match self {
-            Self::Session(id) => om.abort_key(*id).await,
+            Self::Session(id, granted_by) => granted_by.abort_key(*id).await,
             Self::Upload(id) => om.abort_multipart_upload(id).await,
         };
     }
@@ -84,6 +84,9 @@ impl Drop for Guard {
 #[derive(Debug)]
 pub(crate) struct OpenedKey {
     pub(crate) session_id: u64,
+    /// The om that granted the session, alone: the session lives in its
+    /// memory, so every call of the session goes there, without failover.
+    pub(crate) om: OmClient,
     pub(crate) replication: ReplicationConfig,
     pub(crate) block_size: u64,
     /// The session's lease (`None`: the om gives none).
@@ -98,6 +101,8 @@ pub(crate) struct SessionGrant {
     pub(crate) replication: String,
     pub(crate) block_size: u64,
     pub(crate) lease_ms: u64,
+    /// The om that granted it, alone.
+    pub(crate) om: OmClient,
 }
 
 /// Runs `call` on a task of its own; what it created comes back under a
@@ -135,7 +140,7 @@ where
 {
     let (grant, guard) = guarded(om, async move {
         let g = open.await?;
-        let undo = Undo::Session(g.session_id);
+        let undo = Undo::Session(g.session_id, g.om.clone());
         Ok((g, undo))
     })
     .await?;
@@ -143,6 +148,7 @@ where
     let replication = grant.replication.parse()?;
     Ok(OpenedKey {
         session_id: grant.session_id,
+        om: grant.om,
         replication,
         block_size: grant.block_size,
         lease: (grant.lease_ms > 0).then(|| Duration::from_millis(grant.lease_ms)),

@@ -127,6 +127,17 @@ impl Target {
         Ok((om, source))
     }
 
+    /// [`om_address`](Self::om_address) for commands that ask one om
+    /// (admin commands): a list of several is refused.
+    ///
+    /// # Errors
+    /// As [`om_address`](Self::om_address); a list of several oms.
+    pub fn single_om_address(&self) -> anyhow::Result<(String, OmSource)> {
+        let (om, source) = self.om_address()?;
+        one_om(&om)?;
+        Ok((om, source))
+    }
+
     /// The TLS settings to talk to the target with: `--tls-ca`, else the
     /// CA of the minicluster whose om is used, else none (plaintext).
     ///
@@ -180,12 +191,7 @@ impl Target {
     /// As [`tls`](Self::tls); an om that cannot be reached.
     pub async fn om_admin(&self) -> anyhow::Result<om::OmAdminClient> {
         let (om, _, tls) = self.resolve()?;
-        if om.contains(',') {
-            bail!(
-                "admin commands ask one om: --om {om} lists several; name the one to ask \
-                 (HOST:PORT)"
-            );
-        }
+        one_om(&om)?;
         om::OmAdminClient::connect(&om, tls.as_ref())
             .await
             .with_context(|| format!("connecting to the om at {om}"))
@@ -258,6 +264,16 @@ fn read_cluster_file(dir: &Path) -> anyhow::Result<ClusterInfo> {
     serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
 }
 
+/// Refuses an om list (`a,b`) where one om must answer.
+fn one_om(om: &str) -> anyhow::Result<()> {
+    if om.contains(',') {
+        bail!(
+            "admin commands ask one om: --om {om} lists several; name the one to ask (HOST:PORT)"
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,6 +311,8 @@ mod tests {
             ..Target::default()
         };
         let e = target.om_admin().await.expect_err("a list");
+        assert!(e.to_string().contains("admin commands ask one om"), "{e}");
+        let e = target.single_om_address().expect_err("a list");
         assert!(e.to_string().contains("admin commands ask one om"), "{e}");
     }
 }

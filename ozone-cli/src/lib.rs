@@ -7,7 +7,8 @@
 //! ozone admin datanode list
 //! ```
 //!
-//! Every command takes `--om HOST:PORT` (or `OZONE_OM_ADDRESS`; default: the
+//! Every command takes `--om HOST:PORT` (a list `HOST:PORT,HOST:PORT` for key
+//! and bucket commands; or `OZONE_OM_ADDRESS`; default: the
 //! running minicluster's, from `cluster.json` under `--data-dir` or
 //! `target/minicluster`) and `--json` (read commands print JSON). Exit
 //! status: 0 success, 1 failure, 2 bad usage, 3 the bucket, key or upload

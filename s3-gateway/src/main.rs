@@ -1,4 +1,4 @@
-//! `s3-gateway --om HOST:PORT [--listen ADDR] --access-key AK --secret-key SK`:
+//! `s3-gateway --om HOST:PORT[,HOST:PORT...] [--listen ADDR] --access-key AK --secret-key SK`:
 //! serves S3 over a running cluster until Ctrl-C or SIGTERM. The key pair is
 //! the administrator's; the om's S3 users (`cargo xtask admin user create`)
 //! sign with their own.
