@@ -82,25 +82,6 @@ fn resend(status: &Status, how: Resend) -> bool {
     not_sent(status) || (how == Resend::Read && OmErrorCode::of(status) == OmErrorCode::Unavailable)
 }
 
-/// The om addresses in `list`: comma-separated `HOST:PORT`s, at least one,
-/// none twice.
-///
-/// # Errors
-/// [`ClientError::InvalidArgument`] naming the first bad address.
-pub(crate) fn parse_addresses(list: &str) -> Result<Vec<String>> {
-    let mut out: Vec<String> = Vec::new();
-    for address in list.split(',').map(str::trim) {
-        check_address(address)?;
-        if out.iter().any(|a| a == address) {
-            return Err(ClientError::InvalidArgument(format!(
-                "om address `{address}` is listed twice"
-            )));
-        }
-        out.push(address.to_string());
-    }
-    Ok(out)
-}
-
 /// How a writer's om session ends.
 #[derive(Debug, Clone)]
 pub(crate) enum Commit {
@@ -180,40 +161,6 @@ fn om_error(op: &'static str, s: &Status) -> ClientError {
     ClientError::Om { op, code, message }
 }
 
-/// Refuses an om address that is not `HOST:PORT` (a scheme, a path, or no
-/// port, which would otherwise mean port 80 or a DNS lookup of `http`).
-///
-/// # Errors
-/// [`ClientError::InvalidArgument`] naming the address and the expected form.
-fn check_address(address: &str) -> Result<()> {
-    let bad = |why: &str| {
-        ClientError::InvalidArgument(format!(
-            "om address `{address}` {why}: expected HOST:PORT, e.g. 127.0.0.1:9862"
-        ))
-    };
-    if address.contains("://") || address.contains('/') {
-        return Err(bad("has a scheme or a path"));
-    }
-    let Some((host, port)) = address.rsplit_once(':') else {
-        return Err(bad("has no port"));
-    };
-    if host.is_empty()
-        || host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .is_empty()
-    {
-        return Err(bad("has no host"));
-    }
-    if host.contains(':') && !(host.starts_with('[') && host.ends_with(']')) {
-        return Err(bad("has an IPv6 host outside brackets ([::1]:9862)"));
-    }
-    match port.parse::<u16>() {
-        Ok(p) if p > 0 => Ok(()),
-        _ => Err(bad("has no valid port")),
-    }
-}
-
 /// An error and its sources as one line (`a: b: c`), each message once.
 fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
@@ -242,7 +189,8 @@ impl OmClient {
         timeout: Duration,
         tls: Option<&proto_crate::tls::TlsConfig>,
     ) -> Result<Self> {
-        let addresses = parse_addresses(addresses)?;
+        let addresses = proto_crate::address::parse_list(addresses)
+            .map_err(|e| ClientError::InvalidArgument(e.to_string()))?;
         let stub = |channel| {
             OzoneManagerServiceClient::with_interceptor(
                 channel,
@@ -1001,35 +949,5 @@ mod tests {
             .expect("renew on a");
         opened.guard.undo().await;
         assert_eq!(servers[0].om().open_sessions(), 0);
-    }
-
-    #[test]
-    fn om_lists_are_comma_separated_without_repeats() {
-        assert_eq!(
-            parse_addresses("a:1, b:2").expect("list"),
-            ["a:1".to_string(), "b:2".to_string()]
-        );
-        for bad in ["", "a:1,", "a:1,a:1", "a:1,b"] {
-            assert!(parse_addresses(bad).is_err(), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn om_addresses_must_be_host_and_port() {
-        for ok in ["127.0.0.1:9862", "localhost:1", "[::1]:9862"] {
-            assert!(check_address(ok).is_ok(), "{ok}");
-        }
-        for bad in [
-            "127.0.0.1",
-            "http://127.0.0.1:9862",
-            "127.0.0.1:0",
-            ":9862",
-            "h:port",
-            "h:99999",
-            "::1:9862",
-        ] {
-            let e = check_address(bad).expect_err(bad);
-            assert!(e.to_string().contains("expected HOST:PORT"), "{e}");
-        }
     }
 }

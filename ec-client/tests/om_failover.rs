@@ -116,3 +116,43 @@ async fn bad_om_lists_are_refused_and_an_all_dead_list_names_every_address() {
         e => panic!("{e:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_datanode_heartbeats_to_every_om_in_its_list() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = om(&dir.path().join("a")).await;
+    let b = om(&dir.path().join("b")).await;
+    let config =
+        datanode::DatanodeConfig::new("127.0.0.1:0".parse().expect("addr"), dir.path().join("dn"))
+            .with_om(format!("{},{}", a.address(), b.address()))
+            .with_heartbeat_interval(Duration::from_millis(100));
+    let dn = datanode::Datanode::start(config)
+        .await
+        .expect("datanode starts");
+    let uuid = dn.details().uuid.clone();
+    for server in [&a, &b] {
+        let known = server.om().datanodes();
+        assert!(
+            known.iter().any(|d| d.uuid == uuid),
+            "registered with {}",
+            server.address()
+        );
+    }
+    // With a gone, b still hears from it.
+    a.shutdown().await;
+    let mut beats = b.om().watch_heartbeats();
+    let seen = *beats.borrow_and_update();
+    tokio::time::timeout(Duration::from_secs(5), beats.wait_for(|n| *n > seen + 2))
+        .await
+        .expect("heartbeats reach b")
+        .expect("watch");
+    dn.shutdown().await;
+    // A malformed list is refused before anything starts.
+    let bad =
+        datanode::DatanodeConfig::new("127.0.0.1:0".parse().expect("addr"), dir.path().join("dn2"))
+            .with_om(format!("{},", b.address()));
+    assert!(matches!(
+        datanode::Datanode::start(bad).await,
+        Err(datanode::DatanodeError::InvalidArgument(_))
+    ));
+}

@@ -14,6 +14,7 @@
 //! Layering: depends only on `ec-codec` (for [`EcReplicationConfig`]); no
 //! other workspace crate may be used from here.
 
+pub mod address;
 pub mod block_token;
 mod datanode_id;
 mod db_error;
