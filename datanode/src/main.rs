@@ -1,4 +1,4 @@
-//! `datanode --listen HOST:PORT --data-dir DIR [--om HOST:PORT[,HOST:PORT...]]`: runs one
+//! `datanode --listen HOST:PORT --data-dir DIR [--om HOST:PORT]`: runs one
 //! datanode as its own process until Ctrl-C or SIGTERM.
 
 use std::net::SocketAddr;
@@ -18,9 +18,8 @@ struct Args {
     /// Directory for containers, metadata and the datanode id.
     #[arg(long)]
     data_dir: PathBuf,
-    /// The om to register with (HOST:PORT), or several that share their
-    /// metadata (HOST:PORT,HOST:PORT): the datanode heartbeats to each.
-    #[arg(long, value_name = "HOST:PORT[,HOST:PORT...]")]
+    /// The om to register with (HOST:PORT).
+    #[arg(long)]
     om: Option<String>,
     /// Serve the admin fault-injection RPCs (for tests and demos only).
     #[arg(long)]

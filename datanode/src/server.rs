@@ -51,11 +51,7 @@ pub struct DatanodeConfig {
     pub listen: SocketAddr,
     /// Directory holding containers, metadata and the datanode's id.
     pub data_dir: PathBuf,
-    /// `HOST:PORT` of the om to register with, if any, or several
-    /// (`HOST:PORT,HOST:PORT`, oms that share their metadata): the datanode
-    /// registers with, heartbeats to and reports its blocks to every one,
-    /// as Ozone's datanodes do to every SCM, so whichever om runs the
-    /// liveness service hears from it.
+    /// `HOST:PORT` of the om to register with, if any.
     pub om: Option<String>,
     /// Serve the admin (fault injection) RPCs. Off by default.
     pub enable_fault_injection: bool,
@@ -160,8 +156,7 @@ impl DatanodeConfig {
         self
     }
 
-    /// Registers with the om at `om` (`HOST:PORT`, or a list as
-    /// [`DatanodeConfig::om`]) once serving.
+    /// Registers with the om at `om` (`HOST:PORT`) once serving.
     #[must_use]
     pub fn with_om(mut self, om: impl Into<String>) -> Self {
         self.om = Some(om.into());
@@ -182,10 +177,8 @@ pub struct Datanode {
     faults: Arc<FaultInjector>,
     store: Arc<ContainerStore>,
     serving: ServingTask<Result<(), tonic::transport::Error>>,
-    /// One heartbeat task per om.
-    heartbeats: Vec<JoinHandle<()>>,
-    /// One block-report task per om.
-    block_reports: Vec<JoinHandle<()>>,
+    heartbeats: Option<JoinHandle<()>>,
+    block_reports: Option<JoinHandle<()>>,
     /// The `/metrics` endpoint, when `metrics_listen` was set.
     metrics_server: Option<MetricsServer>,
     /// Flipped to NOT_SERVING when shutdown begins.
@@ -341,60 +334,33 @@ impl Datanode {
             faults,
             store,
             serving,
-            heartbeats: Vec::new(),
-            block_reports: Vec::new(),
+            heartbeats: None,
+            block_reports: None,
             metrics_server,
             health,
         };
-        if let Some(list) = &config.om {
-            let oms = proto_crate::address::parse_list(list)
-                .map_err(|e| DatanodeError::InvalidArgument(e.to_string()))?;
-            // Every om at once: one that is down costs its 10 s of retries
-            // once, not once per om.
-            let answers = futures::future::join_all(
-                oms.iter()
-                    .map(|om| register(om, &dn.details, config.tls.as_ref())),
-            )
-            .await;
-            let mut registered = false;
-            let mut first_error = None;
-            for (om, answer) in oms.iter().zip(answers) {
-                match answer {
-                    Ok(secrets) => {
-                        if !registered && let Some(v) = &tokens {
-                            v.update(secrets);
-                        }
-                        registered = true;
-                    }
-                    Err(e) => {
-                        // Its heartbeats register the datanode once it is back.
-                        tracing::warn!(om, error = %e, "registration failed; heartbeats go on");
-                        first_error.get_or_insert(e);
-                    }
-                }
+        if let Some(om) = &config.om {
+            let secrets = register(om, &dn.details, config.tls.as_ref()).await?;
+            if let Some(v) = &tokens {
+                v.update(secrets);
             }
-            if let (false, Some(e)) = (registered, first_error) {
-                return Err(e);
-            }
-            for om in oms {
-                dn.heartbeats.push(tokio::spawn(run_heartbeats(
-                    om.clone(),
-                    dn.details.clone(),
-                    Arc::clone(&dn.store),
-                    Arc::clone(&dn.metrics),
-                    tokens.clone(),
-                    config.heartbeat_interval,
-                    config.tls.clone(),
-                )));
-                dn.block_reports.push(tokio::spawn(run_block_reports(
-                    om,
-                    dn.details.clone(),
-                    Arc::clone(&dn.store),
-                    config.block_report_interval,
-                    config.heartbeat_interval,
-                    config.tls.clone(),
-                )));
-            }
+            dn.heartbeats = Some(tokio::spawn(run_heartbeats(
+                om.clone(),
+                dn.details.clone(),
+                Arc::clone(&dn.store),
+                Arc::clone(&dn.metrics),
+                tokens.clone(),
+                config.heartbeat_interval,
+                config.tls.clone(),
+            )));
+            dn.block_reports = Some(tokio::spawn(run_block_reports(
+                om.clone(),
+                dn.details.clone(),
+                Arc::clone(&dn.store),
+                config.block_report_interval,
+                config.heartbeat_interval,
+                config.tls.clone(),
+            )));
         }
         tracing::info!(datanode = %dn.details, "datanode serving");
         Ok(dn)
@@ -452,10 +418,9 @@ impl Datanode {
         self.health
             .set_not_serving::<DatanodeServiceServer<DatanodeGrpcService>>()
             .await;
-        for h in self
-            .heartbeats
-            .drain(..)
-            .chain(self.block_reports.drain(..))
+        for h in [self.heartbeats.take(), self.block_reports.take()]
+            .into_iter()
+            .flatten()
         {
             h.abort();
             // A scan holds the store: wait until the task let go of it.
@@ -483,7 +448,10 @@ impl Datanode {
 impl Drop for Datanode {
     fn drop(&mut self) {
         // The serving task's signal fires as `serving` drops.
-        for h in self.heartbeats.iter().chain(&self.block_reports) {
+        for h in [self.heartbeats.take(), self.block_reports.take()]
+            .into_iter()
+            .flatten()
+        {
             h.abort();
         }
     }

@@ -57,21 +57,9 @@ pub(crate) enum Resend {
 }
 
 /// Whether `status` says the call never reached the om: no connection
-/// could be made (refused, timed out, or a failed TLS handshake). tonic
-/// keeps its `ConnectError`, and the I/O error under it, among the sources;
-/// a request is written only to a connection that was made.
+/// could be made ([`proto_crate::transport::never_sent`]).
 fn not_sent(status: &Status) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(status);
-    while let Some(err) = source {
-        if err.is::<tonic::ConnectError>() {
-            return true;
-        }
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            return io.kind() == std::io::ErrorKind::ConnectionRefused;
-        }
-        source = err.source();
-    }
-    false
+    proto_crate::transport::never_sent(status)
 }
 
 /// Whether a call that failed with `status` goes to the next om: one that

@@ -66,24 +66,12 @@ const RETRY_PAUSE: Duration = Duration::from_millis(20);
 fn not_sent(e: &etcd_client::Error) -> bool {
     // etcd_client::Error does not chain its sources: start from the status
     // (or transport error) it wraps.
-    let mut source: Option<&(dyn std::error::Error + 'static)> = match e {
+    let source: Option<&(dyn std::error::Error + 'static)> = match e {
         etcd_client::Error::GRpcStatus(status) => Some(status),
         etcd_client::Error::TransportError(t) => Some(t),
         _ => None,
     };
-    while let Some(err) = source {
-        // tonic's connector wraps every failure to make a connection
-        // (refused, timed out, a failed TLS handshake); a request is only
-        // written to a connection that was made.
-        if err.is::<tonic::ConnectError>() {
-            return true;
-        }
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            return io.kind() == std::io::ErrorKind::ConnectionRefused;
-        }
-        source = err.source();
-    }
-    false
+    source.is_some_and(proto_crate::transport::never_sent)
 }
 
 /// Whether `e` is a failure of the transport or of a member's availability

@@ -3,13 +3,16 @@
 
 /// An address, or a list of them, that is not of the expected form.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("om address `{address}` {why}: expected HOST:PORT, e.g. 127.0.0.1:9862")]
+#[error("om address `{address}` {why}")]
 pub struct AddressError {
     /// The address as given.
     pub address: String,
-    /// What is wrong with it.
-    pub why: &'static str,
+    /// What is wrong with it (for a malformed one, with the form expected).
+    pub why: String,
 }
+
+/// The form every address takes, for error messages.
+const EXPECTED: &str = "expected HOST:PORT, e.g. 127.0.0.1:9862";
 
 /// Checks that `address` is `HOST:PORT`: no scheme or path (which would
 /// otherwise mean a DNS lookup of `http`), a host, a port from 1 to 65535,
@@ -18,9 +21,9 @@ pub struct AddressError {
 /// # Errors
 /// [`AddressError`] naming the address and what is wrong.
 pub fn check_host_port(address: &str) -> Result<(), AddressError> {
-    let bad = |why| AddressError {
+    let bad = |why: &str| AddressError {
         address: address.to_string(),
-        why,
+        why: format!("{why}: {EXPECTED}"),
     };
     if address.contains("://") || address.contains('/') {
         return Err(bad("has a scheme or a path"));
@@ -56,7 +59,7 @@ pub fn parse_list(list: &str) -> Result<Vec<String>, AddressError> {
         if out.iter().any(|a| a == address) {
             return Err(AddressError {
                 address: address.to_string(),
-                why: "is listed twice",
+                why: "is listed twice".to_string(),
             });
         }
         out.push(address.to_string());
@@ -93,8 +96,11 @@ mod tests {
             parse_list("a:1, b:2").expect("list"),
             ["a:1".to_string(), "b:2".to_string()]
         );
-        for bad in ["", "a:1,", "a:1,a:1", "a:1,b"] {
-            assert!(parse_list(bad).is_err(), "{bad:?}");
+        for bad in ["", "a:1,", "a:1,b"] {
+            let e = parse_list(bad).expect_err(bad);
+            assert!(e.to_string().contains(EXPECTED), "{e}");
         }
+        let e = parse_list("a:1,a:1").expect_err("repeat");
+        assert_eq!(e.to_string(), "om address `a:1` is listed twice");
     }
 }

@@ -31,6 +31,7 @@ mod rpc_kind;
 pub mod rpc_metrics;
 mod serving;
 pub mod tls;
+pub mod transport;
 
 /// Generated protobuf and gRPC code. Only servers and clients in the
 /// `datanode`, `om` and `block-stream` crates touch these types directly.
