@@ -5,7 +5,6 @@
 //! metadata, so where a call landed is visible.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use ec_client::{BucketOptions, Client, ClientConfig, ClientError};
 use om::{OmConfig, OmServer, OzoneManager};
@@ -55,8 +54,13 @@ async fn a_client_skips_a_dead_om_and_fails_over_when_its_om_goes() {
         .expect("connect");
     assert_eq!(reader.list_buckets().await.expect("list on a").len(), 1);
     let a_om = Arc::clone(a.om());
+    let a_socket = a.address();
     a.shutdown().await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Shut down means its port refuses connections.
+    assert!(
+        std::net::TcpStream::connect(a_socket).is_err(),
+        "a still accepts"
+    );
     // A change whose connection to a is refused never left: it goes to b.
     writer
         .create_bucket("second", BucketOptions::default())

@@ -121,6 +121,8 @@ async fn a_user_works_in_its_namespace_only_and_survives_token_expiry() {
     assert_eq!(om.leader("services").await.expect("leader"), None);
 
     // The token expires after a second idle; the store authenticates again.
+    // (The sleeps below are the idle time under test: etcd gives no event
+    // for a token's expiry, and 3 s is three times its 1 s TTL.)
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
         om.get(b"k")
