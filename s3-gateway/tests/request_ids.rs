@@ -3,6 +3,7 @@
 //! `rpc` spans those servers open for each call, captured by a tracing layer). Presigned URLs
 //! valid for more than a week are refused.
 
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::fmt::Debug;

@@ -1,0 +1,212 @@
+//! The gateway over real HTTP against a minicluster (unsigned requests to a
+//! gateway started without credentials; the signed paths are exercised by
+//! the aws-cli/boto3 run in `.ci/run`): ranged GETs cost only their range
+//! (counted in bytes the datanodes served), one key lookup per GET, the
+//! Range rules end to end, and failures mid-GET cut the stream.
+
+use crate::common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+
+use common::{data, dechunk, header, http};
+
+use minicluster::{MiniCluster, MiniClusterConfig};
+
+fn datanode_read_bytes(c: &MiniCluster) -> u64 {
+    c.datanodes().iter().map(|d| d.metrics().read_bytes()).sum()
+}
+
+async fn cluster() -> (MiniCluster, SocketAddr) {
+    let mut c = MiniCluster::start(MiniClusterConfig::default())
+        .await
+        .expect("cluster");
+    let addr = c.start_s3_gateway(0, false).await.expect("gateway");
+    (c, addr)
+}
+
+/// 20 consecutive ranged GETs of an object each cost their own length in
+/// datanode reads (plus at most one checksum window at each end), never the
+/// bytes before the range; each GET is exactly one om key lookup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ranged_gets_cost_only_their_range() {
+    let (cluster, addr) = cluster().await;
+    let src = data(20 * 300_000 + 17);
+    let put = {
+        let src = src.clone();
+        tokio::task::spawn_blocking(move || {
+            let _ = http(addr, "PUT", "/bkt", &[], b"");
+            http(
+                addr,
+                "PUT",
+                "/bkt/obj",
+                &[("content-type", "application/x-test")],
+                &src,
+            )
+        })
+        .await
+        .expect("put")
+    };
+    assert_eq!(put.0, 200, "{:?}", String::from_utf8_lossy(&put.2));
+    let window = 2 * 16 * 1024; // bytesPerChecksum widening, both ends
+    for i in 0..20u64 {
+        let (a, b) = (i * 300_000, i * 300_000 + 299_999);
+        let before_bytes = datanode_read_bytes(&cluster);
+        let before = cluster.s3_metrics().expect("metrics");
+        let (status, headers, body) = tokio::task::spawn_blocking(move || {
+            http(
+                addr,
+                "GET",
+                "/bkt/obj",
+                &[("range", &format!("bytes={a}-{b}"))],
+                b"",
+            )
+        })
+        .await
+        .expect("get");
+        let body = dechunk(&body, &headers);
+        assert_eq!(status, 206);
+        assert_eq!(
+            header(&headers, "content-range"),
+            Some(format!("bytes {a}-{b}/{}", src.len()).as_str())
+        );
+        assert_eq!(header(&headers, "content-length"), Some("300000"));
+        assert!(body == src[a as usize..=b as usize], "GET {i} bytes");
+        let read = datanode_read_bytes(&cluster) - before_bytes;
+        assert!(
+            read >= 300_000 && read <= 300_000 + window,
+            "GET {i} read {read} bytes from datanodes"
+        );
+        let after = cluster.s3_metrics().expect("metrics");
+        assert_eq!(
+            after.key_lookups - before.key_lookups,
+            1,
+            "one key lookup per GET"
+        );
+    }
+    cluster.shutdown().await;
+}
+
+/// Range rules end to end: suffix, clamping, ignored forms, 416 with
+/// `Content-Range: bytes */SIZE`, HEAD with Range, Range + partNumber.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn range_rules_over_http() {
+    let (cluster, addr) = cluster().await;
+    let src = data(1000);
+    let s2 = src.clone();
+    tokio::task::spawn_blocking(move || {
+        let _ = http(addr, "PUT", "/rrr", &[], b"");
+        http(addr, "PUT", "/rrr/o", &[], &s2)
+    })
+    .await
+    .expect("put");
+    let cases: Vec<(&str, u16, std::ops::Range<usize>)> = vec![
+        ("bytes=-10", 206, 990..1000),
+        ("bytes=995-2000", 206, 995..1000),
+        ("bytes=-5000", 206, 0..1000),
+        ("bytes=7-3", 200, 0..1000),
+        ("bytes=0-1,5-6", 200, 0..1000),
+        ("lines=1-2", 200, 0..1000),
+    ];
+    for (rng, status, want) in cases {
+        let (st, h, body) = tokio::task::spawn_blocking(move || {
+            http(addr, "GET", "/rrr/o", &[("range", rng)], b"")
+        })
+        .await
+        .expect("get");
+        assert_eq!(st, status, "{rng}");
+        assert!(dechunk(&body, &h) == src[want.clone()], "{rng}");
+        assert_eq!(header(&h, "accept-ranges"), Some("bytes"));
+        assert!(header(&h, "x-amz-checksum-crc32").is_none());
+    }
+    let (st, h, _) = tokio::task::spawn_blocking(move || {
+        http(addr, "GET", "/rrr/o", &[("range", "bytes=1000-")], b"")
+    })
+    .await
+    .expect("get");
+    assert_eq!(
+        (st, header(&h, "content-range")),
+        (416, Some("bytes */1000"))
+    );
+    let (st, h, body) = tokio::task::spawn_blocking(move || {
+        http(addr, "HEAD", "/rrr/o", &[("range", "bytes=0-9")], b"")
+    })
+    .await
+    .expect("head");
+    assert_eq!(
+        (st, header(&h, "content-length"), body.len()),
+        (206, Some("10"), 0)
+    );
+    let (st, _, _) = tokio::task::spawn_blocking(move || {
+        http(
+            addr,
+            "GET",
+            "/rrr/o?partNumber=1",
+            &[("range", "bytes=0-9")],
+            b"",
+        )
+    })
+    .await
+    .expect("get");
+    assert_eq!(st, 400);
+    cluster.shutdown().await;
+}
+
+/// More than p indexes lost: before the first byte the GET is a 503; after
+/// the status line went out the stream is cut, and what arrived is a
+/// correct prefix (never wrong bytes under a 200).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_indexes_give_503_or_a_cut_stream() {
+    let (mut cluster, addr) = cluster().await;
+    let len = 48 << 20;
+    let src = data(len);
+    let s2 = src.clone();
+    tokio::task::spawn_blocking(move || {
+        let _ = http(addr, "PUT", "/fff", &[], b"");
+        http(addr, "PUT", "/fff/big", &[], &s2)
+    })
+    .await
+    .expect("put");
+    // Cut mid-stream: start the GET, read the headers and a little body,
+    // then stop three datanodes and drain what is left.
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.write_all(
+        format!("GET /fff/big HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .expect("write");
+    let mut first = vec![0u8; 64 * 1024];
+    let n = s.read(&mut first).expect("first bytes");
+    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
+    for i in 0..3 {
+        cluster.datanode_mut(i).expect("dn").stop().await;
+    }
+    let rest = tokio::task::spawn_blocking(move || {
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+        rest
+    })
+    .await
+    .expect("drain");
+    let mut raw = first[..n].to_vec();
+    raw.extend_from_slice(&rest);
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("headers");
+    let body = &raw[split + 4..];
+    assert!(
+        body.len() < len,
+        "the stream must be cut, got all {} bytes",
+        body.len()
+    );
+    assert!(
+        body == &src[..body.len()],
+        "what arrived is a correct prefix"
+    );
+    // Before the first byte: a 503, not a 200.
+    let (st, _, _) = tokio::task::spawn_blocking(move || http(addr, "GET", "/fff/big", &[], b""))
+        .await
+        .expect("get");
+    assert_eq!(st, 503);
+    cluster.shutdown().await;
+}
