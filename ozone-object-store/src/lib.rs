@@ -44,7 +44,7 @@
 //!
 //! The `ObjectStore` contract as object_store 0.14 documents it and its
 //! `integration` suite checks it; this crate passes that suite
-//! (`tests/conformance.rs`).
+//! (`tests/it/conformance.rs`).
 
 mod error;
 mod list;
