@@ -92,6 +92,14 @@ pub enum StoreError {
         /// The key, lossily as text.
         key: String,
     },
+    /// [`transact`](crate::transact) ran its body [`MAX_ATTEMPTS`](crate::MAX_ATTEMPTS)
+    /// times and each commit met a change to what the body had read: other
+    /// writers keep changing the same rows. Nothing was written.
+    #[error("gave up after {attempts} attempts: other writers kept changing the rows read")]
+    Contention {
+        /// Times the body ran.
+        attempts: u32,
+    },
     /// An election name was empty or held `/` (etcd appends `/` to a name, so
     /// `a` and `a/b` would share candidates).
     #[error("election name {0:?} must be non-empty and without '/'")]

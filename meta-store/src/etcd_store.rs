@@ -243,6 +243,15 @@ impl EtcdStore {
         k
     }
 
+    /// The etcd key that ends the range ending at `end` (`None`: the end of
+    /// the keyspace, which is the end of the store's namespace).
+    fn range_end(&self, end: Option<&[u8]>) -> Vec<u8> {
+        match end {
+            Some(e) => self.full(e),
+            None => prefix_end(&self.key_prefix()).unwrap_or_else(|| vec![0]),
+        }
+    }
+
     fn entry(&self, kv: &etcd_client::KeyValue) -> Result<Entry, StoreError> {
         let key = kv
             .key()
@@ -278,11 +287,7 @@ impl EtcdStore {
         end: Option<&[u8]>,
         limit: usize,
     ) -> Result<Page, StoreError> {
-        let end = match end {
-            Some(e) => self.full(e),
-            // The end of the keyspace is the end of the store's keys.
-            None => prefix_end(&self.key_prefix()).unwrap_or_else(|| vec![0]),
-        };
+        let end = self.range_end(end);
         let start = self.full(start);
         if end <= start {
             // etcd would read `[start, end)` with `end <= start` as the key
@@ -318,15 +323,35 @@ impl EtcdStore {
         let compares: Vec<EtcdCompare> = txn
             .compares()
             .iter()
-            .map(|c| match c {
-                Compare::Absent(k) => {
-                    EtcdCompare::create_revision(self.full(k), CompareOp::Equal, 0)
-                }
-                Compare::ModRevision(k, r) => EtcdCompare::mod_revision(
+            .filter_map(|c| match c {
+                Compare::Absent(k) => Some(EtcdCompare::create_revision(
+                    self.full(k),
+                    CompareOp::Equal,
+                    0,
+                )),
+                Compare::ModRevision(k, r) => Some(EtcdCompare::mod_revision(
                     self.full(k),
                     CompareOp::Equal,
                     i64::try_from(*r).unwrap_or(i64::MAX),
-                ),
+                )),
+                Compare::RangeUnchangedSince {
+                    start,
+                    end,
+                    revision,
+                } => {
+                    let start = self.full(start);
+                    let end = self.range_end(end.as_deref());
+                    // An empty range holds no key, so the compare holds; etcd
+                    // would read `end <= start` as the key `start` alone.
+                    (end > start).then(|| {
+                        EtcdCompare::mod_revision(
+                            start,
+                            CompareOp::Less,
+                            i64::try_from(revision.saturating_add(1)).unwrap_or(i64::MAX),
+                        )
+                        .with_range(end)
+                    })
+                }
             })
             .collect();
         let ops: Vec<TxnOp> = txn

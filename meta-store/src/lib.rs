@@ -19,9 +19,12 @@
 //!   otherwise ([`Outcome::Conflict`]). A read-modify-write reads the keys,
 //!   then commits its writes guarded by the revisions it read: optimistic
 //!   concurrency, never a read-then-write without a guard.
-//! - A range compare does not exist (etcd's range compares do not see a
-//!   deleted key); a writer that must see any change under a prefix keeps a
-//!   version key for the prefix and guards on it.
+//! - A range compare ([`Compare::RangeUnchangedSince`]) sees every key put
+//!   in a range after a revision, but not a key deleted from it (etcd's range
+//!   compares look only at the keys that exist); a reader that must see any
+//!   change to a range guards on the range and on each key it saw there.
+//!   [`Transaction`] and [`transact`] do this bookkeeping: the body reads and
+//!   writes as if alone, and commits guarded on all it read, or runs again.
 //!
 //! On top, [`Table`] gives typed tables (keys and values encoded by
 //! [`codec`] so that tuple keys keep their order), as redb's
@@ -42,6 +45,7 @@ pub mod local_etcd;
 mod redb_store;
 pub mod space;
 mod table;
+mod transaction;
 
 pub use election::{Leadership, MIN_TTL};
 pub use error::StoreError;
@@ -49,7 +53,8 @@ pub use etcd_config::{EtcdConfig, EtcdTls};
 pub use etcd_store::{EtcdStore, MAX_NAMESPACE_BYTES, MAX_PAGE_BYTES};
 pub use redb_store::RedbStore;
 pub use space::MemberSpace;
-pub use table::{Row, Rows, Table};
+pub use table::{Row, Rows, Table, TxnRows};
+pub use transaction::{Committed, MAX_ATTEMPTS, ScanPage, Transaction, TxnFuture, transact};
 
 /// Most compares, and most ops, in one [`Txn`]: etcd's default
 /// `--max-txn-ops` (128), which bounds each list separately.
@@ -99,12 +104,36 @@ pub enum Compare {
     /// The key exists and was last changed at this revision (etcd:
     /// `mod_revision == r`); it fails for a key that does not exist.
     ModRevision(Vec<u8>, u64),
+    /// No key in `start <= key < end` (`end` `None`: to the end of the
+    /// keyspace) was put after `revision` (etcd: `mod_revision <
+    /// revision + 1` over the range). It holds for an empty range. A key
+    /// *deleted* from the range since is not seen: guard each key read there
+    /// with [`ModRevision`](Self::ModRevision) as well.
+    RangeUnchangedSince {
+        /// First key of the range.
+        start: Vec<u8>,
+        /// First key past the range, or `None` for the end of the keyspace.
+        end: Option<Vec<u8>>,
+        /// The store revision the range was read at.
+        revision: u64,
+    },
 }
 
 impl Compare {
     fn key(&self) -> &[u8] {
         match self {
             Self::Absent(k) | Self::ModRevision(k, _) => k,
+            Self::RangeUnchangedSince { start, .. } => start,
+        }
+    }
+
+    /// Key bytes the compare carries (its range end too).
+    fn key_bytes(&self) -> usize {
+        match self {
+            Self::Absent(k) | Self::ModRevision(k, _) => k.len(),
+            Self::RangeUnchangedSince { start, end, .. } => {
+                start.len() + end.as_ref().map_or(0, Vec::len)
+            }
         }
     }
 }
@@ -166,6 +195,24 @@ impl Txn {
         }
     }
 
+    /// Adds the condition that no key in `start <= key < end` (`end` `None`:
+    /// to the end of the keyspace) was put after `revision` (see
+    /// [`Compare::RangeUnchangedSince`] for what it does not see).
+    #[must_use]
+    pub fn when_range_unchanged_since(
+        mut self,
+        start: impl Into<Vec<u8>>,
+        end: Option<Vec<u8>>,
+        revision: u64,
+    ) -> Self {
+        self.compares.push(Compare::RangeUnchangedSince {
+            start: start.into(),
+            end,
+            revision,
+        });
+        self
+    }
+
     /// Adds a put of `value` at `key`.
     #[must_use]
     pub fn put(mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Self {
@@ -198,7 +245,7 @@ impl Txn {
         let compares: usize = self
             .compares
             .iter()
-            .map(|c| c.key().len() + ENTRY_OVERHEAD_BYTES)
+            .map(|c| c.key_bytes() + ENTRY_OVERHEAD_BYTES)
             .sum();
         let ops: usize = self
             .ops

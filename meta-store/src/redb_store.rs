@@ -137,6 +137,25 @@ impl RedbStore {
                         Compare::ModRevision(k, r) => {
                             table.get(k.as_slice())?.is_some_and(|v| v.value().1 == *r)
                         }
+                        Compare::RangeUnchangedSince {
+                            start,
+                            end,
+                            revision,
+                        } => {
+                            let iter = match end {
+                                Some(e) if e.as_slice() <= start.as_slice() => return Ok(true),
+                                Some(e) => table.range(start.as_slice()..e.as_slice())?,
+                                None => table.range(start.as_slice()..)?,
+                            };
+                            let mut unchanged = true;
+                            for item in iter {
+                                if item?.1.value().1 > *revision {
+                                    unchanged = false;
+                                    break;
+                                }
+                            }
+                            unchanged
+                        }
                     })
                 };
                 let mut all = true;

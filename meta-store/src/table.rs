@@ -6,7 +6,7 @@
 use std::marker::PhantomData;
 
 use crate::codec::{Codec, from_bytes, to_bytes};
-use crate::{Entry, MetaStore, StoreError, Txn, prefix_end};
+use crate::{Entry, MetaStore, StoreError, Transaction, Txn, prefix_end};
 
 /// A typed table: keys `K`, values `V`, under `name` (lower-case ASCII
 /// letters, digits and `_`, so that no table's range holds another's).
@@ -40,6 +40,16 @@ pub struct Row<K, V> {
 pub struct Rows<K, V> {
     /// The rows.
     pub rows: Vec<Row<K, V>>,
+    /// Whether more rows follow the last one.
+    pub more: bool,
+}
+
+/// Rows of one [`Table::scan_in`] call, in key order, as the transaction
+/// sees them (its own writes applied, so no revisions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnRows<K, V> {
+    /// `(key, value)` pairs.
+    pub rows: Vec<(K, V)>,
     /// Whether more rows follow the last one.
     pub more: bool,
 }
@@ -90,10 +100,9 @@ impl<K: Codec, V: Codec> Table<K, V> {
         k
     }
 
-    fn row(&self, e: Entry) -> Result<Row<K, V>, StoreError> {
+    fn decode_key(&self, store_key: &[u8]) -> Result<K, StoreError> {
         let prefix_len = self.name.len() + 1;
-        let key = e
-            .key
+        store_key
             .get(prefix_len..)
             .ok_or_else(|| StoreError::Corrupt {
                 table: self.name,
@@ -104,16 +113,39 @@ impl<K: Codec, V: Codec> Table<K, V> {
                     table: self.name,
                     reason: format!("key: {err}"),
                 })
-            })?;
-        let value = from_bytes::<V>(&e.value).map_err(|err| StoreError::Corrupt {
+            })
+    }
+
+    fn decode_value(&self, value: &[u8]) -> Result<V, StoreError> {
+        from_bytes::<V>(value).map_err(|err| StoreError::Corrupt {
             table: self.name,
             reason: format!("value: {err}"),
-        })?;
+        })
+    }
+
+    fn row(&self, e: Entry) -> Result<Row<K, V>, StoreError> {
         Ok(Row {
-            key,
-            value,
+            key: self.decode_key(&e.key)?,
+            value: self.decode_value(&e.value)?,
             mod_revision: e.mod_revision,
         })
+    }
+
+    /// The range of `prefix`'s rows after `after` (exclusive): its first key
+    /// and the first key past it (`None`: the end of the keyspace).
+    fn scan_range<P: Codec>(&self, prefix: &P, after: Option<&K>) -> (Vec<u8>, Option<Vec<u8>>) {
+        let mut start = self.prefix();
+        prefix.encode(&mut start);
+        let end = prefix_end(&start);
+        if let Some(a) = after {
+            let mut past = self.store_key(a);
+            // The first key after `a`: `a`'s own key plus a 0x00 byte.
+            past.push(0);
+            if past > start {
+                start = past;
+            }
+        }
+        (start, end)
     }
 
     /// The row at `key`, if any.
@@ -142,17 +174,7 @@ impl<K: Codec, V: Codec> Table<K, V> {
         after: Option<&K>,
         limit: usize,
     ) -> Result<Rows<K, V>, StoreError> {
-        let mut start = self.prefix();
-        prefix.encode(&mut start);
-        let end = prefix_end(&start);
-        if let Some(a) = after {
-            let mut past = self.store_key(a);
-            // The first key after `a`: `a`'s own key plus a 0x00 byte.
-            past.push(0);
-            if past > start {
-                start = past;
-            }
-        }
+        let (start, end) = self.scan_range(prefix, after);
         let page = store.range(&start, end.as_deref(), limit).await?;
         let rows = page
             .entries
@@ -163,6 +185,53 @@ impl<K: Codec, V: Codec> Table<K, V> {
             rows,
             more: page.more,
         })
+    }
+
+    /// The row at `key` as transaction `tx` sees it ([`Transaction::get`]).
+    ///
+    /// # Errors
+    /// As [`Transaction::get`]; [`StoreError::Corrupt`] if the stored bytes
+    /// do not decode as `V`.
+    pub async fn get_in(&self, tx: &Transaction, key: &K) -> Result<Option<V>, StoreError> {
+        match tx.get(&self.store_key(key)).await? {
+            Some(v) => Ok(Some(self.decode_value(&v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// [`scan`](Self::scan) as transaction `tx` sees the table
+    /// ([`Transaction::scan`]: guarded, and with `tx`'s writes applied).
+    ///
+    /// # Errors
+    /// As [`get_in`](Self::get_in).
+    pub async fn scan_in<P: Codec>(
+        &self,
+        tx: &Transaction,
+        prefix: &P,
+        after: Option<&K>,
+        limit: usize,
+    ) -> Result<TxnRows<K, V>, StoreError> {
+        let (start, end) = self.scan_range(prefix, after);
+        let page = tx.scan(&start, end.as_deref(), limit).await?;
+        let rows = page
+            .entries
+            .into_iter()
+            .map(|(k, v)| Ok((self.decode_key(&k)?, self.decode_value(&v)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(TxnRows {
+            rows,
+            more: page.more,
+        })
+    }
+
+    /// Buffers a put of `value` at `key` in `tx`.
+    pub fn put_in(&self, tx: &Transaction, key: &K, value: &V) {
+        tx.put(self.store_key(key), to_bytes(value));
+    }
+
+    /// Buffers a delete of `key` in `tx`.
+    pub fn delete_in(&self, tx: &Transaction, key: &K) {
+        tx.delete(self.store_key(key));
     }
 
     /// `txn` with a put of `value` at `key`.

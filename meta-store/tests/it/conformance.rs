@@ -78,6 +78,18 @@ impl Model {
             meta_store::Compare::ModRevision(k, r) => {
                 self.kv.get(k).is_some_and(|(_, _, m)| m == r)
             }
+            meta_store::Compare::RangeUnchangedSince {
+                start,
+                end,
+                revision,
+            } => self
+                .kv
+                .iter()
+                .filter(|(k, _)| {
+                    k.as_slice() >= start.as_slice()
+                        && end.as_ref().is_none_or(|e| k.as_slice() < e.as_slice())
+                })
+                .all(|(_, (_, _, m))| m <= revision),
         });
         if !holds {
             return Outcome::Conflict;
@@ -112,13 +124,20 @@ fn key(rng: &mut SmallRng) -> Vec<u8> {
 }
 
 /// A random transaction: up to two compares (absent; the key's current
-/// revision or a stale one) and one to three writes of distinct keys.
+/// revision or a stale one; a range unchanged since a recent revision,
+/// empty and inverted ranges included) and one to three writes of
+/// distinct keys.
 fn random_txn(rng: &mut SmallRng, model: &Model) -> Txn {
     let mut txn = Txn::new();
     for _ in 0..rng.random_range(0..=2) {
         let k = key(rng);
-        txn = match rng.random_range(0..3) {
+        txn = match rng.random_range(0..4) {
             0 => txn.when_absent(k),
+            3 => {
+                let end = rng.random_bool(0.7).then(|| key(rng));
+                let back = rng.random_range(0..4);
+                txn.when_range_unchanged_since(k, end, model.revision.saturating_sub(back))
+            }
             1 => {
                 let r = model.kv.get(&k).map_or(2, |(_, _, m)| *m);
                 txn.when_unchanged(k, r)

@@ -8,3 +8,4 @@ mod election;
 mod secure;
 mod space;
 mod table;
+mod transaction;

@@ -1,0 +1,355 @@
+//! [`Transaction`] and [`transact`]: a read-modify-write over the store
+//! with optimistic concurrency, so that an om operation can be written as
+//! if it ran alone.
+//!
+//! The body reads through a [`Transaction`] (each key's first read is
+//! remembered, and later reads of it answer the same) and buffers its
+//! writes there (later reads see them). When it returns, everything it read
+//! becomes the guard of one [`Txn`]: each key read must still be as read
+//! (absent, or unchanged since), and each range scanned must have had no
+//! key put since the scan's revision. The commit applies the writes if
+//! every guard holds; otherwise another writer changed something the body
+//! decided on, and the body runs again on fresh reads, up to
+//! [`MAX_ATTEMPTS`] times. The result is serializable: the writes happen
+//! as of the commit's revision, with every read still true at it.
+//!
+//! An error the body returns is checked the same way before it is given
+//! back: an error decided on reads that are no longer true (two reads
+//! taken either side of another writer's commit, say) makes the body run
+//! again instead of reaching the caller.
+//!
+//! What a body reads is bounded by etcd's transaction limits: every key
+//! read and every scanned range is one compare, and a transaction has at
+//! most [`MAX_TXN_OPS`] of them, so a scan inside a transaction reads a few
+//! rows (is a bucket empty, the parts of a small upload); listing many rows
+//! is a plain [`MetaStore::range`] outside one.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::hash::BuildHasher;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use crate::{Compare, Entry, MAX_TXN_OPS, MetaStore, Outcome, StoreError, Txn};
+
+/// Times [`transact`] runs its body before it answers
+/// [`StoreError::Contention`]. With `n` writers on the same rows each round
+/// commits at least one of them, so this covers 32 writers on one row.
+pub const MAX_ATTEMPTS: u32 = 32;
+
+/// What a [`transact`] body returns: a boxed future that holds its
+/// [`Transaction`] handle (`|tx| Box::pin(async move { ... })`). Boxed and
+/// `Send` so that a transaction runs inside a spawned task (a gRPC
+/// handler); `'env` is what the body borrows from its caller.
+pub type TxnFuture<'env, T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'env>>;
+
+/// One run of a [`transact`] body: its reads and buffered writes. A cheap
+/// handle (clones share the run); the body gets one by value. Used after
+/// its body returned, it reads and writes nothing that is committed.
+#[derive(Debug, Clone)]
+pub struct Transaction {
+    store: MetaStore,
+    state: Arc<Mutex<State>>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Each key read from the store, as first read (`None`: absent).
+    reads: BTreeMap<Vec<u8>, Option<Entry>>,
+    /// One [`Compare::RangeUnchangedSince`] per page scanned.
+    scans: Vec<Compare>,
+    /// Buffered writes: `Some(value)` a put, `None` a delete.
+    writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Calls made to the store (a body that read once read atomically).
+    store_calls: u32,
+}
+
+/// What [`Transaction::scan`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanPage {
+    /// `(key, value)` pairs in ascending key order, the transaction's own
+    /// buffered writes applied; at most the scan's `limit`.
+    pub entries: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Whether the range holds entries past the last one returned.
+    pub more: bool,
+}
+
+/// A body's result that [`transact`] committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed<T> {
+    /// What the body returned.
+    pub value: T,
+    /// The store revision of the commit (every key written has it as its
+    /// `mod_revision`); `None` when the body wrote nothing.
+    pub revision: Option<u64>,
+    /// Times the body ran (1 when nothing interfered).
+    pub attempts: u32,
+}
+
+impl Transaction {
+    fn new(store: &MetaStore) -> Self {
+        Self {
+            store: store.clone(),
+            state: Arc::default(),
+        }
+    }
+
+    /// The store this transaction reads.
+    #[must_use]
+    pub fn store(&self) -> &MetaStore {
+        &self.store
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // The state is plain maps, whole after any panic.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The value at `key`: this transaction's own write if it made one, else
+    /// the store's value as this transaction first read it.
+    ///
+    /// # Errors
+    /// [`StoreError::EmptyKey`]; [`StoreError::TooManyOps`] when the read
+    /// would take the transaction past [`MAX_TXN_OPS`] guards; the store's
+    /// errors.
+    pub async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        if key.is_empty() {
+            return Err(StoreError::EmptyKey);
+        }
+        if let Some(known) = self.state().known(key) {
+            return Ok(known);
+        }
+        self.state().check_room(1)?;
+        let entry = self.store.get(key).await?;
+        let mut st = self.state();
+        st.store_calls += 1;
+        st.reads.entry(key.to_vec()).or_insert(entry);
+        Ok(st.known(key).flatten())
+    }
+
+    /// At most `limit` (at least 1) entries with `start <= key < end` (`end`
+    /// `None`: to the end of the keyspace) as this transaction sees them: the
+    /// store's, with keys read earlier as first read and this transaction's
+    /// writes applied. The part of the range read is guarded on as a whole
+    /// (no key put into it) and key by key (no key seen deleted).
+    ///
+    /// # Errors
+    /// As [`get`](Self::get), for every key seen.
+    pub async fn scan(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<ScanPage, StoreError> {
+        if start.is_empty() {
+            return Err(StoreError::EmptyKey);
+        }
+        let limit = limit.max(1);
+        let mut view: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let mut from = start.to_vec();
+        let store_more = loop {
+            let page = self.store.range(&from, end, limit).await?;
+            let mut st = self.state();
+            st.store_calls += 1;
+            let fresh = page
+                .entries
+                .iter()
+                .filter(|e| !st.reads.contains_key(&e.key))
+                .count();
+            st.check_room(fresh + 1)?;
+            // A full page covers the range up to its last key; a short one
+            // covers the rest of it.
+            let covered_end = match page.entries.last() {
+                Some(last) if page.more => {
+                    let mut past = last.key.clone();
+                    past.push(0);
+                    Some(past)
+                }
+                _ => end.map(<[u8]>::to_vec),
+            };
+            st.scans.push(Compare::RangeUnchangedSince {
+                start: from.clone(),
+                end: covered_end.clone(),
+                revision: page.revision,
+            });
+            let mut segment: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+            for e in page.entries {
+                segment.insert(e.key.clone(), e.value.clone());
+                st.reads.entry(e.key.clone()).or_insert(Some(e));
+            }
+            // Keys read earlier answer as first read; the body's writes win.
+            for (k, first) in in_range(&st.reads, &from, covered_end.as_deref()) {
+                match first {
+                    Some(e) => segment.insert(k.clone(), e.value.clone()),
+                    None => segment.remove(k),
+                };
+            }
+            for (k, w) in in_range(&st.writes, &from, covered_end.as_deref()) {
+                match w {
+                    Some(v) => segment.insert(k.clone(), v.clone()),
+                    None => segment.remove(k),
+                };
+            }
+            drop(st);
+            view.extend(segment);
+            match covered_end {
+                Some(next) if page.more && view.len() < limit => from = next,
+                _ => break page.more,
+            }
+        };
+        let more = store_more || view.len() > limit;
+        Ok(ScanPage {
+            entries: view.into_iter().take(limit).collect(),
+            more,
+        })
+    }
+
+    /// Buffers a put of `value` at `key` (applied at commit; read back by
+    /// this transaction at once).
+    pub fn put(&self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
+        self.state().writes.insert(key.into(), Some(value.into()));
+    }
+
+    /// Buffers a delete of `key`.
+    pub fn delete(&self, key: impl Into<Vec<u8>>) {
+        self.state().writes.insert(key.into(), None);
+    }
+}
+
+impl State {
+    /// What the transaction already knows of `key`: `Some(value)` from its
+    /// writes or first reads, `None` if it must ask the store.
+    fn known(&self, key: &[u8]) -> Option<Option<Vec<u8>>> {
+        if let Some(w) = self.writes.get(key) {
+            return Some(w.clone());
+        }
+        self.reads
+            .get(key)
+            .map(|first| first.as_ref().map(|e| e.value.clone()))
+    }
+
+    /// Fails when `more` guards would pass etcd's limit.
+    fn check_room(&self, more: usize) -> Result<(), StoreError> {
+        let compares = self.reads.len() + self.scans.len() + more;
+        if compares > MAX_TXN_OPS {
+            return Err(StoreError::TooManyOps {
+                compares,
+                ops: self.writes.len(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The guards: every key as read, every range scanned unchanged.
+    fn guards(&self) -> Txn {
+        let mut txn = self.reads.iter().fold(Txn::new(), |t, (k, e)| {
+            t.when_as_read(k.clone(), e.as_ref())
+        });
+        for c in &self.scans {
+            if let Compare::RangeUnchangedSince {
+                start,
+                end,
+                revision,
+            } = c
+            {
+                txn = txn.when_range_unchanged_since(start.clone(), end.clone(), *revision);
+            }
+        }
+        txn
+    }
+
+    /// Whether what was read came from more than one store call (one call
+    /// reads at one revision, so a single read needs no check).
+    fn read_more_than_once(&self) -> bool {
+        self.store_calls > 1
+    }
+}
+
+/// The entries of `map` with `start <= key < end`.
+fn in_range<'m, V>(
+    map: &'m BTreeMap<Vec<u8>, V>,
+    start: &[u8],
+    end: Option<&[u8]>,
+) -> impl Iterator<Item = (&'m Vec<u8>, &'m V)> {
+    map.range(start.to_vec()..)
+        .take_while(move |(k, _)| end.is_none_or(|e| k.as_slice() < e))
+}
+
+/// Runs `body` on a fresh [`Transaction`] and commits its writes guarded on
+/// everything it read; runs it again when another writer changed any of
+/// that first (module docs). A body that wrote nothing commits nothing, but
+/// its reads are still checked when they took more than one store call, so
+/// what it returns was true all at once.
+///
+/// The body may run several times: it must not act outside the transaction
+/// (send RPCs, count) except idempotently.
+///
+/// # Errors
+/// - the body's error, once its reads are found still true;
+/// - [`StoreError::Contention`] after [`MAX_ATTEMPTS`] runs;
+/// - the commit's errors ([`Txn::validate`]'s rules: at most
+///   [`MAX_TXN_OPS`] writes, [`MAX_REQUEST_BYTES`](crate::MAX_REQUEST_BYTES));
+///   an error from the commit itself may leave it applied or not, as
+///   [`MetaStore::commit`] says.
+pub async fn transact<'env, T, E, F>(store: &MetaStore, mut body: F) -> Result<Committed<T>, E>
+where
+    F: FnMut(Transaction) -> TxnFuture<'env, T, E>,
+    E: From<StoreError>,
+{
+    for attempt in 1..=MAX_ATTEMPTS {
+        let tx = Transaction::new(store);
+        let outcome = body(tx.clone()).await;
+        let st = std::mem::take(&mut *tx.state());
+        match outcome {
+            Ok(value) => {
+                if st.writes.is_empty() && !st.read_more_than_once() {
+                    return Ok(Committed {
+                        value,
+                        revision: None,
+                        attempts: attempt,
+                    });
+                }
+                let wrote = !st.writes.is_empty();
+                let mut txn = st.guards();
+                for (k, w) in st.writes {
+                    txn = match w {
+                        Some(v) => txn.put(k, v),
+                        None => txn.delete(k),
+                    };
+                }
+                if let Outcome::Committed { revision } = store.commit(txn).await? {
+                    return Ok(Committed {
+                        value,
+                        revision: wrote.then_some(revision),
+                        attempts: attempt,
+                    });
+                }
+            }
+            Err(err) => {
+                if !st.read_more_than_once() {
+                    return Err(err);
+                }
+                // A check that cannot be made (the store is down) leaves
+                // the body's own error standing.
+                match store.commit(st.guards()).await {
+                    Ok(Outcome::Conflict) => {}
+                    Ok(Outcome::Committed { .. }) | Err(_) => return Err(err),
+                }
+            }
+        }
+        back_off(attempt).await;
+    }
+    Err(StoreError::Contention {
+        attempts: MAX_ATTEMPTS,
+    }
+    .into())
+}
+
+/// Sleeps a random 1 ms to 2^min(attempt, 6) ms, so that writers that
+/// collided spread out instead of colliding again in step.
+async fn back_off(attempt: u32) {
+    let cap_ms = 1u64 << attempt.min(6);
+    let jitter = std::collections::hash_map::RandomState::new().hash_one(attempt) % cap_ms;
+    tokio::time::sleep(Duration::from_millis(1 + jitter)).await;
+}
