@@ -240,7 +240,6 @@ pub(crate) struct State {
     pub(crate) sessions: HashMap<u64, OpenKeySession>,
     /// Open sessions per client id (entries with no sessions are removed).
     pub(crate) sessions_by_client: HashMap<String, usize>,
-    pub(crate) next_session: u64,
     pub(crate) allocations: u64,
     /// Open container per pipeline (its datanodes in location order) and the blocks it holds.
     pub(crate) open_containers: HashMap<Vec<DatanodeId>, (u64, u32)>,
@@ -404,21 +403,6 @@ impl OzoneManager {
                 state.nodes.load(d, now);
             }
         }
-        // Session ids never repeat across restarts: each start takes a new
-        // epoch for the high 32 bits, so a writer holding a session of an
-        // earlier incarnation gets NoSuchSession, never someone else's.
-        let epoch = {
-            let txn = db.begin_write()?;
-            let epoch;
-            {
-                let mut t = txn.open_table(COUNTERS)?;
-                epoch = t.get("session_epoch")?.map_or(1, |g| g.value());
-                t.insert("session_epoch", epoch + 1)?;
-            }
-            txn.commit()?;
-            epoch
-        };
-        state.next_session = epoch << 32;
         let tokens = config
             .block_tokens
             .map(|c| crate::block_tokens::BlockTokenSecretManager::open(&db, c))

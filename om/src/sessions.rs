@@ -34,6 +34,22 @@ pub const MAX_OPEN_SESSIONS: usize = 100_000;
 /// The client id of callers that give none.
 pub const ANONYMOUS_CLIENT: &str = "";
 
+/// A new session id: 64 random bits from the OS-seeded generator, never 0
+/// and never an open session's. Every session call names only this id, so
+/// it must not be guessable from another's (a counter would let any client
+/// commit into or abort the next writer's session); Ozone's OM likewise
+/// hands out random client ids for open keys. An id from before a restart
+/// matches a new session with probability 2^-64 per pair, so a writer of an
+/// earlier incarnation gets `NoSuchSession`, not someone else's session.
+fn new_session_id(open: &std::collections::HashMap<u64, OpenKeySession>) -> u64 {
+    loop {
+        let id: u64 = rand::random();
+        if id != 0 && !open.contains_key(&id) {
+            return id;
+        }
+    }
+}
+
 impl OzoneManager {
     /// Opens a key for writing as an anonymous client. Nothing is visible
     /// until [`commit_key`](Self::commit_key).
@@ -91,8 +107,7 @@ impl OzoneManager {
                 limit,
             });
         }
-        st.next_session += 1;
-        let session_id = st.next_session;
+        let session_id = new_session_id(&st.sessions);
         *st.sessions_by_client.entry(client.to_string()).or_default() += 1;
         st.sessions.insert(
             session_id,

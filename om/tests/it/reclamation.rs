@@ -380,3 +380,29 @@ fn a_bucket_with_an_upload_in_progress_is_not_empty() {
         Err(OmError::BucketNotFound(_))
     ));
 }
+
+/// A session id says nothing of the next one: of 64 sessions opened in a
+/// row, none is within 2^32 of the one before (ids were a counter, so a
+/// client could commit into or abort the next writer's session by adding
+/// one), and none is 0.
+#[test]
+fn session_ids_are_not_guessable_from_each_other() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let om = om_with(dir.path(), |c| c.with_max_sessions_per_client(100));
+    let ids: Vec<u64> = (0..64)
+        .map(|i| {
+            om.open_key("b", &format!("k{i}"), None)
+                .expect("open")
+                .session_id
+        })
+        .collect();
+    assert!(ids.iter().all(|&id| id != 0));
+    for w in ids.windows(2) {
+        assert!(
+            w[0].abs_diff(w[1]) >= 1 << 32,
+            "consecutive session ids {} and {}",
+            w[0],
+            w[1]
+        );
+    }
+}
