@@ -266,6 +266,13 @@ impl OmClient {
     /// addresses in turn while it fails as `how` allows, all within the om
     /// deadline. The om that answered (even with an error) becomes the
     /// current one.
+    ///
+    /// A read may also give up on an om that does not answer: with `n`
+    /// addresses each om but the last tried gets `deadline / n`, so a hung
+    /// om (a stopped process, a host gone without a reset) costs a read a
+    /// share of the deadline, not all of it, and later calls start at the om
+    /// that answered. A change waits for its om until the deadline: it may
+    /// have been applied there.
     async fn call<Q, T, F, Fut>(&self, op: &'static str, how: Resend, req: Q, send: F) -> Result<T>
     where
         Q: Clone,
@@ -293,9 +300,21 @@ impl OmClient {
         let first = self.current.load(Ordering::Relaxed) % n;
         let mut failed: Vec<String> = Vec::new();
         let mut last: Option<Status> = None;
-        for (i, (address, stub)) in self.oms.iter().enumerate().cycle().skip(first).take(n) {
-            let answer = tokio::time::timeout_at(deadline, send(stub.clone(), req.clone())).await;
+        let share = self.timeout / u32::try_from(n).unwrap_or(u32::MAX);
+        let tries = self.oms.iter().enumerate().cycle().skip(first).take(n);
+        for (tried, (i, (address, stub))) in tries.enumerate() {
+            let until = if how == Resend::Read && tried + 1 < n {
+                deadline.min(tokio::time::Instant::now() + share)
+            } else {
+                deadline
+            };
+            let answer = tokio::time::timeout_at(until, send(stub.clone(), req.clone())).await;
             let status = match answer {
+                Err(_) if until < deadline => {
+                    tracing::debug!(op, om = %address, "om gave no answer within {share:?}");
+                    failed.push(format!("{address}: no answer within {share:?}"));
+                    continue;
+                }
                 Err(_) => {
                     return Err(ClientError::OmTimeout {
                         op,

@@ -120,3 +120,104 @@ async fn bad_om_lists_are_refused_and_an_all_dead_list_names_every_address() {
         e => panic!("{e:?}"),
     }
 }
+
+/// A TCP relay in front of an om that can be frozen: while frozen it passes
+/// no byte either way but keeps every connection open, as a stopped om
+/// process or a partitioned host does (no reset, no answer).
+struct FreezableRelay {
+    address: std::net::SocketAddr,
+    frozen: tokio::sync::watch::Sender<bool>,
+}
+
+impl FreezableRelay {
+    async fn start(to: std::net::SocketAddr) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("addr");
+        let (frozen, _) = tokio::sync::watch::channel(false);
+        let watch = frozen.clone();
+        tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let Ok(outbound) = tokio::net::TcpStream::connect(to).await else {
+                    continue;
+                };
+                let (ri, wi) = inbound.into_split();
+                let (ro, wo) = outbound.into_split();
+                tokio::spawn(pump(ri, wo, watch.subscribe()));
+                tokio::spawn(pump(ro, wi, watch.subscribe()));
+            }
+        });
+        Self { address, frozen }
+    }
+
+    fn freeze(&self) {
+        self.frozen.send_replace(true);
+    }
+}
+
+/// Copies `from` to `to`, holding each chunk while the relay is frozen.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut frozen: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if frozen.wait_for(|f| !*f).await.is_err() {
+            return;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// An om that stops answering without closing its connections (a frozen
+/// process, a partitioned host): a read gives up on it after its share of
+/// the om deadline and is answered by the next om, and later calls go
+/// there first; a change sent to it is not resent (it may have been
+/// applied) and times out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_moves_past_an_om_that_stopped_answering() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = om(&dir.path().join("a")).await;
+    let b = om(&dir.path().join("b")).await;
+    b.om()
+        .create_bucket("on-b", None, None)
+        .expect("bucket on b");
+    let relay = FreezableRelay::start(a.address()).await;
+    let list = format!("{},{}", relay.address, b.address());
+    let config = ClientConfig::default().with_om_timeout(std::time::Duration::from_secs(4));
+    let c = Client::connect(&list, config.clone())
+        .await
+        .expect("connect");
+    c.create_bucket("on-a", BucketOptions::default())
+        .await
+        .expect("create through the relay");
+    assert_eq!(names(&a), ["on-a"]);
+    let changer = Client::connect(&list, config).await.expect("connect");
+    assert_eq!(changer.list_buckets().await.expect("list on a").len(), 1);
+
+    relay.freeze();
+    let e = changer
+        .create_bucket("lost", BucketOptions::default())
+        .await
+        .expect_err("a frozen om answers no change");
+    assert!(matches!(e, ClientError::OmTimeout { .. }), "{e:?}");
+    let listed = c.list_buckets().await.expect("the read moves on to b");
+    assert_eq!(
+        listed.iter().map(|b| b.name.as_str()).collect::<Vec<_>>(),
+        ["on-b"]
+    );
+    // The next call starts at b: a change lands there at once.
+    c.create_bucket("second", BucketOptions::default())
+        .await
+        .expect("create on b");
+    assert_eq!(names(&b), ["on-b", "second"]);
+}
