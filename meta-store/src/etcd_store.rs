@@ -290,8 +290,8 @@ impl EtcdStore {
         let end = self.range_end(end);
         let start = self.full(start);
         if end <= start {
-            // etcd would read `[start, end)` with `end <= start` as the key
-            // `start` alone; an empty range holds nothing.
+            // An empty or inverted range holds nothing (etcd's answer too;
+            // this saves the call).
             return Ok(Page {
                 entries: Vec::new(),
                 more: false,
@@ -341,8 +341,8 @@ impl EtcdStore {
                 } => {
                     let start = self.full(start);
                     let end = self.range_end(end.as_deref());
-                    // An empty range holds no key, so the compare holds; etcd
-                    // would read `end <= start` as the key `start` alone.
+                    // An empty or inverted range holds no key, so the
+                    // compare holds: nothing to send.
                     (end > start).then(|| {
                         EtcdCompare::mod_revision(
                             start,
@@ -354,7 +354,7 @@ impl EtcdStore {
                 }
             })
             .collect();
-        let ops: Vec<TxnOp> = txn
+        let mut ops: Vec<TxnOp> = txn
             .ops()
             .iter()
             .map(|o| match o {
@@ -362,6 +362,16 @@ impl EtcdStore {
                 Op::Delete(k) => TxnOp::delete(self.full(k), None),
             })
             .collect();
+        if ops.is_empty() {
+            // etcd answers a Txn without ops from whichever member got it,
+            // however far behind (it counts as a serializable read); one
+            // linearizable read in it makes the member catch up first, so
+            // a check of reads sees every commit before it.
+            ops.push(TxnOp::get(
+                self.key_prefix(),
+                Some(GetOptions::new().with_count_only()),
+            ));
+        }
         let txn = EtcdTxn::new().when(compares).and_then(ops);
         let resp = self
             .retrying(Retry::NotSent, |mut kv| {

@@ -69,7 +69,7 @@ pub const MAX_REQUEST_BYTES: usize = 1536 * 1024;
 /// Bytes counted for each compare and op on top of its key and value, for
 /// [`MAX_REQUEST_BYTES`]: field tags, lengths, revisions, the request's own
 /// framing, and the etcd store's namespace (at most [`MAX_NAMESPACE_BYTES`])
-/// on its key, rounded up.
+/// on its key — on both keys of a range compare — rounded up.
 pub const ENTRY_OVERHEAD_BYTES: usize = 64;
 
 /// One stored key and its value, with the revisions etcd keeps for it.

@@ -127,6 +127,10 @@ impl RedbStore {
     pub(crate) async fn commit(&self, txn: Txn) -> Result<Outcome, StoreError> {
         self.blocking(move |db| {
             let write = db.begin_write()?;
+            // Whether a commit changed anything: one that did not (a
+            // check of reads, a delete of absent keys) is not written, so it
+            // costs no sync.
+            let mut changed = false;
             let outcome = {
                 let mut table = write.open_table(KV)?;
                 let mut meta = write.open_table(META)?;
@@ -169,7 +173,6 @@ impl RedbStore {
                     // etcd advances the revision only when something changed
                     // (a delete of an absent key changes nothing).
                     let next = revision + 1;
-                    let mut changed = false;
                     for op in txn.ops() {
                         match op {
                             Op::Put(k, v) => {
@@ -194,7 +197,7 @@ impl RedbStore {
                     Outcome::Conflict
                 }
             };
-            if outcome.committed() {
+            if changed {
                 write.commit()?;
             } else {
                 write.abort()?;

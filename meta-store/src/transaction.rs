@@ -19,7 +19,7 @@
 //! again instead of reaching the caller.
 //!
 //! What a body reads is bounded by etcd's transaction limits: every key
-//! read and every scanned range is one compare, and a transaction has at
+//! read and every page of a scan is one compare, and a transaction has at
 //! most [`MAX_TXN_OPS`] of them, so a scan inside a transaction reads a few
 //! rows (is a bucket empty, the parts of a small upload); listing many rows
 //! is a plain [`MetaStore::range`] outside one.
@@ -34,8 +34,8 @@ use std::time::Duration;
 use crate::{Compare, Entry, MAX_TXN_OPS, MetaStore, Outcome, StoreError, Txn};
 
 /// Times [`transact`] runs its body before it answers
-/// [`StoreError::Contention`]. With `n` writers on the same rows each round
-/// commits at least one of them, so this covers 32 writers on one row.
+/// [`StoreError::Contention`]. Of a fixed set of writers on the same rows
+/// each round commits at least one, so this covers 32 of them racing once.
 pub const MAX_ATTEMPTS: u32 = 32;
 
 /// What a [`transact`] body returns: a boxed future that holds its
@@ -80,8 +80,10 @@ pub struct ScanPage {
 pub struct Committed<T> {
     /// What the body returned.
     pub value: T,
-    /// The store revision of the commit (every key written has it as its
-    /// `mod_revision`); `None` when the body wrote nothing.
+    /// The store revision after the commit: every key the body put has it
+    /// as its `mod_revision` (a body that only deleted absent keys changed
+    /// nothing and gets the unchanged revision); `None` when the body
+    /// buffered no write.
     pub revision: Option<u64>,
     /// Times the body ran (1 when nothing interfered).
     pub attempts: u32,
@@ -124,15 +126,21 @@ impl Transaction {
         let entry = self.store.get(key).await?;
         let mut st = self.state();
         st.store_calls += 1;
-        st.reads.entry(key.to_vec()).or_insert(entry);
+        if !st.reads.contains_key(key) {
+            // Checked again: reads run at once (a `join!`) passed the first
+            // check together.
+            st.check_room(1)?;
+            st.reads.insert(key.to_vec(), entry);
+        }
         Ok(st.known(key).flatten())
     }
 
     /// At most `limit` (at least 1) entries with `start <= key < end` (`end`
     /// `None`: to the end of the keyspace) as this transaction sees them: the
     /// store's, with keys read earlier as first read and this transaction's
-    /// writes applied. The part of the range read is guarded on as a whole
-    /// (no key put into it) and key by key (no key seen deleted).
+    /// writes applied. It reads one entry past `limit`, so that `more` rests
+    /// on a guarded key too. The part of the range read is guarded on as a
+    /// whole (no key put into it) and key by key (no key seen deleted).
     ///
     /// # Errors
     /// As [`get`](Self::get), for every key seen.
@@ -148,8 +156,11 @@ impl Transaction {
         let limit = limit.max(1);
         let mut view: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
         let mut from = start.to_vec();
-        let store_more = loop {
-            let page = self.store.range(&from, end, limit).await?;
+        loop {
+            // Enough for `limit` entries and one past them, if the store's
+            // entries all count.
+            let want = (limit + 1).saturating_sub(view.len()).max(1);
+            let page = self.store.range(&from, end, want).await?;
             let mut st = self.state();
             st.store_calls += 1;
             let fresh = page
@@ -194,11 +205,13 @@ impl Transaction {
             drop(st);
             view.extend(segment);
             match covered_end {
-                Some(next) if page.more && view.len() < limit => from = next,
-                _ => break page.more,
+                Some(next) if page.more && view.len() <= limit => from = next,
+                _ => break,
             }
-        };
-        let more = store_more || view.len() > limit;
+        }
+        // Past `limit` is a key the view holds, so guarded; keys beyond
+        // the part read are not, and are not claimed.
+        let more = view.len() > limit;
         Ok(ScanPage {
             entries: view.into_iter().take(limit).collect(),
             more,
@@ -338,7 +351,9 @@ where
                 }
             }
         }
-        back_off(attempt).await;
+        if attempt < MAX_ATTEMPTS {
+            back_off(attempt).await;
+        }
     }
     Err(StoreError::Contention {
         attempts: MAX_ATTEMPTS,

@@ -215,8 +215,9 @@ async fn write_skew_does_not_happen() {
 }
 
 /// Six tasks making 15 seeded transfers each between four accounts of 100
-/// (a typed table): every transfer commits once, no balance goes negative,
-/// and the total stays 400.
+/// (a typed table), each transfer moving money only from an account that
+/// holds it: every transfer returns Ok and the total stays 400 (a lost
+/// update would create or destroy money).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_transfers_conserve_the_total() {
     const ACCOUNTS: Table<u64, u64> = Table::new("account");
@@ -361,6 +362,85 @@ async fn contention_and_the_read_limit_are_typed_errors() {
         assert!(
             matches!(out, Err(StoreError::TooManyOps { compares, .. }) if compares == MAX_TXN_OPS + 1),
             "{}: {out:?}",
+            b.name
+        );
+    }
+}
+
+/// `more` rests on a guarded key: a body that scanned one entry of two and
+/// acted on "there are more" runs again when the second is deleted before
+/// its commit. A scan pages past entries its own deletes hide, and a key
+/// read before the scan keeps its first value in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scans_guard_more_and_page_past_own_deletes() {
+    for b in both().await {
+        let s = &b.store;
+        put(s, "duty/a", b"on").await;
+        put(s, "duty/b", b"on").await;
+        let runs = AtomicU32::new(0);
+        let runs = &runs;
+        let done = transact(s, |tx| {
+            Box::pin(async move {
+                let page = tx
+                    .scan(b"duty/", prefix_end(b"duty/").as_deref(), 1)
+                    .await?;
+                if runs.fetch_add(1, Ordering::SeqCst) == 0 {
+                    // The other member leaves meanwhile.
+                    tx.store().commit(Txn::new().delete("duty/b")).await?;
+                }
+                if page.more {
+                    tx.delete("duty/a");
+                }
+                Ok::<_, StoreError>(page.more)
+            })
+        })
+        .await
+        .expect("transact");
+        assert_eq!((done.attempts, done.value), (2, false), "{}", b.name);
+        assert!(s.get(b"duty/a").await.expect("get").is_some(), "{}", b.name);
+
+        for i in 0..5 {
+            put(s, &format!("m/{i}"), format!("v{i}").as_bytes()).await;
+        }
+        let pages = std::sync::Mutex::new(Vec::new());
+        let pages = &pages;
+        let runs = AtomicU32::new(0);
+        let runs = &runs;
+        transact(s, |tx| {
+            Box::pin(async move {
+                tx.get(b"m/4").await?;
+                if runs.fetch_add(1, Ordering::SeqCst) == 0 {
+                    put(tx.store(), "m/4", b"new").await;
+                }
+                for i in 0..3 {
+                    tx.delete(format!("m/{i}"));
+                }
+                let page = tx.scan(b"m/", prefix_end(b"m/").as_deref(), 2).await?;
+                pages.lock().expect("pages").push(page);
+                Ok::<_, StoreError>(())
+            })
+        })
+        .await
+        .expect("transact");
+        let pages = pages.lock().expect("pages").clone();
+        let entry = |k: &str, v: &str| (k.as_bytes().to_vec(), v.as_bytes().to_vec());
+        assert_eq!(
+            pages.len(),
+            2,
+            "{}: m/4 changed after the first run read it",
+            b.name
+        );
+        assert_eq!(
+            pages[0].entries,
+            [entry("m/3", "v3"), entry("m/4", "v4")],
+            "{}",
+            b.name
+        );
+        assert!(!pages[0].more, "{}", b.name);
+        assert_eq!(
+            pages[1].entries,
+            [entry("m/3", "v3"), entry("m/4", "new")],
+            "{}",
             b.name
         );
     }
