@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::etcd_store::auth_expired;
-use crate::{MetaStore, StoreError};
+use crate::{Fence, MetaStore, StoreError};
 
 /// Shortest lease a candidate may ask for: etcd's own minimum lease TTL with
 /// its default election timeout (leases are whole seconds).
@@ -40,6 +40,8 @@ pub struct Leadership {
 /// What an etcd leadership holds: the leader key, its lease and the
 /// lease's renewal task.
 struct Held {
+    /// The election's name.
+    election: String,
     client: etcd_client::Client,
     leader: etcd_client::LeaderKey,
     lease: i64,
@@ -119,6 +121,20 @@ impl Leadership {
     pub async fn lost(&mut self) {
         // An error means the renewal task is gone, which is a loss too.
         let _ = self.lost.wait_for(|lost| *lost).await;
+    }
+
+    /// The fence of this leadership, for [`transact_fenced`](crate::transact_fenced):
+    /// its writes are refused once it has ended, whether or not this holder
+    /// has noticed. `None` on redb (its one om leads for good).
+    #[must_use]
+    pub fn fence(&self) -> Option<Fence> {
+        self.held.as_ref().map(|h| {
+            Fence::new(
+                &h.election,
+                h.leader.key(),
+                u64::try_from(h.leader.rev()).unwrap_or(0),
+            )
+        })
     }
 
     /// Steps down: deletes the leader key, so the next candidate leads at
@@ -234,6 +250,7 @@ impl MetaStore {
             lost,
             _never: None,
             held: Some(Held {
+                election: name.to_string(),
                 client,
                 leader,
                 lease,

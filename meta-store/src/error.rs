@@ -113,6 +113,22 @@ pub enum StoreError {
         /// The candidate.
         candidate: String,
     },
+    /// A fenced commit ([`transact_fenced`](crate::transact_fenced)) was
+    /// refused because the leadership its [`Fence`](crate::Fence) was taken
+    /// from has ended (resigned, or its lease expired and another candidate
+    /// may lead): a deposed leader's write. Nothing was written.
+    #[error("no longer the leader of election {election}; the write was refused")]
+    NotLeader {
+        /// The election.
+        election: String,
+    },
+    /// A fence from an etcd election was used on a store with no elections
+    /// of that kind (a redb store).
+    #[error("a fence of etcd election {election} used on a redb store")]
+    ForeignFence {
+        /// The election.
+        election: String,
+    },
     /// A commit failed in transport after it may have reached a member: it
     /// may or may not have been applied. Read the keys it guards or writes
     /// to tell before retrying it.

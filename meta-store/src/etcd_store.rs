@@ -334,6 +334,11 @@ impl EtcdStore {
                     CompareOp::Equal,
                     i64::try_from(*r).unwrap_or(i64::MAX),
                 )),
+                Compare::Leading(f) => Some(EtcdCompare::create_revision(
+                    f.key().to_vec(),
+                    CompareOp::Equal,
+                    i64::try_from(f.create_revision()).unwrap_or(i64::MAX),
+                )),
                 Compare::RangeUnchangedSince {
                     start,
                     end,

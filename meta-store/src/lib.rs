@@ -54,7 +54,9 @@ pub use etcd_store::{EtcdStore, MAX_NAMESPACE_BYTES, MAX_PAGE_BYTES};
 pub use redb_store::RedbStore;
 pub use space::MemberSpace;
 pub use table::{Row, Rows, Table, TxnRows};
-pub use transaction::{Committed, MAX_ATTEMPTS, ScanPage, Transaction, TxnFuture, transact};
+pub use transaction::{
+    Committed, MAX_ATTEMPTS, ScanPage, Transaction, TxnFuture, transact, transact_fenced,
+};
 
 /// Most compares, and most ops, in one [`Txn`]: etcd's default
 /// `--max-txn-ops` (128), which bounds each list separately.
@@ -117,6 +119,49 @@ pub enum Compare {
         /// The store revision the range was read at.
         revision: u64,
     },
+    /// The leadership `Fence` was taken from still holds: etcd's leader key
+    /// of that campaign still exists with the same `create_revision` (etcd's
+    /// own test of election ownership in a transaction). A fenced write of a
+    /// deposed leader fails it.
+    Leading(Fence),
+}
+
+/// Proof that a candidate led an election, to guard its writes with
+/// ([`Leadership::fence`], [`transact_fenced`]): a leader that lost its
+/// lease without noticing (a long pause, a partition) and goes on writing
+/// is refused by the store, not trusted to stop in time. Only an etcd
+/// leadership has one: on redb the one om leads for good.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    election: String,
+    /// The leader key in etcd (namespace, `e/`, name, lease): outside the
+    /// store's own keys.
+    key: Vec<u8>,
+    create_revision: u64,
+}
+
+impl Fence {
+    pub(crate) fn new(election: &str, key: &[u8], create_revision: u64) -> Self {
+        Self {
+            election: election.to_string(),
+            key: key.to_vec(),
+            create_revision,
+        }
+    }
+
+    pub(crate) fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    pub(crate) fn create_revision(&self) -> u64 {
+        self.create_revision
+    }
+
+    /// The election this fence is of.
+    #[must_use]
+    pub fn election(&self) -> &str {
+        &self.election
+    }
 }
 
 impl Compare {
@@ -124,6 +169,7 @@ impl Compare {
         match self {
             Self::Absent(k) | Self::ModRevision(k, _) => k,
             Self::RangeUnchangedSince { start, .. } => start,
+            Self::Leading(f) => &f.key,
         }
     }
 
@@ -131,6 +177,7 @@ impl Compare {
     fn key_bytes(&self) -> usize {
         match self {
             Self::Absent(k) | Self::ModRevision(k, _) => k.len(),
+            Self::Leading(f) => f.key.len(),
             Self::RangeUnchangedSince { start, end, .. } => {
                 start.len() + end.as_ref().map_or(0, Vec::len)
             }
@@ -210,6 +257,14 @@ impl Txn {
             end,
             revision,
         });
+        self
+    }
+
+    /// Adds the condition that the leadership `fence` was taken from still
+    /// holds ([`Compare::Leading`]).
+    #[must_use]
+    pub fn when_leading(mut self, fence: &Fence) -> Self {
+        self.compares.push(Compare::Leading(fence.clone()));
         self
     }
 

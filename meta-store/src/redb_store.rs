@@ -141,6 +141,11 @@ impl RedbStore {
                         Compare::ModRevision(k, r) => {
                             table.get(k.as_slice())?.is_some_and(|v| v.value().1 == *r)
                         }
+                        Compare::Leading(f) => {
+                            return Err(StoreError::ForeignFence {
+                                election: f.election().to_string(),
+                            });
+                        }
                         Compare::RangeUnchangedSince {
                             start,
                             end,

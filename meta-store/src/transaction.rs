@@ -31,7 +31,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use crate::{Compare, Entry, MAX_TXN_OPS, MetaStore, Outcome, StoreError, Txn};
+use crate::{Compare, Entry, Fence, MAX_TXN_OPS, MetaStore, Outcome, StoreError, Txn};
 
 /// Times [`transact`] runs its body before it answers
 /// [`StoreError::Contention`]. Of a fixed set of writers on the same rows
@@ -305,7 +305,28 @@ fn in_range<'m, V>(
 ///   [`MAX_TXN_OPS`] writes, [`MAX_REQUEST_BYTES`](crate::MAX_REQUEST_BYTES));
 ///   an error from the commit itself may leave it applied or not, as
 ///   [`MetaStore::commit`] says.
-pub async fn transact<'env, T, E, F>(store: &MetaStore, mut body: F) -> Result<Committed<T>, E>
+pub async fn transact<'env, T, E, F>(store: &MetaStore, body: F) -> Result<Committed<T>, E>
+where
+    F: FnMut(Transaction) -> TxnFuture<'env, T, E>,
+    E: From<StoreError>,
+{
+    transact_fenced(store, None, body).await
+}
+
+/// [`transact`] for a leader's service: its writes also commit only while
+/// the leadership `fence` was taken from holds ([`Compare::Leading`]), so a
+/// leader deposed without noticing writes nothing. `None` (a redb store's
+/// leader) fences nothing.
+///
+/// # Errors
+/// As [`transact`]; [`StoreError::NotLeader`] when the leadership has
+/// ended (found when a commit conflicts); [`StoreError::ForeignFence`] for
+/// an etcd fence on a redb store.
+pub async fn transact_fenced<'env, T, E, F>(
+    store: &MetaStore,
+    fence: Option<&Fence>,
+    mut body: F,
+) -> Result<Committed<T>, E>
 where
     F: FnMut(Transaction) -> TxnFuture<'env, T, E>,
     E: From<StoreError>,
@@ -325,6 +346,9 @@ where
                 }
                 let wrote = !st.writes.is_empty();
                 let mut txn = st.guards();
+                if let Some(f) = fence.filter(|_| wrote) {
+                    txn = txn.when_leading(f);
+                }
                 for (k, w) in st.writes {
                     txn = match w {
                         Some(v) => txn.put(k, v),
@@ -337,6 +361,15 @@ where
                         revision: wrote.then_some(revision),
                         attempts: attempt,
                     });
+                }
+                if let Some(f) = fence.filter(|_| wrote) {
+                    let leading = store.commit(Txn::new().when_leading(f)).await?;
+                    if !leading.committed() {
+                        return Err(StoreError::NotLeader {
+                            election: f.election().to_string(),
+                        }
+                        .into());
+                    }
                 }
             }
             Err(err) => {

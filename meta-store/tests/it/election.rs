@@ -1,11 +1,14 @@
 //! Leader election on real etcd members: one leader at a time, a hand-over
 //! on resign, a bounded take-over after the leader dies, and a leader that
-//! learns it lost its lease when etcd is gone.
+//! learns it lost its lease when etcd is gone; a deposed leader's fenced
+//! writes are refused.
 
 use std::time::{Duration, Instant};
 
 use meta_store::local_etcd::LocalEtcd;
-use meta_store::{EtcdConfig, EtcdStore, MetaStore, RedbStore, StoreError};
+use meta_store::{
+    EtcdConfig, EtcdStore, MetaStore, RedbStore, StoreError, Txn, transact, transact_fenced,
+};
 
 const TTL: Duration = Duration::from_secs(3);
 
@@ -174,4 +177,58 @@ async fn on_redb_the_one_om_leads() {
         "a redb leadership is never lost"
     );
     assert!(l.is_held());
+}
+
+/// A leader's fenced writes commit while it leads. Once it has resigned and
+/// another candidate leads, a write under its old fence — a deposed leader
+/// that did not notice — is refused with `NotLeader` and writes nothing,
+/// while the new leader's fence works; a plain transaction is unaffected.
+/// On redb a leadership has no fence, and an etcd fence there is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leaders_fenced_writes_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let etcd = LocalEtcd::start(dir.path(), 1).await.expect("etcd");
+    let s = store(&etcd).await;
+    let put = |key: &'static str| {
+        move |tx: meta_store::Transaction| {
+            Box::pin(async move {
+                tx.put(key, "v");
+                Ok::<_, StoreError>(())
+            }) as meta_store::TxnFuture<'static, (), StoreError>
+        }
+    };
+    let a = s.campaign("fenced", "om-a", TTL).await.expect("a leads");
+    let fence_a = a.fence().expect("an etcd leadership has a fence");
+    assert_eq!(fence_a.election(), "fenced");
+    transact_fenced(&s, Some(&fence_a), put("by-a"))
+        .await
+        .expect("a leads: its write commits");
+    a.resign().await.expect("resign");
+    let b = s.campaign("fenced", "om-b", TTL).await.expect("b leads");
+    let late = transact_fenced(&s, Some(&fence_a), put("late-a")).await;
+    assert!(
+        matches!(&late, Err(StoreError::NotLeader { election }) if election == "fenced"),
+        "{late:?}"
+    );
+    assert_eq!(s.get(b"late-a").await.expect("get"), None);
+    let fence_b = b.fence().expect("fence");
+    transact_fenced(&s, Some(&fence_b), put("by-b"))
+        .await
+        .expect("b's write commits");
+    transact(&s, put("anyone")).await.expect("unfenced");
+    assert!(s.get(b"by-a").await.expect("get").is_some());
+    assert!(s.get(b"by-b").await.expect("get").is_some());
+
+    let rdir = tempfile::tempdir().expect("tempdir");
+    let redb = MetaStore::Redb(RedbStore::open(&rdir.path().join("m.redb")).expect("redb"));
+    let only = redb.campaign("fenced", "om", TTL).await.expect("leads");
+    assert!(only.fence().is_none());
+    let foreign = redb
+        .commit(Txn::new().when_leading(&fence_b).put("k", "v"))
+        .await;
+    assert!(
+        matches!(foreign, Err(StoreError::ForeignFence { .. })),
+        "{foreign:?}"
+    );
+    drop(b);
 }
