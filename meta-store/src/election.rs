@@ -79,6 +79,55 @@ impl Held {
     }
 }
 
+/// A campaign not yet won: its lease's renewal task and how to revoke the
+/// lease. Dropped before [`MetaStore::campaign`] returns (the caller's
+/// future was dropped), it stops renewing and revokes the lease in the
+/// background, so the candidate's key leaves the queue at once, or within
+/// the lease's TTL if the revoke fails.
+struct PendingCampaign {
+    renewer: Option<JoinHandle<()>>,
+    client: etcd_client::Client,
+    lease: i64,
+    timeout: Duration,
+}
+
+impl PendingCampaign {
+    /// Stops renewing and revokes the lease, waiting for the revoke.
+    async fn give_up(&mut self) {
+        if let Some(r) = self.renewer.take() {
+            r.abort();
+            let _ = revoke(self.client.clone(), self.lease, self.timeout).await;
+        }
+    }
+}
+
+impl Drop for PendingCampaign {
+    fn drop(&mut self) {
+        if let Some(r) = self.renewer.take() {
+            r.abort();
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(revoke(self.client.clone(), self.lease, self.timeout));
+            }
+        }
+    }
+}
+
+/// Revokes `lease` (best effort, bounded by `timeout`).
+async fn revoke(
+    mut client: etcd_client::Client,
+    lease: i64,
+    timeout: Duration,
+) -> Result<(), StoreError> {
+    bounded(timeout, async {
+        client
+            .lease_revoke(lease)
+            .await
+            .map(|_| ())
+            .map_err(Into::into)
+    })
+    .await
+}
+
 /// etcd's `Resign` of `leader`.
 async fn resign(
     client: &mut etcd_client::Client,
@@ -222,7 +271,15 @@ impl MetaStore {
         .map_err(|_| StoreError::Timeout(ttl / 3))??
         .id();
         let (tx, lost) = watch::channel(false);
-        let renewer = tokio::spawn(renew(client.clone(), lease, ttl, granted, tx));
+        // Until elected, a dropped campaign (its caller gave up) must not
+        // leave the lease renewed and the candidate queued: it would lead
+        // next as a ghost that runs nothing.
+        let mut pending = PendingCampaign {
+            renewer: Some(tokio::spawn(renew(client.clone(), lease, ttl, granted, tx))),
+            client: client.clone(),
+            lease,
+            timeout: store.call_timeout(),
+        };
         let mut watching = lost.clone();
         let campaign = client.campaign(store.election_name(name), candidate, lease);
         let elected = tokio::select! {
@@ -240,11 +297,14 @@ impl MetaStore {
         let leader = match elected {
             Ok(leader) => leader,
             Err(e) => {
-                renewer.abort();
-                let revoke = async { client.lease_revoke(lease).await.map_err(Into::into) };
-                let _ = bounded(store.call_timeout(), revoke).await;
+                pending.give_up().await;
                 return Err(e);
             }
+        };
+        let Some(renewer) = pending.renewer.take() else {
+            return Err(StoreError::Protocol(
+                "campaign lost its renewal task".into(),
+            ));
         };
         Ok(Leadership {
             lost,

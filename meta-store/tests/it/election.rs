@@ -1,13 +1,16 @@
 //! Leader election on real etcd members: one leader at a time, a hand-over
 //! on resign, a bounded take-over after the leader dies, and a leader that
 //! learns it lost its lease when etcd is gone; a deposed leader's fenced
-//! writes are refused.
+//! writes are refused; a service run by whichever candidate leads, on one
+//! at a time, moving when its runner stops; a campaign given up leaves no
+//! ghost candidate.
 
 use std::time::{Duration, Instant};
 
 use meta_store::local_etcd::LocalEtcd;
 use meta_store::{
-    EtcdConfig, EtcdStore, MetaStore, RedbStore, StoreError, Txn, transact, transact_fenced,
+    EtcdConfig, EtcdStore, MetaStore, RedbStore, StoreError, Txn, run_while_leading, transact,
+    transact_fenced,
 };
 
 const TTL: Duration = Duration::from_secs(3);
@@ -231,4 +234,139 @@ async fn a_deposed_leaders_fenced_writes_are_refused() {
         "{foreign:?}"
     );
     drop(b);
+}
+
+/// Polls `cond` every 50 ms until it holds, or panics after `within`.
+async fn eventually<F: std::future::Future<Output = bool>>(
+    what: &str,
+    within: Duration,
+    mut cond: impl FnMut() -> F,
+) {
+    let deadline = Instant::now() + within;
+    while !cond().await {
+        assert!(Instant::now() < deadline, "{what} not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Two runners of one service: only the leader's runs (the other's never
+/// writes while it waits), its fenced writes land; when its runner is
+/// stopped it resigns and the other's service takes over at once, and the
+/// stopped one writes no more. Each led one term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_runs_on_the_leader_only_and_moves_when_it_stops() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let etcd = LocalEtcd::start(dir.path(), 1).await.expect("etcd");
+    let s = store(&etcd).await;
+    let runner = |name: &'static str| {
+        let store = s.clone();
+        let writes = Arc::new(AtomicU32::new(0));
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let counted = Arc::clone(&writes);
+        let task = tokio::spawn(async move {
+            run_while_leading(&store, "svc", name, TTL, stopped, |fence| {
+                let store = store.clone();
+                let counted = Arc::clone(&counted);
+                async move {
+                    loop {
+                        let wrote = transact_fenced(&store, fence.as_ref(), |tx| {
+                            Box::pin(async move {
+                                tx.put("svc/last", name);
+                                Ok::<_, StoreError>(())
+                            })
+                        })
+                        .await;
+                        if wrote.is_ok() {
+                            counted.fetch_add(1, Ordering::SeqCst);
+                        }
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            })
+            .await
+        });
+        (task, stop, writes)
+    };
+    let last = |s: MetaStore| async move {
+        s.get(b"svc/last")
+            .await
+            .expect("get")
+            .map(|e| String::from_utf8_lossy(&e.value).into_owned())
+    };
+    let (a_task, a_stop, a_writes) = runner("om-a");
+    eventually("a's service writes", Duration::from_secs(10), || {
+        let s = s.clone();
+        async move { last(s).await.as_deref() == Some("om-a") }
+    })
+    .await;
+    let (b_task, b_stop, b_writes) = runner("om-b");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(b_writes.load(Ordering::SeqCst), 0, "b runs while a leads");
+    assert_eq!(last(s.clone()).await.as_deref(), Some("om-a"));
+
+    a_stop.send_replace(true);
+    let a_terms = a_task.await.expect("task").expect("a's runner");
+    assert_eq!(a_terms, 1);
+    let a_final = a_writes.load(Ordering::SeqCst);
+    assert!(a_final > 0);
+    eventually("b takes over", Duration::from_secs(5), || {
+        let s = s.clone();
+        async move { last(s).await.as_deref() == Some("om-b") }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        a_writes.load(Ordering::SeqCst),
+        a_final,
+        "a wrote after it stopped"
+    );
+    assert_eq!(last(s.clone()).await.as_deref(), Some("om-b"));
+    b_stop.send_replace(true);
+    assert_eq!(b_task.await.expect("task").expect("b's runner"), 1);
+}
+
+/// A candidate whose campaign is dropped while another leads (its runner
+/// stopped) holds no lease afterwards: the renewal task stops and the lease
+/// is revoked (a dropped campaign used to renew its lease for as long as
+/// the process lived), and once the leader resigns the next candidate
+/// leads at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_given_up_stops_renewing_its_lease() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let etcd = LocalEtcd::start(dir.path(), 1).await.expect("etcd");
+    let s = store(&etcd).await;
+    let mut raw = etcd_client::Client::connect(etcd.endpoints(), None)
+        .await
+        .expect("a raw etcd client");
+    let a = s.campaign("queue", "om-a", TTL).await.expect("a leads");
+    let b = s.clone();
+    let waiting = tokio::spawn(async move { b.campaign("queue", "om-b", TTL).await });
+    eventually("b's lease granted", Duration::from_secs(5), || {
+        let mut raw = raw.clone();
+        async move { raw.leases().await.expect("leases").leases().len() == 2 }
+    })
+    .await;
+    assert!(!waiting.is_finished(), "b leads while a does");
+    waiting.abort();
+    let _ = waiting.await;
+    eventually("b's lease revoked", Duration::from_secs(5), || {
+        let mut raw = raw.clone();
+        async move { raw.leases().await.expect("leases").leases().len() == 1 }
+    })
+    .await;
+    // Past the TTL, still only a's: nothing renews b's.
+    tokio::time::sleep(TTL + Duration::from_secs(1)).await;
+    assert_eq!(raw.leases().await.expect("leases").leases().len(), 1);
+    a.resign().await.expect("resign");
+    let c = tokio::time::timeout(Duration::from_secs(2), s.campaign("queue", "om-c", TTL))
+        .await
+        .expect("c leads at once")
+        .expect("campaign");
+    assert_eq!(
+        s.leader("queue").await.expect("leader").as_deref(),
+        Some("om-c")
+    );
+    drop(c);
 }
