@@ -41,6 +41,18 @@ pub struct EtcdStore {
     /// How it connected, for calls that go to each member in turn
     /// (defragmentation: see [`crate::space`]).
     pub(crate) config: std::sync::Arc<EtcdConfig>,
+    /// Renewals of the KV client's auth token, one at a time: calls that
+    /// found the token expired together renew it once.
+    renewal: std::sync::Arc<TokenRenewal>,
+}
+
+/// The KV client's token renewals: a lock that lets one run at a time, and
+/// how many have run (a call that saw the token before the last renewal
+/// does not renew again).
+#[derive(Debug, Default)]
+struct TokenRenewal {
+    lock: tokio::sync::Mutex<()>,
+    done: std::sync::atomic::AtomicU64,
 }
 
 /// Largest answer a range read decodes, bytes (64 MiB): a page of `limit`
@@ -140,7 +152,32 @@ impl EtcdStore {
             namespace: config.namespace.clone(),
             timeout: config.timeout,
             config: std::sync::Arc::new(config.clone()),
+            renewal: std::sync::Arc::default(),
         })
+    }
+
+    /// How many times the KV client's auth token has been renewed since
+    /// connecting (etcd refused it as expired, or a restarted member forgot
+    /// it). Calls that find it expired at once renew it once between them:
+    /// etcd checks a password with bcrypt, so a renewal per call would load
+    /// every member after each idle spell.
+    #[must_use]
+    pub fn token_renewals(&self) -> u64 {
+        self.renewal.done.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Renews the KV client's token, unless another call renewed it after
+    /// `seen` (the count read before this call's failed attempt).
+    async fn renew_token(&self, seen: u64) -> Result<(), StoreError> {
+        let _one = self.renewal.lock.lock().await;
+        if self.token_renewals() != seen {
+            return Ok(());
+        }
+        self.client.refresh_token().await?;
+        self.renewal
+            .done
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Ok(())
     }
 
     /// Runs `call` on a fresh KV client, again while it fails as `retry`
@@ -154,6 +191,7 @@ impl EtcdStore {
         let started = std::time::Instant::now();
         let mut refreshed = false;
         loop {
+            let seen = self.token_renewals();
             let kv = self
                 .client
                 .kv_client()
@@ -177,7 +215,7 @@ impl EtcdStore {
                 // restarted): authenticate again, once per call.
                 Err(e) if auth_expired(&e) && !refreshed => {
                     refreshed = true;
-                    self.client.refresh_token().await?;
+                    self.renew_token(seen).await?;
                     continue;
                 }
                 Err(e) if not_sent(&e) && in_time => {}
