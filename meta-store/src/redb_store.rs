@@ -49,6 +49,62 @@ impl RedbStore {
         Ok(Self { db: Arc::new(db) })
     }
 
+    /// The store in `db`, a redb file another user already holds open (the
+    /// om keeps its older tables in the same file while its modules move
+    /// onto the store): the store's two tables are created in it if absent.
+    ///
+    /// # Errors
+    /// [`StoreError::Redb`] if the tables cannot be created.
+    pub fn with_database(db: Arc<Database>) -> Result<Self, StoreError> {
+        let txn = db.begin_write()?;
+        txn.open_table(KV)?;
+        txn.open_table(META)?;
+        txn.commit()?;
+        Ok(Self { db })
+    }
+
+    /// Writes `rows` (key, value) in one durable commit at one new revision,
+    /// synchronously: for copying data in from an older layout while
+    /// opening, before anything reads the store (no runtime needed). Rows
+    /// whose key holds that value already are left alone, so an interrupted
+    /// copy can simply run again. Returns how many rows it wrote.
+    ///
+    /// # Errors
+    /// [`StoreError::EmptyKey`]; [`StoreError::Redb`].
+    pub fn import(&self, rows: &[(Vec<u8>, Vec<u8>)]) -> Result<usize, StoreError> {
+        if rows.iter().any(|(k, _)| k.is_empty()) {
+            return Err(StoreError::EmptyKey);
+        }
+        let write = self.db.begin_write()?;
+        let mut written = 0;
+        {
+            let mut table = write.open_table(KV)?;
+            let mut meta = write.open_table(META)?;
+            let next = read_revision(&meta)? + 1;
+            for (k, v) in rows {
+                let old = table
+                    .get(k.as_slice())?
+                    .map(|e| (e.value().0, e.value().2 == v.as_slice()));
+                match old {
+                    Some((_, true)) => {}
+                    Some((created, false)) => {
+                        table.insert(k.as_slice(), (created, next, v.as_slice()))?;
+                        written += 1;
+                    }
+                    None => {
+                        table.insert(k.as_slice(), (next, next, v.as_slice()))?;
+                        written += 1;
+                    }
+                }
+            }
+            if written > 0 {
+                meta.insert(REVISION, next)?;
+            }
+        }
+        write.commit()?;
+        Ok(written)
+    }
+
     async fn blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Database) -> Result<T, StoreError> + Send + 'static,

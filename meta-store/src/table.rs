@@ -234,6 +234,13 @@ impl<K: Codec, V: Codec> Table<K, V> {
         tx.delete(self.store_key(key));
     }
 
+    /// The store key and value bytes of row `key` = `value`, for
+    /// [`RedbStore::import`](crate::RedbStore::import).
+    #[must_use]
+    pub fn row_bytes(&self, key: &K, value: &V) -> (Vec<u8>, Vec<u8>) {
+        (self.store_key(key), to_bytes(value))
+    }
+
     /// `txn` with a put of `value` at `key`.
     #[must_use]
     pub fn put(&self, txn: Txn, key: &K, value: &V) -> Txn {

@@ -40,14 +40,6 @@ impl OmAdminGrpc {
              (ozone --tls-cert/--tls-key; a minicluster's cluster.json names one)"
         ))))
     }
-
-    /// Runs a database call off the async threads.
-    async fn run<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&OzoneManager) -> Result<T, OmError> + Send + 'static,
-    ) -> Result<T, Status> {
-        crate::service::on_blocking_pool(&self.om, f).await
-    }
 }
 
 #[tonic::async_trait]
@@ -98,7 +90,7 @@ impl OmAdminService for OmAdminGrpc {
     ) -> Result<Response<admin_pb::CreateUserResponse>, Status> {
         self.require_admin(&req, "CreateUser")?;
         let name = req.into_inner().name;
-        let c = self.run(move |om| om.create_s3_key(&name)).await?;
+        let c = self.om.create_s3_key(&name).await?;
         Ok(Response::new(admin_pb::CreateUserResponse {
             user: c.user,
             access_key: c.access_key,
@@ -111,7 +103,7 @@ impl OmAdminService for OmAdminGrpc {
         req: Request<admin_pb::ListUsersRequest>,
     ) -> Result<Response<admin_pb::ListUsersResponse>, Status> {
         self.require_admin(&req, "ListUsers")?;
-        let users = self.run(OzoneManager::list_s3_users).await?;
+        let users = self.om.list_s3_users().await?;
         Ok(Response::new(admin_pb::ListUsersResponse {
             users: users
                 .into_iter()
@@ -130,7 +122,7 @@ impl OmAdminService for OmAdminGrpc {
     ) -> Result<Response<admin_pb::RevokeKeyResponse>, Status> {
         self.require_admin(&req, "RevokeKey")?;
         let key = req.into_inner().access_key;
-        let user = self.run(move |om| om.revoke_s3_key(&key)).await?;
+        let user = self.om.revoke_s3_key(&key).await?;
         Ok(Response::new(admin_pb::RevokeKeyResponse { user }))
     }
 }

@@ -109,6 +109,9 @@ pub enum OmError {
     /// The metadata database failed (redb's error, typed).
     #[error("metadata database: {0}")]
     Db(#[from] redb::Error),
+    /// The metadata store failed (the modules moved onto `meta_store`).
+    #[error("metadata store: {0}")]
+    Store(#[from] meta_store::StoreError),
     /// A stored record does not decode (the database is corrupt or was
     /// written by an incompatible version).
     #[error("{what} record is corrupt: {source}")]
@@ -155,6 +158,7 @@ impl OmError {
             Self::DataDirInUse(_)
             | Self::DataDirLock(_)
             | Self::Db(_)
+            | Self::Store(_)
             | Self::CorruptRecord { .. }
             | Self::Internal(_)
             | Self::Task(_) => OmErrorCode::Internal,

@@ -1,8 +1,17 @@
 //! S3 identities and bucket ACLs: the users the S3 gateway authenticates,
 //! their access keys, and the canned ACL of each bucket.
 //!
-//! Storage: table `s3_users` (user name → creation time, ms since the Unix
-//! epoch) and table `s3_access_keys` (access key → [`S3AccessKeyRecord`]).
+//! Storage: the first of the om's modules on the metadata store
+//! (`meta_store`, over `om.redb`; ARCHITECTURE.md, "Moving the om onto the
+//! store"). Tables: `s3_users` (user name → creation time, ms since the
+//! Unix epoch), `s3_access_keys` (access key → [`S3AccessKeyRecord`]),
+//! `s3_user_keys` ((user, access key) → creation time: a user's keys as one
+//! range) and the row `s3_users` of `om_counts` (how many users: a
+//! transaction reads at most 128 rows, so it cannot count a table). Every
+//! change is one `transact` body, so two oms issuing keys at once cannot
+//! pass a bound together. An `om.redb` from before the move has its rows
+//! copied into the store when the om opens ([`move_onto_store`]).
+//!
 //! A secret is kept in the om's database as it was issued, like the
 //! block-token secrets beside it: SigV4 is an HMAC keyed with the secret
 //! itself, so whoever verifies a signature needs the secret, not a hash of
@@ -15,11 +24,12 @@
 //!
 //! [`S3AccessKeyRecord`]: proto_crate::wire::om::S3AccessKeyRecord
 
+use meta_store::{MetaStore, Table, transact};
 use prost::Message;
 use proto_crate::wire::om as pb;
 use proto_crate::{BucketInfo, CannedAcl};
 use rand::Rng;
-use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError};
 
 use crate::manager::{BUCKETS, decode, now_ms};
 use crate::{OmError, OzoneManager};
@@ -27,10 +37,20 @@ use crate::{OmError, OzoneManager};
 type Result<T, E = OmError> = std::result::Result<T, E>;
 
 /// User name → creation time (ms since the Unix epoch).
-pub(crate) const S3_USERS: TableDefinition<&str, u64> = TableDefinition::new("s3_users");
+const USERS: Table<String, u64> = Table::new("s3_users");
 /// Access key → encoded `S3AccessKeyRecord`.
-pub(crate) const S3_ACCESS_KEYS: TableDefinition<&str, &[u8]> =
-    TableDefinition::new("s3_access_keys");
+const ACCESS_KEYS: Table<String, Vec<u8>> = Table::new("s3_access_keys");
+/// (user, access key) → creation time: each user's keys as one range.
+const USER_KEYS: Table<(String, String), u64> = Table::new("s3_user_keys");
+/// Counts the om keeps for its bounds, by name.
+const COUNTS: Table<String, u64> = Table::new("om_counts");
+/// The row of [`COUNTS`] that counts [`USERS`].
+const USER_COUNT: &str = "s3_users";
+
+/// The redb tables of the layout before the store, read once by
+/// [`move_onto_store`].
+const OLD_USERS: TableDefinition<&str, u64> = TableDefinition::new("s3_users");
+const OLD_ACCESS_KEYS: TableDefinition<&str, &[u8]> = TableDefinition::new("s3_access_keys");
 
 /// Most S3 users the om holds (IAM's default quota of users per account).
 pub const MAX_S3_USERS: u64 = 5000;
@@ -119,6 +139,68 @@ fn decode_key(bytes: &[u8]) -> Result<pb::S3AccessKeyRecord> {
     })
 }
 
+/// Copies the S3 users and keys of an `om.redb` written before they moved
+/// onto the store into it, then drops the old tables (nothing to do when
+/// they are gone). The copy is one commit and leaves rows that already hold
+/// the same values alone, so a crash before the drop repeats it harmlessly.
+/// Runs while the om opens, before it serves.
+///
+/// # Errors
+/// Database and store errors; [`OmError::CorruptRecord`] for an old access
+/// key that does not decode.
+pub(crate) fn move_onto_store(db: &Database, store: &MetaStore) -> Result<()> {
+    let MetaStore::Redb(redb) = store else {
+        return Err(OmError::Internal(
+            "the om's own file holds the old tables; its store is another".into(),
+        ));
+    };
+    let mut rows = Vec::new();
+    let (users, keys) = {
+        let read = db.begin_read()?;
+        let old_users = match read.open_table(OLD_USERS) {
+            Ok(t) => t,
+            Err(TableError::TableDoesNotExist(_)) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut users = 0u64;
+        for entry in old_users.iter()? {
+            let (name, created) = entry?;
+            rows.push(USERS.row_bytes(&name.value().to_string(), &created.value()));
+            users += 1;
+        }
+        let mut keys = 0u64;
+        match read.open_table(OLD_ACCESS_KEYS) {
+            Ok(t) => {
+                for entry in t.iter()? {
+                    let (_, v) = entry?;
+                    let record = decode_key(v.value())?;
+                    rows.push(USER_KEYS.row_bytes(
+                        &(record.user.clone(), record.access_key.clone()),
+                        &record.created_unix_ms,
+                    ));
+                    rows.push(ACCESS_KEYS.row_bytes(&record.access_key, &v.value().to_vec()));
+                    keys += 1;
+                }
+            }
+            Err(TableError::TableDoesNotExist(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        rows.push(COUNTS.row_bytes(&USER_COUNT.to_string(), &users));
+        (users, keys)
+    };
+    redb.import(&rows)?;
+    let write = db.begin_write()?;
+    write.delete_table(OLD_USERS)?;
+    write.delete_table(OLD_ACCESS_KEYS)?;
+    write.commit()?;
+    tracing::info!(
+        users,
+        keys,
+        "moved S3 users and access keys onto the metadata store"
+    );
+    Ok(())
+}
+
 impl OzoneManager {
     /// Issues a new access key pair for S3 user `user`, creating the user
     /// first if it does not exist (one transaction).
@@ -126,93 +208,103 @@ impl OzoneManager {
     /// # Errors
     /// [`OmError::InvalidArgument`] for a bad name; [`OmError::LimitExceeded`]
     /// when the user already holds [`MAX_ACCESS_KEYS_PER_USER`] keys or the om
-    /// [`MAX_S3_USERS`] users; database errors.
-    pub fn create_s3_key(&self, user: &str) -> Result<S3Credentials> {
+    /// [`MAX_S3_USERS`] users; store errors.
+    pub async fn create_s3_key(&self, user: &str) -> Result<S3Credentials> {
         validate_user_name(user)?;
         const UPPER_DIGITS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
         const ALNUM: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-        let txn = self.db.begin_write()?;
-        let issued;
-        {
-            let mut users = txn.open_table(S3_USERS)?;
-            if users.get(user)?.is_none() {
-                if users.len()? >= MAX_S3_USERS {
+        let user = &user.to_string();
+        let issued = transact(&self.store, |tx| {
+            Box::pin(async move {
+                let now = now_ms();
+                if USERS.get_in(&tx, user).await?.is_none() {
+                    let count_key = USER_COUNT.to_string();
+                    let count = COUNTS.get_in(&tx, &count_key).await?.unwrap_or(0);
+                    if count >= MAX_S3_USERS {
+                        return Err(OmError::LimitExceeded(format!(
+                            "the om holds {MAX_S3_USERS} S3 users already"
+                        )));
+                    }
+                    USERS.put_in(&tx, user, &now);
+                    COUNTS.put_in(&tx, &count_key, &(count + 1));
+                }
+                let held = USER_KEYS
+                    .scan_in(&tx, user, None, MAX_ACCESS_KEYS_PER_USER)
+                    .await?;
+                if held.rows.len() >= MAX_ACCESS_KEYS_PER_USER {
                     return Err(OmError::LimitExceeded(format!(
-                        "the om holds {MAX_S3_USERS} S3 users already"
+                        "user {user} already holds {MAX_ACCESS_KEYS_PER_USER} access keys; \
+                         revoke one first"
                     )));
                 }
-                users.insert(user, now_ms())?;
-            }
-            let mut keys = txn.open_table(S3_ACCESS_KEYS)?;
-            let mut held = 0;
-            for entry in keys.iter()? {
-                let (_, v) = entry?;
-                if decode_key(v.value())?.user == user {
-                    held += 1;
-                }
-            }
-            if held >= MAX_ACCESS_KEYS_PER_USER {
-                return Err(OmError::LimitExceeded(format!(
-                    "user {user} already holds {MAX_ACCESS_KEYS_PER_USER} access keys; \
-                     revoke one first"
-                )));
-            }
-            let access_key = loop {
-                let k = format!("OZ{}", random_string(ACCESS_KEY_LEN - 2, UPPER_DIGITS));
-                if keys.get(k.as_str())?.is_none() {
-                    break k;
-                }
-            };
-            let record = pb::S3AccessKeyRecord {
-                access_key: access_key.clone(),
-                user: user.to_string(),
-                secret_key: random_string(SECRET_KEY_LEN, ALNUM),
-                created_unix_ms: now_ms(),
-            };
-            keys.insert(access_key.as_str(), record.encode_to_vec().as_slice())?;
-            issued = S3Credentials {
-                user: record.user,
-                access_key: record.access_key,
-                secret_key: record.secret_key,
-            };
-        }
-        txn.commit()?;
+                let access_key = loop {
+                    let k = format!("OZ{}", random_string(ACCESS_KEY_LEN - 2, UPPER_DIGITS));
+                    if ACCESS_KEYS.get_in(&tx, &k).await?.is_none() {
+                        break k;
+                    }
+                };
+                let record = pb::S3AccessKeyRecord {
+                    access_key: access_key.clone(),
+                    user: user.clone(),
+                    secret_key: random_string(SECRET_KEY_LEN, ALNUM),
+                    created_unix_ms: now,
+                };
+                ACCESS_KEYS.put_in(&tx, &access_key, &record.encode_to_vec());
+                USER_KEYS.put_in(&tx, &(user.clone(), access_key), &now);
+                Ok::<_, OmError>(S3Credentials {
+                    user: record.user,
+                    access_key: record.access_key,
+                    secret_key: record.secret_key,
+                })
+            })
+        })
+        .await?
+        .value;
         tracing::info!(user, access_key = %issued.access_key, "issued an S3 access key");
         Ok(issued)
     }
 
-    /// Every S3 user with its active access keys, by name.
+    /// Every S3 user with its active access keys (oldest first), by name.
+    /// Read page by page, not as one snapshot: a key issued meanwhile may
+    /// be missing.
     ///
     /// # Errors
-    /// Database errors.
-    pub fn list_s3_users(&self) -> Result<Vec<S3User>> {
-        let read = self.db.begin_read()?;
-        // By name (the table's order).
-        let mut users = std::collections::BTreeMap::new();
-        for entry in read.open_table(S3_USERS)?.iter()? {
-            let (k, v) = entry?;
-            let name = k.value().to_string();
-            users.insert(
-                name.clone(),
-                S3User {
-                    name,
-                    created_unix_ms: v.value(),
-                    access_keys: Vec::new(),
-                },
-            );
-        }
-        let mut keys = Vec::new();
-        for entry in read.open_table(S3_ACCESS_KEYS)?.iter()? {
-            let (_, v) = entry?;
-            keys.push(decode_key(v.value())?);
-        }
-        keys.sort_by_key(|k| k.created_unix_ms);
-        for k in keys {
-            if let Some(u) = users.get_mut(&k.user) {
-                u.access_keys.push(k.access_key);
+    /// Store errors.
+    pub async fn list_s3_users(&self) -> Result<Vec<S3User>> {
+        const PAGE: usize = 1000;
+        let mut users = Vec::new();
+        let mut after = None;
+        loop {
+            let page = USERS.scan(&self.store, &(), after.as_ref(), PAGE).await?;
+            after = page.rows.last().map(|r| r.key.clone());
+            users.extend(page.rows.into_iter().map(|r| S3User {
+                name: r.key,
+                created_unix_ms: r.value,
+                access_keys: Vec::new(),
+            }));
+            if !page.more {
+                break;
             }
         }
-        Ok(users.into_values().collect())
+        let mut keys: Vec<((String, String), u64)> = Vec::new();
+        let mut after = None;
+        loop {
+            let page = USER_KEYS
+                .scan(&self.store, &(), after.as_ref(), PAGE)
+                .await?;
+            after = page.rows.last().map(|r| r.key.clone());
+            keys.extend(page.rows.into_iter().map(|r| (r.key, r.value)));
+            if !page.more {
+                break;
+            }
+        }
+        keys.sort_by_key(|(_, created)| *created);
+        for ((user, access_key), _) in keys {
+            if let Ok(i) = users.binary_search_by(|u| u.name.as_str().cmp(&user)) {
+                users[i].access_keys.push(access_key);
+            }
+        }
+        Ok(users)
     }
 
     /// Revokes `access_key`: requests signed with it fail from then on (the
@@ -220,17 +312,23 @@ impl OzoneManager {
     /// and its buckets stay. Returns the user the key belonged to.
     ///
     /// # Errors
-    /// [`OmError::AccessKeyNotFound`]; database errors.
-    pub fn revoke_s3_key(&self, access_key: &str) -> Result<String> {
-        let txn = self.db.begin_write()?;
-        let user = {
-            let mut keys = txn.open_table(S3_ACCESS_KEYS)?;
-            let removed = keys.remove(access_key)?;
-            let record =
-                removed.ok_or_else(|| OmError::AccessKeyNotFound(access_key.to_string()))?;
-            decode_key(record.value())?.user
-        };
-        txn.commit()?;
+    /// [`OmError::AccessKeyNotFound`]; store errors.
+    pub async fn revoke_s3_key(&self, access_key: &str) -> Result<String> {
+        let access_key = &access_key.to_string();
+        let user = transact(&self.store, |tx| {
+            Box::pin(async move {
+                let record = ACCESS_KEYS
+                    .get_in(&tx, access_key)
+                    .await?
+                    .ok_or_else(|| OmError::AccessKeyNotFound(access_key.clone()))?;
+                let user = decode_key(&record)?.user;
+                ACCESS_KEYS.delete_in(&tx, access_key);
+                USER_KEYS.delete_in(&tx, &(user.clone(), access_key.clone()));
+                Ok::<_, OmError>(user)
+            })
+        })
+        .await?
+        .value;
         tracing::info!(user, access_key, "revoked an S3 access key");
         Ok(user)
     }
@@ -238,14 +336,13 @@ impl OzoneManager {
     /// The user and secret of `access_key`.
     ///
     /// # Errors
-    /// [`OmError::AccessKeyNotFound`]; database errors.
-    pub fn s3_secret(&self, access_key: &str) -> Result<(String, String)> {
-        let read = self.db.begin_read()?;
-        let t = read.open_table(S3_ACCESS_KEYS)?;
-        let v = t
-            .get(access_key)?
+    /// [`OmError::AccessKeyNotFound`]; store errors.
+    pub async fn s3_secret(&self, access_key: &str) -> Result<(String, String)> {
+        let row = ACCESS_KEYS
+            .get(&self.store, &access_key.to_string())
+            .await?
             .ok_or_else(|| OmError::AccessKeyNotFound(access_key.to_string()))?;
-        let r = decode_key(v.value())?;
+        let r = decode_key(&row.value)?;
         Ok((r.user, r.secret_key))
     }
 
@@ -289,72 +386,174 @@ mod tests {
         (dir, om)
     }
 
-    #[test]
-    fn keys_are_issued_listed_looked_up_and_revoked() {
+    #[tokio::test]
+    async fn keys_are_issued_listed_looked_up_and_revoked() {
         let (_dir, om) = om();
-        let a = om.create_s3_key("alice").expect("issue a key");
+        let a = om.create_s3_key("alice").await.expect("issue a key");
         assert_eq!(a.access_key.len(), 20);
         assert!(a.access_key.starts_with("OZ"));
         assert_eq!(a.secret_key.len(), 40);
-        let a2 = om.create_s3_key("alice").expect("issue a key");
+        let a2 = om.create_s3_key("alice").await.expect("issue a key");
         assert_ne!(a.access_key, a2.access_key);
         assert_ne!(a.secret_key, a2.secret_key);
         assert_eq!(
-            om.s3_secret(&a.access_key).expect("the om call"),
+            om.s3_secret(&a.access_key).await.expect("the om call"),
             ("alice".to_string(), a.secret_key.clone())
         );
         // A third key is refused: the bound holds.
         assert!(matches!(
-            om.create_s3_key("alice"),
+            om.create_s3_key("alice").await,
             Err(OmError::LimitExceeded(_))
         ));
-        let users = om.list_s3_users().expect("the om call");
+        let users = om.list_s3_users().await.expect("the om call");
         assert_eq!(users.len(), 1);
-        assert_eq!(users[0].access_keys.len(), 2);
         assert_eq!(
-            om.revoke_s3_key(&a.access_key).expect("the om call"),
+            users[0].access_keys,
+            [a.access_key.clone(), a2.access_key.clone()]
+        );
+        assert_eq!(
+            om.revoke_s3_key(&a.access_key).await.expect("the om call"),
             "alice"
         );
         assert!(matches!(
-            om.s3_secret(&a.access_key),
+            om.s3_secret(&a.access_key).await,
             Err(OmError::AccessKeyNotFound(_))
         ));
         assert!(matches!(
-            om.revoke_s3_key(&a.access_key),
+            om.revoke_s3_key(&a.access_key).await,
             Err(OmError::AccessKeyNotFound(_))
         ));
         assert_eq!(
-            om.list_s3_users().expect("the om call")[0].access_keys,
+            om.list_s3_users().await.expect("the om call")[0].access_keys,
             vec![a2.access_key.clone()]
         );
         // After a revocation the user may hold a new key.
-        om.create_s3_key("alice").expect("issue a key");
+        om.create_s3_key("alice").await.expect("issue a key");
     }
 
-    #[test]
-    fn bad_user_names_are_refused() {
+    /// Eight issues for one user at once: exactly the bound's two succeed
+    /// (each transaction reads the user's keys, so two cannot both see one).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn racing_issues_do_not_pass_the_bound() {
+        let (_dir, om) = om();
+        let om = std::sync::Arc::new(om);
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let om = std::sync::Arc::clone(&om);
+                tokio::spawn(async move { om.create_s3_key("carol").await })
+            })
+            .collect();
+        let mut issued = 0;
+        for t in tasks {
+            match t.await.expect("task") {
+                Ok(_) => issued += 1,
+                Err(OmError::LimitExceeded(_)) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(issued, MAX_ACCESS_KEYS_PER_USER);
+        let users = om.list_s3_users().await.expect("list");
+        assert_eq!(users[0].access_keys.len(), MAX_ACCESS_KEYS_PER_USER);
+    }
+
+    #[tokio::test]
+    async fn bad_user_names_are_refused() {
         let (_dir, om) = om();
         for bad in ["", "a b", "ü", &"x".repeat(65), "a/b", RESERVED_USER] {
             assert!(
-                matches!(om.create_s3_key(bad), Err(OmError::InvalidArgument(_))),
+                matches!(
+                    om.create_s3_key(bad).await,
+                    Err(OmError::InvalidArgument(_))
+                ),
                 "{bad:?}"
             );
         }
-        assert!(om.list_s3_users().expect("the om call").is_empty());
+        assert!(om.list_s3_users().await.expect("the om call").is_empty());
     }
 
-    #[test]
-    fn users_and_keys_survive_a_restart() {
+    #[tokio::test]
+    async fn users_and_keys_survive_a_restart() {
         let dir = tempfile::tempdir().expect("temp dir");
         let k = {
             let om = OzoneManager::open(OmConfig::new(dir.path())).expect("open the om");
-            om.create_s3_key("bob").expect("issue a key")
+            om.create_s3_key("bob").await.expect("issue a key")
         };
         let om = OzoneManager::open(OmConfig::new(dir.path())).expect("open the om");
         assert_eq!(
-            om.s3_secret(&k.access_key).expect("the om call").1,
+            om.s3_secret(&k.access_key).await.expect("the om call").1,
             k.secret_key
         );
+    }
+
+    /// An `om.redb` written before users moved onto the store: its users and
+    /// keys are there after the om opens, the old tables are gone, the user
+    /// count carries the bound on, and opening again changes nothing.
+    #[tokio::test]
+    async fn an_older_om_file_has_its_users_moved_onto_the_store() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        {
+            let db = Database::create(dir.path().join("om.redb")).expect("old file");
+            let txn = db.begin_write().expect("write");
+            {
+                let mut users = txn.open_table(OLD_USERS).expect("table");
+                let mut keys = txn.open_table(OLD_ACCESS_KEYS).expect("table");
+                for (user, key, at) in [
+                    ("dave", "OZDAVE1", 10),
+                    ("dave", "OZDAVE2", 20),
+                    ("erin", "OZERIN1", 30),
+                ] {
+                    users.insert(user, at).expect("user");
+                    let record = pb::S3AccessKeyRecord {
+                        access_key: key.into(),
+                        user: user.into(),
+                        secret_key: format!("secret-of-{key}"),
+                        created_unix_ms: at,
+                    };
+                    keys.insert(key, record.encode_to_vec().as_slice())
+                        .expect("key");
+                }
+            }
+            txn.commit().expect("commit");
+        }
+        for _ in 0..2 {
+            let om = OzoneManager::open(OmConfig::new(dir.path())).expect("open the om");
+            let users = om.list_s3_users().await.expect("list");
+            let listed: Vec<(&str, Vec<&str>)> = users
+                .iter()
+                .map(|u| {
+                    (
+                        u.name.as_str(),
+                        u.access_keys.iter().map(String::as_str).collect(),
+                    )
+                })
+                .collect();
+            assert_eq!(
+                listed,
+                [
+                    ("dave", vec!["OZDAVE1", "OZDAVE2"]),
+                    ("erin", vec!["OZERIN1"])
+                ]
+            );
+            assert_eq!(
+                om.s3_secret("OZERIN1").await.expect("secret"),
+                ("erin".to_string(), "secret-of-OZERIN1".to_string())
+            );
+            assert!(matches!(
+                om.create_s3_key("dave").await,
+                Err(OmError::LimitExceeded(_))
+            ));
+            let read = om.db.begin_read().expect("read");
+            assert!(matches!(
+                read.open_table(OLD_USERS),
+                Err(TableError::TableDoesNotExist(_))
+            ));
+            let count = COUNTS
+                .get(&om.store, &USER_COUNT.to_string())
+                .await
+                .expect("count")
+                .map(|r| r.value);
+            assert_eq!(count, Some(2));
+        }
     }
 
     #[test]

@@ -285,7 +285,7 @@ impl OzoneManagerService for OmGrpcService {
             ))));
         }
         let access_key = req.into_inner().access_key;
-        let (user, secret_key) = self.run(move |om| om.s3_secret(&access_key)).await?;
+        let (user, secret_key) = self.om.s3_secret(&access_key).await?;
         Ok(Response::new(pb::GetS3SecretResponse { user, secret_key }))
     }
 
