@@ -81,16 +81,23 @@ async fn tls_with_client_certificates_serves_and_refuses_strangers() {
     ));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_user_works_in_its_namespace_only_and_survives_token_expiry() {
-    let dir = tempfile::tempdir().expect("tempdir");
+/// One member with authentication on, tokens that expire after 1 s idle,
+/// and the user `om` (password `om-secret`) confined to `/om/`.
+async fn member_with_users(dir: &std::path::Path) -> LocalEtcd {
     let options = LocalEtcdOptions::default().with_auth_token_ttl(Duration::from_secs(1));
-    let etcd = LocalEtcd::start_with(dir.path(), 1, options)
+    let etcd = LocalEtcd::start_with(dir, 1, options)
         .await
         .expect("etcd starts");
     etcd.enable_auth("root-secret", &[("om", "om-secret", b"/om/")])
         .await
         .expect("auth on");
+    etcd
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_works_in_its_namespace_only_and_survives_token_expiry() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let etcd = member_with_users(dir.path()).await;
     let config = etcd.config().expect("config");
 
     let om = store(
@@ -213,13 +220,7 @@ async fn a_user_works_in_its_namespace_only_and_survives_token_expiry() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_that_find_the_token_expired_together_renew_it_once() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let options = LocalEtcdOptions::default().with_auth_token_ttl(Duration::from_secs(1));
-    let etcd = LocalEtcd::start_with(dir.path(), 1, options)
-        .await
-        .expect("etcd starts");
-    etcd.enable_auth("root-secret", &[("om", "om-secret", b"/om/")])
-        .await
-        .expect("auth on");
+    let etcd = member_with_users(dir.path()).await;
     let config = etcd
         .config()
         .expect("config")
