@@ -63,15 +63,57 @@ impl RedbStore {
         Ok(Self { db })
     }
 
-    /// Writes `rows` (key, value) in one durable commit at one new revision,
-    /// synchronously: for copying data in from an older layout while
-    /// opening, before anything reads the store (no runtime needed). Rows
-    /// whose key holds that value already are left alone, so an interrupted
+    /// Writes those of `rows` (key, value) whose key is absent, in one
+    /// durable commit at one new revision, synchronously: for copying data
+    /// in from an older layout while opening, before anything reads the
+    /// store (no runtime needed). A key that is present keeps its value, so
+    /// a copy never overwrites what was written since, and an interrupted
     /// copy can simply run again. Returns how many rows it wrote.
     ///
     /// # Errors
     /// [`StoreError::EmptyKey`]; [`StoreError::Redb`].
     pub fn import(&self, rows: &[(Vec<u8>, Vec<u8>)]) -> Result<usize, StoreError> {
+        self.write_blocking(rows, false)
+    }
+
+    /// Sets each of `rows` (key, value), present or not, as [`import`](Self::import)
+    /// writes (one commit, synchronously, at open): for values derived from
+    /// the store's own rows, such as a count.
+    ///
+    /// # Errors
+    /// As [`import`](Self::import).
+    pub fn set_at_open(&self, rows: &[(Vec<u8>, Vec<u8>)]) -> Result<usize, StoreError> {
+        self.write_blocking(rows, true)
+    }
+
+    /// How many keys start with `prefix`, synchronously (at open, as
+    /// [`import`](Self::import)).
+    ///
+    /// # Errors
+    /// [`StoreError::EmptyKey`]; [`StoreError::Redb`].
+    pub fn count_prefix(&self, prefix: &[u8]) -> Result<u64, StoreError> {
+        if prefix.is_empty() {
+            return Err(StoreError::EmptyKey);
+        }
+        let read = self.db.begin_read()?;
+        let table = read.open_table(KV)?;
+        let iter = match crate::prefix_end(prefix) {
+            Some(end) => table.range(prefix..end.as_slice())?,
+            None => table.range(prefix..)?,
+        };
+        let mut n = 0;
+        for item in iter {
+            item?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn write_blocking(
+        &self,
+        rows: &[(Vec<u8>, Vec<u8>)],
+        overwrite: bool,
+    ) -> Result<usize, StoreError> {
         if rows.iter().any(|(k, _)| k.is_empty()) {
             return Err(StoreError::EmptyKey);
         }
@@ -85,17 +127,13 @@ impl RedbStore {
                 let old = table
                     .get(k.as_slice())?
                     .map(|e| (e.value().0, e.value().2 == v.as_slice()));
-                match old {
-                    Some((_, true)) => {}
-                    Some((created, false)) => {
-                        table.insert(k.as_slice(), (created, next, v.as_slice()))?;
-                        written += 1;
-                    }
-                    None => {
-                        table.insert(k.as_slice(), (next, next, v.as_slice()))?;
-                        written += 1;
-                    }
-                }
+                let created = match old {
+                    None => next,
+                    Some((created, false)) if overwrite => created,
+                    Some(_) => continue,
+                };
+                table.insert(k.as_slice(), (created, next, v.as_slice()))?;
+                written += 1;
             }
             if written > 0 {
                 meta.insert(REVISION, next)?;

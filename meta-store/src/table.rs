@@ -93,6 +93,12 @@ impl<K: Codec, V: Codec> Table<K, V> {
         k
     }
 
+    /// The store key every row of this table starts with (`name/`).
+    #[must_use]
+    pub fn key_prefix(&self) -> Vec<u8> {
+        self.prefix()
+    }
+
     fn prefix(&self) -> Vec<u8> {
         let mut k = Vec::with_capacity(self.name.len() + 16);
         k.extend_from_slice(self.name.as_bytes());

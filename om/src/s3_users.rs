@@ -141,9 +141,12 @@ fn decode_key(bytes: &[u8]) -> Result<pb::S3AccessKeyRecord> {
 
 /// Copies the S3 users and keys of an `om.redb` written before they moved
 /// onto the store into it, then drops the old tables (nothing to do when
-/// they are gone). The copy is one commit and leaves rows that already hold
-/// the same values alone, so a crash before the drop repeats it harmlessly.
-/// Runs while the om opens, before it serves.
+/// neither exists). Only rows the store lacks are copied, so what was
+/// written since (an om that was upgraded, rolled back and upgraded again
+/// finds the old tables re-created by the older binary) is never
+/// overwritten; the user count is then counted from the store's rows. A
+/// crash before the drop repeats the copy harmlessly. Runs while the om
+/// opens, before it serves.
 ///
 /// # Errors
 /// Database and store errors; [`OmError::CorruptRecord`] for an old access
@@ -155,22 +158,23 @@ pub(crate) fn move_onto_store(db: &Database, store: &MetaStore) -> Result<()> {
         ));
     };
     let mut rows = Vec::new();
-    let (users, keys) = {
+    let mut found = false;
+    {
         let read = db.begin_read()?;
-        let old_users = match read.open_table(OLD_USERS) {
-            Ok(t) => t,
-            Err(TableError::TableDoesNotExist(_)) => return Ok(()),
+        match read.open_table(OLD_USERS) {
+            Ok(t) => {
+                found = true;
+                for entry in t.iter()? {
+                    let (name, created) = entry?;
+                    rows.push(USERS.row_bytes(&name.value().to_string(), &created.value()));
+                }
+            }
+            Err(TableError::TableDoesNotExist(_)) => {}
             Err(e) => return Err(e.into()),
-        };
-        let mut users = 0u64;
-        for entry in old_users.iter()? {
-            let (name, created) = entry?;
-            rows.push(USERS.row_bytes(&name.value().to_string(), &created.value()));
-            users += 1;
         }
-        let mut keys = 0u64;
         match read.open_table(OLD_ACCESS_KEYS) {
             Ok(t) => {
+                found = true;
                 for entry in t.iter()? {
                     let (_, v) = entry?;
                     let record = decode_key(v.value())?;
@@ -179,23 +183,25 @@ pub(crate) fn move_onto_store(db: &Database, store: &MetaStore) -> Result<()> {
                         &record.created_unix_ms,
                     ));
                     rows.push(ACCESS_KEYS.row_bytes(&record.access_key, &v.value().to_vec()));
-                    keys += 1;
                 }
             }
             Err(TableError::TableDoesNotExist(_)) => {}
             Err(e) => return Err(e.into()),
         }
-        rows.push(COUNTS.row_bytes(&USER_COUNT.to_string(), &users));
-        (users, keys)
-    };
-    redb.import(&rows)?;
+    }
+    if !found {
+        return Ok(());
+    }
+    let copied = redb.import(&rows)?;
+    let users = redb.count_prefix(&USERS.key_prefix())?;
+    redb.set_at_open(&[COUNTS.row_bytes(&USER_COUNT.to_string(), &users)])?;
     let write = db.begin_write()?;
     write.delete_table(OLD_USERS)?;
     write.delete_table(OLD_ACCESS_KEYS)?;
     write.commit()?;
     tracing::info!(
+        rows = copied,
         users,
-        keys,
         "moved S3 users and access keys onto the metadata store"
     );
     Ok(())
@@ -286,14 +292,20 @@ impl OzoneManager {
                 break;
             }
         }
-        let mut keys: Vec<((String, String), u64)> = Vec::new();
+        // (user, access key), (created ms, revision): keys issued in the
+        // same millisecond keep the order of their commits.
+        let mut keys: Vec<((String, String), (u64, u64))> = Vec::new();
         let mut after = None;
         loop {
             let page = USER_KEYS
                 .scan(&self.store, &(), after.as_ref(), PAGE)
                 .await?;
             after = page.rows.last().map(|r| r.key.clone());
-            keys.extend(page.rows.into_iter().map(|r| (r.key, r.value)));
+            keys.extend(
+                page.rows
+                    .into_iter()
+                    .map(|r| (r.key, (r.value, r.mod_revision))),
+            );
             if !page.more {
                 break;
             }
@@ -554,6 +566,44 @@ mod tests {
                 .map(|r| r.value);
             assert_eq!(count, Some(2));
         }
+        // Rolled back to an older om, which re-creates the old tables and
+        // takes a new user there (and holds an older view of erin's key),
+        // then upgraded again: the new user joins, the store's rows win,
+        // and the count is counted again.
+        {
+            let db = Database::open(dir.path().join("om.redb")).expect("file");
+            let txn = db.begin_write().expect("write");
+            {
+                let mut users = txn.open_table(OLD_USERS).expect("table");
+                let mut keys = txn.open_table(OLD_ACCESS_KEYS).expect("table");
+                for (user, key, secret) in
+                    [("frank", "OZFRANK1", "f"), ("erin", "OZERIN1", "stale")]
+                {
+                    users.insert(user, 40).expect("user");
+                    let record = pb::S3AccessKeyRecord {
+                        access_key: key.into(),
+                        user: user.into(),
+                        secret_key: secret.into(),
+                        created_unix_ms: 40,
+                    };
+                    keys.insert(key, record.encode_to_vec().as_slice())
+                        .expect("key");
+                }
+            }
+            txn.commit().expect("commit");
+        }
+        let om = OzoneManager::open(OmConfig::new(dir.path())).expect("open the om");
+        assert_eq!(
+            om.s3_secret("OZERIN1").await.expect("secret").1,
+            "secret-of-OZERIN1"
+        );
+        assert_eq!(om.s3_secret("OZFRANK1").await.expect("secret").1, "f");
+        let count = COUNTS
+            .get(&om.store, &USER_COUNT.to_string())
+            .await
+            .expect("count")
+            .map(|r| r.value);
+        assert_eq!(count, Some(3));
     }
 
     #[test]
