@@ -267,12 +267,13 @@ impl OmClient {
     /// deadline. The om that answered (even with an error) becomes the
     /// current one.
     ///
-    /// A read may also give up on an om that does not answer: with `n`
-    /// addresses each om but the last tried gets `deadline / n`, so a hung
-    /// om (a stopped process, a host gone without a reset) costs a read a
-    /// share of the deadline, not all of it, and later calls start at the om
-    /// that answered. A change waits for its om until the deadline: it may
-    /// have been applied there.
+    /// A read also moves on from an om that does not answer: with `n`
+    /// addresses, once an om has had `deadline / n` without answering the
+    /// read is sent to the next one as well, and the first answer from any
+    /// of them wins (a read sent twice changes nothing). A hung om (a stopped
+    /// process, a host gone without a reset) then costs a share of the
+    /// deadline, and a slow one still answers if it is first. A change
+    /// waits for its om until the deadline: it may have been applied there.
     async fn call<Q, T, F, Fut>(&self, op: &'static str, how: Resend, req: Q, send: F) -> Result<T>
     where
         Q: Clone,
@@ -295,50 +296,70 @@ impl OmClient {
         F: Fn(Stub, Q) -> Fut,
         Fut: Future<Output = std::result::Result<tonic::Response<T>, Status>>,
     {
+        use futures::stream::{FuturesUnordered, StreamExt};
         let deadline = tokio::time::Instant::now() + self.timeout;
         let n = self.oms.len();
         let first = self.current.load(Ordering::Relaxed) % n;
-        let mut failed: Vec<String> = Vec::new();
-        let mut last: Option<Status> = None;
         let share = self.timeout / u32::try_from(n).unwrap_or(u32::MAX);
-        let tries = self.oms.iter().enumerate().cycle().skip(first).take(n);
-        for (tried, (i, (address, stub))) in tries.enumerate() {
-            let until = if how == Resend::Read && tried + 1 < n {
-                deadline.min(tokio::time::Instant::now() + share)
+        let hedges = how == Resend::Read && n > 1;
+        let address = |i: usize| self.oms.get(i).map_or("?", |(a, _)| a.as_str());
+        let launch = |i: usize| {
+            let answer = self
+                .oms
+                .get(i)
+                .map(|(_, stub)| send(stub.clone(), req.clone()));
+            async move {
+                match answer {
+                    Some(a) => (i, a.await),
+                    None => (i, Err(Status::internal("no such om index"))),
+                }
+            }
+        };
+        let mut inflight = FuturesUnordered::new();
+        inflight.push(launch(first));
+        // How many oms the call has been sent to (in list order from `first`).
+        let mut sent = 1;
+        let mut hedge_at = tokio::time::Instant::now() + share;
+        let mut failed: Vec<String> = Vec::new();
+        let last = loop {
+            let wake = if hedges && sent < n {
+                hedge_at.min(deadline)
             } else {
                 deadline
             };
-            let answer = tokio::time::timeout_at(until, send(stub.clone(), req.clone())).await;
-            let status = match answer {
-                Err(_) if until < deadline => {
-                    tracing::debug!(op, om = %address, "om gave no answer within {share:?}");
-                    failed.push(format!("{address}: no answer within {share:?}"));
-                    continue;
+            tokio::select! {
+                Some((i, answer)) = inflight.next() => match answer {
+                    Ok(r) => return Ok((self.answered(op, i, first, r.into_inner()), i)),
+                    Err(s) if n > 1 && resend(&s, how) => {
+                        tracing::debug!(op, om = %address(i), "om unreachable: {}", s.message());
+                        failed.push(format!("{}: {}", address(i), s.message()));
+                        if sent < n {
+                            inflight.push(launch((first + sent) % n));
+                            sent += 1;
+                            hedge_at = tokio::time::Instant::now() + share;
+                        } else if inflight.is_empty() {
+                            break s;
+                        }
+                    }
+                    Err(s) => return Err(om_error(op, &self.answered(op, i, first, s))),
+                },
+                () = tokio::time::sleep_until(wake) => {
+                    if wake >= deadline {
+                        return Err(ClientError::OmTimeout {
+                            op,
+                            after: self.timeout,
+                        });
+                    }
+                    // The om asked last is slow: ask the next one as well,
+                    // still listening for the first.
+                    let slow = (first + sent - 1) % n;
+                    tracing::debug!(op, om = %address(slow), "om gave no answer within {share:?}");
+                    failed.push(format!("{}: no answer within {share:?}", address(slow)));
+                    inflight.push(launch((first + sent) % n));
+                    sent += 1;
+                    hedge_at = tokio::time::Instant::now() + share;
                 }
-                Err(_) => {
-                    return Err(ClientError::OmTimeout {
-                        op,
-                        after: self.timeout,
-                    });
-                }
-                Ok(Ok(r)) => Ok(r.into_inner()),
-                Ok(Err(s)) if n > 1 && resend(&s, how) => {
-                    tracing::debug!(op, om = %address, "om unreachable: {}", s.message());
-                    failed.push(format!("{address}: {}", s.message()));
-                    last = Some(s);
-                    continue;
-                }
-                Ok(Err(s)) => Err(s),
-            };
-            if i != first {
-                // This om answered: later calls go to it first.
-                self.current.store(i, Ordering::Relaxed);
-                tracing::info!(op, om = %address, "failed over to om");
             }
-            return status.map(|v| (v, i)).map_err(|s| om_error(op, &s));
-        }
-        let Some(last) = last else {
-            return Err(ClientError::InvalidArgument("no om address".into()));
         };
         // Every om failed: name each and why.
         let mut e = om_error(op, &last);
@@ -346,6 +367,17 @@ impl OmClient {
             *message = format!("no om answered ({})", failed.join("; "));
         }
         Err(e)
+    }
+
+    /// Makes om `i`, which answered (even with an error), the current one
+    /// when it is not already; passes `answer` through.
+    fn answered<A>(&self, op: &'static str, i: usize, first: usize, answer: A) -> A {
+        if i != first {
+            self.current.store(i, Ordering::Relaxed);
+            let om = self.oms.get(i).map_or("?", |(a, _)| a.as_str());
+            tracing::info!(op, om = %om, "failed over to om");
+        }
+        answer
     }
 
     pub(crate) async fn list_datanodes(&self) -> Result<Vec<DatanodeDetails>> {

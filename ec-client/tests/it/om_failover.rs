@@ -154,6 +154,10 @@ impl FreezableRelay {
     fn freeze(&self) {
         self.frozen.send_replace(true);
     }
+
+    fn thaw(&self) {
+        self.frozen.send_replace(false);
+    }
 }
 
 /// Copies `from` to `to`, holding each chunk while the relay is frozen.
@@ -220,4 +224,34 @@ async fn a_read_moves_past_an_om_that_stopped_answering() {
         .await
         .expect("create on b");
     assert_eq!(names(&b), ["on-b", "second"]);
+}
+
+/// An om that is slow, not gone: the read is sent on to the next om after
+/// its share of the deadline, but the slow om is still listened to, so when
+/// the next om is down the slow one's late answer is taken (giving up on it
+/// at its share would have failed the read).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_oms_late_answer_still_counts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = om(&dir.path().join("a")).await;
+    a.om()
+        .create_bucket("on-a", None, None)
+        .expect("bucket on a");
+    let relay = std::sync::Arc::new(FreezableRelay::start(a.address()).await);
+    let list = format!("{},{}", relay.address, refused());
+    let config = ClientConfig::default().with_om_timeout(std::time::Duration::from_secs(4));
+    let c = Client::connect(&list, config).await.expect("connect");
+    assert_eq!(c.list_buckets().await.expect("list").len(), 1);
+    relay.freeze();
+    let thaw = std::sync::Arc::clone(&relay);
+    tokio::spawn(async move {
+        // Past a's 2 s share of the 4 s deadline, within the deadline.
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+        thaw.thaw();
+    });
+    let listed = c.list_buckets().await.expect("a's late answer");
+    assert_eq!(
+        listed.iter().map(|b| b.name.as_str()).collect::<Vec<_>>(),
+        ["on-a"]
+    );
 }
