@@ -69,10 +69,7 @@ impl Held {
             .await?;
             resigned = bounded(timeout, resign(&mut client, &self.leader)).await;
         }
-        let revoked = bounded(timeout, async {
-            client.lease_revoke(self.lease).await.map_err(Into::into)
-        });
-        if let Err(e) = revoked.await {
+        if let Err(e) = revoke(client, self.lease, timeout).await {
             tracing::debug!(lease = self.lease, "lease revoke after resign: {e}");
         }
         resigned

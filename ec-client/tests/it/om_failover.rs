@@ -228,8 +228,9 @@ async fn a_read_moves_past_an_om_that_stopped_answering() {
 
 /// An om that is slow, not gone: the read is sent on to the next om after
 /// its share of the deadline, but the slow om is still listened to, so when
-/// the next om is down the slow one's late answer is taken (giving up on it
-/// at its share would have failed the read).
+/// the next om fails the slow one's late answer is taken (giving up on it
+/// at its share failed the read). The slow om answers only once the next
+/// one has been tried and has dropped the connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_oms_late_answer_still_counts() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -237,19 +238,29 @@ async fn a_slow_oms_late_answer_still_counts() {
     a.om()
         .create_bucket("on-a", None, None)
         .expect("bucket on a");
-    let relay = std::sync::Arc::new(FreezableRelay::start(a.address()).await);
-    let list = format!("{},{}", relay.address, refused());
+    let relay = FreezableRelay::start(a.address()).await;
+    // b accepts and hangs up at once, and says when it was tried.
+    let b = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let b_address = b.local_addr().expect("addr");
+    let tried = std::sync::Arc::new(tokio::sync::Notify::new());
+    let told = std::sync::Arc::clone(&tried);
+    tokio::spawn(async move {
+        while let Ok((conn, _)) = b.accept().await {
+            drop(conn);
+            told.notify_one();
+        }
+    });
+    let list = format!("{},{b_address}", relay.address);
     let config = ClientConfig::default().with_om_timeout(std::time::Duration::from_secs(4));
     let c = Client::connect(&list, config).await.expect("connect");
     assert_eq!(c.list_buckets().await.expect("list").len(), 1);
     relay.freeze();
-    let thaw = std::sync::Arc::clone(&relay);
-    tokio::spawn(async move {
-        // Past a's 2 s share of the 4 s deadline, within the deadline.
-        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
-        thaw.thaw();
-    });
-    let listed = c.list_buckets().await.expect("a's late answer");
+    let listing = tokio::spawn(async move { c.list_buckets().await });
+    tried.notified().await;
+    relay.thaw();
+    let listed = listing.await.expect("task").expect("a's late answer");
     assert_eq!(
         listed.iter().map(|b| b.name.as_str()).collect::<Vec<_>>(),
         ["on-a"]
