@@ -64,9 +64,10 @@ pub enum StoreError {
     /// The store is out of space. On etcd the backend would pass its quota
     /// (`--quota-backend-bytes`; a cluster in NOSPACE alarm refuses every
     /// write that adds data, while reads and deletes run): the commit was
-    /// refused — unless it raced another commit across the quota, when etcd
-    /// applies it and still answers this, so re-read before retrying (a
-    /// guarded retry conflicts if it was applied). Free rows, then
+    /// refused before it was proposed — or, when the backend reached the
+    /// quota between that check and applying it, applied and still answered
+    /// this (etcd checks again at apply time, after writing), so re-read
+    /// before retrying (a guarded retry conflicts if it was applied). Free rows, then
     /// [`MetaStore::reclaim_space`](crate::MetaStore::reclaim_space). On
     /// redb the disk is full: redb refuses every later call after an I/O
     /// failure, so free disk space and reopen the store. See

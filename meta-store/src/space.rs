@@ -9,9 +9,10 @@
 //! refused (reads and delete-only transactions still run) until the alarm is
 //! disarmed. Both surface as [`StoreError::SpaceExhausted`]. The first is
 //! checked before the write is proposed, so nothing was written; but etcd
-//! checks again when it applies a write and answers the same error after
-//! applying one that raced another across the quota, so a caller re-reads
-//! before retrying.
+//! checks again when it applies a write — after writing it — and answers
+//! the same error when the backend reached the quota in between (another
+//! commit, or its own batched growth), so a caller re-reads before
+//! retrying.
 //!
 //! [`MetaStore::compact_history`](crate::MetaStore::compact_history) drops
 //! old versions (run it periodically; guarded commits compare current
