@@ -554,7 +554,7 @@ impl MiniCluster {
             Some(t) => om_config.with_tls(t.member.clone()),
             None => om_config,
         };
-        let om = Arc::new(OzoneManager::open(om_config)?);
+        let om = Arc::new(OzoneManager::open(om_config).await?);
         let localhost: SocketAddr = ([127, 0, 0, 1], 0).into();
         let om_server = OmServer::start_with_metrics(localhost, om, Some(localhost))
             .await

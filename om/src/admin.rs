@@ -78,7 +78,7 @@ impl OmAdminService for OmAdminGrpc {
         let uuid: proto_crate::DatanodeId = uuid
             .parse()
             .map_err(|e| OmError::InvalidArgument(format!("`{uuid}` is not a datanode id: {e}")))?;
-        let state = self.om.decommission(&uuid)?;
+        let state = self.om.decommission(&uuid).await?;
         Ok(Response::new(admin_pb::DecommissionResponse {
             op_state: state.to_string(),
         }))

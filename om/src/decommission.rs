@@ -6,21 +6,37 @@
 //! rebuilds, since it is still readable; its blocks are read throughout — replacing its
 //! locations one by one (each replaced copy is logged for deletion). When no committed key and
 //! no open write references it, it is `DECOMMISSIONED`: it holds nothing anyone reads and may be
-//! switched off. The state is stored in the om's database and survives restarts.
+//! switched off.
+//!
+//! Storage: the table `datanode_op_states` of the metadata store (datanode
+//! uuid → state name; datanodes in service have no row), so the state
+//! survives restarts and is shared by every om on the store. Each change is
+//! one `transact` body that reads the stored state and decides on it (two
+//! oms decommissioning one datanode at once move it once). Each om keeps a
+//! copy in memory for placement and reports, re-read every service interval
+//! ([`OzoneManager::reload_operational_states`]), so a decommission made
+//! through another om stops new groups here within one interval.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
+use meta_store::{MetaStore, Table, transact};
 use proto_crate::DatanodeId;
 use proto_crate::wire::om as pb;
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError};
 
 use crate::{OmError, OzoneManager};
 
-/// Datanode uuid -> operational state name; datanodes in service have no entry.
-pub(crate) const OP_STATES: TableDefinition<&str, &str> =
-    TableDefinition::new("datanode_op_states");
+/// Datanode uuid → operational state name; datanodes in service have no row.
+const OP_STATES: Table<String, String> = Table::new("datanode_op_states");
+
+/// The redb table of the layout before the store, read once by
+/// [`move_onto_store`].
+const OLD_OP_STATES: TableDefinition<&str, &str> = TableDefinition::new("datanode_op_states");
+
+/// Rows read per store call when the states are loaded.
+const LOAD_PAGE: usize = 1000;
 
 /// What the cluster may use a datanode for (Ozone's `NodeOperationalState`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
@@ -85,24 +101,81 @@ impl From<pb::OperationalState> for OperationalState {
     }
 }
 
-/// The stored states, read at start-up.
+fn parse_row(uuid: &str, state: &str) -> Result<(DatanodeId, OperationalState), OmError> {
+    let corrupt = |e: String| OmError::CorruptRecord {
+        what: "datanode operational state".into(),
+        source: e.into(),
+    };
+    let uuid: DatanodeId = uuid.parse().map_err(|e| corrupt(format!("{e}")))?;
+    let state: OperationalState = state.parse().map_err(corrupt)?;
+    Ok((uuid, state))
+}
+
+/// The stored states (datanodes not in service), read page by page.
 ///
 /// # Errors
-/// Database errors; [`OmError::CorruptRecord`] for a record that does not parse.
-pub(crate) fn load(db: &Database) -> Result<BTreeMap<DatanodeId, OperationalState>, OmError> {
-    let read = db.begin_read()?;
+/// Store errors; [`OmError::CorruptRecord`] for a row that does not parse.
+pub(crate) async fn load(
+    store: &MetaStore,
+) -> Result<BTreeMap<DatanodeId, OperationalState>, OmError> {
     let mut out = BTreeMap::new();
-    for entry in read.open_table(OP_STATES)?.iter()? {
-        let (k, v) = entry?;
-        let corrupt = |e: String| OmError::CorruptRecord {
-            what: "datanode operational state".into(),
-            source: e.into(),
-        };
-        let uuid: DatanodeId = k.value().parse().map_err(|e| corrupt(format!("{e}")))?;
-        let state: OperationalState = v.value().parse().map_err(corrupt)?;
-        out.insert(uuid, state);
+    let mut after: Option<String> = None;
+    loop {
+        let page = OP_STATES
+            .scan(store, &(), after.as_ref(), LOAD_PAGE)
+            .await?;
+        for row in &page.rows {
+            let (uuid, state) = parse_row(&row.key, &row.value)?;
+            out.insert(uuid, state);
+        }
+        match page.rows.last() {
+            Some(last) if page.more => after = Some(last.key.clone()),
+            _ => return Ok(out),
+        }
     }
-    Ok(out)
+}
+
+/// Copies the states of an `om.redb` from before the store (the redb table
+/// `datanode_op_states`) into `store`, the store over the same file, then
+/// drops the old table; rows already in the store are kept, so a crash
+/// between the copy and the drop repeats the copy harmlessly.
+///
+/// # Errors
+/// Database and store errors; [`OmError::CorruptRecord`] for a row that
+/// does not parse (the old table is then kept); [`OmError::Internal`] for a
+/// store over another file.
+pub(crate) fn move_onto_store(db: &Database, store: &MetaStore) -> Result<(), OmError> {
+    let MetaStore::Redb(redb) = store else {
+        return Err(OmError::Internal(
+            "the om's own file holds the old tables; its store is another".into(),
+        ));
+    };
+    let mut rows = Vec::new();
+    {
+        let read = db.begin_read()?;
+        match read.open_table(OLD_OP_STATES) {
+            Ok(t) => {
+                for entry in t.iter()? {
+                    let (uuid, state) = entry?;
+                    parse_row(uuid.value(), state.value())?;
+                    rows.push(
+                        OP_STATES.row_bytes(&uuid.value().to_string(), &state.value().to_string()),
+                    );
+                }
+            }
+            Err(TableError::TableDoesNotExist(_)) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let copied = redb.import(&rows)?;
+    let write = db.begin_write()?;
+    write.delete_table(OLD_OP_STATES)?;
+    write.commit()?;
+    tracing::info!(
+        rows = copied,
+        "datanode operational states moved onto the metadata store"
+    );
+    Ok(())
 }
 
 impl OzoneManager {
@@ -117,52 +190,78 @@ impl OzoneManager {
     }
 
     /// Starts decommissioning datanode `uuid`: it gets no new block groups from now on and the
-    /// ReplicationManager copies its replicas elsewhere. Idempotent; returns the state after.
+    /// ReplicationManager copies its replicas elsewhere. Idempotent; returns the state after
+    /// (as stored: a datanode another om decommissioned stays as it is).
     ///
     /// # Errors
-    /// [`OmError::InvalidArgument`] for a datanode that is not registered; database errors.
-    pub fn decommission(&self, uuid: &DatanodeId) -> Result<OperationalState, OmError> {
+    /// [`OmError::InvalidArgument`] for a datanode that is not registered; store errors.
+    pub async fn decommission(&self, uuid: &DatanodeId) -> Result<OperationalState, OmError> {
         if self.datanode(uuid).is_none() {
             return Err(OmError::InvalidArgument(format!(
                 "no registered datanode {uuid}"
             )));
         }
-        match self.operational_state(uuid) {
-            OperationalState::InService => {
-                self.set_operational_state(uuid, OperationalState::Decommissioning)?;
-                tracing::info!(%uuid, "datanode decommissioning");
-                self.repair.wakeup.notify_one();
-                Ok(OperationalState::Decommissioning)
-            }
-            other => Ok(other),
+        let (state, changed) = self
+            .change_operational_state(uuid, |now| match now {
+                OperationalState::InService => Some(OperationalState::Decommissioning),
+                _ => None,
+            })
+            .await?;
+        if changed {
+            tracing::info!(%uuid, "datanode decommissioning");
+            self.repair.wakeup.notify_one();
         }
+        Ok(state)
     }
 
-    /// Records `state` for `uuid`, durably, then in memory.
-    pub(crate) fn set_operational_state(
+    /// Moves `uuid` to the state `next` gives for its stored state (`None`:
+    /// stays), in one `transact` body, then in memory. Returns the state
+    /// after and whether it changed.
+    async fn change_operational_state(
         &self,
         uuid: &DatanodeId,
-        state: OperationalState,
-    ) -> Result<(), OmError> {
+        next: impl Fn(OperationalState) -> Option<OperationalState> + Sync,
+    ) -> Result<(OperationalState, bool), OmError> {
+        let _writes = self.op_state_writes.lock().await;
+        let key = uuid.to_string();
+        let (key, next) = (&key, &next);
+        let (state, changed) = transact(&self.store, |tx| {
+            Box::pin(async move {
+                let now = match OP_STATES.get_in(&tx, key).await? {
+                    Some(name) => parse_row(key, &name)?.1,
+                    None => OperationalState::InService,
+                };
+                let Some(after) = next(now).filter(|a| *a != now) else {
+                    return Ok::<_, OmError>((now, false));
+                };
+                match after {
+                    OperationalState::InService => OP_STATES.delete_in(&tx, key),
+                    other => OP_STATES.put_in(&tx, key, &other.as_str().to_string()),
+                }
+                Ok((after, true))
+            })
+        })
+        .await?
+        .value;
         let mut st = self.state();
-        let txn = self.db.begin_write()?;
-        {
-            let mut t = txn.open_table(OP_STATES)?;
-            match state {
-                OperationalState::InService => {
-                    t.remove(uuid.as_str())?;
-                }
-                other => {
-                    t.insert(uuid.as_str(), other.as_str())?;
-                }
-            }
-        }
-        txn.commit()?;
         if state == OperationalState::InService {
             st.op_states.remove(uuid);
         } else {
             st.op_states.insert(uuid.clone(), state);
         }
+        Ok((state, changed))
+    }
+
+    /// Re-reads every datanode's operational state from the store into the
+    /// om's copy (the om server does it every service interval), so states
+    /// set through another om reach this one's placement.
+    ///
+    /// # Errors
+    /// Store errors; a row that does not parse.
+    pub async fn reload_operational_states(&self) -> Result<(), OmError> {
+        let _writes = self.op_state_writes.lock().await;
+        let states = load(&self.store).await?;
+        self.state().op_states = states;
         Ok(())
     }
 
@@ -170,7 +269,7 @@ impl OzoneManager {
     /// from a complete scan) and no open write references, in this pass and the one before
     /// (a key whose commit straddled one scan shows up in the next): they become
     /// DECOMMISSIONED.
-    pub(crate) fn finish_decommissions(
+    pub(crate) async fn finish_decommissions(
         &self,
         referenced: &std::collections::BTreeSet<DatanodeId>,
     ) -> Result<(), OmError> {
@@ -195,9 +294,164 @@ impl OzoneManager {
         };
         let done = self.repair.clean_pass(&unreferenced);
         for uuid in done {
-            self.set_operational_state(&uuid, OperationalState::Decommissioned)?;
-            tracing::info!(%uuid, "datanode decommissioned");
+            let (_, changed) = self
+                .change_operational_state(&uuid, |now| match now {
+                    OperationalState::Decommissioning => Some(OperationalState::Decommissioned),
+                    _ => None,
+                })
+                .await?;
+            if changed {
+                tracing::info!(%uuid, "datanode decommissioned");
+            }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use meta_store::transact;
+    use proto_crate::DatanodeDetails;
+
+    use super::*;
+    use crate::OmConfig;
+
+    fn dn(i: u128) -> DatanodeDetails {
+        DatanodeDetails {
+            uuid: DatanodeId::from_u128(i),
+            address: format!("127.0.0.1:{}", 10_000 + i),
+        }
+    }
+
+    async fn stored(om: &OzoneManager) -> BTreeMap<DatanodeId, OperationalState> {
+        load(&om.store).await.expect("load")
+    }
+
+    #[tokio::test]
+    async fn a_decommission_is_stored_once_and_survives_a_restart() {
+        let dir = tempfile::tempdir().expect("dir");
+        let id = dn(1).uuid;
+        {
+            let om = OzoneManager::open(OmConfig::new(dir.path()))
+                .await
+                .expect("open");
+            om.register_datanode(dn(1)).await.expect("register");
+            let err = om
+                .decommission(&dn(2).uuid)
+                .await
+                .expect_err("not registered");
+            assert!(matches!(err, OmError::InvalidArgument(_)), "{err}");
+            let (first, second) = tokio::join!(om.decommission(&id), om.decommission(&id));
+            assert_eq!(first.expect("first"), OperationalState::Decommissioning);
+            assert_eq!(second.expect("second"), OperationalState::Decommissioning);
+            assert_eq!(
+                stored(&om).await,
+                BTreeMap::from([(id.clone(), OperationalState::Decommissioning)])
+            );
+        }
+        let om = OzoneManager::open(OmConfig::new(dir.path()))
+            .await
+            .expect("reopen");
+        assert_eq!(om.operational_state(&id), OperationalState::Decommissioning);
+    }
+
+    /// A state another om on the store wrote reaches this om's copy (and
+    /// so its placement) at the next reload, and one it removed leaves it.
+    #[tokio::test]
+    async fn states_written_by_another_om_arrive_at_the_next_reload() {
+        let dir = tempfile::tempdir().expect("dir");
+        let om = OzoneManager::open(OmConfig::new(dir.path()))
+            .await
+            .expect("open");
+        for i in 0..8 {
+            om.register_datanode(dn(i)).await.expect("register");
+        }
+        let (a, b) = (dn(1).uuid.to_string(), dn(2).uuid.to_string());
+        let (a, b) = (&a, &b);
+        let elsewhere = |puts: bool| {
+            transact(&om.store, move |tx| {
+                Box::pin(async move {
+                    if puts {
+                        OP_STATES.put_in(&tx, a, &"DECOMMISSIONED".to_string());
+                        OP_STATES.put_in(&tx, b, &"DECOMMISSIONING".to_string());
+                    } else {
+                        OP_STATES.delete_in(&tx, a);
+                    }
+                    Ok::<_, OmError>(())
+                })
+            })
+        };
+        elsewhere(true).await.expect("another om's write");
+        assert_eq!(
+            om.operational_state(&dn(1).uuid),
+            OperationalState::InService
+        );
+        om.reload_operational_states().await.expect("reload");
+        assert_eq!(
+            om.operational_state(&dn(1).uuid),
+            OperationalState::Decommissioned
+        );
+        assert_eq!(
+            om.operational_state(&dn(2).uuid),
+            OperationalState::Decommissioning
+        );
+        om.create_bucket("b", None, None).expect("bucket");
+        let s = om.open_key("b", "k", None).expect("open key");
+        let g = om
+            .allocate_block_group(s.session_id, &[])
+            .expect("allocate");
+        assert!(
+            g.pipeline
+                .locations
+                .iter()
+                .all(|l| l.datanode.uuid != dn(1).uuid && l.datanode.uuid != dn(2).uuid),
+            "placed on a datanode out of service: {g:?}"
+        );
+        elsewhere(false).await.expect("another om's delete");
+        om.reload_operational_states().await.expect("reload");
+        assert_eq!(
+            om.operational_state(&dn(1).uuid),
+            OperationalState::InService
+        );
+    }
+
+    /// States of an `om.redb` from before the store are moved into it at
+    /// open; a corrupt row stops the om and keeps the old table.
+    #[tokio::test]
+    async fn states_in_the_old_table_move_onto_the_store() {
+        let dir = tempfile::tempdir().expect("dir");
+        let id = dn(3).uuid;
+        let write_old = |rows: &[(&str, &str)]| {
+            let db = Database::create(dir.path().join("om.redb")).expect("db");
+            let txn = db.begin_write().expect("txn");
+            {
+                let mut t = txn.open_table(OLD_OP_STATES).expect("table");
+                for (k, v) in rows {
+                    t.insert(*k, *v).expect("insert");
+                }
+            }
+            txn.commit().expect("commit");
+        };
+        write_old(&[("not-a-uuid", "DECOMMISSIONING")]);
+        let err = OzoneManager::open(OmConfig::new(dir.path()))
+            .await
+            .expect_err("a corrupt row stops the om");
+        assert!(matches!(err, OmError::CorruptRecord { .. }), "{err}");
+        {
+            let db = Database::create(dir.path().join("om.redb")).expect("db");
+            let txn = db.begin_write().expect("txn");
+            txn.delete_table(OLD_OP_STATES).expect("drop");
+            txn.commit().expect("commit");
+        }
+        write_old(&[(id.as_str(), "DECOMMISSIONED")]);
+        let om = OzoneManager::open(OmConfig::new(dir.path()))
+            .await
+            .expect("open");
+        assert_eq!(om.operational_state(&id), OperationalState::Decommissioned);
+        let read = om.db.begin_read().expect("read");
+        assert!(matches!(
+            read.open_table(OLD_OP_STATES),
+            Err(TableError::TableDoesNotExist(_))
+        ));
     }
 }

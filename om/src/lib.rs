@@ -40,6 +40,7 @@ mod observability;
 mod orphans;
 mod placement;
 mod reconstruction;
+mod registrations;
 mod repair_plan;
 mod replication;
 mod replication_manager;

@@ -137,7 +137,9 @@ async fn main() -> anyhow::Result<()> {
         }
         None => config,
     };
-    let om = OzoneManager::open(config).context("opening the om database")?;
+    let om = OzoneManager::open(config)
+        .await
+        .context("opening the om database")?;
     let server = OmServer::start_with_metrics(args.listen, Arc::new(om), args.metrics_listen)
         .await
         .context("binding")?;

@@ -27,7 +27,6 @@ use crate::nodes::{DatanodeStatus, Liveness, NodeRegistry, NodeStats};
 
 type Result<T, E = OmError> = std::result::Result<T, E>;
 
-pub(crate) const DATANODES: TableDefinition<&str, &str> = TableDefinition::new("datanodes");
 pub(crate) const BUCKETS: TableDefinition<&str, &[u8]> = TableDefinition::new("buckets");
 pub(crate) const KEYS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("keys");
 /// Multipart uploads in progress: upload id -> encoded `MultipartUploadInfo`.
@@ -306,6 +305,11 @@ pub struct OzoneManager {
     pub(crate) repair: crate::replication_manager::RepairState,
     /// The datanodes' last block reports and what checking them found.
     pub(crate) block_reports: Arc<crate::block_reports::BlockReports>,
+    /// Serialises this om's operational-state changes and reloads, so a
+    /// reload never installs a read older than a change made here.
+    pub(crate) op_state_writes: tokio::sync::Mutex<()>,
+    /// Serialises this om's registrations (store, then memory).
+    registry_writes: tokio::sync::Mutex<()>,
     /// Block token secrets, with security on.
     pub(crate) tokens: Option<crate::block_tokens::BlockTokenSecretManager>,
     /// Exclusive ownership of the data dir; released with the om.
@@ -348,10 +352,14 @@ impl OzoneManager {
     /// sessions that were open when the om last stopped are logged for
     /// deletion.
     ///
+    /// Async because the block token keys are read (and rotated) through
+    /// the metadata store; the redb work at open runs on the caller's
+    /// thread.
+    ///
     /// # Errors
     /// [`OmError::DataDirInUse`] when another process owns the directory;
-    /// I/O and database errors.
-    pub fn open(config: OmConfig) -> Result<Self> {
+    /// I/O, database and store errors.
+    pub async fn open(config: OmConfig) -> Result<Self> {
         let lock = DirLock::acquire(&config.data_dir, "om").map_err(|e| match e {
             proto_crate::DirLockError::InUse { .. } => OmError::DataDirInUse(e.to_string()),
             other => OmError::DataDirLock(other),
@@ -367,22 +375,22 @@ impl OzoneManager {
         .map_err(|e| OmError::Internal(format!("restricting {}: {e}", db_path.display())))?;
         let txn = db.begin_write()?;
         {
-            txn.open_table(DATANODES)?;
             txn.open_table(BUCKETS)?;
             txn.open_table(KEYS)?;
             txn.open_table(COUNTERS)?;
             txn.open_table(UPLOADS)?;
             txn.open_table(DELETION_LOG)?;
             txn.open_table(OPEN_GROUPS)?;
-            txn.open_table(crate::decommission::OP_STATES)?;
             txn.open_table(crate::completed::COMPLETED)?;
             txn.open_table(crate::completed::COMPLETED_BY_TIME)?;
-            txn.open_table(crate::block_tokens::BLOCK_TOKEN_KEYS)?;
         }
         txn.commit()?;
         let store =
             meta_store::MetaStore::Redb(meta_store::RedbStore::with_database(Arc::clone(&db))?);
         crate::s3_users::move_onto_store(&db, &store)?;
+        crate::block_tokens::move_onto_store(&db, &store)?;
+        crate::decommission::move_onto_store(&db, &store)?;
+        crate::registrations::move_onto_store(&db, &store)?;
         let lost = reclaim_lost_sessions(&db)?;
         if lost > 0 {
             tracing::info!(
@@ -391,28 +399,17 @@ impl OzoneManager {
             );
         }
         let mut state = State {
-            op_states: crate::decommission::load(&db)?,
+            op_states: crate::decommission::load(&store).await?,
             ..State::default()
         };
         let now = config.clock.now();
-        {
-            let read = db.begin_read()?;
-            for entry in read.open_table(DATANODES)?.iter()? {
-                let (k, v) = entry?;
-                let d = DatanodeDetails {
-                    uuid: k.value().parse().map_err(|e| OmError::CorruptRecord {
-                        what: "datanode".into(),
-                        source: Box::new(e),
-                    })?,
-                    address: v.value().to_string(),
-                };
-                state.nodes.load(d, now);
-            }
+        for d in crate::registrations::load(&store).await? {
+            state.nodes.load(d, now);
         }
-        let tokens = config
-            .block_tokens
-            .map(|c| crate::block_tokens::BlockTokenSecretManager::open(&db, c))
-            .transpose()?;
+        let tokens = match config.block_tokens {
+            Some(c) => Some(crate::block_tokens::BlockTokenSecretManager::open(&store, c).await?),
+            None => None,
+        };
         let om = Self {
             tokens,
             config,
@@ -428,6 +425,8 @@ impl OzoneManager {
             deletion_wakeup: Arc::new(tokio::sync::Notify::new()),
             repair: crate::replication_manager::RepairState::default(),
             block_reports: Arc::default(),
+            op_state_writes: tokio::sync::Mutex::new(()),
+            registry_writes: tokio::sync::Mutex::new(()),
             _lock: lock,
         };
         om.deletions_changed();
@@ -464,49 +463,43 @@ impl OzoneManager {
     /// address is replaced (one entry per address).
     ///
     /// # Errors
-    /// Database errors.
-    pub fn register_datanode(&self, d: DatanodeDetails) -> Result<()> {
-        self.heard_from(&d, None)
+    /// Store errors.
+    pub async fn register_datanode(&self, d: DatanodeDetails) -> Result<()> {
+        self.heard_from(&d, None).await
     }
 
     /// Records a heartbeat of `d` with its usage figures; registers `d` if
-    /// the om does not know it at this address.
+    /// the om does not know it at this address (a heartbeat of a known
+    /// datanode touches memory only).
     ///
     /// # Errors
-    /// Database errors.
-    pub fn heartbeat(&self, d: &DatanodeDetails, stats: NodeStats) -> Result<()> {
-        self.heard_from(d, Some(stats))
+    /// Store errors.
+    pub async fn heartbeat(&self, d: &DatanodeDetails, stats: NodeStats) -> Result<()> {
+        self.heard_from(d, Some(stats)).await
     }
 
-    fn heard_from(&self, d: &DatanodeDetails, stats: Option<NodeStats>) -> Result<()> {
-        // Registry changes are persisted under the state lock, so memory and
-        // database agree whatever registrations run at once (they are rare:
-        // a heartbeat of a known datanode writes nothing).
-        let mut st = self.state();
-        if !st.nodes.knows(d) {
-            let replaced: Vec<DatanodeId> = st
-                .nodes
-                .all()
-                .into_iter()
-                .filter(|o| o.address == d.address && o.uuid != d.uuid)
-                .map(|o| o.uuid)
-                .collect();
-            let txn = self.db.begin_write()?;
-            {
-                let mut t = txn.open_table(DATANODES)?;
-                for uuid in &replaced {
-                    t.remove(uuid.as_str())?;
+    async fn heard_from(&self, d: &DatanodeDetails, stats: Option<NodeStats>) -> Result<()> {
+        let known = {
+            let mut st = self.state();
+            let known = st.nodes.knows(d);
+            if known {
+                st.nodes.upsert(d, stats, self.config.clock.now());
+            }
+            known
+        };
+        if !known {
+            // Registrations are recorded one at a time, and memory updated
+            // before the next, so memory and store agree whatever
+            // registrations run at once (they are rare).
+            let _writes = self.registry_writes.lock().await;
+            if !self.state().nodes.knows(d) {
+                for uuid in crate::registrations::record(&self.store, d).await? {
+                    tracing::info!(old = %uuid, datanode = %d, "a new datanode id took over an address; replacing the old entry");
                 }
-                t.insert(d.uuid.as_str(), d.address.as_str())?;
+                tracing::info!(datanode = %d, "datanode registered");
             }
-            txn.commit()?;
-            for uuid in &replaced {
-                tracing::info!(old = %uuid, datanode = %d, "a new datanode id took over an address; replacing the old entry");
-            }
-            tracing::info!(datanode = %d, "datanode registered");
+            self.state().nodes.upsert(d, stats, self.config.clock.now());
         }
-        st.nodes.upsert(d, stats, self.config.clock.now());
-        drop(st);
         self.heartbeats.send_modify(|n| *n += 1);
         Ok(())
     }

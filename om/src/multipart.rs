@@ -435,13 +435,14 @@ mod tests {
     use crate::OmConfig;
     use proto_crate::{BlockGroup, DatanodeDetails};
 
-    fn om(dir: &std::path::Path) -> OzoneManager {
-        let om = OzoneManager::open(OmConfig::new(dir)).expect("open");
+    async fn om(dir: &std::path::Path) -> OzoneManager {
+        let om = OzoneManager::open(OmConfig::new(dir)).await.expect("open");
         for i in 0..5 {
             om.register_datanode(DatanodeDetails {
                 uuid: proto_crate::DatanodeId::from_u128(i),
                 address: format!("127.0.0.1:{}", 10_000 + i),
             })
+            .await
             .expect("register");
         }
         om
@@ -459,10 +460,10 @@ mod tests {
         g
     }
 
-    #[test]
-    fn complete_stitches_parts_without_copying() {
+    #[tokio::test]
+    async fn complete_stitches_parts_without_copying() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let om = om(dir.path());
+        let om = om(dir.path()).await;
         om.create_bucket("b", None, None).expect("bucket");
         let mut meta = BTreeMap::new();
         meta.insert("content-type".to_string(), "text/plain".to_string());
@@ -510,7 +511,9 @@ mod tests {
         ));
         // Reopen: the upload survives an om restart.
         drop(om);
-        let om = OzoneManager::open(OmConfig::new(dir.path())).expect("reopen");
+        let om = OzoneManager::open(OmConfig::new(dir.path()))
+            .await
+            .expect("reopen");
         let key = om
             .complete_multipart_upload(&id, &two, 100, BTreeMap::new())
             .expect("complete");
@@ -524,10 +527,10 @@ mod tests {
         assert!(matches!(om.list_parts(&id), Err(OmError::NoSuchUpload(_))));
     }
 
-    #[test]
-    fn abort_and_session_kinds() {
+    #[tokio::test]
+    async fn abort_and_session_kinds() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let om = om(dir.path());
+        let om = om(dir.path()).await;
         om.create_bucket("b", None, None).expect("bucket");
         let id = om
             .initiate_multipart_upload("b", "k", None, BTreeMap::new())

@@ -252,15 +252,6 @@ pub(crate) struct NodeRegistry {
     nodes: BTreeMap<DatanodeId, Entry>,
 }
 
-/// What [`NodeRegistry::upsert`] changed, for the caller to persist.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct Upsert {
-    /// The entry is new or its address changed: write it.
-    pub(crate) write: bool,
-    /// Uuids of entries at the same address that were replaced: delete them.
-    pub(crate) replaced: Vec<DatanodeId>,
-}
-
 impl NodeRegistry {
     /// Loads a datanode from the database: counted as heard from at `now`
     /// (the om's start), so it turns STALE unless it heartbeats.
@@ -277,13 +268,13 @@ impl NodeRegistry {
 
     /// Records a registration or heartbeat of `details` at `now`, with
     /// `stats` when it is a heartbeat. Entries of other uuids at the same
-    /// address are removed.
+    /// address are removed (the store's rule, `registrations.rs`).
     pub(crate) fn upsert(
         &mut self,
         details: &DatanodeDetails,
         stats: Option<NodeStats>,
         now: Instant,
-    ) -> Upsert {
+    ) {
         let replaced: Vec<DatanodeId> = self
             .nodes
             .values()
@@ -293,15 +284,13 @@ impl NodeRegistry {
         for uuid in &replaced {
             self.nodes.remove(uuid);
         }
-        let write = match self.nodes.get_mut(details.uuid.as_str()) {
+        match self.nodes.get_mut(details.uuid.as_str()) {
             Some(e) => {
-                let moved = e.details.address != details.address;
                 e.details = details.clone();
                 e.last_heartbeat = now;
                 if let Some(s) = stats {
                     e.stats = s;
                 }
-                moved
             }
             None => {
                 self.nodes.insert(
@@ -312,12 +301,7 @@ impl NodeRegistry {
                         stats: stats.unwrap_or_default(),
                     },
                 );
-                true
             }
-        };
-        Upsert {
-            write: write || !replaced.is_empty(),
-            replaced,
         }
     }
 
@@ -418,16 +402,13 @@ mod tests {
     fn a_new_uuid_at_a_known_address_replaces_the_old_entry() {
         let t0 = Instant::now();
         let mut r = NodeRegistry::default();
-        assert!(r.upsert(&dn("a", "h:1"), None, t0).write);
-        assert_eq!(r.upsert(&dn("a", "h:1"), None, t0), Upsert::default());
-        let u = r.upsert(&dn("z", "h:1"), None, t0);
-        assert_eq!(u.replaced, vec![dn("a", "h:1").uuid.to_string()]);
-        assert!(u.write);
+        r.upsert(&dn("a", "h:1"), None, t0);
+        r.upsert(&dn("a", "h:1"), None, t0);
+        assert_eq!(r.all(), vec![dn("a", "h:1")]);
+        r.upsert(&dn("z", "h:1"), None, t0);
         assert_eq!(r.all(), vec![dn("z", "h:1")]);
-        assert!(
-            r.upsert(&dn("z", "h:9"), None, t0).write,
-            "an address change is written"
-        );
+        r.upsert(&dn("z", "h:9"), None, t0);
+        assert_eq!(r.all(), vec![dn("z", "h:9")], "an address change moves it");
         assert!(r.knows(&dn("z", "h:9")));
         assert!(!r.knows(&dn("z", "h:1")));
     }

@@ -504,7 +504,7 @@ impl OzoneManager {
         } = scan;
         self.repair.lock().resume = resume_after;
         if complete {
-            self.finish_decommissions(&referenced)?;
+            self.finish_decommissions(&referenced).await?;
             self.block_reports.prune(&seen_missing, &still_missing);
             // At most one sweep per ten service intervals.
             let gap = self.config.service_interval.saturating_mul(10);
@@ -853,12 +853,16 @@ mod tests {
     #[tokio::test]
     async fn a_scan_during_a_rename_is_not_a_complete_pass() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let om = Arc::new(OzoneManager::open(OmConfig::new(dir.path())).expect("om opens"));
+        let om = Arc::new(
+            OzoneManager::open(OmConfig::new(dir.path()))
+                .await
+                .expect("om opens"),
+        );
         for i in 0..6 {
-            om.register_datanode(dn(i)).expect("register");
+            om.register_datanode(dn(i)).await.expect("register");
         }
         let leaving = dn(5).uuid;
-        om.decommission(&leaving).expect("decommission");
+        om.decommission(&leaving).await.expect("decommission");
         {
             let _renaming = om.renames.begin();
             for _ in 0..3 {

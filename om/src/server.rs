@@ -16,8 +16,9 @@ use crate::admin::OmAdminGrpc;
 use crate::{OmGrpcService, OzoneManager, run_block_deleting_service};
 
 /// A running om gRPC server with its background services: the block
-/// deleting service and the open-key lease reaper (every
-/// `OmConfig::service_interval`).
+/// deleting service, the ReplicationManager and the open-key lease reaper
+/// (every `OmConfig::service_interval`), and the refresh of state shared
+/// with other oms (operational states; block token keys, rotated then).
 ///
 /// Started by [`OmServer::start`]; serves until [`OmServer::shutdown`]
 /// (graceful, bounded by 5 s, then aborted) or until dropped (the shutdown
@@ -59,6 +60,28 @@ async fn run_lease_reaper(
             Ok(Ok(_)) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "pruning completed uploads failed"),
             Err(e) => tracing::warn!(error = %e, "completed-upload pruning task failed"),
+        }
+    }
+}
+
+/// Every `interval`, until `stop` says so: re-reads what other oms on the
+/// same store may have changed (datanodes' operational states) and rotates
+/// the block token keys (re-reading those other oms made).
+async fn run_shared_state_refresh(
+    om: Arc<OzoneManager>,
+    interval: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            () = tokio::time::sleep(interval) => {}
+        }
+        if let Err(e) = om.reload_operational_states().await {
+            tracing::warn!(error = %e, "re-reading the datanodes' operational states failed");
+        }
+        if let Err(e) = om.rotate_block_token_keys().await {
+            tracing::warn!(error = %e, "rotating the block token keys failed");
         }
     }
 }
@@ -129,6 +152,10 @@ impl OmServer {
             .max(Duration::from_millis(10));
         let mut stop_deleting = stop.clone();
         let mut stop_repair = stop.clone();
+        let refresh_interval = om
+            .block_token_rotation_interval()
+            .map_or(interval, |r| r.min(interval))
+            .max(Duration::from_millis(10));
         let service_tasks = vec![
             tokio::spawn(run_block_deleting_service(
                 Arc::clone(&om),
@@ -148,6 +175,11 @@ impl OmServer {
                 async move {
                     let _ = stop_repair.wait_for(|s| *s).await;
                 },
+            )),
+            tokio::spawn(run_shared_state_refresh(
+                Arc::clone(&om),
+                refresh_interval,
+                stop.clone(),
             )),
         ];
         tracing::info!(%address, "om serving");

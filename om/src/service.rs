@@ -109,12 +109,8 @@ impl OzoneManagerService for OmGrpcService {
             .and_then(DatanodeDetails::try_from)
             .map_err(bad)?;
         self.require_datanode_peer(peer.as_deref().map(Vec::as_slice), &d, "RegisterDatanode")?;
-        let secrets = self
-            .run(move |om| {
-                om.register_datanode(d)?;
-                om.block_token_secrets()
-            })
-            .await?;
+        self.om.register_datanode(d).await?;
+        let secrets = self.om.block_token_secrets().await?;
         Ok(Response::new(pb::RegisterDatanodeResponse {
             block_token_secrets: secrets.iter().map(Into::into).collect(),
         }))
@@ -144,14 +140,9 @@ impl OzoneManagerService for OmGrpcService {
             .map_err(bad)?;
         self.require_datanode_peer(peer.as_deref().map(Vec::as_slice), &d, "Heartbeat")?;
         let stats = NodeStats::from(req.stats.unwrap_or_default());
-        if self.om.datanode(&d.uuid).is_some_and(|known| known == d) {
-            // The common case touches memory only.
-            self.om.heartbeat(&d, stats).map_err(Status::from)?;
-        } else {
-            self.run(move |om| om.heartbeat(&d, stats)).await?;
-        }
-        // Rotation (a database write) happens here at most once a lifetime.
-        let secrets = self.run(OzoneManager::block_token_secrets).await?;
+        self.om.heartbeat(&d, stats).await?;
+        // Reads the store only when the om's copy of the keys is behind.
+        let secrets = self.om.block_token_secrets().await?;
         Ok(Response::new(pb::HeartbeatResponse {
             block_token_secrets: secrets.iter().map(Into::into).collect(),
         }))

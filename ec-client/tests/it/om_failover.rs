@@ -10,7 +10,9 @@ use ec_client::{BucketOptions, Client, ClientConfig, ClientError};
 use om::{OmConfig, OmServer, OzoneManager};
 
 async fn om(dir: &std::path::Path) -> OmServer {
-    let om = OzoneManager::open(OmConfig::new(dir)).expect("om opens");
+    let om = OzoneManager::open(OmConfig::new(dir))
+        .await
+        .expect("om opens");
     OmServer::start("127.0.0.1:0".parse().expect("addr"), Arc::new(om))
         .await
         .expect("om serves")

@@ -278,6 +278,7 @@ async fn a_decommissioned_datanode_is_emptied_while_reads_go_on() {
         cluster
             .om()
             .decommission(&leaving_id)
+            .await
             .expect("decommission"),
         om::OperationalState::Decommissioning
     );
@@ -342,7 +343,11 @@ async fn a_decommission_without_a_spare_datanode_waits_for_a_target() {
     let src = data(STRIPE, 5);
     client.put_key("b", "k", None, &src).await.expect("put");
     let leaving: proto_crate::DatanodeId = cluster.datanodes()[0].uuid().parse().expect("uuid");
-    cluster.om().decommission(&leaving).expect("decommission");
+    cluster
+        .om()
+        .decommission(&leaving)
+        .await
+        .expect("decommission");
     let s = wait_repair(&cluster, |s| s.waiting_for_target == 1).await;
     assert_eq!(
         (s.under_replicated, s.in_flight, s.failed),

@@ -4,15 +4,17 @@
 use super::*;
 use crate::OmConfig;
 
-fn om() -> (tempfile::TempDir, OzoneManager) {
+async fn om() -> (tempfile::TempDir, OzoneManager) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let om = OzoneManager::open(OmConfig::new(dir.path())).expect("open the om");
+    let om = OzoneManager::open(OmConfig::new(dir.path()))
+        .await
+        .expect("open the om");
     (dir, om)
 }
 
 #[tokio::test]
 async fn keys_are_issued_listed_looked_up_and_revoked() {
-    let (_dir, om) = om();
+    let (_dir, om) = om().await;
     let a = om.create_s3_key("alice").await.expect("issue a key");
     assert_eq!(a.access_key.len(), 20);
     assert!(a.access_key.starts_with("OZ"));
@@ -59,7 +61,7 @@ async fn keys_are_issued_listed_looked_up_and_revoked() {
 /// (each transaction reads the user's keys, so two cannot both see one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_issues_do_not_pass_the_bound() {
-    let (_dir, om) = om();
+    let (_dir, om) = om().await;
     let om = std::sync::Arc::new(om);
     let tasks: Vec<_> = (0..8)
         .map(|_| {
@@ -82,7 +84,7 @@ async fn racing_issues_do_not_pass_the_bound() {
 
 #[tokio::test]
 async fn bad_user_names_are_refused() {
-    let (_dir, om) = om();
+    let (_dir, om) = om().await;
     for bad in ["", "a b", "ü", &"x".repeat(65), "a/b", RESERVED_USER] {
         assert!(
             matches!(
@@ -99,10 +101,14 @@ async fn bad_user_names_are_refused() {
 async fn users_and_keys_survive_a_restart() {
     let dir = tempfile::tempdir().expect("temp dir");
     let k = {
-        let om = OzoneManager::open(OmConfig::new(dir.path())).expect("open the om");
+        let om = OzoneManager::open(OmConfig::new(dir.path()))
+            .await
+            .expect("open the om");
         om.create_s3_key("bob").await.expect("issue a key")
     };
-    let om = OzoneManager::open(OmConfig::new(dir.path())).expect("open the om");
+    let om = OzoneManager::open(OmConfig::new(dir.path()))
+        .await
+        .expect("open the om");
     assert_eq!(
         om.s3_secret(&k.access_key).await.expect("the om call").1,
         k.secret_key
@@ -140,7 +146,9 @@ async fn an_older_om_file_has_its_users_moved_onto_the_store() {
         txn.commit().expect("commit");
     }
     for _ in 0..2 {
-        let om = OzoneManager::open(OmConfig::new(dir.path())).expect("open the om");
+        let om = OzoneManager::open(OmConfig::new(dir.path()))
+            .await
+            .expect("open the om");
         let users = om.list_s3_users().await.expect("list");
         let listed: Vec<(&str, Vec<&str>)> = users
             .iter()
@@ -202,7 +210,9 @@ async fn an_older_om_file_has_its_users_moved_onto_the_store() {
         }
         txn.commit().expect("commit");
     }
-    let om = OzoneManager::open(OmConfig::new(dir.path())).expect("open the om");
+    let om = OzoneManager::open(OmConfig::new(dir.path()))
+        .await
+        .expect("open the om");
     assert_eq!(
         om.s3_secret("OZERIN1").await.expect("secret").1,
         "secret-of-OZERIN1"
@@ -216,9 +226,9 @@ async fn an_older_om_file_has_its_users_moved_onto_the_store() {
     assert_eq!(count, Some(3));
 }
 
-#[test]
-fn bucket_acls_are_stored_with_the_owner() {
-    let (_dir, om) = om();
+#[tokio::test]
+async fn bucket_acls_are_stored_with_the_owner() {
+    let (_dir, om) = om().await;
     let b = om
         .create_bucket_as("b1", None, None, "alice", CannedAcl::Private)
         .expect("the om call");

@@ -20,10 +20,12 @@ fn dn(i: usize) -> DatanodeDetails {
     }
 }
 
-fn om_with(dir: &std::path::Path, config: impl FnOnce(OmConfig) -> OmConfig) -> OzoneManager {
-    let om = OzoneManager::open(config(OmConfig::new(dir))).expect("om opens");
+async fn om_with(dir: &std::path::Path, config: impl FnOnce(OmConfig) -> OmConfig) -> OzoneManager {
+    let om = OzoneManager::open(config(OmConfig::new(dir)))
+        .await
+        .expect("om opens");
     for i in 0..5 {
-        om.register_datanode(dn(i)).expect("register");
+        om.register_datanode(dn(i)).await.expect("register");
     }
     if om.get_bucket("b").is_err() {
         om.create_bucket("b", Some(ReplicationConfig::default()), Some(1 << 20))
@@ -32,8 +34,8 @@ fn om_with(dir: &std::path::Path, config: impl FnOnce(OmConfig) -> OmConfig) -> 
     om
 }
 
-fn om(dir: &std::path::Path) -> OzoneManager {
-    om_with(dir, |c| c)
+async fn om(dir: &std::path::Path) -> OzoneManager {
+    om_with(dir, |c| c).await
 }
 
 fn pending(om: &OzoneManager) -> u64 {
@@ -59,10 +61,10 @@ fn put(om: &OzoneManager, key: &str, groups: usize, len: u64) -> Vec<BlockGroup>
     allocated
 }
 
-#[test]
-fn every_freeing_change_logs_each_replica_once() {
+#[tokio::test]
+async fn every_freeing_change_logs_each_replica_once() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let om = om(dir.path());
+    let om = om(dir.path()).await;
     put(&om, "k", 1, 100);
     assert_eq!(pending(&om), 0, "a clean write frees nothing");
     put(&om, "k", 1, 100);
@@ -113,10 +115,10 @@ fn every_freeing_change_logs_each_replica_once() {
     assert_eq!(om.open_sessions(), 0);
 }
 
-#[test]
-fn multipart_frees_replaced_unlisted_and_aborted_parts() {
+#[tokio::test]
+async fn multipart_frees_replaced_unlisted_and_aborted_parts() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let om = om(dir.path());
+    let om = om(dir.path()).await;
     let part = |upload: &str, n: u32, etag: &str| {
         let s = om.open_part(upload, n).expect("open part");
         let g = om
@@ -162,13 +164,14 @@ fn multipart_frees_replaced_unlisted_and_aborted_parts() {
     assert_eq!(pending(&om), REPLICAS * 6, "the two groups of the old mp");
 }
 
-#[test]
-fn sessions_expire_after_their_lease_and_are_bounded_per_client() {
+#[tokio::test]
+async fn sessions_expire_after_their_lease_and_are_bounded_per_client() {
     let dir = tempfile::tempdir().expect("temp dir");
     let om = om_with(dir.path(), |c| {
         c.with_open_key_lease(Duration::from_secs(60))
             .with_max_sessions_per_client(2)
-    });
+    })
+    .await;
     let a = om.open_key_as("client-a", "b", "k1", None).expect("open");
     om.allocate_block_group(a.session_id, &[])
         .expect("allocate");
@@ -198,12 +201,13 @@ fn sessions_expire_after_their_lease_and_are_bounded_per_client() {
         .expect("expired sessions no longer count");
 }
 
-#[test]
-fn a_renewed_session_outlives_its_lease() {
+#[tokio::test]
+async fn a_renewed_session_outlives_its_lease() {
     let dir = tempfile::tempdir().expect("temp dir");
     let om = om_with(dir.path(), |c| {
         c.with_open_key_lease(Duration::from_secs(60))
-    });
+    })
+    .await;
     let s = om.open_key("b", "k", None).expect("open");
     let g = om
         .allocate_block_group(s.session_id, &[])
@@ -229,11 +233,11 @@ fn a_renewed_session_outlives_its_lease() {
     ));
 }
 
-#[test]
-fn groups_of_sessions_lost_in_a_restart_are_reclaimed_and_ids_never_repeat() {
+#[tokio::test]
+async fn groups_of_sessions_lost_in_a_restart_are_reclaimed_and_ids_never_repeat() {
     let dir = tempfile::tempdir().expect("temp dir");
     let stale_session = {
-        let first = om(dir.path());
+        let first = om(dir.path()).await;
         let om = &first;
         let s = om.open_key("b", "k", None).expect("open");
         om.allocate_block_group(s.session_id, &[])
@@ -243,7 +247,7 @@ fn groups_of_sessions_lost_in_a_restart_are_reclaimed_and_ids_never_repeat() {
         put(om, "done", 1, 5);
         s.session_id
     };
-    let second = om(dir.path());
+    let second = om(dir.path()).await;
     assert_eq!(
         pending(&second),
         REPLICAS * 2,
@@ -257,7 +261,7 @@ fn groups_of_sessions_lost_in_a_restart_are_reclaimed_and_ids_never_repeat() {
     ));
     assert_eq!(second.lookup_key("b", "done").expect("kept").length, 5);
     drop(second);
-    let third = om(dir.path());
+    let third = om(dir.path()).await;
     assert_eq!(
         pending(&third),
         REPLICAS * 2,
@@ -265,11 +269,11 @@ fn groups_of_sessions_lost_in_a_restart_are_reclaimed_and_ids_never_repeat() {
     );
 }
 
-#[test]
-fn a_second_om_on_a_data_dir_is_refused() {
+#[tokio::test]
+async fn a_second_om_on_a_data_dir_is_refused() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let _first = om(dir.path());
-    let second = OzoneManager::open(OmConfig::new(dir.path()));
+    let _first = om(dir.path()).await;
+    let second = OzoneManager::open(OmConfig::new(dir.path())).await;
     match second {
         Err(OmError::DataDirInUse(msg)) => {
             assert!(
@@ -281,18 +285,20 @@ fn a_second_om_on_a_data_dir_is_refused() {
     }
 }
 
-#[test]
-fn only_healthy_datanodes_get_new_groups() {
+#[tokio::test]
+async fn only_healthy_datanodes_get_new_groups() {
     let dir = tempfile::tempdir().expect("temp dir");
     let stale = Duration::from_secs(30);
     let clock = std::sync::Arc::new(om::ManualClock::default());
     let om = om_with(dir.path(), |c| {
         c.with_liveness(stale, stale * 3).with_clock(clock.clone())
-    });
+    })
+    .await;
     clock.advance(stale + Duration::from_secs(1));
     // Four of five speak up again.
     for i in 0..4 {
         om.heartbeat(&dn(i), NodeStats::default())
+            .await
             .expect("heartbeat");
     }
     let states: Vec<NodeState> = om.datanode_statuses().iter().map(|s| s.state).collect();
@@ -319,6 +325,7 @@ fn only_healthy_datanodes_get_new_groups() {
             ..NodeStats::default()
         },
     )
+    .await
     .expect("heartbeat");
     let g = om
         .allocate_block_group(s.session_id, &[])
@@ -332,32 +339,34 @@ fn only_healthy_datanodes_get_new_groups() {
     assert_eq!((st.stats.used_bytes, st.stats.blocks), (7, 1));
 }
 
-#[test]
-fn a_new_id_at_a_known_address_replaces_the_old_entry_durably() {
+#[tokio::test]
+async fn a_new_id_at_a_known_address_replaces_the_old_entry_durably() {
     let dir = tempfile::tempdir().expect("temp dir");
     {
-        let om = om(dir.path());
+        let om = om(dir.path()).await;
         let wiped = DatanodeDetails {
             uuid: "ffffffff-0000-0000-0000-000000000000"
                 .parse()
                 .expect("a UUID"),
             address: dn(2).address,
         };
-        om.register_datanode(wiped.clone()).expect("register");
+        om.register_datanode(wiped.clone()).await.expect("register");
         let all = om.datanodes();
         assert_eq!(all.len(), 5, "never two entries for one address");
         assert!(all.contains(&wiped));
         assert!(!all.contains(&dn(2)));
     }
-    let om = OzoneManager::open(OmConfig::new(dir.path())).expect("reopen");
+    let om = OzoneManager::open(OmConfig::new(dir.path()))
+        .await
+        .expect("reopen");
     assert_eq!(om.datanodes().len(), 5, "the replacement was persisted");
     assert!(!om.datanodes().contains(&dn(2)));
 }
 
-#[test]
-fn a_bucket_with_an_upload_in_progress_is_not_empty() {
+#[tokio::test]
+async fn a_bucket_with_an_upload_in_progress_is_not_empty() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let om = om(dir.path());
+    let om = om(dir.path()).await;
     om.create_bucket("mpb", None, None).expect("bucket");
     let up = om
         .initiate_multipart_upload("mpb", "k", None, BTreeMap::new())
@@ -385,10 +394,10 @@ fn a_bucket_with_an_upload_in_progress_is_not_empty() {
 /// row, none is within 2^32 of the one before (ids were a counter, so a
 /// client could commit into or abort the next writer's session by adding
 /// one), and none is 0.
-#[test]
-fn session_ids_are_not_guessable_from_each_other() {
+#[tokio::test]
+async fn session_ids_are_not_guessable_from_each_other() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let om = om_with(dir.path(), |c| c.with_max_sessions_per_client(100));
+    let om = om_with(dir.path(), |c| c.with_max_sessions_per_client(100)).await;
     let ids: Vec<u64> = (0..64)
         .map(|i| {
             om.open_key("b", &format!("k{i}"), None)

@@ -1,0 +1,449 @@
+//! Typed calls to the om over gRPC, each bounded by the om deadline.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use proto_crate::request_id;
+use proto_crate::wire::om::ozone_manager_service_client::OzoneManagerServiceClient;
+use proto_crate::{KeyInfo, OmErrorCode, PartInfo, ProtocolError, WriteCondition};
+use tonic::Status;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+use crate::session::{OpenedKey, SessionGrant, Undo, guarded, open_guarded};
+use crate::{ClientError, Result};
+
+mod namespace;
+mod writes;
+
+/// The om's gRPC client stub, with the request id attached to every call.
+type Stub = OzoneManagerServiceClient<InterceptedService<Channel, request_id::Attach>>;
+
+/// A connected om client (Ozone's `OzoneManagerProtocolClientSideTranslatorPB`,
+/// reduced) over one or more om addresses, with failover between them as
+/// Ozone's `OMFailoverProxyProvider` does: calls go to the om that last
+/// answered, and move on to the next address in the list when a call could
+/// not reach it (see [`Resend`]).
+#[derive(Debug, Clone)]
+pub(crate) struct OmClient {
+    /// One stub per om address, in the order given. Every call carries the
+    /// current request id ([`request_id::attach`]).
+    oms: Arc<[(String, Stub)]>,
+    /// Index into `oms` of the om calls go to first: the last one that
+    /// answered. Shared by clones.
+    current: Arc<AtomicUsize>,
+    timeout: Duration,
+    /// Random per connected client: the om bounds the sessions one client
+    /// holds open by this id.
+    client_id: String,
+}
+
+/// When a failed call is sent again to the next om address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resend {
+    /// A read (or a token mint): after any failure that is not an om's
+    /// answer (see [`OmErrorCode::Unavailable`]), since sending it twice
+    /// changes nothing.
+    Read,
+    /// A change: only when no connection could be made, so the call never
+    /// left; after a failure mid-call the om may have applied it, and the
+    /// caller sees the error.
+    IfNotSent,
+}
+
+/// Whether `status` says the call never reached the om: no connection
+/// could be made ([`proto_crate::transport::never_sent`]).
+fn not_sent(status: &Status) -> bool {
+    proto_crate::transport::never_sent(status)
+}
+
+/// Whether a call that failed with `status` goes to the next om: one that
+/// never left, or a read that got no answer (a transport failure without an
+/// om error code: `UNAVAILABLE`, or a connection lost mid-call, which tonic
+/// reports as `UNKNOWN` or `CANCELLED`).
+fn resend(status: &Status, how: Resend) -> bool {
+    not_sent(status) || (how == Resend::Read && OmErrorCode::of(status) == OmErrorCode::Unavailable)
+}
+
+/// How a writer's om session ends.
+#[derive(Debug, Clone)]
+pub(crate) enum Commit {
+    /// As a key, with object metadata, provided the condition (if any) holds.
+    Key(BTreeMap<String, String>, Option<WriteCondition>),
+    /// As a part of a multipart upload, with the part's ETag and metadata.
+    Part {
+        /// Hex MD5 of the part's bytes.
+        etag: String,
+        /// Part metadata.
+        metadata: BTreeMap<String, String>,
+    },
+}
+
+/// What a writer committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Committed {
+    /// A key, now visible.
+    Key(KeyInfo),
+    /// A part of a multipart upload.
+    Part(PartInfo),
+}
+
+impl Committed {
+    /// The key, or an error if a part was committed.
+    pub(crate) fn into_key(self) -> Result<KeyInfo> {
+        match self {
+            Self::Key(k) => Ok(k),
+            Self::Part(_) => Err(ClientError::InvalidArgument(
+                "a key commit returned a part".into(),
+            )),
+        }
+    }
+
+    /// The part, or an error if a key was committed.
+    pub(crate) fn into_part(self) -> Result<PartInfo> {
+        match self {
+            Self::Part(p) => Ok(p),
+            Self::Key(_) => Err(ClientError::InvalidArgument(
+                "a part commit returned a key".into(),
+            )),
+        }
+    }
+}
+
+fn bucket_not_found(e: ClientError, bucket: &str) -> ClientError {
+    match e {
+        ClientError::Om {
+            code: OmErrorCode::BucketNotFound,
+            ..
+        } => ClientError::BucketNotFound(bucket.to_string()),
+        e => e,
+    }
+}
+
+fn key_not_found(e: ClientError, bucket: &str, key: &str) -> ClientError {
+    match e {
+        ClientError::Om {
+            code: OmErrorCode::KeyNotFound,
+            ..
+        } => ClientError::KeyNotFound {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+        },
+        e => e,
+    }
+}
+
+fn om_error(op: &'static str, s: &Status) -> ClientError {
+    let code = OmErrorCode::of(s);
+    let message = if code == OmErrorCode::Unspecified || code == OmErrorCode::Unavailable {
+        // No om code, or a transport failure: keep the gRPC code in view.
+        format!("{:?}: {}", s.code(), s.message())
+    } else {
+        s.message().to_string()
+    };
+    ClientError::Om { op, code, message }
+}
+
+/// An error and its sources as one line (`a: b: c`), each message once.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut next = Some(e);
+    while let Some(err) = next {
+        let text = err.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        next = err.source();
+    }
+    parts.join(": ")
+}
+
+impl OmClient {
+    /// Connects to the oms at `addresses` (comma-separated `HOST:PORT`s):
+    /// to the first that accepts a connection, in order; the others are
+    /// connected when a call first fails over to them.
+    ///
+    /// # Errors
+    /// [`ClientError::InvalidArgument`] for a malformed or repeated address;
+    /// [`ClientError::Connect`] naming every address and why it failed if
+    /// none accepts a connection.
+    pub(crate) async fn connect(
+        addresses: &str,
+        timeout: Duration,
+        tls: Option<&proto_crate::tls::TlsConfig>,
+    ) -> Result<Self> {
+        let addresses = proto_crate::address::parse_list(addresses)
+            .map_err(|e| ClientError::InvalidArgument(e.to_string()))?;
+        let stub = |channel| {
+            OzoneManagerServiceClient::with_interceptor(
+                channel,
+                request_id::attach as request_id::Attach,
+            )
+            .max_decoding_message_size(64 * 1024 * 1024)
+        };
+        let mut oms = Vec::with_capacity(addresses.len());
+        let mut failures = Vec::new();
+        let mut current = None;
+        for address in addresses {
+            let endpoint = proto_crate::tls::endpoint(&address, tls)
+                .map_err(|e| ClientError::Connect {
+                    address: address.clone(),
+                    message: e.to_string(),
+                })?
+                .connect_timeout(Duration::from_secs(5))
+                .tcp_nodelay(true);
+            let channel = if current.is_some() {
+                endpoint.connect_lazy()
+            } else {
+                match endpoint.connect().await {
+                    Ok(channel) => {
+                        current = Some(oms.len());
+                        channel
+                    }
+                    Err(e) => {
+                        failures.push((address.clone(), error_chain(&e)));
+                        endpoint.connect_lazy()
+                    }
+                }
+            };
+            oms.push((address, stub(channel)));
+        }
+        let Some(current) = current else {
+            return Err(ClientError::Connect {
+                address: oms
+                    .iter()
+                    .map(|(a, _)| a.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                message: match failures.as_slice() {
+                    [(_, why)] => why.clone(),
+                    all => all
+                        .iter()
+                        .map(|(a, why)| format!("{a}: {why}"))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                },
+            });
+        };
+        let id: u128 = rand::random();
+        Ok(Self {
+            oms: oms.into(),
+            current: Arc::new(AtomicUsize::new(current)),
+            timeout,
+            client_id: format!("{id:032x}"),
+        })
+    }
+
+    /// A client of om `i` alone (no failover), for the calls of a session
+    /// that om granted: open-key sessions live in the memory of the om that
+    /// opened them.
+    fn pinned(&self, i: usize) -> OmClient {
+        let one: Vec<(String, Stub)> = self.oms.get(i).cloned().into_iter().collect();
+        let oms: Arc<[(String, Stub)]> = if one.is_empty() {
+            Arc::clone(&self.oms)
+        } else {
+            one.into()
+        };
+        Self {
+            oms,
+            current: Arc::new(AtomicUsize::new(0)),
+            timeout: self.timeout,
+            client_id: self.client_id.clone(),
+        }
+    }
+
+    /// Whether this client has more than one om address.
+    pub(crate) fn fails_over(&self) -> bool {
+        self.oms.len() > 1
+    }
+
+    /// Sends `req` with `send` to the current om, and on to the next
+    /// addresses in turn while it fails as `how` allows, all within the om
+    /// deadline. The om that answered (even with an error) becomes the
+    /// current one.
+    ///
+    /// A read also moves on from an om that does not answer: with `n`
+    /// addresses, once an om has had `deadline / n` without answering the
+    /// read is sent to the next one as well, and the first answer from any
+    /// of them wins (a read sent twice changes nothing). A hung om (a stopped
+    /// process, a host gone without a reset) then costs a share of the
+    /// deadline, and a slow one still answers if it is first. A change
+    /// waits for its om until the deadline: it may have been applied there.
+    async fn call<Q, T, F, Fut>(&self, op: &'static str, how: Resend, req: Q, send: F) -> Result<T>
+    where
+        Q: Clone,
+        F: Fn(Stub, Q) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<T>, Status>>,
+    {
+        Ok(self.call_at(op, how, req, send).await?.0)
+    }
+
+    /// [`call`](Self::call), also returning the index of the om that answered.
+    async fn call_at<Q, T, F, Fut>(
+        &self,
+        op: &'static str,
+        how: Resend,
+        req: Q,
+        send: F,
+    ) -> Result<(T, usize)>
+    where
+        Q: Clone,
+        F: Fn(Stub, Q) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<T>, Status>>,
+    {
+        use futures::stream::{FuturesUnordered, StreamExt};
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let n = self.oms.len();
+        let first = self.current.load(Ordering::Relaxed) % n;
+        let share = self.timeout / u32::try_from(n).unwrap_or(u32::MAX);
+        let hedges = how == Resend::Read && n > 1;
+        let address = |i: usize| self.oms.get(i).map_or("?", |(a, _)| a.as_str());
+        let launch = |i: usize| {
+            let answer = self
+                .oms
+                .get(i)
+                .map(|(_, stub)| send(stub.clone(), req.clone()));
+            async move {
+                match answer {
+                    Some(a) => (i, a.await),
+                    None => (i, Err(Status::internal("no such om index"))),
+                }
+            }
+        };
+        let mut inflight = FuturesUnordered::new();
+        inflight.push(launch(first));
+        // How many oms the call has been sent to (in list order from `first`).
+        let mut sent = 1;
+        let mut hedge_at = tokio::time::Instant::now() + share;
+        let mut failed: Vec<String> = Vec::new();
+        let last = loop {
+            let wake = if hedges && sent < n {
+                hedge_at.min(deadline)
+            } else {
+                deadline
+            };
+            tokio::select! {
+                Some((i, answer)) = inflight.next() => match answer {
+                    Ok(r) => return Ok((self.answered(op, i, first, r.into_inner()), i)),
+                    Err(s) if n > 1 && resend(&s, how) => {
+                        tracing::debug!(op, om = %address(i), "om unreachable: {}", s.message());
+                        failed.push(format!("{}: {}", address(i), s.message()));
+                        if sent < n {
+                            inflight.push(launch((first + sent) % n));
+                            sent += 1;
+                            hedge_at = tokio::time::Instant::now() + share;
+                        } else if inflight.is_empty() {
+                            break s;
+                        }
+                    }
+                    Err(s) => return Err(om_error(op, &self.answered(op, i, first, s))),
+                },
+                () = tokio::time::sleep_until(wake) => {
+                    if wake >= deadline {
+                        return Err(ClientError::OmTimeout {
+                            op,
+                            after: self.timeout,
+                        });
+                    }
+                    // The om asked last is slow: ask the next one as well,
+                    // still listening for the first.
+                    let slow = (first + sent - 1) % n;
+                    tracing::debug!(op, om = %address(slow), "om gave no answer within {share:?}");
+                    failed.push(format!("{}: no answer within {share:?}", address(slow)));
+                    inflight.push(launch((first + sent) % n));
+                    sent += 1;
+                    hedge_at = tokio::time::Instant::now() + share;
+                }
+            }
+        };
+        // Every om failed: name each and why.
+        let mut e = om_error(op, &last);
+        if let ClientError::Om { message, .. } = &mut e {
+            *message = format!("no om answered ({})", failed.join("; "));
+        }
+        Err(e)
+    }
+
+    /// Makes om `i`, which answered (even with an error), the current one
+    /// when it is not already; passes `answer` through.
+    fn answered<A>(&self, op: &'static str, i: usize, first: usize, answer: A) -> A {
+        if i != first {
+            self.current.store(i, Ordering::Relaxed);
+            let om = self.oms.get(i).map_or("?", |(a, _)| a.as_str());
+            tracing::info!(op, om = %om, "failed over to om");
+        }
+        answer
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused() -> Status {
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let mut s = Status::unavailable("tcp connect error");
+        s.set_source(Arc::new(tonic::ConnectError(Box::new(io))));
+        s
+    }
+
+    #[test]
+    fn only_reads_go_to_the_next_om_after_a_call_may_have_left() {
+        // Never sent: anything may go on.
+        assert!(resend(&refused(), Resend::Read));
+        assert!(resend(&refused(), Resend::IfNotSent));
+        // Lost mid-call (no connect error): a read goes on, a change does not.
+        for lost in [
+            Status::unavailable("connection reset"),
+            Status::unknown("h2 protocol error"),
+            Status::cancelled("operation was canceled"),
+        ] {
+            assert!(resend(&lost, Resend::Read), "{lost:?}");
+            assert!(!resend(&lost, Resend::IfNotSent), "{lost:?}");
+        }
+        // An om's own answer (with its code) is final either way.
+        let answered = OmErrorCode::KeyNotFound.status("no such key");
+        assert!(!resend(&answered, Resend::Read));
+        assert!(!resend(&answered, Resend::IfNotSent));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_session_stays_on_the_om_that_granted_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut servers = Vec::new();
+        for name in ["a", "b"] {
+            let om = om::OzoneManager::open(om::OmConfig::new(dir.path().join(name)))
+                .await
+                .expect("om");
+            let listen = "127.0.0.1:0".parse().expect("addr");
+            let server = om::OmServer::start(listen, Arc::new(om))
+                .await
+                .expect("serve");
+            servers.push(server);
+        }
+        let list = format!("{},{}", servers[0].address(), servers[1].address());
+        let client = OmClient::connect(&list, Duration::from_secs(5), None)
+            .await
+            .expect("connect");
+        for server in &servers {
+            server.om().create_bucket("b", None, None).expect("bucket");
+        }
+        let opened = client.open_key("b", "k", None).await.expect("open on a");
+        assert_eq!(opened.om.oms.len(), 1);
+        assert_eq!(opened.om.oms[0].0, servers[0].address().to_string());
+        // Calls of the client now go to b first; the session's still go to a,
+        // which alone knows it (b has no such session).
+        client.current.store(1, Ordering::Relaxed);
+        assert!(client.renew_key(opened.session_id).await.is_err());
+        opened
+            .om
+            .renew_key(opened.session_id)
+            .await
+            .expect("renew on a");
+        opened.guard.undo().await;
+        assert_eq!(servers[0].om().open_sessions(), 0);
+    }
+}
