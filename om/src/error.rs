@@ -109,7 +109,11 @@ pub enum OmError {
     /// The metadata database failed (redb's error, typed).
     #[error("metadata database: {0}")]
     Db(#[from] redb::Error),
-    /// The metadata store failed (the modules moved onto `meta_store`).
+    /// The metadata store failed (the modules moved onto `meta_store`):
+    /// [`OmErrorCode::Contention`] when other calls kept changing what this
+    /// one read, [`OmErrorCode::StoreFull`] when the store is out of space,
+    /// [`OmErrorCode::Unavailable`] when it could not be reached,
+    /// [`OmErrorCode::Internal`] otherwise.
     #[error("metadata store: {0}")]
     Store(#[from] meta_store::StoreError),
     /// A stored record does not decode (the database is corrupt or was
@@ -155,14 +159,30 @@ impl OmError {
             Self::PermissionDenied(_) => OmErrorCode::PermissionDenied,
             Self::AccessKeyNotFound(_) => OmErrorCode::AccessKeyNotFound,
             Self::LimitExceeded(_) => OmErrorCode::LimitExceeded,
+            Self::Store(e) => store_code(e),
             Self::DataDirInUse(_)
             | Self::DataDirLock(_)
             | Self::Db(_)
-            | Self::Store(_)
             | Self::CorruptRecord { .. }
             | Self::Internal(_)
             | Self::Task(_) => OmErrorCode::Internal,
         }
+    }
+}
+
+/// The code a client sees for a failure of the metadata store: whether it
+/// may try again, and whether the call may have been applied.
+fn store_code(e: &meta_store::StoreError) -> OmErrorCode {
+    use meta_store::StoreError as S;
+    match e {
+        S::Contention { .. } => OmErrorCode::Contention,
+        S::SpaceExhausted(_) => OmErrorCode::StoreFull,
+        // The store could not be reached, or answered too late; a change
+        // may have been applied (which `Unavailable` tells the client).
+        S::Etcd(_) | S::Timeout(_) | S::CommitOutcomeUnknown(_) | S::NotLeader { .. } => {
+            OmErrorCode::Unavailable
+        }
+        _ => OmErrorCode::Internal,
     }
 }
 
@@ -173,3 +193,45 @@ impl From<OmError> for Status {
 }
 
 proto_crate::redb_error_conversions!(OmError, Db);
+
+#[cfg(test)]
+mod tests {
+    use meta_store::StoreError;
+    use tonic::Code;
+
+    use super::*;
+
+    /// A client can tell a call that lost to concurrent ones, or met a full
+    /// store, from an om fault: both are retryable, with their own codes.
+    #[test]
+    fn store_failures_reach_the_client_as_their_own_codes() {
+        let cases = [
+            (
+                StoreError::Contention { attempts: 32 },
+                OmErrorCode::Contention,
+                Code::Aborted,
+            ),
+            (
+                StoreError::SpaceExhausted("etcdserver: mvcc: database space exceeded".into()),
+                OmErrorCode::StoreFull,
+                Code::ResourceExhausted,
+            ),
+            (
+                StoreError::Timeout(std::time::Duration::from_secs(5)),
+                OmErrorCode::Unavailable,
+                Code::Unavailable,
+            ),
+            (
+                StoreError::Protocol("a negative revision".into()),
+                OmErrorCode::Internal,
+                Code::Internal,
+            ),
+        ];
+        for (store, code, grpc) in cases {
+            let status = Status::from(OmError::Store(store));
+            assert_eq!(OmErrorCode::of(&status), code, "{status:?}");
+            assert_eq!(status.code(), grpc, "{status:?}");
+            assert_eq!(code.is_retryable(), code != OmErrorCode::Internal, "{code}");
+        }
+    }
+}

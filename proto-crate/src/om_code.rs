@@ -58,11 +58,20 @@ pub enum OmErrorCode {
     /// A bounded table is full: a user holds as many access keys as
     /// allowed, or the om as many users.
     LimitExceeded,
+    /// Other om calls kept changing the metadata this call read, and the
+    /// om gave up retrying it (`meta_store::StoreError::Contention`):
+    /// nothing was written, so sending it again later is safe.
+    Contention,
+    /// The metadata store is out of space (etcd's quota, or a full disk
+    /// under redb): nothing can be added until rows are freed and the
+    /// space reclaimed. etcd may have applied the refused write, so read
+    /// before repeating a change.
+    StoreFull,
 }
 
 impl OmErrorCode {
     /// Every code.
-    pub const ALL: [OmErrorCode; 20] = [
+    pub const ALL: [OmErrorCode; 22] = [
         Self::Unspecified,
         Self::BucketNotFound,
         Self::BucketAlreadyExists,
@@ -83,6 +92,8 @@ impl OmErrorCode {
         Self::PermissionDenied,
         Self::AccessKeyNotFound,
         Self::LimitExceeded,
+        Self::Contention,
+        Self::StoreFull,
     ];
 
     /// Stable upper-case name, as sent in [`OM_ERROR_HEADER`].
@@ -109,6 +120,8 @@ impl OmErrorCode {
             Self::PermissionDenied => "PERMISSION_DENIED",
             Self::AccessKeyNotFound => "ACCESS_KEY_NOT_FOUND",
             Self::LimitExceeded => "LIMIT_EXCEEDED",
+            Self::Contention => "CONTENTION",
+            Self::StoreFull => "METADATA_STORE_FULL",
         }
     }
 
@@ -129,9 +142,12 @@ impl OmErrorCode {
             | Self::AccessKeyNotFound => Code::NotFound,
             Self::BucketAlreadyExists => Code::AlreadyExists,
             Self::BucketNotEmpty | Self::ConditionFailed => Code::FailedPrecondition,
-            Self::NotEnoughDatanodes | Self::TooManyOpenSessions | Self::LimitExceeded => {
-                Code::ResourceExhausted
-            }
+            Self::NotEnoughDatanodes
+            | Self::TooManyOpenSessions
+            | Self::LimitExceeded
+            | Self::StoreFull => Code::ResourceExhausted,
+            // gRPC's code for a transaction that lost to a concurrent one.
+            Self::Contention => Code::Aborted,
             Self::InvalidArgument
             | Self::InvalidPart
             | Self::InvalidPartOrder
@@ -189,6 +205,8 @@ impl OmErrorCode {
                 | Self::NotEnoughDatanodes
                 | Self::TooManyOpenSessions
                 | Self::ReplicationFailed
+                | Self::Contention
+                | Self::StoreFull
         )
     }
 }

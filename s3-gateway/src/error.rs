@@ -7,7 +7,9 @@ use s3s::{S3Error, S3ErrorCode};
 /// Maps a client error to the S3 error a client expects.
 ///
 /// Missing keys and buckets are `NoSuchKey`/`NoSuchBucket` (404); the om's
-/// multipart refusals keep their S3 names; a read that lost more than p
+/// multipart refusals keep their S3 names; too many open writes of one
+/// client, and calls that lost to concurrent changes of the same metadata,
+/// are `SlowDown` (503, "reduce your request rate"); a read that lost more than p
 /// indexes, an om that cannot be reached, or anything else
 /// [`ClientError::is_retryable`] calls retryable is `ServiceUnavailable`
 /// (503, which S3 clients retry); anything else is `InternalError` (500).
@@ -27,7 +29,7 @@ pub fn to_s3(e: ClientError) -> S3Error {
             OmErrorCode::InvalidPartOrder => S3ErrorCode::InvalidPartOrder,
             OmErrorCode::EntityTooSmall => S3ErrorCode::EntityTooSmall,
             OmErrorCode::InvalidArgument => S3ErrorCode::InvalidArgument,
-            OmErrorCode::TooManyOpenSessions => S3ErrorCode::SlowDown,
+            OmErrorCode::TooManyOpenSessions | OmErrorCode::Contention => S3ErrorCode::SlowDown,
             c if c.is_retryable() => S3ErrorCode::ServiceUnavailable,
             _ => S3ErrorCode::InternalError,
         },
@@ -97,6 +99,15 @@ mod tests {
         );
         assert_eq!(
             code(ClientError::WriteCancelled { key: "b/k".into() }),
+            S3ErrorCode::ServiceUnavailable
+        );
+        assert_eq!(
+            code(om(OmErrorCode::Contention)),
+            S3ErrorCode::SlowDown,
+            "lost to concurrent changes of the same metadata: back off"
+        );
+        assert_eq!(
+            code(om(OmErrorCode::StoreFull)),
             S3ErrorCode::ServiceUnavailable
         );
     }
