@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
-use meta_store::{MetaStore, Table, transact};
+use meta_store::{MetaStore, RedbStore, Table, transact};
 use proto_crate::DatanodeId;
 use proto_crate::wire::om as pb;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError};
@@ -136,20 +136,15 @@ pub(crate) async fn load(
 }
 
 /// Copies the states of an `om.redb` from before the store (the redb table
-/// `datanode_op_states`) into `store`, the store over the same file, then
+/// `datanode_op_states`) into `own`, the store over the same file, then
 /// drops the old table; rows already in the store are kept, so a crash
 /// between the copy and the drop repeats the copy harmlessly.
 ///
 /// # Errors
 /// Database and store errors; [`OmError::CorruptRecord`] for a row that
-/// does not parse (the old table is then kept); [`OmError::Internal`] for a
-/// store over another file.
-pub(crate) fn move_onto_store(db: &Database, store: &MetaStore) -> Result<(), OmError> {
-    let MetaStore::Redb(redb) = store else {
-        return Err(OmError::Internal(
-            "the om's own file holds the old tables; its store is another".into(),
-        ));
-    };
+/// does not parse (the old table is then kept); [`OmError::Internal`] when
+/// there are rows to copy and `own` is `None` (the om's store is elsewhere).
+pub(crate) fn move_onto_store(db: &Database, own: Option<&RedbStore>) -> Result<(), OmError> {
     let mut rows = Vec::new();
     {
         let read = db.begin_read()?;
@@ -167,6 +162,9 @@ pub(crate) fn move_onto_store(db: &Database, store: &MetaStore) -> Result<(), Om
             Err(e) => return Err(e.into()),
         }
     }
+    let Some(redb) = own else {
+        return Err(crate::manager::old_table_elsewhere("datanode_op_states"));
+    };
     let copied = redb.import(&rows)?;
     let write = db.begin_write()?;
     write.delete_table(OLD_OP_STATES)?;
@@ -194,7 +192,9 @@ impl OzoneManager {
     /// (as stored: a datanode another om decommissioned stays as it is).
     ///
     /// # Errors
-    /// [`OmError::InvalidArgument`] for a datanode that is not registered; store errors.
+    /// [`OmError::InvalidArgument`] for a datanode that is not registered (with this om:
+    /// every datanode registers with every om); store errors; [`OmError::CorruptRecord`] for a
+    /// stored state that does not parse.
     pub async fn decommission(&self, uuid: &DatanodeId) -> Result<OperationalState, OmError> {
         if self.datanode(uuid).is_none() {
             return Err(OmError::InvalidArgument(format!(
@@ -315,6 +315,7 @@ mod tests {
 
     use super::*;
     use crate::OmConfig;
+    use crate::test_oms::{BACKENDS, TestOm};
 
     fn dn(i: u128) -> DatanodeDetails {
         DatanodeDetails {
@@ -329,12 +330,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_decommission_is_stored_once_and_survives_a_restart() {
-        let dir = tempfile::tempdir().expect("dir");
-        let id = dn(1).uuid;
-        {
-            let om = OzoneManager::open(OmConfig::new(dir.path()))
-                .await
-                .expect("open");
+        for b in BACKENDS {
+            let om = TestOm::start(b).await;
+            let id = dn(1).uuid;
             om.register_datanode(dn(1)).await.expect("register");
             let err = om
                 .decommission(&dn(2).uuid)
@@ -348,21 +346,21 @@ mod tests {
                 stored(&om).await,
                 BTreeMap::from([(id.clone(), OperationalState::Decommissioning)])
             );
+            let om = om.restart().await;
+            assert_eq!(om.operational_state(&id), OperationalState::Decommissioning);
         }
-        let om = OzoneManager::open(OmConfig::new(dir.path()))
-            .await
-            .expect("reopen");
-        assert_eq!(om.operational_state(&id), OperationalState::Decommissioning);
     }
 
     /// A state another om on the store wrote reaches this om's copy (and
     /// so its placement) at the next reload, and one it removed leaves it.
     #[tokio::test]
     async fn states_written_by_another_om_arrive_at_the_next_reload() {
-        let dir = tempfile::tempdir().expect("dir");
-        let om = OzoneManager::open(OmConfig::new(dir.path()))
-            .await
-            .expect("open");
+        for b in BACKENDS {
+            states_written_by_another_om_arrive_at_the_next_reload_on(TestOm::start(b).await).await;
+        }
+    }
+
+    async fn states_written_by_another_om_arrive_at_the_next_reload_on(om: TestOm) {
         for i in 0..8 {
             om.register_datanode(dn(i)).await.expect("register");
         }
@@ -453,5 +451,28 @@ mod tests {
             read.open_table(OLD_OP_STATES),
             Err(TableError::TableDoesNotExist(_))
         ));
+    }
+
+    /// An old table is copied into the om's own file only: an om whose
+    /// modules keep their rows elsewhere refuses to open over it.
+    #[tokio::test]
+    async fn an_old_table_is_not_left_behind_by_a_store_elsewhere() {
+        let dir = tempfile::tempdir().expect("dir");
+        {
+            let db = Database::create(dir.path().join("om.redb")).expect("db");
+            let txn = db.begin_write().expect("txn");
+            txn.open_table(OLD_OP_STATES)
+                .expect("table")
+                .insert(dn(3).uuid.as_str(), "DECOMMISSIONED")
+                .expect("insert");
+            txn.commit().expect("commit");
+        }
+        let elsewhere = MetaStore::Redb(
+            meta_store::RedbStore::open(&dir.path().join("other.redb")).expect("store"),
+        );
+        let err = OzoneManager::open_on(OmConfig::new(dir.path()), Some(elsewhere))
+            .await
+            .expect_err("the old rows would be stranded");
+        assert!(err.to_string().contains("datanode_op_states"), "{err}");
     }
 }

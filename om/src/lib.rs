@@ -2,7 +2,8 @@
 //!
 //! - [`OzoneManager`]: datanode registry, buckets with default replication and
 //!   block size, keys (open, allocate block groups honouring an exclude list,
-//!   commit with final lengths, lookup, list, delete), persisted in redb.
+//!   commit with final lengths, lookup, list, delete), persisted in redb
+//!   (the modules already moved in the metadata store over the same file).
 //!   Usable in-process.
 //! - Datanode liveness ([`NodeState`]: heartbeats make HEALTHY, silence
 //!   STALE then DEAD; only HEALTHY datanodes get new groups).
@@ -48,6 +49,8 @@ mod s3_users;
 mod server;
 mod service;
 mod sessions;
+#[cfg(test)]
+mod test_oms;
 
 pub use admin::{AdminCallError, OmAdminClient, OmAdminGrpc};
 pub use block_reports::{BlockReport, MAX_CHECKS_PER_PASS, MAX_REPORTED_BLOCKS};

@@ -334,6 +334,16 @@ pub(crate) fn decode<M: Message + Default, T: TryFrom<M, Error = proto_crate::Pr
     T::try_from(m).map_err(|e| corrupt(Box::new(e)))
 }
 
+/// The error of an om whose `om.redb` still holds `table` from before the
+/// metadata store while its modules keep their rows in another store: the
+/// copy at open goes into the om's own file only.
+pub(crate) fn old_table_elsewhere(table: &str) -> OmError {
+    OmError::Internal(format!(
+        "om.redb holds the table `{table}` from before the metadata store; open the om once \
+         on its own file to move it there"
+    ))
+}
+
 pub(crate) fn validate_name(kind: &str, name: &str) -> Result<()> {
     if name.is_empty() {
         return Err(OmError::InvalidArgument(format!("{kind} name is empty")));
@@ -360,6 +370,25 @@ impl OzoneManager {
     /// [`OmError::DataDirInUse`] when another process owns the directory;
     /// I/O, database and store errors.
     pub async fn open(config: OmConfig) -> Result<Self> {
+        Self::open_on(config, None).await
+    }
+
+    /// [`open`](Self::open), with the modules already on the metadata
+    /// store (S3 users, block-token keys, operational states, the datanode
+    /// registry) keeping their rows in `shared` instead of the om's own
+    /// file when given: the om's operation-level tests run them on etcd
+    /// this way. The remaining tables stay in `om.redb`, so several oms
+    /// cannot share one `shared` store yet (ARCHITECTURE.md, "Moving the om
+    /// onto the store").
+    ///
+    /// # Errors
+    /// As [`open`](Self::open); [`OmError::Internal`] when `om.redb` still
+    /// holds a moved module's table from before the store (it is copied
+    /// only into the om's own file).
+    pub(crate) async fn open_on(
+        config: OmConfig,
+        shared: Option<meta_store::MetaStore>,
+    ) -> Result<Self> {
         let lock = DirLock::acquire(&config.data_dir, "om").map_err(|e| match e {
             proto_crate::DirLockError::InUse { .. } => OmError::DataDirInUse(e.to_string()),
             other => OmError::DataDirLock(other),
@@ -385,12 +414,18 @@ impl OzoneManager {
             txn.open_table(crate::completed::COMPLETED_BY_TIME)?;
         }
         txn.commit()?;
-        let store =
-            meta_store::MetaStore::Redb(meta_store::RedbStore::with_database(Arc::clone(&db))?);
-        crate::s3_users::move_onto_store(&db, &store)?;
-        crate::block_tokens::move_onto_store(&db, &store)?;
-        crate::decommission::move_onto_store(&db, &store)?;
-        crate::registrations::move_onto_store(&db, &store)?;
+        // Old tables are copied into the om's own file only.
+        let (store, own) = match shared {
+            Some(store) => (store, None),
+            None => {
+                let own = meta_store::RedbStore::with_database(Arc::clone(&db))?;
+                (meta_store::MetaStore::Redb(own.clone()), Some(own))
+            }
+        };
+        crate::s3_users::move_onto_store(&db, own.as_ref())?;
+        crate::block_tokens::move_onto_store(&db, own.as_ref())?;
+        crate::decommission::move_onto_store(&db, own.as_ref())?;
+        crate::registrations::move_onto_store(&db, own.as_ref())?;
         let lost = reclaim_lost_sessions(&db)?;
         if lost > 0 {
             tracing::info!(

@@ -3,7 +3,7 @@
 //! Datanodes register once and then heartbeat every interval with their
 //! usage figures. A datanode's state follows from the time since its last
 //! heartbeat (or its registration, or the om's start for datanodes loaded
-//! from the database): HEALTHY below the stale interval, STALE below the dead
+//! from the store): HEALTHY below the stale interval, STALE below the dead
 //! interval, DEAD after it (Ozone's `ozone.scm.stale.node.interval`, 5 min by
 //! default there, and `ozone.scm.dead.node.interval`, 10 min; ours default to
 //! 30 s and 90 s). New block groups go to HEALTHY datanodes only.
@@ -253,7 +253,7 @@ pub(crate) struct NodeRegistry {
 }
 
 impl NodeRegistry {
-    /// Loads a datanode from the database: counted as heard from at `now`
+    /// Loads a datanode from the store: counted as heard from at `now`
     /// (the om's start), so it turns STALE unless it heartbeats.
     pub(crate) fn load(&mut self, details: DatanodeDetails, now: Instant) {
         self.nodes.insert(

@@ -1,7 +1,8 @@
 //! The datanode registry's durable half: which datanode ids exist and at
 //! which address, kept in the metadata store and shared by every om on it.
 //! Liveness (last heartbeat, usage figures) stays in each om's memory
-//! (`nodes.rs`): every datanode reports to every om.
+//! (`nodes.rs`): when several oms share the store, every datanode will
+//! report, and register, to every om, so the registry is read at open only.
 //!
 //! Tables: `datanodes` (uuid → address) and `datanode_addresses` (address →
 //! uuid), so the rule "one entry per address" (a datanode whose data dir
@@ -11,7 +12,7 @@
 //! at one address at once leave one entry, and the pair of tables never
 //! disagrees.
 
-use meta_store::{MetaStore, Table, transact};
+use meta_store::{MetaStore, RedbStore, Table, transact};
 use proto_crate::{DatanodeDetails, DatanodeId};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError};
 
@@ -38,11 +39,14 @@ fn parse_uuid(uuid: &str) -> Result<DatanodeId, OmError> {
 
 /// Records that datanode `d` is at `d.address`, in one `transact` body:
 /// an entry of another uuid at that address is removed, and so is `d`'s
-/// index row at an address it left. Returns the uuids replaced (empty when
-/// the store already said so, and then nothing is written).
+/// index row at an address it left. An index row naming a uuid that is
+/// no longer at that address is overwritten without touching that uuid's
+/// entry. Returns the uuids replaced (empty when the store already said
+/// so, and then nothing is written).
 ///
 /// # Errors
-/// Store errors.
+/// Store errors; [`OmError::CorruptRecord`] for a replaced uuid that does
+/// not parse.
 pub(crate) async fn record(
     store: &MetaStore,
     d: &DatanodeDetails,
@@ -62,7 +66,9 @@ pub(crate) async fn record(
                 ADDRESSES.delete_in(&tx, &old);
             }
             let mut replaced = Vec::new();
-            if let Some(other) = holder.filter(|h| h != uuid) {
+            if let Some(other) = holder.filter(|h| h != uuid)
+                && DATANODES.get_in(&tx, &other).await?.as_ref() == Some(address)
+            {
                 DATANODES.delete_in(&tx, &other);
                 replaced.push(parse_uuid(&other)?);
             }
@@ -101,20 +107,15 @@ pub(crate) async fn load(store: &MetaStore) -> Result<Vec<DatanodeDetails>, OmEr
 }
 
 /// Copies the registry of an `om.redb` from before the store (the redb
-/// table `datanodes`) into `store`, the store over the same file, with the
+/// table `datanodes`) into `own`, the store over the same file, with the
 /// address index, then drops the old table. Rows already in the store are
 /// kept, so a crash between the copy and the drop repeats it harmlessly.
 ///
 /// # Errors
 /// Database and store errors; [`OmError::CorruptRecord`] for a uuid that
-/// does not parse (the old table is then kept); [`OmError::Internal`] for
-/// a store over another file.
-pub(crate) fn move_onto_store(db: &Database, store: &MetaStore) -> Result<(), OmError> {
-    let MetaStore::Redb(redb) = store else {
-        return Err(OmError::Internal(
-            "the om's own file holds the old tables; its store is another".into(),
-        ));
-    };
+/// does not parse (the old table is then kept); [`OmError::Internal`] when
+/// there are rows to copy and `own` is `None` (the om's store is elsewhere).
+pub(crate) fn move_onto_store(db: &Database, own: Option<&RedbStore>) -> Result<(), OmError> {
     let mut rows = Vec::new();
     let mut addresses = std::collections::BTreeSet::new();
     {
@@ -126,7 +127,9 @@ pub(crate) fn move_onto_store(db: &Database, store: &MetaStore) -> Result<(), Om
                     let (uuid, address) = (uuid.value().to_string(), address.value().to_string());
                     parse_uuid(&uuid)?;
                     // The old registry kept one entry per address too; a
-                    // second one would have no index row, so it is left.
+                    // second one could have no index row, so it is not
+                    // moved (and goes with the old table; the datanode
+                    // registers again when it next reports).
                     if addresses.insert(address.clone()) {
                         rows.push(ADDRESSES.row_bytes(&address, &uuid));
                         rows.push(DATANODES.row_bytes(&uuid, &address));
@@ -139,6 +142,9 @@ pub(crate) fn move_onto_store(db: &Database, store: &MetaStore) -> Result<(), Om
             Err(e) => return Err(e.into()),
         }
     }
+    let Some(redb) = own else {
+        return Err(crate::manager::old_table_elsewhere("datanodes"));
+    };
     let copied = redb.import(&rows)?;
     let write = db.begin_write()?;
     write.delete_table(OLD_DATANODES)?;
@@ -155,6 +161,7 @@ mod tests {
     use meta_store::RedbStore;
 
     use super::*;
+    use crate::test_oms::{BACKENDS, store_on};
 
     fn dn(i: u128, port: u32) -> DatanodeDetails {
         DatanodeDetails {
@@ -176,8 +183,13 @@ mod tests {
 
     #[tokio::test]
     async fn one_entry_per_address_and_the_index_follows_moves() {
-        let dir = tempfile::tempdir().expect("dir");
-        let store = MetaStore::Redb(RedbStore::open(&dir.path().join("t.redb")).expect("redb"));
+        for b in BACKENDS {
+            let (store, _kept) = store_on(b).await;
+            one_entry_per_address_and_the_index_follows_moves_on(store).await;
+        }
+    }
+
+    async fn one_entry_per_address_and_the_index_follows_moves_on(store: MetaStore) {
         assert!(record(&store, &dn(1, 1)).await.expect("a").is_empty());
         assert!(record(&store, &dn(1, 1)).await.expect("again").is_empty());
         assert!(record(&store, &dn(2, 2)).await.expect("b").is_empty());
@@ -194,14 +206,46 @@ mod tests {
                 ("127.0.0.1:4".to_string(), dn(2, 4).uuid.to_string()),
             ]
         );
+        // Datanode 5 at port 5 then moves onto port 4: both at once.
+        assert!(record(&store, &dn(5, 5)).await.expect("5").is_empty());
+        assert_eq!(
+            record(&store, &dn(5, 4)).await.expect("onto 4"),
+            vec![dn(2, 4).uuid]
+        );
+        assert_eq!(load(&store).await.expect("load"), vec![dn(3, 1), dn(5, 4)]);
+        assert_eq!(
+            index(&store).await,
+            vec![
+                ("127.0.0.1:1".to_string(), dn(3, 1).uuid.to_string()),
+                ("127.0.0.1:4".to_string(), dn(5, 4).uuid.to_string()),
+            ]
+        );
+        // A stale index row (port 9 names datanode 3, which is at port 1)
+        // is overwritten without dropping datanode 3.
+        let stale = ADDRESSES.put(
+            meta_store::Txn::new(),
+            &"127.0.0.1:9".to_string(),
+            &dn(3, 1).uuid.to_string(),
+        );
+        store.commit(stale).await.expect("stale row");
+        assert!(record(&store, &dn(6, 9)).await.expect("6").is_empty());
+        assert_eq!(
+            load(&store).await.expect("load"),
+            vec![dn(3, 1), dn(5, 4), dn(6, 9)]
+        );
     }
 
     /// Several registrations at one address at once (as from two oms)
     /// leave one entry and an index that agrees with it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn racing_registrations_at_one_address_leave_one_entry() {
-        let dir = tempfile::tempdir().expect("dir");
-        let store = MetaStore::Redb(RedbStore::open(&dir.path().join("t.redb")).expect("redb"));
+        for b in BACKENDS {
+            let (store, _kept) = store_on(b).await;
+            racing_registrations_at_one_address_leave_one_entry_on(store).await;
+        }
+    }
+
+    async fn racing_registrations_at_one_address_leave_one_entry_on(store: MetaStore) {
         let all = (0..8).map(|i| {
             let store = store.clone();
             tokio::spawn(async move { record(&store, &dn(i, 7)).await })
@@ -232,10 +276,10 @@ mod tests {
             }
             txn.commit().expect("commit");
         }
-        let store =
-            MetaStore::Redb(RedbStore::with_database(std::sync::Arc::clone(&db)).expect("store"));
-        move_onto_store(&db, &store).expect("move");
-        move_onto_store(&db, &store).expect("nothing left to move");
+        let own = RedbStore::with_database(std::sync::Arc::clone(&db)).expect("store");
+        let store = MetaStore::Redb(own.clone());
+        move_onto_store(&db, Some(&own)).expect("move");
+        move_onto_store(&db, Some(&own)).expect("nothing left to move");
         assert_eq!(load(&store).await.expect("load"), vec![dn(1, 1), dn(2, 2)]);
         assert_eq!(index(&store).await.len(), 2);
         // The index works for the moved rows: a new id at port 2 replaces.

@@ -45,7 +45,9 @@ pub enum OmErrorCode {
     EntityTooSmall,
     /// A commit's or deletion's [`WriteCondition`](crate::WriteCondition) did not hold.
     ConditionFailed,
-    /// The om, or a datanode it had to reach, is unavailable.
+    /// The om, or a datanode or metadata store it had to reach, is
+    /// unavailable or answered too late. A change may have been applied:
+    /// read before repeating it.
     Unavailable,
     /// The om failed internally (its database, its data dir).
     Internal,

@@ -11,7 +11,9 @@
 //! exist at once (the one that last signed, the signer, the next).
 //!
 //! Storage: the table `block_token_keys` of the metadata store (key id →
-//! encoded `BlockTokenSecret`), shared by every om on the store. Each om
+//! encoded `BlockTokenSecret`), so every om that opens the same store signs
+//! with the same keys (one om per store today; ARCHITECTURE.md, "Moving the
+//! om onto the store"). Each om
 //! keeps the keys in memory and signs from that copy; [`rotate`] reads the
 //! stored keys, adds and drops what the schedule needs in one `transact`
 //! body, and refreshes the copy. Two oms rotating at once commit one set of
@@ -19,14 +21,16 @@
 //! nothing. The om server rotates every [`rotation_interval`], so an om
 //! learns of a key another om made well before that key signs; an om whose
 //! copy has fallen behind still signs with its newest unexpired key, whose
-//! tokens every datanode accepts.
+//! tokens every datanode accepts. Signing never rotates: an om embedded
+//! without its server and without heartbeats stops signing three lifetimes
+//! after its last rotation ([`OzoneManager::rotate_block_token_keys`]).
 //!
 //! [`rotate`]: BlockTokenSecretManager::rotate
 
 use std::sync::RwLock;
 use std::time::Duration;
 
-use meta_store::{MetaStore, Table, transact};
+use meta_store::{MetaStore, RedbStore, Table, transact};
 use prost::Message;
 use proto_crate::block_token::{
     AccessModes, BlockToken, BlockTokenIdentifier, BlockTokenSecret, SECRET_LEN, TokenScope,
@@ -104,6 +108,18 @@ struct Rotation {
     added: Vec<BlockTokenSecret>,
 }
 
+/// The key that signs at `now` (ms since the Unix epoch) among `keys`
+/// (sorted by id): the newest unexpired one whose signing has begun, or,
+/// when none has, the first unexpired one (made by an om whose clock runs
+/// ahead; datanodes check a token against its key's expiry, not its start).
+fn signer(keys: &[BlockTokenSecret], now: u64) -> Option<&BlockTokenSecret> {
+    let mut live = keys.iter().filter(|k| k.expires_unix_ms > now);
+    live.clone()
+        .rev()
+        .find(|k| k.active_from_unix_ms <= now)
+        .or_else(|| live.next())
+}
+
 fn fresh_secret() -> [u8; SECRET_LEN] {
     let mut s = [0u8; SECRET_LEN];
     rand::rng().fill_bytes(&mut s);
@@ -154,19 +170,22 @@ impl BlockTokenSecretManager {
         let mut rotation = Rotation {
             expired: keys
                 .iter()
-                .filter(|k| k.expires_unix_ms < now)
+                .filter(|k| k.expires_unix_ms <= now)
                 .map(|k| k.key_id)
                 .collect(),
             added: Vec::new(),
         };
         let next_id_after = |id: u32| id.wrapping_add(1).max(1);
         let mut next_id = keys.last().map_or(1, |k| next_id_after(k.key_id));
-        let live = || keys.iter().filter(|k| k.expires_unix_ms >= now);
+        let live = || keys.iter().filter(|k| k.expires_unix_ms > now);
         let mut newest = live().next_back().map(|k| k.active_from_unix_ms);
-        if !live().any(|k| k.active_from_unix_ms <= now) {
+        if newest.is_none() {
             // First start, or no om ran for longer than the schedule
             // reached: a signer from now (datanodes learn it at their next
-            // heartbeat; until then they answer that they lack it).
+            // heartbeat; until then they answer that they lack it). Live
+            // keys that are all still to come were made by an om whose
+            // clock runs ahead of this one's: they are used as they are,
+            // not doubled (see `signer`).
             rotation.added.push(self.key(next_id, now));
             next_id = next_id_after(next_id);
             newest = Some(now);
@@ -230,12 +249,16 @@ impl BlockTokenSecretManager {
                 "block token keys rotated"
             );
         }
-        keys.clone_into(
-            &mut self
-                .keys
-                .write()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
+        let mut copy = self
+            .keys
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Key ids only grow: a rotation that read before another one of this
+        // om committed must not put the older set back.
+        let newest = |ks: &[BlockTokenSecret]| ks.last().map(|k| k.key_id);
+        if newest(&keys) >= newest(&copy) {
+            keys.clone_into(&mut copy);
+        }
         Ok(keys)
     }
 
@@ -273,7 +296,7 @@ impl BlockTokenSecretManager {
 
     /// A token for `scope` with `modes`, issued to `owner`, valid for the
     /// lifetime from now (or to its key's expiry, if sooner), signed by the
-    /// newest unexpired key that is active in the om's copy.
+    /// key [`signer`] picks from the om's copy.
     ///
     /// # Errors
     /// [`OmError::Internal`] when no key in the copy is active and
@@ -285,22 +308,28 @@ impl BlockTokenSecretManager {
         modes: AccessModes,
         owner: &str,
     ) -> Result<BlockToken, OmError> {
-        let now = now_unix_ms();
+        self.mint_at(scope, modes, owner, now_unix_ms())
+    }
+
+    /// [`mint`](Self::mint) at `now`, ms since the Unix epoch.
+    fn mint_at(
+        &self,
+        scope: TokenScope,
+        modes: AccessModes,
+        owner: &str,
+        now: u64,
+    ) -> Result<BlockToken, OmError> {
         let keys = self
             .keys
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let signer = keys
-            .iter()
-            .rev()
-            .find(|k| k.active_from_unix_ms <= now && k.expires_unix_ms > now)
-            .ok_or_else(|| {
-                OmError::Internal(
-                    "no block token key is active: the keys have not been rotated for a \
-                     whole lifetime (is the metadata store reachable?)"
-                        .into(),
-                )
-            })?;
+        let signer = signer(&keys, now).ok_or_else(|| {
+            OmError::Internal(
+                "every block token key has expired: the keys have not been rotated for \
+                     a whole lifetime (is the metadata store reachable?)"
+                    .into(),
+            )
+        })?;
         let id = BlockTokenIdentifier {
             scope,
             modes,
@@ -319,19 +348,14 @@ impl BlockTokenSecretManager {
 }
 
 /// Copies the keys of an `om.redb` from before the store (the redb table
-/// `block_token_keys`) into `store`, which must be the store over the same
+/// `block_token_keys`) into `own`, which must be the store over the same
 /// file, then drops the old table. Rows already in the store are kept (a
 /// crash between the copy and the drop repeats the copy harmlessly).
 ///
 /// # Errors
-/// Database and store errors; [`OmError::Internal`] for a store over
-/// another file.
-pub(crate) fn move_onto_store(db: &Database, store: &MetaStore) -> Result<(), OmError> {
-    let MetaStore::Redb(redb) = store else {
-        return Err(OmError::Internal(
-            "the om's own file holds the old tables; its store is another".into(),
-        ));
-    };
+/// Database and store errors; [`OmError::Internal`] when there are rows to
+/// copy and `own` is `None` (the om's store is elsewhere).
+pub(crate) fn move_onto_store(db: &Database, own: Option<&RedbStore>) -> Result<(), OmError> {
     let mut rows = Vec::new();
     {
         let read = db.begin_read()?;
@@ -349,6 +373,9 @@ pub(crate) fn move_onto_store(db: &Database, store: &MetaStore) -> Result<(), Om
             Err(e) => return Err(e.into()),
         }
     }
+    let Some(redb) = own else {
+        return Err(crate::manager::old_table_elsewhere("block_token_keys"));
+    };
     let copied = redb.import(&rows)?;
     let write = db.begin_write()?;
     write.delete_table(OLD_KEYS)?;
@@ -398,7 +425,9 @@ impl OzoneManager {
     /// off.
     ///
     /// # Errors
-    /// Store errors; a stored key that does not decode.
+    /// Store errors; [`OmError::CorruptRecord`] for a stored key that does
+    /// not decode; [`OmError::Internal`] when more keys are stored than the
+    /// schedule ever keeps.
     pub async fn rotate_block_token_keys(&self) -> Result<(), OmError> {
         if let Some(t) = &self.tokens {
             t.rotate(&self.store, now_unix_ms()).await?;
@@ -488,7 +517,8 @@ impl OzoneManager {
     /// # Errors
     /// [`OmError::NoSuchSession`], [`OmError::KeyNotFound`] or
     /// [`OmError::BucketNotFound`] for an owner that is not there;
-    /// [`OmError::InvalidArgument`] when the group is not the owner's.
+    /// [`OmError::InvalidArgument`] when the group is not the owner's;
+    /// [`OmError::Internal`] as [`service_token`](Self::service_token).
     pub fn block_token_for(
         &self,
         owner: &TokenOwner,

@@ -127,18 +127,36 @@ async fn a_stale_copy_signs_valid_tokens(store: MetaStore) {
     let at = before[1].active_from_unix_ms;
     let after = a.rotate(&store, at).await.expect("rotate");
     assert_eq!(after.len(), 3, "{after:?}");
-    let now = now_unix_ms();
+    // At the switch-over `b`'s copy lacks the key `a` just announced, and
+    // signs with the one that starts now: datanodes sent `after` accept it.
     let t = b
-        .mint(TokenScope::AllBlocks, AccessModes::READ, "")
+        .mint_at(TokenScope::AllBlocks, AccessModes::READ, "", at + 1)
         .expect("b signs from its copy");
-    assert_eq!(verifies(&after, &t, now).key_id, before[0].key_id);
+    assert_eq!(verifies(&after, &t, at + 1).key_id, before[1].key_id);
     b.rotate(&store, now_unix_ms()).await.expect("b rotates");
     assert_eq!(*b.keys.read().expect("lock"), after, "b re-read the store");
 }
 
+/// An om whose clock runs behind the one that made the keys finds none
+/// active yet: it signs with the first of them and adds none of its own.
+async fn a_slower_clock_uses_the_keys_it_finds(store: MetaStore) {
+    let m = BlockTokenSecretManager::open(&store, config(HOUR))
+        .await
+        .expect("open");
+    let keys = stored(&store).await;
+    let behind = keys[0].active_from_unix_ms - 5;
+    let b = BlockTokenSecretManager {
+        lifetime_ms: m.lifetime_ms,
+        keys: RwLock::new(Vec::new()),
+    };
+    assert_eq!(b.rotate(&store, behind).await.expect("rotate"), keys);
+    assert_eq!(stored(&store).await, keys, "nothing added");
+    assert_eq!(signer(&keys, behind), Some(&keys[0]));
+}
+
 type Case = fn(MetaStore) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 
-const CASES: [(&str, Case); 4] = [
+const CASES: [(&str, Case); 5] = [
     ("keys_are_made_once_and_shared", |s| {
         Box::pin(keys_are_made_once_and_shared(s))
     }),
@@ -151,7 +169,30 @@ const CASES: [(&str, Case); 4] = [
     ("a_stale_copy_signs_valid_tokens", |s| {
         Box::pin(a_stale_copy_signs_valid_tokens(s))
     }),
+    ("a_slower_clock_uses_the_keys_it_finds", |s| {
+        Box::pin(a_slower_clock_uses_the_keys_it_finds(s))
+    }),
 ];
+
+/// The newest key whose signing began signs; an expired one never does.
+#[test]
+fn the_signer_is_the_newest_live_active_key() {
+    let key = |key_id, active_from_unix_ms: u64| BlockTokenSecret {
+        key_id,
+        secret: [key_id as u8; SECRET_LEN],
+        active_from_unix_ms,
+        expires_unix_ms: active_from_unix_ms + 2_000,
+    };
+    let keys = [key(1, 1_000), key(2, 2_000), key(3, 3_000)];
+    assert_eq!(signer(&keys, 2_500).map(|k| k.key_id), Some(2));
+    assert_eq!(signer(&keys, 3_000).map(|k| k.key_id), Some(3));
+    assert_eq!(
+        signer(&keys, 500).map(|k| k.key_id),
+        Some(1),
+        "clock behind"
+    );
+    assert_eq!(signer(&keys, 5_000), None, "all expired");
+}
 
 #[tokio::test]
 async fn schedule_on_redb() {
@@ -232,10 +273,10 @@ async fn keys_in_the_old_table_move_onto_the_store() {
         txn.commit().expect("commit");
         keys
     };
-    let store =
-        MetaStore::Redb(RedbStore::with_database(std::sync::Arc::clone(&db)).expect("store"));
-    move_onto_store(&db, &store).expect("move");
-    move_onto_store(&db, &store).expect("a second open finds nothing to move");
+    let own = RedbStore::with_database(std::sync::Arc::clone(&db)).expect("store");
+    let store = MetaStore::Redb(own.clone());
+    move_onto_store(&db, Some(&own)).expect("move");
+    move_onto_store(&db, Some(&own)).expect("a second open finds nothing to move");
     let read = db.begin_read().expect("read");
     assert!(matches!(
         read.open_table(OLD_KEYS),

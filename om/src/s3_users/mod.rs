@@ -24,7 +24,7 @@
 //!
 //! [`S3AccessKeyRecord`]: proto_crate::wire::om::S3AccessKeyRecord
 
-use meta_store::{MetaStore, Table, transact};
+use meta_store::{RedbStore, Table, transact};
 use prost::Message;
 use proto_crate::wire::om as pb;
 use proto_crate::{BucketInfo, CannedAcl};
@@ -140,7 +140,7 @@ fn decode_key(bytes: &[u8]) -> Result<pb::S3AccessKeyRecord> {
 }
 
 /// Copies the S3 users and keys of an `om.redb` written before they moved
-/// onto the store into it, then drops the old tables (nothing to do when
+/// onto the store into `own`, the store over the same file, then drops the old tables (nothing to do when
 /// neither exists). Only rows the store lacks are copied, so what was
 /// written since (an om that was upgraded, rolled back and upgraded again
 /// finds the old tables re-created by the older binary) is never
@@ -150,13 +150,9 @@ fn decode_key(bytes: &[u8]) -> Result<pb::S3AccessKeyRecord> {
 ///
 /// # Errors
 /// Database and store errors; [`OmError::CorruptRecord`] for an old access
-/// key that does not decode.
-pub(crate) fn move_onto_store(db: &Database, store: &MetaStore) -> Result<()> {
-    let MetaStore::Redb(redb) = store else {
-        return Err(OmError::Internal(
-            "the om's own file holds the old tables; its store is another".into(),
-        ));
-    };
+/// key that does not decode; [`OmError::Internal`] when there are rows to
+/// copy and `own` is `None` (the om's store is elsewhere).
+pub(crate) fn move_onto_store(db: &Database, own: Option<&RedbStore>) -> Result<()> {
     let mut rows = Vec::new();
     let mut found = false;
     {
@@ -192,6 +188,9 @@ pub(crate) fn move_onto_store(db: &Database, store: &MetaStore) -> Result<()> {
     if !found {
         return Ok(());
     }
+    let Some(redb) = own else {
+        return Err(crate::manager::old_table_elsewhere("s3_users"));
+    };
     let copied = redb.import(&rows)?;
     let users = redb.count_prefix(&USERS.key_prefix())?;
     redb.set_at_open(&[COUNTS.row_bytes(&USER_COUNT.to_string(), &users)])?;

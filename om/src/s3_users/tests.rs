@@ -1,20 +1,20 @@
 //! The S3 users module's unit tests: issuing, bounds under races, names,
 //! restarts, moving an older file's users onto the store, bucket ACLs.
 
+//! Each test but the one about older files runs on both stores.
+
 use super::*;
 use crate::OmConfig;
-
-async fn om() -> (tempfile::TempDir, OzoneManager) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let om = OzoneManager::open(OmConfig::new(dir.path()))
-        .await
-        .expect("open the om");
-    (dir, om)
-}
+use crate::test_oms::{BACKENDS, TestOm};
 
 #[tokio::test]
 async fn keys_are_issued_listed_looked_up_and_revoked() {
-    let (_dir, om) = om().await;
+    for b in BACKENDS {
+        keys_are_issued_listed_looked_up_and_revoked_on(TestOm::start(b).await).await;
+    }
+}
+
+async fn keys_are_issued_listed_looked_up_and_revoked_on(om: TestOm) {
     let a = om.create_s3_key("alice").await.expect("issue a key");
     assert_eq!(a.access_key.len(), 20);
     assert!(a.access_key.starts_with("OZ"));
@@ -61,7 +61,13 @@ async fn keys_are_issued_listed_looked_up_and_revoked() {
 /// (each transaction reads the user's keys, so two cannot both see one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_issues_do_not_pass_the_bound() {
-    let (_dir, om) = om().await;
+    for b in BACKENDS {
+        racing_issues_do_not_pass_the_bound_on(TestOm::start(b).await).await;
+    }
+}
+
+async fn racing_issues_do_not_pass_the_bound_on(om: TestOm) {
+    let (om, _kept) = om.split();
     let om = std::sync::Arc::new(om);
     let tasks: Vec<_> = (0..8)
         .map(|_| {
@@ -84,7 +90,12 @@ async fn racing_issues_do_not_pass_the_bound() {
 
 #[tokio::test]
 async fn bad_user_names_are_refused() {
-    let (_dir, om) = om().await;
+    for b in BACKENDS {
+        bad_user_names_are_refused_on(TestOm::start(b).await).await;
+    }
+}
+
+async fn bad_user_names_are_refused_on(om: TestOm) {
     for bad in ["", "a b", "ü", &"x".repeat(65), "a/b", RESERVED_USER] {
         assert!(
             matches!(
@@ -99,20 +110,15 @@ async fn bad_user_names_are_refused() {
 
 #[tokio::test]
 async fn users_and_keys_survive_a_restart() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let k = {
-        let om = OzoneManager::open(OmConfig::new(dir.path()))
-            .await
-            .expect("open the om");
-        om.create_s3_key("bob").await.expect("issue a key")
-    };
-    let om = OzoneManager::open(OmConfig::new(dir.path()))
-        .await
-        .expect("open the om");
-    assert_eq!(
-        om.s3_secret(&k.access_key).await.expect("the om call").1,
-        k.secret_key
-    );
+    for b in BACKENDS {
+        let om = TestOm::start(b).await;
+        let k = om.create_s3_key("bob").await.expect("issue a key");
+        let om = om.restart().await;
+        assert_eq!(
+            om.s3_secret(&k.access_key).await.expect("the om call").1,
+            k.secret_key
+        );
+    }
 }
 
 /// An `om.redb` written before users moved onto the store: its users and
@@ -228,7 +234,12 @@ async fn an_older_om_file_has_its_users_moved_onto_the_store() {
 
 #[tokio::test]
 async fn bucket_acls_are_stored_with_the_owner() {
-    let (_dir, om) = om().await;
+    for b in BACKENDS {
+        bucket_acls_are_stored_with_the_owner_on(TestOm::start(b).await).await;
+    }
+}
+
+async fn bucket_acls_are_stored_with_the_owner_on(om: TestOm) {
     let b = om
         .create_bucket_as("b1", None, None, "alice", CannedAcl::Private)
         .expect("the om call");
