@@ -145,6 +145,32 @@ pub enum StoreError {
     Task(#[from] tokio::task::JoinError),
 }
 
+impl StoreError {
+    /// Whether the store could not be reached or answered too late (a
+    /// member down, a connection lost, a deadline passed): the same call may
+    /// succeed later, and a change may have been applied. A refusal (bad
+    /// arguments, permissions, a full store, contention) is not.
+    #[must_use]
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            Self::Timeout(_) | Self::CommitOutcomeUnknown(_) => true,
+            Self::Etcd(e) => match e {
+                etcd_client::Error::IoError(_) | etcd_client::Error::TransportError(_) => true,
+                etcd_client::Error::GRpcStatus(s) => matches!(
+                    s.code(),
+                    tonic::Code::Unavailable
+                        | tonic::Code::DeadlineExceeded
+                        | tonic::Code::Cancelled
+                        | tonic::Code::Aborted
+                        | tonic::Code::Unknown
+                ),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+}
+
 macro_rules! redb_errors {
     ($($t:ty),*) => {$(
         impl From<$t> for StoreError {

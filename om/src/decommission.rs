@@ -24,7 +24,7 @@ use std::str::FromStr;
 use meta_store::{MetaStore, RedbStore, Table, transact};
 use proto_crate::DatanodeId;
 use proto_crate::wire::om as pb;
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError};
+use redb::{Database, TableDefinition};
 
 use crate::{OmError, OzoneManager};
 
@@ -145,34 +145,11 @@ pub(crate) async fn load(
 /// does not parse (the old table is then kept); [`OmError::Internal`] when
 /// there are rows to copy and `own` is `None` (the om's store is elsewhere).
 pub(crate) fn move_onto_store(db: &Database, own: Option<&RedbStore>) -> Result<(), OmError> {
-    let mut rows = Vec::new();
-    {
-        let read = db.begin_read()?;
-        match read.open_table(OLD_OP_STATES) {
-            Ok(t) => {
-                for entry in t.iter()? {
-                    let (uuid, state) = entry?;
-                    parse_row(uuid.value(), state.value())?;
-                    rows.push(
-                        OP_STATES.row_bytes(&uuid.value().to_string(), &state.value().to_string()),
-                    );
-                }
-            }
-            Err(TableError::TableDoesNotExist(_)) => return Ok(()),
-            Err(e) => return Err(e.into()),
-        }
-    }
-    let Some(redb) = own else {
-        return Err(crate::manager::old_table_elsewhere("datanode_op_states"));
-    };
-    let copied = redb.import(&rows)?;
-    let write = db.begin_write()?;
-    write.delete_table(OLD_OP_STATES)?;
-    write.commit()?;
-    tracing::info!(
-        rows = copied,
-        "datanode operational states moved onto the metadata store"
-    );
+    crate::store_moves::move_old_table(db, own, OLD_OP_STATES, |uuid, state, rows| {
+        parse_row(uuid, state)?;
+        rows.push(OP_STATES.row_bytes(&uuid.to_string(), &state.to_string()));
+        Ok(())
+    })?;
     Ok(())
 }
 
@@ -312,6 +289,7 @@ impl OzoneManager {
 mod tests {
     use meta_store::transact;
     use proto_crate::DatanodeDetails;
+    use redb::{ReadableDatabase, TableError};
 
     use super::*;
     use crate::OmConfig;

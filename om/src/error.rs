@@ -179,9 +179,8 @@ fn store_code(e: &meta_store::StoreError) -> OmErrorCode {
         S::SpaceExhausted(_) => OmErrorCode::StoreFull,
         // The store could not be reached, or answered too late; a change
         // may have been applied (which `Unavailable` tells the client).
-        S::Etcd(_) | S::Timeout(_) | S::CommitOutcomeUnknown(_) | S::NotLeader { .. } => {
-            OmErrorCode::Unavailable
-        }
+        e if e.is_unreachable() => OmErrorCode::Unavailable,
+        S::NotLeader { .. } => OmErrorCode::Unavailable,
         _ => OmErrorCode::Internal,
     }
 }
@@ -200,6 +199,10 @@ mod tests {
     use tonic::Code;
 
     use super::*;
+
+    fn etcd_client_error(s: Status) -> etcd_client::Error {
+        etcd_client::Error::GRpcStatus(s)
+    }
 
     /// A client can tell a call that lost to concurrent ones, or met a full
     /// store, from an om fault: both are retryable, with their own codes.
@@ -220,6 +223,16 @@ mod tests {
                 StoreError::Timeout(std::time::Duration::from_secs(5)),
                 OmErrorCode::Unavailable,
                 Code::Unavailable,
+            ),
+            (
+                StoreError::Etcd(etcd_client_error(Status::unavailable("member down"))),
+                OmErrorCode::Unavailable,
+                Code::Unavailable,
+            ),
+            (
+                StoreError::Etcd(etcd_client_error(Status::permission_denied("no role"))),
+                OmErrorCode::Internal,
+                Code::Internal,
             ),
             (
                 StoreError::Protocol("a negative revision".into()),

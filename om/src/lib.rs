@@ -49,6 +49,7 @@ mod s3_users;
 mod server;
 mod service;
 mod sessions;
+mod store_moves;
 #[cfg(test)]
 mod test_oms;
 

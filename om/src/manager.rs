@@ -334,16 +334,6 @@ pub(crate) fn decode<M: Message + Default, T: TryFrom<M, Error = proto_crate::Pr
     T::try_from(m).map_err(|e| corrupt(Box::new(e)))
 }
 
-/// The error of an om whose `om.redb` still holds `table` from before the
-/// metadata store while its modules keep their rows in another store: the
-/// copy at open goes into the om's own file only.
-pub(crate) fn old_table_elsewhere(table: &str) -> OmError {
-    OmError::Internal(format!(
-        "om.redb holds the table `{table}` from before the metadata store; open the om once \
-         on its own file to move it there"
-    ))
-}
-
 pub(crate) fn validate_name(kind: &str, name: &str) -> Result<()> {
     if name.is_empty() {
         return Err(OmError::InvalidArgument(format!("{kind} name is empty")));

@@ -14,7 +14,7 @@
 
 use meta_store::{MetaStore, RedbStore, Table, transact};
 use proto_crate::{DatanodeDetails, DatanodeId};
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError};
+use redb::{Database, TableDefinition};
 
 use crate::OmError;
 
@@ -116,43 +116,20 @@ pub(crate) async fn load(store: &MetaStore) -> Result<Vec<DatanodeDetails>, OmEr
 /// does not parse (the old table is then kept); [`OmError::Internal`] when
 /// there are rows to copy and `own` is `None` (the om's store is elsewhere).
 pub(crate) fn move_onto_store(db: &Database, own: Option<&RedbStore>) -> Result<(), OmError> {
-    let mut rows = Vec::new();
     let mut addresses = std::collections::BTreeSet::new();
-    {
-        let read = db.begin_read()?;
-        match read.open_table(OLD_DATANODES) {
-            Ok(t) => {
-                for entry in t.iter()? {
-                    let (uuid, address) = entry?;
-                    let (uuid, address) = (uuid.value().to_string(), address.value().to_string());
-                    parse_uuid(&uuid)?;
-                    // The old registry kept one entry per address too; a
-                    // second one could have no index row, so it is not
-                    // moved (and goes with the old table; the datanode
-                    // registers again when it next reports).
-                    if addresses.insert(address.clone()) {
-                        rows.push(ADDRESSES.row_bytes(&address, &uuid));
-                        rows.push(DATANODES.row_bytes(&uuid, &address));
-                    } else {
-                        tracing::warn!(%uuid, %address, "a second datanode entry at one address is not moved");
-                    }
-                }
-            }
-            Err(TableError::TableDoesNotExist(_)) => return Ok(()),
-            Err(e) => return Err(e.into()),
+    crate::store_moves::move_old_table(db, own, OLD_DATANODES, |uuid, address, rows| {
+        parse_uuid(uuid)?;
+        // The old registry kept one entry per address too; a second one
+        // could have no index row, so it is not moved (and goes with the
+        // old table; the datanode registers again when it next reports).
+        if addresses.insert(address.to_string()) {
+            rows.push(ADDRESSES.row_bytes(&address.to_string(), &uuid.to_string()));
+            rows.push(DATANODES.row_bytes(&uuid.to_string(), &address.to_string()));
+        } else {
+            tracing::warn!(%uuid, %address, "a second datanode entry at one address is not moved");
         }
-    }
-    let Some(redb) = own else {
-        return Err(crate::manager::old_table_elsewhere("datanodes"));
-    };
-    let copied = redb.import(&rows)?;
-    let write = db.begin_write()?;
-    write.delete_table(OLD_DATANODES)?;
-    write.commit()?;
-    tracing::info!(
-        rows = copied,
-        "datanode registry moved onto the metadata store"
-    );
+        Ok(())
+    })?;
     Ok(())
 }
 

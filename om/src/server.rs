@@ -35,54 +35,51 @@ pub struct OmServer {
     health: tonic_health::server::HealthReporter,
 }
 
-/// Aborts sessions whose lease ran out, every `interval`, until `stop` says so.
-async fn run_lease_reaper(
-    om: Arc<OzoneManager>,
+/// Runs `tick` every `interval` (the first after one interval) until
+/// `stop` says so; a tick under way when it does is finished first.
+async fn every<F, Fut>(
     interval: Duration,
     mut stop: tokio::sync::watch::Receiver<bool>,
-) {
+    mut tick: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
     loop {
         tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
             () = tokio::time::sleep(interval) => {}
         }
-        let om2 = Arc::clone(&om);
-        match tokio::task::spawn_blocking(move || om2.expire_sessions(om2.config().clock.now()))
-            .await
-        {
-            Ok(Ok(0)) => {}
-            Ok(Ok(n)) => tracing::info!(sessions = n, "expired open-key sessions"),
-            Ok(Err(e)) => tracing::warn!(error = %e, "expiring open-key sessions failed"),
-            Err(e) => tracing::warn!(error = %e, "lease reaper task failed"),
-        }
-        let om2 = Arc::clone(&om);
-        match tokio::task::spawn_blocking(move || om2.prune_completed_uploads()).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "pruning completed uploads failed"),
-            Err(e) => tracing::warn!(error = %e, "completed-upload pruning task failed"),
-        }
+        tick().await;
     }
 }
 
-/// Every `interval`, until `stop` says so: re-reads what other oms on the
-/// same store may have changed (datanodes' operational states) and rotates
-/// the block token keys (re-reading those other oms made).
-async fn run_shared_state_refresh(
-    om: Arc<OzoneManager>,
-    interval: Duration,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) {
-    loop {
-        tokio::select! {
-            _ = stop.wait_for(|s| *s) => return,
-            () = tokio::time::sleep(interval) => {}
-        }
-        if let Err(e) = om.reload_operational_states().await {
-            tracing::warn!(error = %e, "re-reading the datanodes' operational states failed");
-        }
-        if let Err(e) = om.rotate_block_token_keys().await {
-            tracing::warn!(error = %e, "rotating the block token keys failed");
-        }
+/// Aborts sessions whose lease ran out and prunes old completed-upload
+/// records.
+async fn reap_leases(om: Arc<OzoneManager>) {
+    let om2 = Arc::clone(&om);
+    match tokio::task::spawn_blocking(move || om2.expire_sessions(om2.config().clock.now())).await {
+        Ok(Ok(0)) => {}
+        Ok(Ok(n)) => tracing::info!(sessions = n, "expired open-key sessions"),
+        Ok(Err(e)) => tracing::warn!(error = %e, "expiring open-key sessions failed"),
+        Err(e) => tracing::warn!(error = %e, "lease reaper task failed"),
+    }
+    match tokio::task::spawn_blocking(move || om.prune_completed_uploads()).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "pruning completed uploads failed"),
+        Err(e) => tracing::warn!(error = %e, "completed-upload pruning task failed"),
+    }
+}
+
+/// Re-reads what other oms on the same store may have changed (datanodes'
+/// operational states) and rotates the block token keys (re-reading those
+/// other oms made).
+async fn refresh_shared_state(om: Arc<OzoneManager>) {
+    if let Err(e) = om.reload_operational_states().await {
+        tracing::warn!(error = %e, "re-reading the datanodes' operational states failed");
+    }
+    if let Err(e) = om.rotate_block_token_keys().await {
+        tracing::warn!(error = %e, "rotating the block token keys failed");
     }
 }
 
@@ -164,11 +161,10 @@ impl OmServer {
                     let _ = stop_deleting.wait_for(|s| *s).await;
                 },
             )),
-            tokio::spawn(run_lease_reaper(
-                Arc::clone(&om),
-                reaper_interval,
-                stop.clone(),
-            )),
+            tokio::spawn(every(reaper_interval, stop.clone(), {
+                let om = Arc::clone(&om);
+                move || reap_leases(Arc::clone(&om))
+            })),
             tokio::spawn(crate::run_replication_manager(
                 Arc::clone(&om),
                 interval,
@@ -176,11 +172,10 @@ impl OmServer {
                     let _ = stop_repair.wait_for(|s| *s).await;
                 },
             )),
-            tokio::spawn(run_shared_state_refresh(
-                Arc::clone(&om),
-                refresh_interval,
-                stop.clone(),
-            )),
+            tokio::spawn(every(refresh_interval, stop.clone(), {
+                let om = Arc::clone(&om);
+                move || refresh_shared_state(Arc::clone(&om))
+            })),
         ];
         tracing::info!(%address, "om serving");
         Ok(Self {

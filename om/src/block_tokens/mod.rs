@@ -38,7 +38,7 @@ use proto_crate::block_token::{
 };
 use proto_crate::wire::om as pb;
 use rand::RngCore;
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError};
+use redb::{Database, TableDefinition};
 
 use proto_crate::{BlockGroup, KeyInfo};
 
@@ -356,34 +356,13 @@ impl BlockTokenSecretManager {
 /// Database and store errors; [`OmError::Internal`] when there are rows to
 /// copy and `own` is `None` (the om's store is elsewhere).
 pub(crate) fn move_onto_store(db: &Database, own: Option<&RedbStore>) -> Result<(), OmError> {
-    let mut rows = Vec::new();
-    {
-        let read = db.begin_read()?;
-        match read.open_table(OLD_KEYS) {
-            Ok(t) => {
-                for entry in t.iter()? {
-                    let (id, v) = entry?;
-                    // Checked here so that a corrupt row stops the om
-                    // before the old table is dropped.
-                    decode_secret(v.value())?;
-                    rows.push(KEYS.row_bytes(&id.value(), &v.value().to_vec()));
-                }
-            }
-            Err(TableError::TableDoesNotExist(_)) => return Ok(()),
-            Err(e) => return Err(e.into()),
-        }
-    }
-    let Some(redb) = own else {
-        return Err(crate::manager::old_table_elsewhere("block_token_keys"));
-    };
-    let copied = redb.import(&rows)?;
-    let write = db.begin_write()?;
-    write.delete_table(OLD_KEYS)?;
-    write.commit()?;
-    tracing::info!(
-        rows = copied,
-        "block token keys moved onto the metadata store"
-    );
+    crate::store_moves::move_old_table(db, own, OLD_KEYS, |id, v, rows| {
+        // Checked here so that a corrupt row stops the om before the old
+        // table is dropped.
+        decode_secret(v)?;
+        rows.push(KEYS.row_bytes(&id, &v.to_vec()));
+        Ok(())
+    })?;
     Ok(())
 }
 /// Who asks for a fresh token of one group ([`OzoneManager::block_token_for`]).

@@ -8,6 +8,8 @@ use meta_store::local_etcd::LocalEtcd;
 use meta_store::{EtcdConfig, EtcdStore, RedbStore};
 use proto_crate::block_token::verify;
 
+use redb::{ReadableDatabase, TableError};
+
 use super::*;
 
 const HOUR: Duration = Duration::from_secs(3600);

@@ -189,7 +189,7 @@ pub(crate) fn move_onto_store(db: &Database, own: Option<&RedbStore>) -> Result<
         return Ok(());
     }
     let Some(redb) = own else {
-        return Err(crate::manager::old_table_elsewhere("s3_users"));
+        return Err(crate::store_moves::old_table_elsewhere("s3_users"));
     };
     let copied = redb.import(&rows)?;
     let users = redb.count_prefix(&USERS.key_prefix())?;
