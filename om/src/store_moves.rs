@@ -38,7 +38,23 @@ pub(crate) fn move_old_table<K: Key + 'static, V: Value + 'static>(
     db: &Database,
     own: Option<&RedbStore>,
     old: TableDefinition<'_, K, V>,
+    rows_of: impl for<'a> FnMut(K::SelfType<'a>, V::SelfType<'a>, &mut Rows) -> Result<(), OmError>,
+) -> Result<Option<usize>, OmError> {
+    move_old_table_then(db, own, old, rows_of, |_| Ok(()))
+}
+
+/// [`move_old_table`], running `before_drop` on the store after the copy
+/// and before the old table is dropped (a crash before it ends repeats the
+/// copy and it).
+///
+/// # Errors
+/// As [`move_old_table`]; `before_drop`'s.
+pub(crate) fn move_old_table_then<K: Key + 'static, V: Value + 'static>(
+    db: &Database,
+    own: Option<&RedbStore>,
+    old: TableDefinition<'_, K, V>,
     mut rows_of: impl for<'a> FnMut(K::SelfType<'a>, V::SelfType<'a>, &mut Rows) -> Result<(), OmError>,
+    before_drop: impl FnOnce(&RedbStore) -> Result<(), OmError>,
 ) -> Result<Option<usize>, OmError> {
     let mut rows = Vec::new();
     {
@@ -58,6 +74,7 @@ pub(crate) fn move_old_table<K: Key + 'static, V: Value + 'static>(
         return Err(old_table_elsewhere(old.name()));
     };
     let copied = redb.import(&rows)?;
+    before_drop(redb)?;
     let write = db.begin_write()?;
     write.delete_table(old)?;
     write.commit()?;

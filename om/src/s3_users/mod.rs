@@ -29,7 +29,7 @@ use prost::Message;
 use proto_crate::wire::om as pb;
 use proto_crate::{BucketInfo, CannedAcl};
 use rand::Rng;
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError};
+use redb::{Database, ReadableTable, TableDefinition};
 
 use crate::manager::{BUCKETS, decode, now_ms};
 use crate::{OmError, OzoneManager};
@@ -153,56 +153,33 @@ fn decode_key(bytes: &[u8]) -> Result<pb::S3AccessKeyRecord> {
 /// key that does not decode; [`OmError::Internal`] when there are rows to
 /// copy and `own` is `None` (the om's store is elsewhere).
 pub(crate) fn move_onto_store(db: &Database, own: Option<&RedbStore>) -> Result<()> {
-    let mut rows = Vec::new();
-    let mut found = false;
-    {
-        let read = db.begin_read()?;
-        match read.open_table(OLD_USERS) {
-            Ok(t) => {
-                found = true;
-                for entry in t.iter()? {
-                    let (name, created) = entry?;
-                    rows.push(USERS.row_bytes(&name.value().to_string(), &created.value()));
-                }
-            }
-            Err(TableError::TableDoesNotExist(_)) => {}
-            Err(e) => return Err(e.into()),
-        }
-        match read.open_table(OLD_ACCESS_KEYS) {
-            Ok(t) => {
-                found = true;
-                for entry in t.iter()? {
-                    let (_, v) = entry?;
-                    let record = decode_key(v.value())?;
-                    rows.push(USER_KEYS.row_bytes(
-                        &(record.user.clone(), record.access_key.clone()),
-                        &record.created_unix_ms,
-                    ));
-                    rows.push(ACCESS_KEYS.row_bytes(&record.access_key, &v.value().to_vec()));
-                }
-            }
-            Err(TableError::TableDoesNotExist(_)) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    if !found {
-        return Ok(());
-    }
-    let Some(redb) = own else {
-        return Err(crate::store_moves::old_table_elsewhere("s3_users"));
-    };
-    let copied = redb.import(&rows)?;
-    let users = redb.count_prefix(&USERS.key_prefix())?;
-    redb.set_at_open(&[COUNTS.row_bytes(&USER_COUNT.to_string(), &users)])?;
-    let write = db.begin_write()?;
-    write.delete_table(OLD_USERS)?;
-    write.delete_table(OLD_ACCESS_KEYS)?;
-    write.commit()?;
-    tracing::info!(
-        rows = copied,
-        users,
-        "moved S3 users and access keys onto the metadata store"
-    );
+    use crate::store_moves::{move_old_table, move_old_table_then};
+    // Keys first: the users' move recounts the users before its table goes,
+    // so a crash anywhere leaves a table whose move repeats the count.
+    move_old_table(db, own, OLD_ACCESS_KEYS, |_, v, rows| {
+        let record = decode_key(v)?;
+        rows.push(USER_KEYS.row_bytes(
+            &(record.user.clone(), record.access_key.clone()),
+            &record.created_unix_ms,
+        ));
+        rows.push(ACCESS_KEYS.row_bytes(&record.access_key, &v.to_vec()));
+        Ok(())
+    })?;
+    move_old_table_then(
+        db,
+        own,
+        OLD_USERS,
+        |name, created, rows| {
+            rows.push(USERS.row_bytes(&name.to_string(), &created));
+            Ok(())
+        },
+        |redb| {
+            let users = redb.count_prefix(&USERS.key_prefix())?;
+            redb.set_at_open(&[COUNTS.row_bytes(&USER_COUNT.to_string(), &users)])?;
+            tracing::info!(users, "S3 users counted");
+            Ok(())
+        },
+    )?;
     Ok(())
 }
 

@@ -3,6 +3,8 @@
 
 //! Each test but the one about older files runs on both stores.
 
+use redb::{ReadableDatabase, TableError};
+
 use super::*;
 use crate::OmConfig;
 use crate::test_oms::{BACKENDS, TestOm};
