@@ -146,12 +146,14 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// Whether the store could not be reached or answered too late (a
-    /// member down, a connection lost, a deadline passed): the same call may
-    /// succeed later, and a change may have been applied. A refusal (bad
-    /// arguments, permissions, a full store, contention) is not.
+    /// Whether the store could not be reached, answered too late or was
+    /// overloaded (a member down, a connection lost, a deadline passed,
+    /// etcd's "too many requests"): the same call may succeed later, and a
+    /// change may have been applied. A refusal (bad arguments, permissions,
+    /// a full store: [`SpaceExhausted`](Self::SpaceExhausted), contention)
+    /// is not.
     #[must_use]
-    pub fn is_unreachable(&self) -> bool {
+    pub fn is_transient(&self) -> bool {
         match self {
             Self::Timeout(_) | Self::CommitOutcomeUnknown(_) => true,
             Self::Etcd(e) => match e {
@@ -163,6 +165,7 @@ impl StoreError {
                         | tonic::Code::Cancelled
                         | tonic::Code::Aborted
                         | tonic::Code::Unknown
+                        | tonic::Code::ResourceExhausted
                 ),
                 _ => false,
             },

@@ -10,7 +10,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use crate::{Compare, Entry, Op, Outcome, Page, StoreError, Txn};
 
@@ -107,6 +107,16 @@ impl RedbStore {
             n += 1;
         }
         Ok(n)
+    }
+
+    /// Whether the store holds no key, synchronously (at open, as
+    /// [`import`](Self::import)).
+    ///
+    /// # Errors
+    /// [`StoreError::Redb`].
+    pub fn is_empty(&self) -> Result<bool, StoreError> {
+        let read = self.db.begin_read()?;
+        Ok(read.open_table(KV)?.is_empty()?)
     }
 
     fn write_blocking(

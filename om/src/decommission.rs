@@ -448,9 +448,34 @@ mod tests {
         let elsewhere = MetaStore::Redb(
             meta_store::RedbStore::open(&dir.path().join("other.redb")).expect("store"),
         );
-        let err = OzoneManager::open_on(OmConfig::new(dir.path()), Some(elsewhere))
+        let err = OzoneManager::open_on(OmConfig::new(dir.path()), Some(elsewhere.clone()))
             .await
             .expect_err("the old rows would be stranded");
         assert!(err.to_string().contains("datanode_op_states"), "{err}");
+        // Emptied, the old table (an older binary makes every table at
+        // open) no longer stands in the way.
+        {
+            let db = Database::create(dir.path().join("om.redb")).expect("db");
+            let txn = db.begin_write().expect("txn");
+            txn.open_table(OLD_OP_STATES)
+                .expect("table")
+                .remove(dn(3).uuid.as_str())
+                .expect("remove");
+            txn.commit().expect("commit");
+        }
+        let om = OzoneManager::open_on(OmConfig::new(dir.path()), Some(elsewhere.clone()))
+            .await
+            .expect("an empty old table is dropped");
+        drop(om);
+        // Rows in the om's own store would be stranded too.
+        let own = OzoneManager::open(OmConfig::new(dir.path()))
+            .await
+            .expect("on its own file");
+        own.register_datanode(dn(4)).await.expect("register");
+        drop(own);
+        let err = OzoneManager::open_on(OmConfig::new(dir.path()), Some(elsewhere))
+            .await
+            .expect_err("the own file's rows would be stranded");
+        assert!(err.to_string().contains("rows of its own"), "{err}");
     }
 }

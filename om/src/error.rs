@@ -112,7 +112,9 @@ pub enum OmError {
     /// The metadata store failed (the modules moved onto `meta_store`):
     /// [`OmErrorCode::Contention`] when other calls kept changing what this
     /// one read, [`OmErrorCode::StoreFull`] when the store is out of space,
-    /// [`OmErrorCode::Unavailable`] when it could not be reached,
+    /// [`OmErrorCode::Unavailable`] when it could not be reached or was
+    /// overloaded ([`meta_store::StoreError::is_transient`]) or this om's
+    /// leadership ended,
     /// [`OmErrorCode::Internal`] otherwise.
     #[error("metadata store: {0}")]
     Store(#[from] meta_store::StoreError),
@@ -179,7 +181,8 @@ fn store_code(e: &meta_store::StoreError) -> OmErrorCode {
         S::SpaceExhausted(_) => OmErrorCode::StoreFull,
         // The store could not be reached, or answered too late; a change
         // may have been applied (which `Unavailable` tells the client).
-        e if e.is_unreachable() => OmErrorCode::Unavailable,
+        e if e.is_transient() => OmErrorCode::Unavailable,
+        // A deposed leader's write: nothing was written, another om leads.
         S::NotLeader { .. } => OmErrorCode::Unavailable,
         _ => OmErrorCode::Internal,
     }
@@ -226,6 +229,20 @@ mod tests {
             ),
             (
                 StoreError::Etcd(etcd_client_error(Status::unavailable("member down"))),
+                OmErrorCode::Unavailable,
+                Code::Unavailable,
+            ),
+            (
+                StoreError::Etcd(etcd_client_error(Status::resource_exhausted(
+                    "etcdserver: too many requests",
+                ))),
+                OmErrorCode::Unavailable,
+                Code::Unavailable,
+            ),
+            (
+                StoreError::NotLeader {
+                    election: "om".into(),
+                },
                 OmErrorCode::Unavailable,
                 Code::Unavailable,
             ),

@@ -372,9 +372,9 @@ impl OzoneManager {
     /// onto the store").
     ///
     /// # Errors
-    /// As [`open`](Self::open); [`OmError::Internal`] when `om.redb` still
-    /// holds a moved module's table from before the store (it is copied
-    /// only into the om's own file).
+    /// As [`open`](Self::open); [`OmError::Internal`] when `om.redb` holds
+    /// rows of a moved module (in an old table, or in its own store's
+    /// table): they are copied only into the om's own file.
     pub(crate) async fn open_on(
         config: OmConfig,
         shared: Option<meta_store::MetaStore>,
@@ -406,7 +406,18 @@ impl OzoneManager {
         txn.commit()?;
         // Old tables are copied into the om's own file only.
         let (store, own) = match shared {
-            Some(store) => (store, None),
+            Some(store) => {
+                // Rows the om's own file already holds would be stranded.
+                let own = meta_store::RedbStore::with_database(Arc::clone(&db))?;
+                if !own.is_empty()? {
+                    return Err(OmError::Internal(
+                        "om.redb holds metadata-store rows of its own; this om cannot open \
+                         on another store"
+                            .into(),
+                    ));
+                }
+                (store, None)
+            }
             None => {
                 let own = meta_store::RedbStore::with_database(Arc::clone(&db))?;
                 (meta_store::MetaStore::Redb(own.clone()), Some(own))

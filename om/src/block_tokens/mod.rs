@@ -20,10 +20,11 @@
 //! keys: the loser's body reruns, finds the schedule met, and writes
 //! nothing. The om server rotates every [`rotation_interval`], so an om
 //! learns of a key another om made well before that key signs; an om whose
-//! copy has fallen behind still signs with its newest unexpired key, whose
-//! tokens every datanode accepts. Signing never rotates: an om embedded
-//! without its server and without heartbeats stops signing three lifetimes
-//! after its last rotation ([`OzoneManager::rotate_block_token_keys`]).
+//! copy has fallen behind still signs with the newest of its keys whose
+//! signing has begun, and every datanode accepts those tokens. Signing never
+//! rotates: an om embedded without its server and without heartbeats stops
+//! signing two to three lifetimes after its last rotation
+//! ([`OzoneManager::rotate_block_token_keys`]), when its last key expires.
 //!
 //! [`rotate`]: BlockTokenSecretManager::rotate
 
@@ -96,9 +97,12 @@ pub(crate) fn rotation_interval(lifetime: Duration) -> Duration {
 #[derive(Debug)]
 pub(crate) struct BlockTokenSecretManager {
     lifetime_ms: u64,
-    /// The keys as last read from the store, sorted by key id (and so by
-    /// `active_from`).
+    /// The keys as last read from the store, sorted by key id.
     keys: RwLock<Vec<BlockTokenSecret>>,
+    /// Runs this om's rotations one at a time, so the copy is always the
+    /// set the last one read (even when the store went back, restored from
+    /// a snapshot) and no rotation answers with a set older than the copy.
+    rotations: tokio::sync::Mutex<()>,
 }
 
 /// What the schedule changes at one time: keys to drop and keys to add.
@@ -150,6 +154,7 @@ impl BlockTokenSecretManager {
         let m = Self {
             lifetime_ms: u64::try_from(config.lifetime.as_millis()).unwrap_or(u64::MAX),
             keys: RwLock::new(Vec::new()),
+            rotations: tokio::sync::Mutex::new(()),
         };
         m.rotate(store, now_unix_ms()).await?;
         Ok(m)
@@ -213,6 +218,7 @@ impl BlockTokenSecretManager {
         store: &MetaStore,
         now: u64,
     ) -> Result<Vec<BlockTokenSecret>, OmError> {
+        let _one_at_a_time = self.rotations.lock().await;
         let committed = transact(store, |tx| {
             Box::pin(async move {
                 let page = KEYS.scan_in(&tx, &(), None, MAX_STORED_KEYS).await?;
@@ -249,16 +255,12 @@ impl BlockTokenSecretManager {
                 "block token keys rotated"
             );
         }
-        let mut copy = self
-            .keys
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Key ids only grow: a rotation that read before another one of this
-        // om committed must not put the older set back.
-        let newest = |ks: &[BlockTokenSecret]| ks.last().map(|k| k.key_id);
-        if newest(&keys) >= newest(&copy) {
-            keys.clone_into(&mut copy);
-        }
+        keys.clone_into(
+            &mut self
+                .keys
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
         Ok(keys)
     }
 
@@ -299,9 +301,9 @@ impl BlockTokenSecretManager {
     /// key [`signer`] picks from the om's copy.
     ///
     /// # Errors
-    /// [`OmError::Internal`] when no key in the copy is active and
-    /// unexpired: the om has not rotated for a whole lifetime (its store
-    /// was unreachable).
+    /// [`OmError::Internal`] when every key in the copy has expired: the om
+    /// has not rotated for two lifetimes or more (its store was
+    /// unreachable).
     pub(crate) fn mint(
         &self,
         scope: TokenScope,
@@ -400,8 +402,8 @@ impl OzoneManager {
 
     /// Rotates the block token keys as the schedule needs now and re-reads
     /// the ones other oms on the same store made (module docs); the om
-    /// server does it every [`rotation_interval`]. Nothing with security
-    /// off.
+    /// server does it every quarter lifetime (at most every minute).
+    /// Nothing with security off.
     ///
     /// # Errors
     /// Store errors; [`OmError::CorruptRecord`] for a stored key that does

@@ -150,15 +150,47 @@ async fn a_slower_clock_uses_the_keys_it_finds(store: MetaStore) {
     let b = BlockTokenSecretManager {
         lifetime_ms: m.lifetime_ms,
         keys: RwLock::new(Vec::new()),
+        rotations: tokio::sync::Mutex::new(()),
     };
     assert_eq!(b.rotate(&store, behind).await.expect("rotate"), keys);
     assert_eq!(stored(&store).await, keys, "nothing added");
     assert_eq!(signer(&keys, behind), Some(&keys[0]));
 }
 
+/// A store that went back (restored from a snapshot) is what the om signs
+/// with after its next rotation, not the newer keys it had read before.
+async fn a_store_that_went_back_is_followed(store: MetaStore) {
+    let lifetime = Duration::from_secs(1);
+    let m = BlockTokenSecretManager::open(&store, config(lifetime))
+        .await
+        .expect("open");
+    let snapshot = stored(&store).await;
+    let t0 = snapshot[0].active_from_unix_ms;
+    let later = m.rotate(&store, t0 + 1_500).await.expect("rotate");
+    assert!(later.last().map(|k| k.key_id) > snapshot.last().map(|k| k.key_id));
+    // The restore: the later keys go, the snapshot's come back.
+    let mut restore = meta_store::Txn::new();
+    for k in &later {
+        match snapshot.iter().find(|s| s.key_id == k.key_id) {
+            Some(s) => restore = KEYS.put(restore, &s.key_id, &encode_secret(s)),
+            None => restore = KEYS.delete(restore, &k.key_id),
+        }
+    }
+    for k in snapshot
+        .iter()
+        .filter(|s| later.iter().all(|l| l.key_id != s.key_id))
+    {
+        restore = KEYS.put(restore, &k.key_id, &encode_secret(k));
+    }
+    store.commit(restore).await.expect("restore");
+    let back = m.rotate(&store, t0 + 500).await.expect("rotate");
+    assert_eq!(back, snapshot);
+    assert_eq!(*m.keys.read().expect("lock"), snapshot, "the copy follows");
+}
+
 type Case = fn(MetaStore) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 
-const CASES: [(&str, Case); 5] = [
+const CASES: [(&str, Case); 6] = [
     ("keys_are_made_once_and_shared", |s| {
         Box::pin(keys_are_made_once_and_shared(s))
     }),
@@ -173,6 +205,9 @@ const CASES: [(&str, Case); 5] = [
     }),
     ("a_slower_clock_uses_the_keys_it_finds", |s| {
         Box::pin(a_slower_clock_uses_the_keys_it_finds(s))
+    }),
+    ("a_store_that_went_back_is_followed", |s| {
+        Box::pin(a_store_that_went_back_is_followed(s))
     }),
 ];
 
@@ -194,6 +229,11 @@ fn the_signer_is_the_newest_live_active_key() {
         "clock behind"
     );
     assert_eq!(signer(&keys, 5_000), None, "all expired");
+    assert_eq!(
+        signer(&keys[..1], 3_000),
+        None,
+        "a key is expired at its expiry"
+    );
 }
 
 #[tokio::test]
@@ -261,6 +301,7 @@ async fn keys_in_the_old_table_move_onto_the_store() {
         let m = BlockTokenSecretManager {
             lifetime_ms: 3_600_000,
             keys: RwLock::new(Vec::new()),
+            rotations: tokio::sync::Mutex::new(()),
         };
         let now = now_unix_ms();
         let keys = m.plan(&[], now).expect("a first start adds keys").added;
