@@ -156,19 +156,13 @@ impl StoreError {
     pub fn is_transient(&self) -> bool {
         match self {
             Self::Timeout(_) | Self::CommitOutcomeUnknown(_) => true,
-            Self::Etcd(e) => match e {
-                etcd_client::Error::IoError(_) | etcd_client::Error::TransportError(_) => true,
-                etcd_client::Error::GRpcStatus(s) => matches!(
-                    s.code(),
-                    tonic::Code::Unavailable
-                        | tonic::Code::DeadlineExceeded
-                        | tonic::Code::Cancelled
-                        | tonic::Code::Aborted
-                        | tonic::Code::Unknown
-                        | tonic::Code::ResourceExhausted
-                ),
-                _ => false,
-            },
+            // What the store's own calls retry on, and overload (the quota
+            // is `SpaceExhausted`, made apart from it).
+            Self::Etcd(e) => {
+                crate::etcd_store::transient(e)
+                    || matches!(e, etcd_client::Error::GRpcStatus(s)
+                        if s.code() == tonic::Code::ResourceExhausted)
+            }
             _ => false,
         }
     }

@@ -90,7 +90,7 @@ fn not_sent(e: &etcd_client::Error) -> bool {
 /// (a closed connection, a member without a leader, the call deadline: a
 /// proposal forwarded to a leader that just died waits until then), after
 /// which a read can be sent again and a commit's outcome is unknown.
-fn transient(e: &etcd_client::Error) -> bool {
+pub(crate) fn transient(e: &etcd_client::Error) -> bool {
     match e {
         etcd_client::Error::TransportError(_) => true,
         etcd_client::Error::GRpcStatus(s) => {
