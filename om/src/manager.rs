@@ -405,23 +405,18 @@ impl OzoneManager {
         }
         txn.commit()?;
         // Old tables are copied into the om's own file only.
+        let own = meta_store::RedbStore::with_database(Arc::clone(&db))?;
         let (store, own) = match shared {
-            Some(store) => {
-                // Rows the om's own file already holds would be stranded.
-                let own = meta_store::RedbStore::with_database(Arc::clone(&db))?;
-                if !own.is_empty()? {
-                    return Err(OmError::Internal(
-                        "om.redb holds metadata-store rows of its own; this om cannot open \
-                         on another store"
-                            .into(),
-                    ));
-                }
-                (store, None)
+            // Rows the om's own file already holds would be stranded.
+            Some(_) if !own.is_empty()? => {
+                return Err(OmError::Internal(
+                    "om.redb holds metadata-store rows of its own; this om cannot open on \
+                     another store"
+                        .into(),
+                ));
             }
-            None => {
-                let own = meta_store::RedbStore::with_database(Arc::clone(&db))?;
-                (meta_store::MetaStore::Redb(own.clone()), Some(own))
-            }
+            Some(store) => (store, None),
+            None => (meta_store::MetaStore::Redb(own.clone()), Some(own)),
         };
         crate::s3_users::move_onto_store(&db, own.as_ref())?;
         crate::block_tokens::move_onto_store(&db, own.as_ref())?;
