@@ -1,17 +1,26 @@
-//! Heartbeats to the om: every interval the datanode reports its identity,
+//! Heartbeats to every om the datanode is configured with (one task per
+//! om, so a dead om delays no other): every interval the datanode reports its identity,
 //! its usage (committed bytes and blocks, the file system's capacity and free
 //! space, open block files, payload bytes in flight). A heartbeat also
-//! registers the datanode if the om does not know it (an om whose database
-//! was replaced). A failed heartbeat is logged and retried at the next tick;
-//! the om marks a silent datanode STALE, then DEAD.
+//! registers the datanode if the om does not know it (an om of its cluster
+//! that was down when the datanode started, or one restored from a backup
+//! of its store; an om with a new store is another cluster and refuses it).
+//! A failed heartbeat is logged and retried at the next tick; the om marks
+//! a silent datanode STALE, then DEAD.
 //!
 //! Block reports: right after registration and then every report interval, the datanode scans
 //! its blocks ([`ContainerStore::scan_blocks`]: files checked against their records, lost ones
 //! dropped) and streams the list of intact blocks to the om in pages of [`REPORT_PAGE`]. The om
-//! compares it with the locations it records and repairs what a live datanode lost.
+//! compares it with the locations it records and repairs what a live datanode lost. With
+//! several oms one scan serves them all (a scan per om would apply the scan's two-scan rule
+//! for dropping records to scans milliseconds apart).
+//!
+//! Cluster: the first om that accepts the registration names its cluster
+//! ([`Membership`]); every later request carries that id, and an om of
+//! another cluster refuses it (and the datanode ignores such an om's answers).
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use proto_crate::DatanodeDetails;
@@ -37,14 +46,49 @@ pub fn filesystem_space(path: &Path) -> (u64, u64) {
     }
 }
 
+/// The cluster this datanode has joined, for the life of the process: none
+/// until an om first accepts its registration, then that om's cluster id
+/// (Ozone keeps it in the datanode's VERSION file).
+#[derive(Debug, Default)]
+pub(crate) struct Membership(OnceLock<String>);
+
+impl Membership {
+    /// The cluster id joined, or `""` before the first registration (what
+    /// requests carry).
+    pub(crate) fn joined(&self) -> String {
+        self.0.get().cloned().unwrap_or_default()
+    }
+
+    /// Takes an om's answer naming cluster `theirs`: joins it when none is
+    /// joined yet. An empty id (an om older than cluster ids) passes.
+    ///
+    /// # Errors
+    /// A message naming both ids when `theirs` is another cluster.
+    pub(crate) fn accept(&self, theirs: &str) -> Result<(), String> {
+        if theirs.is_empty() {
+            return Ok(());
+        }
+        let ours = self.0.get_or_init(|| theirs.to_string());
+        if ours == theirs {
+            Ok(())
+        } else {
+            Err(format!(
+                "this datanode has joined cluster {ours}, but the om answered for cluster {theirs}"
+            ))
+        }
+    }
+}
+
 fn request(
     details: &DatanodeDetails,
     store: &ContainerStore,
     metrics: &DatanodeMetrics,
+    membership: &Membership,
 ) -> om_pb::HeartbeatRequest {
     let s = store.stats();
     let (capacity, available) = filesystem_space(store.root());
     om_pb::HeartbeatRequest {
+        cluster_id: membership.joined(),
         datanode: Some(details.clone().into()),
         stats: Some(om_pb::DatanodeStats {
             used_bytes: s.used_bytes,
@@ -57,7 +101,6 @@ fn request(
     }
 }
 
-/// Heartbeats to the om at `om` (`HOST:PORT`) every `interval` until aborted.
 /// The secrets of a registration or heartbeat answer.
 ///
 /// # Errors
@@ -68,15 +111,39 @@ pub(crate) fn secrets(
     wire.into_iter().map(BlockTokenSecret::try_from).collect()
 }
 
+/// Where a heartbeat answer's block token secrets go: the verifier, under
+/// the om's place in the datanode's om list.
+#[derive(Debug, Clone)]
+pub(crate) struct SecretsSink {
+    pub(crate) verifier: Arc<BlockTokenVerifier>,
+    pub(crate) om_index: usize,
+}
+
+/// What every om-facing task of a datanode shares.
+#[derive(Debug, Clone)]
+pub(crate) struct Reporter {
+    pub(crate) details: DatanodeDetails,
+    pub(crate) store: Arc<ContainerStore>,
+    pub(crate) membership: Arc<Membership>,
+    pub(crate) tls: Option<proto_crate::tls::TlsConfig>,
+}
+
+/// Heartbeats to the om at `om` (`HOST:PORT`) every `interval` until aborted,
+/// handing each answer's secrets to `tokens` (security on). An answer from
+/// an om of another cluster is logged and its secrets are not taken.
 pub(crate) async fn run_heartbeats(
     om: String,
-    details: DatanodeDetails,
-    store: Arc<ContainerStore>,
+    reporter: Reporter,
     metrics: Arc<DatanodeMetrics>,
-    tokens: Option<Arc<BlockTokenVerifier>>,
+    tokens: Option<SecretsSink>,
     interval: Duration,
-    tls: Option<proto_crate::tls::TlsConfig>,
 ) {
+    let Reporter {
+        details,
+        store,
+        membership,
+        tls,
+    } = reporter;
     let endpoint = match proto_crate::tls::endpoint(&om, tls.as_ref()) {
         Ok(e) => e
             .connect_timeout(Duration::from_secs(5))
@@ -93,15 +160,29 @@ pub(crate) async fn run_heartbeats(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        match client.heartbeat(request(&details, &store, &metrics)).await {
+        match client
+            .heartbeat(request(&details, &store, &metrics, &membership))
+            .await
+        {
+            Err(e) if e.code() == tonic::Code::PermissionDenied => {
+                tracing::warn!(om, error = %e, "the om refused the heartbeat");
+            }
             Err(e) => {
                 tracing::debug!(om, error = %e, "heartbeat failed; retrying at the next interval");
             }
             Ok(answer) => {
+                let answer = answer.into_inner();
+                if let Err(why) = membership.accept(&answer.cluster_id) {
+                    tracing::error!(
+                        om,
+                        "{why}; ignoring this om (give a datanode only the oms of one cluster)"
+                    );
+                    continue;
+                }
                 // Every answer carries the om's whole current key list.
-                if let Some(v) = &tokens {
-                    match secrets(answer.into_inner().block_token_secrets) {
-                        Ok(s) => v.update(s),
+                if let Some(sink) = &tokens {
+                    match secrets(answer.block_token_secrets) {
+                        Ok(s) => sink.verifier.update(sink.om_index, s),
                         Err(e) => tracing::warn!(om, error = %e, "bad block token secrets"),
                     }
                 }
@@ -113,81 +194,124 @@ pub(crate) async fn run_heartbeats(
 /// Blocks per block-report page (about 30 bytes each on the wire).
 pub const REPORT_PAGE: usize = 50_000;
 
-/// Scans the store and sends one full block report to `client`. Returns the number of blocks
-/// reported.
-async fn send_block_report(
-    client: &mut OzoneManagerServiceClient<Channel>,
+/// The pages of one full block report of `scan` (at least one: an empty store still names
+/// itself), the first naming the datanode and its cluster.
+fn report_pages(
     details: &DatanodeDetails,
-    store: &Arc<ContainerStore>,
-) -> Result<usize, String> {
-    let scan = store
-        .scan_blocks()
-        .await
-        .map_err(|e| format!("scanning blocks: {e}"))?;
-    let n = scan.present.len();
-    let pages: Vec<om_pb::BlockReportPage> = scan
-        .present
+    cluster_id: String,
+    present: &[(proto_crate::BlockId, u64)],
+) -> Vec<om_pb::BlockReportPage> {
+    let page = |i: usize, blocks: &[(proto_crate::BlockId, u64)]| om_pb::BlockReportPage {
+        datanode: (i == 0).then(|| details.clone().into()),
+        cluster_id: if i == 0 {
+            cluster_id.clone()
+        } else {
+            String::new()
+        },
+        blocks: blocks
+            .iter()
+            .map(|(b, len)| om_pb::ReportedBlock {
+                container_id: b.container_id,
+                local_id: b.local_id,
+                replica_index: proto_crate::ReplicaIndex::to_wire(b.replica_index),
+                length: *len,
+            })
+            .collect(),
+    };
+    if present.is_empty() {
+        return vec![page(0, &[])];
+    }
+    present
         .chunks(REPORT_PAGE)
         .enumerate()
-        .map(|(i, page)| om_pb::BlockReportPage {
-            datanode: (i == 0).then(|| details.clone().into()),
-            blocks: page
-                .iter()
-                .map(|(b, len)| om_pb::ReportedBlock {
-                    container_id: b.container_id,
-                    local_id: b.local_id,
-                    replica_index: proto_crate::ReplicaIndex::to_wire(b.replica_index),
-                    length: *len,
-                })
-                .collect(),
-        })
-        .collect();
-    // An empty store still names itself: one page with no blocks.
-    let pages = if pages.is_empty() {
-        vec![om_pb::BlockReportPage {
-            datanode: Some(details.clone().into()),
-            blocks: Vec::new(),
-        }]
-    } else {
-        pages
-    };
-    client
-        .block_report(futures::stream::iter(pages))
-        .await
-        .map_err(|e| format!("sending the block report: {e}"))?;
-    Ok(n)
+        .map(|(i, blocks)| page(i, blocks))
+        .collect()
 }
 
-/// Sends a full block report to the om at `om` (`HOST:PORT`) at once and then every
-/// `interval` until aborted. A failed report is logged and retried at the next heartbeat
-/// interval.
-pub(crate) async fn run_block_reports(
+/// One om's report schedule.
+struct ReportTarget {
     om: String,
-    details: DatanodeDetails,
-    store: Arc<ContainerStore>,
+    client: OzoneManagerServiceClient<Channel>,
+    /// When it is sent the next report.
+    due: tokio::time::Instant,
+    /// The wait after its next failure.
+    backoff: Duration,
+}
+
+/// Sends full block reports to every om in `oms` (`HOST:PORT`s): one at once, then one every
+/// `interval` to each. Each round scans the store once and sends the result to every om that
+/// is due, at once, each send bounded by `interval`. An om whose report failed is due again
+/// after `retry`, doubling with each failure in a row up to `interval`. Runs until aborted.
+pub(crate) async fn run_block_reports(
+    oms: Vec<String>,
+    reporter: Reporter,
     interval: Duration,
     retry: Duration,
-    tls: Option<proto_crate::tls::TlsConfig>,
 ) {
-    let endpoint = match proto_crate::tls::endpoint(&om, tls.as_ref()) {
-        Ok(e) => e.connect_timeout(Duration::from_secs(5)),
-        Err(e) => {
-            tracing::error!(om, error = %e, "bad om address; not sending block reports");
-            return;
+    let now = tokio::time::Instant::now();
+    let mut targets = Vec::with_capacity(oms.len());
+    for om in oms {
+        match proto_crate::tls::endpoint(&om, reporter.tls.as_ref()) {
+            Ok(e) => targets.push(ReportTarget {
+                client: OzoneManagerServiceClient::new(
+                    e.connect_timeout(Duration::from_secs(5)).connect_lazy(),
+                ),
+                om,
+                due: now,
+                backoff: retry.min(interval),
+            }),
+            Err(e) => tracing::error!(om, error = %e, "bad om address; not sending block reports"),
         }
-    };
-    let mut client = OzoneManagerServiceClient::new(endpoint.connect_lazy());
+    }
     loop {
-        let wait = match send_block_report(&mut client, &details, &store).await {
-            Ok(n) => {
-                tracing::debug!(om, blocks = n, "block report sent");
-                interval
-            }
+        let Some(next) = targets.iter().map(|t| t.due).min() else {
+            return;
+        };
+        tokio::time::sleep_until(next).await;
+        let scan = match reporter.store.scan_blocks().await {
+            Ok(scan) => scan,
             Err(e) => {
-                tracing::warn!(om, error = %e, "block report failed; retrying");
-                retry.min(interval)
+                tracing::warn!(error = %e, "scanning blocks for a block report failed; retrying");
+                let again = tokio::time::Instant::now() + retry.min(interval);
+                targets.iter_mut().for_each(|t| t.due = t.due.max(again));
+                continue;
             }
         };
-        tokio::time::sleep(wait).await;
+        let pages = report_pages(
+            &reporter.details,
+            reporter.membership.joined(),
+            &scan.present,
+        );
+        let blocks = scan.present.len();
+        drop(scan);
+        let now = tokio::time::Instant::now();
+        let sends = targets.iter_mut().filter(|t| t.due <= now).map(|t| {
+            let pages = pages.clone();
+            async move {
+                let sent = tokio::time::timeout(
+                    interval,
+                    t.client.block_report(futures::stream::iter(pages)),
+                )
+                .await;
+                let done = tokio::time::Instant::now();
+                match sent {
+                    Ok(Ok(_)) => {
+                        tracing::debug!(om = t.om, blocks, "block report sent");
+                        t.due = done + interval;
+                        t.backoff = retry.min(interval);
+                    }
+                    failed => {
+                        let why = match failed {
+                            Ok(Err(e)) => e.to_string(),
+                            _ => format!("no answer within {interval:?}"),
+                        };
+                        tracing::warn!(om = t.om, error = why, "block report failed; retrying");
+                        t.due = done + t.backoff;
+                        t.backoff = (t.backoff * 2).min(interval);
+                    }
+                }
+            }
+        });
+        futures::future::join_all(sends).await;
     }
 }

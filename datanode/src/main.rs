@@ -1,4 +1,4 @@
-//! `datanode --listen HOST:PORT --data-dir DIR [--om HOST:PORT]`: runs one
+//! `datanode --listen HOST:PORT --data-dir DIR [--om HOST:PORT[,HOST:PORT…]]`: runs one
 //! datanode as its own process until Ctrl-C or SIGTERM.
 
 use std::net::SocketAddr;
@@ -18,7 +18,9 @@ struct Args {
     /// Directory for containers, metadata and the datanode id.
     #[arg(long)]
     data_dir: PathBuf,
-    /// The om to register with (HOST:PORT).
+    /// The om to register with (HOST:PORT), or the oms of one cluster
+    /// (HOST:PORT,HOST:PORT,…): it registers with, heartbeats to and sends
+    /// block reports to each.
     #[arg(long)]
     om: Option<String>,
     /// Serve the admin fault-injection RPCs (for tests and demos only).

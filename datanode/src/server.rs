@@ -21,7 +21,7 @@ use tonic::transport::server::TcpIncoming;
 use crate::DatanodeError;
 use crate::admin::DatanodeAdminGrpc;
 use crate::fault::FaultInjector;
-use crate::heartbeat::{run_block_reports, run_heartbeats};
+use crate::heartbeat::{Reporter, SecretsSink, run_block_reports, run_heartbeats};
 use crate::inflight::{DEFAULT_MAX_INFLIGHT_BYTES, InflightBudget};
 use crate::metrics::DatanodeMetrics;
 use crate::reconstruction::{DEFAULT_MAX_RECONSTRUCTIONS, EcReconstructionCoordinator};
@@ -51,7 +51,9 @@ pub struct DatanodeConfig {
     pub listen: SocketAddr,
     /// Directory holding containers, metadata and the datanode's id.
     pub data_dir: PathBuf,
-    /// `HOST:PORT` of the om to register with, if any.
+    /// The oms to register with, report to and take block token secrets
+    /// from, if any: `HOST:PORT`, or several comma-separated (the oms of one
+    /// cluster; see [`Datanode::start`]).
     pub om: Option<String>,
     /// Serve the admin (fault injection) RPCs. Off by default.
     pub enable_fault_injection: bool,
@@ -156,7 +158,8 @@ impl DatanodeConfig {
         self
     }
 
-    /// Registers with the om at `om` (`HOST:PORT`) once serving.
+    /// Registers with the om at `om` (`HOST:PORT`), or with each of several
+    /// (`HOST:PORT,HOST:PORT`), once serving.
     #[must_use]
     pub fn with_om(mut self, om: impl Into<String>) -> Self {
         self.om = Some(om.into());
@@ -177,8 +180,8 @@ pub struct Datanode {
     faults: Arc<FaultInjector>,
     store: Arc<ContainerStore>,
     serving: ServingTask<Result<(), tonic::transport::Error>>,
-    heartbeats: Option<JoinHandle<()>>,
-    block_reports: Option<JoinHandle<()>>,
+    /// One heartbeat task and one block report task per om.
+    reporters: Vec<JoinHandle<()>>,
     /// The `/metrics` endpoint, when `metrics_listen` was set.
     metrics_server: Option<MetricsServer>,
     /// Flipped to NOT_SERVING when shutdown begins.
@@ -235,11 +238,27 @@ async fn open_store(dir: &Path, options: StoreOptions) -> Result<ContainerStore,
 
 impl Datanode {
     /// Binds `config.listen`, opens the storage under `config.data_dir`,
-    /// starts serving and registers with the om if one is configured.
+    /// starts serving and registers with the oms if any are configured.
+    ///
+    /// With several oms the datanode registers with all of them at once and
+    /// starts when the first accepts; then it heartbeats and sends block
+    /// reports to every om, each on its own task, so an om that is down
+    /// delays none of the others, and one that was down at the start
+    /// learns the datanode from its first heartbeat (an om registers a
+    /// datanode it does not know when it hears from it). Block token
+    /// secrets are kept per om ([`BlockTokenVerifier::update`]). This is
+    /// Ozone's datanode reporting to every SCM of an HA group.
     ///
     /// # Errors
-    /// Bind and storage errors; a failed registration (after retrying for 10 s).
+    /// [`DatanodeError::InvalidArgument`] for a malformed or repeated om
+    /// address, or when every om refused the registration; bind and storage
+    /// errors; no om accepting the registration within 10 s.
     pub async fn start(config: DatanodeConfig) -> Result<Self, DatanodeError> {
+        let oms = match &config.om {
+            Some(list) => proto_crate::address::parse_list(list)
+                .map_err(|e| DatanodeError::InvalidArgument(e.to_string()))?,
+            None => Vec::new(),
+        };
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| DatanodeError::io(format!("creating {}", config.data_dir.display()), e))?;
         let store = Arc::new(open_store(&config.data_dir, config.store).await?);
@@ -334,32 +353,39 @@ impl Datanode {
             faults,
             store,
             serving,
-            heartbeats: None,
-            block_reports: None,
+            reporters: Vec::new(),
             metrics_server,
             health,
         };
-        if let Some(om) = &config.om {
-            let secrets = register(om, &dn.details, config.tls.as_ref()).await?;
+        if !oms.is_empty() {
+            let reporter = Reporter {
+                details: dn.details.clone(),
+                store: Arc::clone(&dn.store),
+                membership: Arc::default(),
+                tls: config.tls.clone(),
+            };
+            let (first, secrets) = register_with_any(&oms, &reporter).await?;
             if let Some(v) = &tokens {
-                v.update(secrets);
+                v.update(first, secrets);
             }
-            dn.heartbeats = Some(tokio::spawn(run_heartbeats(
-                om.clone(),
-                dn.details.clone(),
-                Arc::clone(&dn.store),
-                Arc::clone(&dn.metrics),
-                tokens.clone(),
-                config.heartbeat_interval,
-                config.tls.clone(),
-            )));
-            dn.block_reports = Some(tokio::spawn(run_block_reports(
-                om.clone(),
-                dn.details.clone(),
-                Arc::clone(&dn.store),
+            for (om_index, om) in oms.iter().enumerate() {
+                let sink = tokens.as_ref().map(|v| SecretsSink {
+                    verifier: Arc::clone(v),
+                    om_index,
+                });
+                dn.reporters.push(tokio::spawn(run_heartbeats(
+                    om.clone(),
+                    reporter.clone(),
+                    Arc::clone(&dn.metrics),
+                    sink,
+                    config.heartbeat_interval,
+                )));
+            }
+            dn.reporters.push(tokio::spawn(run_block_reports(
+                oms,
+                reporter,
                 config.block_report_interval,
                 config.heartbeat_interval,
-                config.tls.clone(),
             )));
         }
         tracing::info!(datanode = %dn.details, "datanode serving");
@@ -418,10 +444,7 @@ impl Datanode {
         self.health
             .set_not_serving::<DatanodeServiceServer<DatanodeGrpcService>>()
             .await;
-        for h in [self.heartbeats.take(), self.block_reports.take()]
-            .into_iter()
-            .flatten()
-        {
+        for h in std::mem::take(&mut self.reporters) {
             h.abort();
             // A scan holds the store: wait until the task let go of it.
             let _ = h.await;
@@ -448,62 +471,96 @@ impl Datanode {
 impl Drop for Datanode {
     fn drop(&mut self) {
         // The serving task's signal fires as `serving` drops.
-        for h in [self.heartbeats.take(), self.block_reports.take()]
-            .into_iter()
-            .flatten()
-        {
+        for h in &self.reporters {
             h.abort();
         }
     }
 }
 
-/// Registers `details` with the om at `om`, retrying for up to 10 s while the
-/// om is not reachable yet.
-/// Registers `details` with the om at `om`, retrying for 10 s; returns the
-/// block token secrets the om answered with (none with security off).
-async fn register(
-    om: &str,
-    details: &DatanodeDetails,
-    tls: Option<&proto_crate::tls::TlsConfig>,
-) -> Result<Vec<BlockTokenSecret>, DatanodeError> {
+/// Registers with the oms in `oms`, in order, until one accepts; returns
+/// its place in `oms` and the block token secrets it answered with. The
+/// rounds go on for 10 s while no om accepts (an om not up yet); an om that
+/// refuses is not asked again. The oms after the one that accepted learn
+/// the datanode from its heartbeats, which carry the cluster it joined
+/// here, so an om of another cluster refuses them. One om at a time, so
+/// that two oms of different clusters never both take the datanode.
+///
+/// # Errors
+/// [`DatanodeError::InvalidArgument`] when every om refused (a certificate
+/// the om does not take, or another cluster); otherwise an I/O error after
+/// 10 s. The message names each om and why.
+async fn register_with_any(
+    oms: &[String],
+    reporter: &Reporter,
+) -> Result<(usize, Vec<BlockTokenSecret>), DatanodeError> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let endpoint = proto_crate::tls::endpoint(om, tls)
-        .map_err(|e| DatanodeError::InvalidArgument(format!("om {e}")))?;
+    let mut why: Vec<Option<String>> = vec![None; oms.len()];
+    let mut refused = vec![false; oms.len()];
     loop {
-        let attempt = async {
-            let mut client = OzoneManagerServiceClient::new(endpoint.connect().await?);
-            let answer = client
-                .register_datanode(om_pb::RegisterDatanodeRequest {
-                    datanode: Some(details.clone().into()),
-                })
-                .await?
-                .into_inner();
-            let secrets = crate::heartbeat::secrets(answer.block_token_secrets)?;
-            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(secrets)
-        };
-        match attempt.await {
-            Ok(secrets) => return Ok(secrets),
-            // A refusal is final: waiting will not give the datanode a certificate.
-            Err(e)
-                if e.downcast_ref::<tonic::Status>()
-                    .is_some_and(|s| s.code() == tonic::Code::PermissionDenied) =>
-            {
-                return Err(DatanodeError::InvalidArgument(format!(
-                    "the om at {om} refused the registration: {}",
-                    e.downcast_ref::<tonic::Status>()
-                        .map_or_else(|| e.to_string(), |s| s.message().to_string())
-                )));
+        for (i, om) in oms.iter().enumerate() {
+            if refused[i] {
+                continue;
             }
-            Err(e) if tokio::time::Instant::now() < deadline => {
-                tracing::debug!(om, error = %e, "registration failed; retrying");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => {
-                return Err(DatanodeError::io(
-                    format!("registering with om {om}"),
-                    std::io::Error::other(e.to_string()),
-                ));
+            match register(om, reporter).await {
+                Ok(secrets) => return Ok((i, secrets)),
+                Err(Registration::Refused(e)) => {
+                    refused[i] = true;
+                    why[i] = Some(format!("the om at {om} refused the registration: {e}"));
+                }
+                Err(Registration::Failed(e)) => {
+                    tracing::debug!(om, error = %e, "registration failed; retrying");
+                    why[i] = Some(format!("registering with om {om}: {e}"));
+                }
             }
         }
+        let all = || why.iter().flatten().cloned().collect::<Vec<_>>().join("; ");
+        if refused.iter().all(|r| *r) {
+            return Err(DatanodeError::InvalidArgument(all()));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(DatanodeError::io(
+                "registering with the om",
+                std::io::Error::other(all()),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Why one registration attempt did not succeed.
+enum Registration {
+    /// The om answered no (final: waiting will not change a certificate or
+    /// a cluster).
+    Refused(String),
+    /// No answer: not reachable yet, or the call failed.
+    Failed(String),
+}
+
+/// One registration attempt with the om at `om`.
+async fn register(om: &str, reporter: &Reporter) -> Result<Vec<BlockTokenSecret>, Registration> {
+    let endpoint = proto_crate::tls::endpoint(om, reporter.tls.as_ref())
+        .map_err(|e| Registration::Refused(format!("om {e}")))?
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(5));
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|e| Registration::Failed(e.to_string()))?;
+    let answer = OzoneManagerServiceClient::new(channel)
+        .register_datanode(om_pb::RegisterDatanodeRequest {
+            datanode: Some(reporter.details.clone().into()),
+            cluster_id: reporter.membership.joined(),
+        })
+        .await
+        .map_err(|s| match s.code() {
+            tonic::Code::PermissionDenied => Registration::Refused(s.message().to_string()),
+            _ => Registration::Failed(s.to_string()),
+        })?
+        .into_inner();
+    reporter
+        .membership
+        .accept(&answer.cluster_id)
+        .map_err(Registration::Refused)?;
+    crate::heartbeat::secrets(answer.block_token_secrets)
+        .map_err(|e| Registration::Refused(format!("bad block token secrets: {e}")))
 }

@@ -1,8 +1,16 @@
-//! Block token checks on the datanode (security on): the om's secrets,
+//! Block token checks on the datanode (security on): the oms' secrets,
 //! received in every heartbeat answer, and the check each data RPC makes
 //! before touching the store (Ozone's `BlockTokenVerifier`).
+//!
+//! A datanode configured with several oms keeps each om's last list apart
+//! and accepts a token that any of them authenticates. Oms of one cluster
+//! share their keys through the metadata store, but each re-reads them on
+//! its own timer, so for a moment one om may sign with a key another has
+//! not sent yet (or has already dropped); and two oms that do not share a
+//! store number their keys alike, so one merged list would let one om's
+//! key 1 hide the other's.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::RwLock;
 
 use bytes::Bytes;
@@ -21,7 +29,9 @@ pub const MAX_REMEMBERED_TOKENS: usize = 4096;
 /// signature it has already checked with them.
 #[derive(Debug, Default)]
 pub struct BlockTokenVerifier {
-    secrets: RwLock<Vec<BlockTokenSecret>>,
+    /// Each om's last list, by the om's place in the datanode's om list
+    /// (only oms that have answered).
+    secrets: RwLock<BTreeMap<usize, Vec<BlockTokenSecret>>>,
     /// Token, as its metadata value arrives (base64) → its identifier and
     /// expiry ([`block_token::authenticate`]'s answer). Cleared whenever the
     /// secrets change; each call still checks expiry, block and modes.
@@ -29,14 +39,16 @@ pub struct BlockTokenVerifier {
 }
 
 impl BlockTokenVerifier {
-    /// Replaces the secrets with the om's current list (every heartbeat).
-    pub fn update(&self, secrets: Vec<BlockTokenSecret>) {
+    /// Replaces what om `om` (its place in the datanode's om list, from 0)
+    /// sent before with its current list (every registration and heartbeat
+    /// answer). The other oms' lists stay.
+    pub fn update(&self, om: usize, secrets: Vec<BlockTokenSecret>) {
         let mut held = self
             .secrets
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if *held != secrets {
-            *held = secrets;
+        if held.get(&om) != Some(&secrets) {
+            held.insert(om, secrets);
             self.authenticated
                 .write()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -44,13 +56,16 @@ impl BlockTokenVerifier {
         }
     }
 
-    /// How many secrets are held (0 until the first heartbeat answer).
+    /// How many secrets are held, summed over the oms' lists (0 until the
+    /// first answer).
     #[must_use]
     pub fn secrets_held(&self) -> usize {
         self.secrets
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .len()
+            .values()
+            .map(Vec::len)
+            .sum()
     }
 
     /// Checks the token `md` carries for `rpc` needing `needed` on `block`
@@ -105,11 +120,13 @@ impl BlockTokenVerifier {
         decoded: Option<Bytes>,
     ) -> Result<(BlockTokenIdentifier, u64), TokenError> {
         let token = decoded.ok_or(TokenError::Malformed)?;
-        let secrets = self
-            .secrets
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let answer = block_token::authenticate(&secrets, Some(&token))?;
+        let answer = {
+            let secrets = self
+                .secrets
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            authenticate_with_any(secrets.values(), &token)?
+        };
         let mut known = self
             .authenticated
             .write()
@@ -129,6 +146,33 @@ impl BlockTokenVerifier {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .len()
     }
+}
+
+/// The first of `lists` that authenticates `token`; when none does, the
+/// refusal that says most: a key not received yet from some om (transient:
+/// it arrives with a heartbeat) before a bad signature, before a key every
+/// om has dropped, before no secrets at all.
+fn authenticate_with_any<'a>(
+    lists: impl Iterator<Item = &'a Vec<BlockTokenSecret>>,
+    token: &[u8],
+) -> Result<(BlockTokenIdentifier, u64), TokenError> {
+    let rank = |e: &TokenError| match e {
+        TokenError::KeyNotYetKnown(_) => 0,
+        TokenError::BadSignature => 1,
+        TokenError::UnknownKey(_) => 2,
+        _ => 3,
+    };
+    let mut refusal = TokenError::NoSecrets;
+    for list in lists {
+        match block_token::authenticate(list, Some(token)) {
+            Ok(answer) => return Ok(answer),
+            // The same bytes under every list.
+            Err(TokenError::Malformed) => return Err(TokenError::Malformed),
+            Err(e) if rank(&e) < rank(&refusal) => refusal = e,
+            Err(_) => {}
+        }
+    }
+    Err(refusal)
 }
 
 fn token_status(rpc: &str, e: &TokenError) -> Status {
@@ -183,7 +227,7 @@ mod tests {
     fn a_token_is_authenticated_once_and_its_claims_checked_every_call() {
         let v = BlockTokenVerifier::default();
         let s = secret(1, 3);
-        v.update(vec![s.clone()]);
+        v.update(0, vec![s.clone()]);
         let md = carrying(&token(&s, u64::MAX));
         v.check(&md, Some(block(7)), AccessModes::READ, "ReadChunk")
             .expect("a good token");
@@ -207,16 +251,62 @@ mod tests {
             .expect_err("forged");
         assert_eq!(v.remembered_tokens(), 2, "the good and the expired one");
         // New secrets forget what the old ones authenticated.
-        v.update(vec![secret(2, 4)]);
+        v.update(0, vec![secret(2, 4)]);
         assert_eq!(v.remembered_tokens(), 0);
         v.check(&md, Some(block(7)), AccessModes::READ, "ReadChunk")
             .expect_err("its key is gone");
         // The same secrets again change nothing.
-        v.update(vec![secret(2, 4)]);
+        v.update(0, vec![secret(2, 4)]);
         let md2 = carrying(&token(&secret(2, 4), u64::MAX));
         v.check(&md2, Some(block(7)), AccessModes::READ, "ReadChunk")
             .expect("signed by the new key");
-        v.update(vec![secret(2, 4)]);
+        v.update(0, vec![secret(2, 4)]);
         assert_eq!(v.remembered_tokens(), 1);
+    }
+
+    #[test]
+    fn each_oms_list_is_kept_apart_and_any_of_them_authenticates() {
+        let v = BlockTokenVerifier::default();
+        // Two oms that number their keys alike (separate stores): key 1 twice.
+        let (a1, b1) = (secret(1, 1), secret(1, 2));
+        v.update(0, vec![a1.clone()]);
+        v.update(1, vec![b1.clone()]);
+        assert_eq!(v.secrets_held(), 2);
+        for s in [&a1, &b1] {
+            let md = carrying(&token(s, u64::MAX));
+            v.check(&md, Some(block(7)), AccessModes::READ, "ReadChunk")
+                .expect("either om's key 1");
+        }
+        // One om's answer replaces its own list only.
+        let a2 = secret(2, 5);
+        v.update(0, vec![a1.clone(), a2.clone()]);
+        let md_b1 = carrying(&token(&b1, u64::MAX));
+        v.check(&md_b1, Some(block(7)), AccessModes::READ, "ReadChunk")
+            .expect("om 1's list stayed");
+        // A key one om sent and the other has not yet (a rotation seen first by one).
+        let md_a2 = carrying(&token(&a2, u64::MAX));
+        v.check(&md_a2, Some(block(7)), AccessModes::READ, "ReadChunk")
+            .expect("om 0's new key");
+        // A key no om has sent yet is transient, whatever the others say.
+        let ahead = carrying(&token(&secret(3, 6), u64::MAX));
+        let e = v
+            .check(&ahead, Some(block(7)), AccessModes::READ, "ReadChunk")
+            .expect_err("key 3 unknown");
+        assert_eq!(
+            proto_crate::result_code(&e),
+            ResultCode::Unavailable,
+            "{e:?}"
+        );
+        // A forgery under a key both hold is refused for good.
+        let forged = carrying(&token(&secret(1, 9), u64::MAX));
+        let e = v
+            .check(&forged, Some(block(7)), AccessModes::READ, "ReadChunk")
+            .expect_err("forged");
+        assert_eq!(
+            proto_crate::result_code(&e),
+            ResultCode::BlockTokenVerificationFailed,
+            "{e:?}"
+        );
+        assert!(e.message().contains("signature"), "{e:?}");
     }
 }

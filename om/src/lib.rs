@@ -27,6 +27,7 @@ mod admin;
 mod block_reports;
 mod block_tokens;
 mod clock;
+mod cluster_id;
 mod completed;
 mod conditions;
 mod decommission;

@@ -281,6 +281,8 @@ pub struct OzoneManager {
     /// (S3 users and keys so far; ARCHITECTURE.md, "Moving the om onto the
     /// store").
     pub(crate) store: meta_store::MetaStore,
+    /// The cluster id kept in `store` (`cluster_id.rs`).
+    cluster_id: String,
     state: Mutex<State>,
     /// Number of open sessions, published on every change.
     pub(crate) sessions_open: tokio::sync::watch::Sender<usize>,
@@ -441,8 +443,10 @@ impl OzoneManager {
             Some(c) => Some(crate::block_tokens::BlockTokenSecretManager::open(&store, c).await?),
             None => None,
         };
+        let cluster_id = crate::cluster_id::load_or_create(&store).await?;
         let om = Self {
             tokens,
+            cluster_id,
             config,
             db,
             store,
@@ -463,6 +467,14 @@ impl OzoneManager {
         om.deletions_changed();
         om.publish_uploads();
         Ok(om)
+    }
+
+    /// The cluster id (`CID-` and 32 hex digits), made with the metadata
+    /// store and the same on every om that shares it; datanodes of another
+    /// cluster are refused (Ozone's clusterID).
+    #[must_use]
+    pub fn cluster_id(&self) -> &str {
+        &self.cluster_id
     }
 
     /// The om's settings.

@@ -11,6 +11,7 @@ mod block_tokens;
 mod blocking;
 mod cancellation;
 mod conditional_commit;
+mod datanode_oms;
 mod datanode_rules;
 mod durability;
 mod failover;

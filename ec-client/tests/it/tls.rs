@@ -214,6 +214,7 @@ async fn the_om_hands_secrets_only_to_certified_datanodes() {
         anonymous
             .register_datanode(om_pb::RegisterDatanodeRequest {
                 datanode: Some(stranger.clone().into()),
+                ..Default::default()
             })
             .await,
         "RegisterDatanode",
