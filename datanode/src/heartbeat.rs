@@ -12,16 +12,19 @@
 //! its blocks ([`ContainerStore::scan_blocks`]: files checked against their records, lost ones
 //! dropped) and streams the list of intact blocks to the om in pages of [`REPORT_PAGE`]. The om
 //! compares it with the locations it records and repairs what a live datanode lost. With
-//! several oms one scan serves them all (a scan per om would apply the scan's two-scan rule
-//! for dropping records to scans milliseconds apart).
+//! several oms one scan per round serves them all (`report_schedule.rs` says when and to
+//! which).
 //!
 //! Cluster: the first om that accepts the registration names its cluster
 //! ([`Membership`]); every later request carries that id, and an om of
 //! another cluster refuses it (and the datanode ignores such an om's answers).
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+use futures::StreamExt;
 
 use proto_crate::DatanodeDetails;
 use proto_crate::wire::om as om_pb;
@@ -29,6 +32,7 @@ use proto_crate::wire::om::ozone_manager_service_client::OzoneManagerServiceClie
 use tonic::transport::Channel;
 
 use crate::metrics::DatanodeMetrics;
+use crate::report_schedule::ReportSchedule;
 use crate::storage::ContainerStore;
 use crate::tokens::BlockTokenVerifier;
 use proto_crate::block_token::BlockTokenSecret;
@@ -157,6 +161,8 @@ pub(crate) async fn run_heartbeats(
     let channel: Channel = endpoint.connect_lazy();
     let mut client = OzoneManagerServiceClient::new(channel);
     let mut ticker = tokio::time::interval(interval);
+    // Whether the om's last answer was a refusal, already logged.
+    let mut refused = false;
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
@@ -165,7 +171,13 @@ pub(crate) async fn run_heartbeats(
             .await
         {
             Err(e) if e.code() == tonic::Code::PermissionDenied => {
-                tracing::warn!(om, error = %e, "the om refused the heartbeat");
+                // Said once until the om takes a heartbeat again, not every interval.
+                if refused {
+                    tracing::debug!(om, error = %e, "the om refused the heartbeat");
+                } else {
+                    tracing::warn!(om, error = %e, "the om refused the heartbeat; still trying");
+                    refused = true;
+                }
             }
             Err(e) => {
                 tracing::debug!(om, error = %e, "heartbeat failed; retrying at the next interval");
@@ -173,12 +185,16 @@ pub(crate) async fn run_heartbeats(
             Ok(answer) => {
                 let answer = answer.into_inner();
                 if let Err(why) = membership.accept(&answer.cluster_id) {
-                    tracing::error!(
-                        om,
-                        "{why}; ignoring this om (give a datanode only the oms of one cluster)"
-                    );
+                    if !refused {
+                        tracing::error!(
+                            om,
+                            "{why}; ignoring this om (give a datanode only the oms of one cluster)"
+                        );
+                        refused = true;
+                    }
                     continue;
                 }
+                refused = false;
                 // Every answer carries the om's whole current key list.
                 if let Some(sink) = &tokens {
                     match secrets(answer.block_token_secrets) {
@@ -228,90 +244,105 @@ fn report_pages(
         .collect()
 }
 
-/// One om's report schedule.
-struct ReportTarget {
-    om: String,
-    client: OzoneManagerServiceClient<Channel>,
-    /// When it is sent the next report.
-    due: tokio::time::Instant,
-    /// The wait after its next failure.
-    backoff: Duration,
+/// Longest a block report send may take before it counts as failed: the
+/// report interval, but at least a minute (a report of many blocks to a
+/// busy om takes a while).
+fn send_timeout(interval: Duration) -> Duration {
+    interval.max(Duration::from_secs(60))
 }
 
-/// Sends full block reports to every om in `oms` (`HOST:PORT`s): one at once, then one every
-/// `interval` to each. Each round scans the store once and sends the result to every om that
-/// is due, at once, each send bounded by `interval`. An om whose report failed is due again
-/// after `retry`, doubling with each failure in a row up to `interval`. Runs until aborted.
+/// Sends full block reports to every om in `oms` (`HOST:PORT`s) on the
+/// schedule of [`ReportSchedule`]: a round at once and then every
+/// `interval`, each round one scan sent to every om not still busy with an
+/// earlier send; an om whose send failed is retried alone after `retry`,
+/// doubling up to `interval`. Each send runs on its own task (bounded by
+/// [`send_timeout`]) and streams the pages of one shared scan, so a hung om
+/// holds up no other. Runs until aborted.
 pub(crate) async fn run_block_reports(
     oms: Vec<String>,
     reporter: Reporter,
     interval: Duration,
     retry: Duration,
 ) {
-    let now = tokio::time::Instant::now();
-    let mut targets = Vec::with_capacity(oms.len());
-    for om in oms {
-        match proto_crate::tls::endpoint(&om, reporter.tls.as_ref()) {
-            Ok(e) => targets.push(ReportTarget {
-                client: OzoneManagerServiceClient::new(
-                    e.connect_timeout(Duration::from_secs(5)).connect_lazy(),
-                ),
-                om,
-                due: now,
-                backoff: retry.min(interval),
-            }),
-            Err(e) => tracing::error!(om, error = %e, "bad om address; not sending block reports"),
+    let mut clients = Vec::with_capacity(oms.len());
+    for om in &oms {
+        match proto_crate::tls::endpoint(om, reporter.tls.as_ref()) {
+            Ok(e) => clients.push(Some(OzoneManagerServiceClient::new(
+                e.connect_timeout(Duration::from_secs(5)).connect_lazy(),
+            ))),
+            Err(e) => {
+                tracing::error!(om, error = %e, "bad om address; not sending block reports");
+                clients.push(None);
+            }
         }
     }
+    let mut schedule = ReportSchedule::new(oms.len(), tokio::time::Instant::now(), interval, retry);
+    let mut sends = tokio::task::JoinSet::new();
+    let mut sending: HashMap<tokio::task::Id, usize> = HashMap::new();
     loop {
-        let Some(next) = targets.iter().map(|t| t.due).min() else {
-            return;
-        };
-        tokio::time::sleep_until(next).await;
+        tokio::select! {
+            () = tokio::time::sleep_until(schedule.next_wake()) => {}
+            Some(done) = sends.join_next_with_id(), if !sends.is_empty() => {
+                let now = tokio::time::Instant::now();
+                let (id, outcome) = match done {
+                    Ok((id, outcome)) => (id, outcome),
+                    Err(e) => (e.id(), Err(format!("the send task failed: {e}"))),
+                };
+                let Some(i) = sending.remove(&id) else { continue };
+                match outcome {
+                    Ok(blocks) => {
+                        tracing::debug!(om = oms[i], blocks, "block report sent");
+                        schedule.sent(i);
+                    }
+                    Err(why) => {
+                        tracing::warn!(om = oms[i], error = why, "block report failed; retrying");
+                        schedule.failed(i, now);
+                    }
+                }
+                continue;
+            }
+        }
+        let now = tokio::time::Instant::now();
+        let due: Vec<usize> = schedule
+            .take_due(now)
+            .into_iter()
+            .filter(|&i| clients[i].is_some())
+            .collect();
+        if due.is_empty() {
+            continue;
+        }
         let scan = match reporter.store.scan_blocks().await {
             Ok(scan) => scan,
             Err(e) => {
                 tracing::warn!(error = %e, "scanning blocks for a block report failed; retrying");
-                let again = tokio::time::Instant::now() + retry.min(interval);
-                targets.iter_mut().for_each(|t| t.due = t.due.max(again));
+                let now = tokio::time::Instant::now();
+                due.iter().for_each(|&i| schedule.failed(i, now));
                 continue;
             }
         };
-        let pages = report_pages(
+        let blocks = scan.present.len();
+        let pages = Arc::new(report_pages(
             &reporter.details,
             reporter.membership.joined(),
             &scan.present,
-        );
-        let blocks = scan.present.len();
+        ));
         drop(scan);
-        let now = tokio::time::Instant::now();
-        let sends = targets.iter_mut().filter(|t| t.due <= now).map(|t| {
-            let pages = pages.clone();
-            async move {
-                let sent = tokio::time::timeout(
-                    interval,
-                    t.client.block_report(futures::stream::iter(pages)),
-                )
-                .await;
-                let done = tokio::time::Instant::now();
-                match sent {
-                    Ok(Ok(_)) => {
-                        tracing::debug!(om = t.om, blocks, "block report sent");
-                        t.due = done + interval;
-                        t.backoff = retry.min(interval);
-                    }
-                    failed => {
-                        let why = match failed {
-                            Ok(Err(e)) => e.to_string(),
-                            _ => format!("no answer within {interval:?}"),
-                        };
-                        tracing::warn!(om = t.om, error = why, "block report failed; retrying");
-                        t.due = done + t.backoff;
-                        t.backoff = (t.backoff * 2).min(interval);
-                    }
+        for i in due {
+            let Some(mut client) = clients[i].clone() else {
+                continue;
+            };
+            let pages = Arc::clone(&pages);
+            let limit = send_timeout(interval);
+            let task = sends.spawn(async move {
+                // One page copied at a time, whatever the number of oms.
+                let stream = futures::stream::iter(0..pages.len()).map(move |k| pages[k].clone());
+                match tokio::time::timeout(limit, client.block_report(stream)).await {
+                    Ok(Ok(_)) => Ok(blocks),
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Err(_) => Err(format!("no answer within {limit:?}")),
                 }
-            }
-        });
-        futures::future::join_all(sends).await;
+            });
+            sending.insert(task.id(), i);
+        }
     }
 }

@@ -36,6 +36,7 @@ mod metrics;
 mod observability;
 mod reconstruction;
 mod recovery;
+mod report_schedule;
 mod server;
 mod service;
 mod storage;

@@ -180,7 +180,7 @@ pub struct Datanode {
     faults: Arc<FaultInjector>,
     store: Arc<ContainerStore>,
     serving: ServingTask<Result<(), tonic::transport::Error>>,
-    /// One heartbeat task and one block report task per om.
+    /// One heartbeat task per om and one block report task for all.
     reporters: Vec<JoinHandle<()>>,
     /// The `/metrics` endpoint, when `metrics_listen` was set.
     metrics_server: Option<MetricsServer>,
@@ -240,14 +240,16 @@ impl Datanode {
     /// Binds `config.listen`, opens the storage under `config.data_dir`,
     /// starts serving and registers with the oms if any are configured.
     ///
-    /// With several oms the datanode registers with all of them at once and
-    /// starts when the first accepts; then it heartbeats and sends block
-    /// reports to every om, each on its own task, so an om that is down
+    /// With several oms the datanode registers with them in order and
+    /// starts when one accepts, joining that om's cluster; then it
+    /// heartbeats to every om, each on its own task, so an om that is down
     /// delays none of the others, and one that was down at the start
     /// learns the datanode from its first heartbeat (an om registers a
-    /// datanode it does not know when it hears from it). Block token
-    /// secrets are kept per om ([`BlockTokenVerifier::update`]). This is
-    /// Ozone's datanode reporting to every SCM of an HA group.
+    /// datanode it does not know when it hears from it; an om of another
+    /// cluster refuses). Block reports go to every om from one task, one
+    /// scan per round. Block token secrets are kept per om
+    /// ([`BlockTokenVerifier::update`]). This is Ozone's datanode reporting
+    /// to every SCM of an HA group.
     ///
     /// # Errors
     /// [`DatanodeError::InvalidArgument`] for a malformed or repeated om
@@ -557,10 +559,12 @@ async fn register(om: &str, reporter: &Reporter) -> Result<Vec<BlockTokenSecret>
             _ => Registration::Failed(s.to_string()),
         })?
         .into_inner();
+    // Everything checked before the cluster is joined.
+    let secrets = crate::heartbeat::secrets(answer.block_token_secrets)
+        .map_err(|e| Registration::Refused(format!("bad block token secrets: {e}")))?;
     reporter
         .membership
         .accept(&answer.cluster_id)
         .map_err(Registration::Refused)?;
-    crate::heartbeat::secrets(answer.block_token_secrets)
-        .map_err(|e| Registration::Refused(format!("bad block token secrets: {e}")))
+    Ok(secrets)
 }

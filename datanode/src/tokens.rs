@@ -120,13 +120,13 @@ impl BlockTokenVerifier {
         decoded: Option<Bytes>,
     ) -> Result<(BlockTokenIdentifier, u64), TokenError> {
         let token = decoded.ok_or(TokenError::Malformed)?;
-        let answer = {
-            let secrets = self
-                .secrets
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            authenticate_with_any(secrets.values(), &token)?
-        };
+        // Held until the answer is remembered, so that an update (which
+        // clears what is remembered) cannot fall in between.
+        let secrets = self
+            .secrets
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let answer = authenticate_with_any(secrets.values(), &token)?;
         let mut known = self
             .authenticated
             .write()
@@ -149,16 +149,18 @@ impl BlockTokenVerifier {
 }
 
 /// The first of `lists` that authenticates `token`; when none does, the
-/// refusal that says most: a key not received yet from some om (transient:
-/// it arrives with a heartbeat) before a bad signature, before a key every
-/// om has dropped, before no secrets at all.
+/// refusal that says most: a bad signature under a key some om sent (final:
+/// the oms of one cluster share their keys, so no other om's key of that id
+/// differs), before a key not received yet from any om (transient: it
+/// arrives with a heartbeat), before a key every om has dropped, before no
+/// secrets at all.
 fn authenticate_with_any<'a>(
     lists: impl Iterator<Item = &'a Vec<BlockTokenSecret>>,
     token: &[u8],
 ) -> Result<(BlockTokenIdentifier, u64), TokenError> {
     let rank = |e: &TokenError| match e {
-        TokenError::KeyNotYetKnown(_) => 0,
-        TokenError::BadSignature => 1,
+        TokenError::BadSignature => 0,
+        TokenError::KeyNotYetKnown(_) => 1,
         TokenError::UnknownKey(_) => 2,
         _ => 3,
     };
@@ -287,7 +289,7 @@ mod tests {
         let md_a2 = carrying(&token(&a2, u64::MAX));
         v.check(&md_a2, Some(block(7)), AccessModes::READ, "ReadChunk")
             .expect("om 0's new key");
-        // A key no om has sent yet is transient, whatever the others say.
+        // A key no om has sent yet is transient.
         let ahead = carrying(&token(&secret(3, 6), u64::MAX));
         let e = v
             .check(&ahead, Some(block(7)), AccessModes::READ, "ReadChunk")

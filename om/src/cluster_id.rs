@@ -159,7 +159,24 @@ mod tests {
         );
         assert_ne!(a.om().cluster_id(), other.om().cluster_id());
 
-        let oms = format!("{},{},{}", a.address(), b.address(), other.address());
+        // An om that takes connections and never answers (a stopped
+        // process): it must hold up neither heartbeats nor reports to b.
+        let hung = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let hung_address = hung.local_addr().expect("addr").to_string();
+        let _hung = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((connection, _)) = hung.accept().await {
+                held.push(connection);
+            }
+        });
+        let oms = format!(
+            "{},{hung_address},{},{}",
+            a.address(),
+            b.address(),
+            other.address()
+        );
         let dn = datanode::Datanode::start(
             datanode::DatanodeConfig::new(
                 "127.0.0.1:0".parse().expect("addr"),
@@ -195,11 +212,29 @@ mod tests {
             ResultCode::BlockTokenVerificationFailed
         );
 
-        // a goes; heartbeats to b go on past the time b would call a silent
-        // datanode dead.
+        // Both oms of the cluster get block reports.
+        let uuid = dn.details().uuid.clone();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while a.om().block_report(&uuid).is_none() || b.om().block_report(&uuid).is_none() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no block report on a or b"
+            );
+            tokio::time::sleep(HEARTBEAT).await;
+        }
+
+        // a goes; heartbeats to b go on, each in time: b never calls the
+        // datanode stale, though a refuses connections and the hung om
+        // holds each heartbeat for two seconds.
         a.shutdown().await;
-        tokio::time::sleep(DEAD + 4 * HEARTBEAT).await;
-        wait_healthy(&b, &address).await;
+        for _ in 0..20 {
+            tokio::time::sleep(HEARTBEAT).await;
+            let on_b = b.om().datanode_statuses();
+            assert!(
+                on_b.iter().all(|s| s.state == crate::NodeState::Healthy),
+                "{on_b:?}"
+            );
+        }
         assert_eq!(
             token_check(&address, &b).await,
             ResultCode::ContainerNotFound

@@ -147,10 +147,11 @@ async fn datanodes_join_the_cluster_of_the_first_om_that_takes_them() {
         .expect_err("b's token");
     assert!(e.to_string().contains("signature"), "{e}");
 
-    // A datanode whose first om is down joins the next one's cluster.
+    // A datanode whose first om is down joins the next one's cluster, and
+    // the om after that (another cluster) refuses it.
     let late = datanode(
         &dir.path().join("late"),
-        &format!("{},{}", refused(), b.address()),
+        &format!("{},{},{}", refused(), b.address(), a.address()),
     )
     .await;
     wait_healthy(&b, &[late.address().to_string()]).await;
