@@ -15,13 +15,14 @@
 //! several oms one scan per round serves them all (`report_schedule.rs` says when and to
 //! which).
 //!
-//! Cluster: the first om that accepts the registration names its cluster
-//! ([`Membership`]); every later request carries that id, and an om of
-//! another cluster refuses it (and the datanode ignores such an om's answers).
+//! Cluster: the first om that ever accepted the registration named the
+//! cluster (`membership.rs`, kept in the data dir); every request carries
+//! that id, an om of another cluster refuses it, and the datanode ignores
+//! such an om's answers.
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -31,6 +32,7 @@ use proto_crate::wire::om as om_pb;
 use proto_crate::wire::om::ozone_manager_service_client::OzoneManagerServiceClient;
 use tonic::transport::Channel;
 
+use crate::membership::Membership;
 use crate::metrics::DatanodeMetrics;
 use crate::report_schedule::ReportSchedule;
 use crate::storage::ContainerStore;
@@ -47,39 +49,6 @@ pub fn filesystem_space(path: &Path) -> (u64, u64) {
             st.f_bavail.saturating_mul(st.f_frsize),
         ),
         Err(_) => (0, 0),
-    }
-}
-
-/// The cluster this datanode has joined, for the life of the process: none
-/// until an om first accepts its registration, then that om's cluster id
-/// (Ozone keeps it in the datanode's VERSION file).
-#[derive(Debug, Default)]
-pub(crate) struct Membership(OnceLock<String>);
-
-impl Membership {
-    /// The cluster id joined, or `""` before the first registration (what
-    /// requests carry).
-    pub(crate) fn joined(&self) -> String {
-        self.0.get().cloned().unwrap_or_default()
-    }
-
-    /// Takes an om's answer naming cluster `theirs`: joins it when none is
-    /// joined yet. An empty id (an om older than cluster ids) passes.
-    ///
-    /// # Errors
-    /// A message naming both ids when `theirs` is another cluster.
-    pub(crate) fn accept(&self, theirs: &str) -> Result<(), String> {
-        if theirs.is_empty() {
-            return Ok(());
-        }
-        let ours = self.0.get_or_init(|| theirs.to_string());
-        if ours == theirs {
-            Ok(())
-        } else {
-            Err(format!(
-                "this datanode has joined cluster {ours}, but the om answered for cluster {theirs}"
-            ))
-        }
     }
 }
 

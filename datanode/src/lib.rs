@@ -32,6 +32,7 @@ mod fault;
 mod file_cache;
 mod heartbeat;
 mod inflight;
+mod membership;
 mod metrics;
 mod observability;
 mod reconstruction;
@@ -50,6 +51,7 @@ pub use file_cache::{DEFAULT_MAX_OPEN_FILES, FileCache};
 pub use heartbeat::REPORT_PAGE;
 pub use heartbeat::filesystem_space;
 pub use inflight::{DEFAULT_MAX_INFLIGHT_BYTES, InflightBudget, InflightPermit};
+pub use membership::CLUSTER_ID_FILE;
 pub use metrics::{DatanodeMetrics, RpcKind};
 pub use reconstruction::{
     DEFAULT_MAX_RECONSTRUCTIONS, EcReconstructionCommand, EcReconstructionCoordinator,

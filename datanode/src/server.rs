@@ -23,6 +23,7 @@ use crate::admin::DatanodeAdminGrpc;
 use crate::fault::FaultInjector;
 use crate::heartbeat::{Reporter, SecretsSink, run_block_reports, run_heartbeats};
 use crate::inflight::{DEFAULT_MAX_INFLIGHT_BYTES, InflightBudget};
+use crate::membership::Membership;
 use crate::metrics::DatanodeMetrics;
 use crate::reconstruction::{DEFAULT_MAX_RECONSTRUCTIONS, EcReconstructionCoordinator};
 use crate::service::DatanodeGrpcService;
@@ -241,7 +242,9 @@ impl Datanode {
     /// starts serving and registers with the oms if any are configured.
     ///
     /// With several oms the datanode registers with them in order and
-    /// starts when one accepts, joining that om's cluster; then it
+    /// starts when one accepts, joining that om's cluster (recorded in
+    /// `DIR/`[`CLUSTER_ID_FILE`](crate::CLUSTER_ID_FILE) the first time, and
+    /// from then on the only cluster it registers with); then it
     /// heartbeats to every om, each on its own task, so an om that is down
     /// delays none of the others, and one that was down at the start
     /// learns the datanode from its first heartbeat (an om registers a
@@ -253,8 +256,10 @@ impl Datanode {
     ///
     /// # Errors
     /// [`DatanodeError::InvalidArgument`] for a malformed or repeated om
-    /// address, or when every om refused the registration; bind and storage
-    /// errors; no om accepting the registration within 10 s.
+    /// address, a `cluster.id` file that holds no cluster id, or when every
+    /// om refused the registration (an om of another cluster than the one
+    /// the data dir joined refuses); bind and storage errors; no om
+    /// accepting the registration within 10 s.
     pub async fn start(config: DatanodeConfig) -> Result<Self, DatanodeError> {
         let oms = match &config.om {
             Some(list) => proto_crate::address::parse_list(list)
@@ -266,6 +271,8 @@ impl Datanode {
         let store = Arc::new(open_store(&config.data_dir, config.store).await?);
         // Under the data dir's lock: the id survives restarts.
         let uuid = load_or_create_uuid(&config.data_dir)?;
+        // The cluster joined at an earlier start, if any.
+        let membership = Arc::new(Membership::load(&config.data_dir)?);
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|e| DatanodeError::io(format!("binding {}", config.listen), e))?;
@@ -363,7 +370,7 @@ impl Datanode {
             let reporter = Reporter {
                 details: dn.details.clone(),
                 store: Arc::clone(&dn.store),
-                membership: Arc::default(),
+                membership,
                 tls: config.tls.clone(),
             };
             let (first, secrets) = register_with_any(&oms, &reporter).await?;

@@ -161,6 +161,25 @@ async fn datanodes_join_the_cluster_of_the_first_om_that_takes_them() {
         on_a.iter().all(|s| s.details.address != late.address()),
         "a took b's datanode: {on_a:?}"
     );
+
+    // It belongs to b's cluster for good (`cluster.id` in its data dir):
+    // restarted with a alone, a refuses it and it does not start.
+    late.shutdown().await;
+    let config = DatanodeConfig::new(
+        "127.0.0.1:0".parse().expect("addr"),
+        dir.path().join("late"),
+    )
+    .with_om(a.address().to_string())
+    .with_security(true)
+    .with_heartbeat_interval(HEARTBEAT);
+    let e = Datanode::start(config)
+        .await
+        .expect_err("a is another cluster");
+    assert!(
+        matches!(e, datanode::DatanodeError::InvalidArgument(_))
+            && e.to_string().contains(b.om().cluster_id()),
+        "{e}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
