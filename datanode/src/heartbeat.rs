@@ -153,12 +153,9 @@ pub(crate) async fn run_heartbeats(
             }
             Ok(answer) => {
                 let answer = answer.into_inner();
-                if let Err(why) = membership.accept(&answer.cluster_id) {
+                if let Err(why) = membership.accept(&answer.cluster_id, store.stats().blocks) {
                     if !refused {
-                        tracing::error!(
-                            om,
-                            "{why}; ignoring this om (give a datanode only the oms of one cluster)"
-                        );
+                        tracing::error!(om, error = %why, "ignoring this om's answers");
                         refused = true;
                     }
                     continue;
@@ -248,6 +245,8 @@ pub(crate) async fn run_block_reports(
     let mut schedule = ReportSchedule::new(oms.len(), tokio::time::Instant::now(), interval, retry);
     let mut sends = tokio::task::JoinSet::new();
     let mut sending: HashMap<tokio::task::Id, usize> = HashMap::new();
+    // Whether each om's last send failed (and was logged).
+    let mut failing = vec![false; oms.len()];
     loop {
         tokio::select! {
             () = tokio::time::sleep_until(schedule.next_wake()) => {}
@@ -262,10 +261,18 @@ pub(crate) async fn run_block_reports(
                     Ok(blocks) => {
                         tracing::debug!(om = oms[i], blocks, "block report sent");
                         schedule.sent(i);
+                        failing[i] = false;
+                    }
+                    // The first failure in a row is a warning, the rest (an om
+                    // down or refusing for long) are not repeated at that level.
+                    Err(why) if failing[i] => {
+                        tracing::debug!(om = oms[i], error = why, "block report failed again");
+                        schedule.failed(i, now);
                     }
                     Err(why) => {
                         tracing::warn!(om = oms[i], error = why, "block report failed; retrying");
                         schedule.failed(i, now);
+                        failing[i] = true;
                     }
                 }
                 continue;

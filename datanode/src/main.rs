@@ -15,7 +15,8 @@ struct Args {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
-    /// Directory for containers, metadata and the datanode id.
+    /// Directory for containers, metadata, the datanode id and the id of
+    /// the cluster it joined (`cluster.id`).
     #[arg(long)]
     data_dir: PathBuf,
     /// The om to register with (HOST:PORT), or the oms of one cluster

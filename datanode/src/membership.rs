@@ -3,9 +3,11 @@
 //! an om first accepts the datanode's registration, then that om's cluster
 //! id for good. Every registration, heartbeat and block report carries it,
 //! and an om of another cluster refuses them (`om/src/cluster_id.rs`), so a
-//! datanode restarted against an om with a new store, or given the oms of
-//! two clusters, is never filled or swept by a cluster that does not know
-//! its blocks.
+//! datanode that has joined a cluster and is restarted against an om with a
+//! new store, or given the oms of two clusters, is never filled or swept by
+//! a cluster that does not know its blocks. (A data dir written before
+//! cluster ids existed has blocks and no file: it joins the first om that
+//! answers, with a warning.)
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -23,6 +25,37 @@ const MAX_ID_LEN: usize = 128;
 /// characters without spaces.
 fn valid(id: &str) -> bool {
     !id.is_empty() && id.len() <= MAX_ID_LEN && id.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// Why an om's answer was not taken as this datanode's cluster.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum JoinError {
+    /// The data dir belongs to another cluster.
+    #[error(
+        "this data dir belongs to cluster {ours} ({file}), but the om serves cluster {theirs}; \
+         to join that cluster, start the datanode on a new data dir"
+    )]
+    OtherCluster {
+        /// The cluster in the file.
+        ours: String,
+        /// The om's.
+        theirs: String,
+        /// The file, for the message.
+        file: String,
+    },
+    /// The om's answer names no valid cluster id.
+    #[error("the om named no valid cluster id: {0:?}")]
+    InvalidId(String),
+    /// The id could not be written durably (local I/O).
+    #[error("recording cluster {id} in {file}: {source}")]
+    Record {
+        /// The cluster being joined.
+        id: String,
+        /// The file.
+        file: String,
+        /// What the file system said.
+        source: std::io::Error,
+    },
 }
 
 /// The cluster this datanode has joined, and where that is kept.
@@ -68,29 +101,46 @@ impl Membership {
 
     /// Takes an om's answer naming cluster `theirs`: joins it, durably,
     /// when none is joined yet. An empty id (an om older than cluster ids)
-    /// passes.
+    /// passes. `held_blocks` is how many blocks the data dir holds: a data
+    /// dir written before cluster ids existed holds blocks without a
+    /// `cluster.id`, and joins the first om's cluster with a warning.
     ///
     /// # Errors
-    /// A message naming both ids when `theirs` is another cluster; one
-    /// saying why when `theirs` is not a cluster id or the file cannot be
-    /// written (nothing is joined then).
-    pub(crate) fn accept(&self, theirs: &str) -> Result<(), String> {
+    /// [`JoinError`]: another cluster, an answer that is no cluster id, or
+    /// the file not written (nothing is joined then; the file may hold the
+    /// id when only the directory's sync failed).
+    pub(crate) fn accept(&self, theirs: &str, held_blocks: u64) -> Result<(), JoinError> {
         if theirs.is_empty() {
             return Ok(());
         }
         let mut joined = self.lock();
         match joined.as_deref() {
             Some(ours) if ours == theirs => Ok(()),
-            Some(ours) => Err(format!(
-                "this datanode belongs to cluster {ours} ({}), but the om answered for cluster {theirs}",
-                self.file.display()
+            Some(ours) => Err(JoinError::OtherCluster {
+                ours: ours.to_string(),
+                theirs: theirs.to_string(),
+                file: self.file.display().to_string(),
+            }),
+            None if !valid(theirs) => Err(JoinError::InvalidId(
+                theirs.chars().take(MAX_ID_LEN).collect(),
             )),
-            None if !valid(theirs) => Err(format!("the om named no valid cluster id: {theirs:?}")),
             None => {
-                write_durably(&self.file, theirs).map_err(|e| {
-                    format!("recording cluster {theirs} in {}: {e}", self.file.display())
+                write_durably(&self.file, theirs).map_err(|source| JoinError::Record {
+                    id: theirs.to_string(),
+                    file: self.file.display().to_string(),
+                    source,
                 })?;
-                tracing::info!(cluster = theirs, "joined cluster");
+                if held_blocks > 0 {
+                    tracing::warn!(
+                        cluster = theirs,
+                        blocks = held_blocks,
+                        "this data dir holds blocks but had no cluster id (written before cluster \
+                         ids); it joined the cluster of the om that answered first, whose \
+                         metadata must be the one those blocks belong to"
+                    );
+                } else {
+                    tracing::info!(cluster = theirs, "joined cluster");
+                }
                 *joined = Some(theirs.to_string());
                 Ok(())
             }
@@ -106,7 +156,10 @@ impl Membership {
 
 /// Writes `text` to `path` so that a crash leaves the old file or the new
 /// one, whole: a temporary file, synced, renamed over, the directory synced.
-fn write_durably(path: &Path, text: &str) -> std::io::Result<()> {
+///
+/// # Errors
+/// The first I/O error.
+pub(crate) fn write_durably(path: &Path, text: &str) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::File::create(&tmp)?;
     f.write_all(text.as_bytes())?;
@@ -127,18 +180,26 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let m = Membership::load(dir.path()).expect("load");
         assert_eq!(m.joined(), "");
-        m.accept("").expect("an om without ids passes");
+        m.accept("", 0).expect("an om without ids passes");
         assert_eq!(m.joined(), "");
-        m.accept("bad id").expect_err("not an id");
+        m.accept("bad id", 0).expect_err("not an id");
         assert_eq!(m.joined(), "", "nothing joined");
-        m.accept("CID-a").expect("join");
-        m.accept("CID-a").expect("the same");
-        let e = m.accept("CID-b").expect_err("another cluster");
-        assert!(e.contains("CID-a") && e.contains("CID-b"), "{e}");
+        m.accept("CID-a", 0).expect("join");
+        m.accept("CID-a", 0).expect("the same");
+        let e = m.accept("CID-b", 0).expect_err("another cluster");
+        assert!(matches!(e, JoinError::OtherCluster { .. }), "{e:?}");
+        let text = e.to_string();
+        assert!(text.contains("CID-a") && text.contains("CID-b"), "{text}");
 
         let again = Membership::load(dir.path()).expect("reload");
         assert_eq!(again.joined(), "CID-a");
-        again.accept("CID-b").expect_err("still another cluster");
+        again.accept("CID-b", 0).expect_err("still another cluster");
+        // A file edited by hand keeps working with a trailing newline.
+        std::fs::write(dir.path().join(CLUSTER_ID_FILE), "CID-c\n").expect("write");
+        assert_eq!(
+            Membership::load(dir.path()).expect("reload").joined(),
+            "CID-c"
+        );
     }
 
     #[test]
@@ -152,5 +213,18 @@ mod tests {
                 "{bad:?}: {e:?}"
             );
         }
+    }
+
+    #[test]
+    fn an_id_that_cannot_be_recorded_is_not_joined() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // The temporary file's name taken by a directory: the write fails,
+        // even for root.
+        std::fs::create_dir(dir.path().join("cluster.tmp")).expect("mkdir");
+        let m = Membership::load(dir.path()).expect("load");
+        let e = m.accept("CID-a", 7).expect_err("cannot write");
+        assert!(matches!(e, JoinError::Record { .. }), "{e:?}");
+        assert_eq!(m.joined(), "", "nothing joined");
+        assert!(!dir.path().join(CLUSTER_ID_FILE).exists());
     }
 }

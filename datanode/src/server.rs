@@ -23,7 +23,7 @@ use crate::admin::DatanodeAdminGrpc;
 use crate::fault::FaultInjector;
 use crate::heartbeat::{Reporter, SecretsSink, run_block_reports, run_heartbeats};
 use crate::inflight::{DEFAULT_MAX_INFLIGHT_BYTES, InflightBudget};
-use crate::membership::Membership;
+use crate::membership::{JoinError, Membership};
 use crate::metrics::DatanodeMetrics;
 use crate::reconstruction::{DEFAULT_MAX_RECONSTRUCTIONS, EcReconstructionCoordinator};
 use crate::service::DatanodeGrpcService;
@@ -50,7 +50,8 @@ pub const MAX_MESSAGE_SIZE: usize = 64 * 1024 * 1024;
 pub struct DatanodeConfig {
     /// Address to listen on; port 0 picks a free port.
     pub listen: SocketAddr,
-    /// Directory holding containers, metadata and the datanode's id.
+    /// Directory holding containers, metadata, the datanode's id
+    /// (`datanode.id`) and the cluster it joined (`cluster.id`).
     pub data_dir: PathBuf,
     /// The oms to register with, report to and take block token secrets
     /// from, if any: `HOST:PORT`, or several comma-separated (the oms of one
@@ -208,7 +209,8 @@ fn load_or_create_uuid(dir: &Path) -> Result<DatanodeId, DatanodeError> {
         Err(e) => return Err(DatanodeError::io(format!("reading {}", path.display()), e)),
     }
     let uuid = DatanodeId::random();
-    std::fs::write(&path, uuid.as_str())
+    // Durable before the datanode registers under it.
+    crate::membership::write_durably(&path, uuid.as_str())
         .map_err(|e| DatanodeError::io(format!("writing {}", path.display()), e))?;
     Ok(uuid)
 }
@@ -516,6 +518,7 @@ async fn register_with_any(
                     refused[i] = true;
                     why[i] = Some(format!("the om at {om} refused the registration: {e}"));
                 }
+                Err(Registration::Local(e)) => return Err(e),
                 Err(Registration::Failed(e)) => {
                     tracing::debug!(om, error = %e, "registration failed; retrying");
                     why[i] = Some(format!("registering with om {om}: {e}"));
@@ -543,6 +546,9 @@ enum Registration {
     Refused(String),
     /// No answer: not reachable yet, or the call failed.
     Failed(String),
+    /// This datanode failed (its cluster id could not be written): final
+    /// for the whole start, not only for this om.
+    Local(DatanodeError),
 }
 
 /// One registration attempt with the om at `om`.
@@ -569,9 +575,14 @@ async fn register(om: &str, reporter: &Reporter) -> Result<Vec<BlockTokenSecret>
     // Everything checked before the cluster is joined.
     let secrets = crate::heartbeat::secrets(answer.block_token_secrets)
         .map_err(|e| Registration::Refused(format!("bad block token secrets: {e}")))?;
-    reporter
-        .membership
-        .accept(&answer.cluster_id)
-        .map_err(Registration::Refused)?;
-    Ok(secrets)
+    let held = reporter.store.stats().blocks;
+    match reporter.membership.accept(&answer.cluster_id, held) {
+        Ok(()) => Ok(secrets),
+        // Local: start stops here rather than try an om of another cluster.
+        Err(e @ JoinError::Record { .. }) => Err(Registration::Local(DatanodeError::io(
+            "joining the om's cluster",
+            std::io::Error::other(e.to_string()),
+        ))),
+        Err(e) => Err(Registration::Refused(e.to_string())),
+    }
 }

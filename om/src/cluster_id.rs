@@ -49,8 +49,8 @@ pub(crate) fn check(ours: &str, theirs: &str, d: &DatanodeDetails) -> Result<(),
         return Ok(());
     }
     Err(OmError::PermissionDenied(format!(
-        "datanode {d} has joined cluster {theirs}; this om serves cluster {ours} \
-         (give a datanode only the oms of one cluster)"
+        "datanode {d} belongs to cluster {theirs} (its data dir's cluster.id); this om \
+         serves cluster {ours}: a datanode joins another cluster only on a new data dir"
     )))
 }
 

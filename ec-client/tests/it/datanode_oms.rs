@@ -164,6 +164,7 @@ async fn datanodes_join_the_cluster_of_the_first_om_that_takes_them() {
 
     // It belongs to b's cluster for good (`cluster.id` in its data dir):
     // restarted with a alone, a refuses it and it does not start.
+    let late_uuid = late.details().uuid.clone();
     late.shutdown().await;
     let config = DatanodeConfig::new(
         "127.0.0.1:0".parse().expect("addr"),
@@ -179,6 +180,11 @@ async fn datanodes_join_the_cluster_of_the_first_om_that_takes_them() {
         matches!(e, datanode::DatanodeError::InvalidArgument(_))
             && e.to_string().contains(b.om().cluster_id()),
         "{e}"
+    );
+    let on_a = a.om().datanode_statuses();
+    assert!(
+        on_a.iter().all(|s| s.details.uuid != late_uuid),
+        "a recorded the refused datanode: {on_a:?}"
     );
 }
 
@@ -199,4 +205,26 @@ async fn a_malformed_or_repeated_om_list_is_refused_before_serving() {
         );
         assert!(e.to_string().contains("om address"), "{bad}: {e}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_id_that_cannot_be_recorded_stops_the_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = om(&dir.path().join("a")).await;
+    let b = om(&dir.path().join("b")).await;
+    let dn_dir = dir.path().join("dn");
+    // The cluster id's temporary file name taken by a directory.
+    std::fs::create_dir_all(dn_dir.join("cluster.tmp")).expect("mkdir");
+    let config = DatanodeConfig::new("127.0.0.1:0".parse().expect("addr"), &dn_dir)
+        .with_om(format!("{},{}", a.address(), b.address()))
+        .with_heartbeat_interval(HEARTBEAT);
+    let e = Datanode::start(config)
+        .await
+        .expect_err("the id cannot be recorded");
+    assert!(
+        matches!(e, datanode::DatanodeError::Io { .. }),
+        "a local failure, not a refusal: {e:?}"
+    );
+    // It did not go on to the next om, of another cluster.
+    assert!(b.om().datanode_statuses().is_empty(), "b took it");
 }
