@@ -54,6 +54,26 @@ pub(crate) fn check(ours: &str, theirs: &str, d: &DatanodeDetails) -> Result<(),
     )))
 }
 
+impl crate::OzoneManager {
+    /// [`check`] against this om's cluster, counting refusals.
+    ///
+    /// # Errors
+    /// As [`check`].
+    pub(crate) fn check_cluster(&self, theirs: &str, d: &DatanodeDetails) -> Result<(), OmError> {
+        check(self.cluster_id(), theirs, d).inspect_err(|_| {
+            self.other_cluster_refusals.send_modify(|n| *n += 1);
+        })
+    }
+
+    /// A receiver of the number of registrations, heartbeats and block
+    /// reports refused because the datanode belongs to another cluster
+    /// (to wait for refusals without polling).
+    #[must_use]
+    pub fn watch_other_cluster_refusals(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.other_cluster_refusals.subscribe()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,6 +117,8 @@ mod tests {
     /// Waits until `om` lists datanode `address` as HEALTHY.
     async fn wait_healthy(om: &crate::OmServer, address: &str) {
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        // Liveness changes only when a registration or heartbeat arrives.
+        let mut heard = om.om().watch_heartbeats();
         loop {
             let statuses = om.om().datanode_statuses();
             if statuses
@@ -105,12 +127,12 @@ mod tests {
             {
                 return;
             }
+            let next = tokio::time::timeout_at(deadline, heard.changed()).await;
             assert!(
-                tokio::time::Instant::now() < deadline,
+                matches!(next, Ok(Ok(()))),
                 "{address} is not healthy on {}: {statuses:?}",
                 om.address()
             );
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
     }
 
@@ -202,7 +224,16 @@ mod tests {
             token_check(&address, &b).await,
             ResultCode::ContainerNotFound
         );
-        tokio::time::sleep(10 * HEARTBEAT).await;
+        // Refused at least three times (registration, heartbeats, reports):
+        // and still recorded nowhere there.
+        let mut refusals = other.om().watch_other_cluster_refusals();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            refusals.wait_for(|n| *n >= 3),
+        )
+        .await
+        .expect("refusals within 10 s")
+        .expect("om alive");
         assert!(
             other.om().datanode_statuses().is_empty(),
             "another cluster's om took it"
@@ -214,21 +245,31 @@ mod tests {
 
         // Both oms of the cluster get block reports.
         let uuid = dn.details().uuid.clone();
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
-        while a.om().block_report(&uuid).is_none() || b.om().block_report(&uuid).is_none() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no block report on a or b"
-            );
-            tokio::time::sleep(HEARTBEAT).await;
+        for om in [&a, &b] {
+            let mut reports = om.om().watch_block_reports();
+            tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                reports.wait_for(|_| om.om().block_report(&uuid).is_some()),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("no block report on {} in 10 s", om.address()))
+            .expect("om alive");
         }
 
-        // a goes; heartbeats to b go on, each in time: b never calls the
-        // datanode stale, though a refuses connections and the hung om
-        // holds each heartbeat for two seconds.
+        // a goes; heartbeats to b go on: 20 of them arrive within 10 s
+        // (2 s at the 100 ms interval), though a refuses connections and the
+        // hung om holds each heartbeat for 2 s (a loop over the oms in turn
+        // would need 40 s), and b never calls the datanode stale.
         a.shutdown().await;
-        for _ in 0..20 {
-            tokio::time::sleep(HEARTBEAT).await;
+        let mut heard = b.om().watch_heartbeats();
+        let from = *heard.borrow_and_update();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while *heard.borrow() < from + 20 {
+            let next = tokio::time::timeout_at(deadline, heard.changed()).await;
+            assert!(
+                matches!(next, Ok(Ok(()))),
+                "b heard fewer than 20 heartbeats in 10 s"
+            );
             let on_b = b.om().datanode_statuses();
             assert!(
                 on_b.iter().all(|s| s.state == crate::NodeState::Healthy),

@@ -290,6 +290,9 @@ pub struct OzoneManager {
     pub(crate) deletions_pending: tokio::sync::watch::Sender<u64>,
     /// Registrations and heartbeats received, published on each.
     pub(crate) heartbeats: tokio::sync::watch::Sender<u64>,
+    /// Registrations, heartbeats and block reports refused because the
+    /// datanode belongs to another cluster (`cluster_id.rs`).
+    pub(crate) other_cluster_refusals: tokio::sync::watch::Sender<u64>,
     /// Lease renewals received, published on each.
     pub(crate) renewals: tokio::sync::watch::Sender<u64>,
     /// Multipart uploads in progress, published after every change.
@@ -454,6 +457,7 @@ impl OzoneManager {
             sessions_open: tokio::sync::watch::Sender::new(0),
             deletions_pending: tokio::sync::watch::Sender::new(0),
             heartbeats: tokio::sync::watch::Sender::new(0),
+            other_cluster_refusals: tokio::sync::watch::Sender::new(0),
             renewals: tokio::sync::watch::Sender::new(0),
             uploads_open: tokio::sync::watch::Sender::new(0),
             renames: crate::keys::RenameTracker::default(),

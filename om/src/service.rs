@@ -109,7 +109,7 @@ impl OzoneManagerService for OmGrpcService {
             .and_then(DatanodeDetails::try_from)
             .map_err(bad)?;
         self.require_datanode_peer(peer.as_deref().map(Vec::as_slice), &d, "RegisterDatanode")?;
-        crate::cluster_id::check(self.om.cluster_id(), &req.cluster_id, &d)?;
+        self.om.check_cluster(&req.cluster_id, &d)?;
         self.om.register_datanode(d).await?;
         let secrets = self.om.block_token_secrets().await?;
         Ok(Response::new(pb::RegisterDatanodeResponse {
@@ -141,7 +141,7 @@ impl OzoneManagerService for OmGrpcService {
             .and_then(DatanodeDetails::try_from)
             .map_err(bad)?;
         self.require_datanode_peer(peer.as_deref().map(Vec::as_slice), &d, "Heartbeat")?;
-        crate::cluster_id::check(self.om.cluster_id(), &req.cluster_id, &d)?;
+        self.om.check_cluster(&req.cluster_id, &d)?;
         let stats = NodeStats::from(req.stats.unwrap_or_default());
         self.om.heartbeat(&d, stats).await?;
         // Reads the store only when the om's copy of the keys is behind.
@@ -170,7 +170,7 @@ impl OzoneManagerService for OmGrpcService {
                     .and_then(DatanodeDetails::try_from)
                     .map_err(bad)?;
                 self.require_datanode_peer(peer.as_deref().map(Vec::as_slice), &d, "BlockReport")?;
-                crate::cluster_id::check(self.om.cluster_id(), &page.cluster_id, &d)?;
+                self.om.check_cluster(&page.cluster_id, &d)?;
                 // Refused at the first page, before anything is buffered: a datanode the om
                 // does not know there, or one already streaming a report.
                 if self.om.datanode(&d.uuid).as_ref() != Some(&d) {

@@ -48,6 +48,8 @@ fn refused() -> String {
 /// Waits until `om` lists every one of `addresses` as HEALTHY.
 async fn wait_healthy(om: &OmServer, addresses: &[String]) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    // Liveness changes only when a registration or heartbeat arrives.
+    let mut heard = om.om().watch_heartbeats();
     loop {
         let statuses = om.om().datanode_statuses();
         let healthy = addresses.iter().all(|a| {
@@ -58,13 +60,23 @@ async fn wait_healthy(om: &OmServer, addresses: &[String]) {
         if healthy {
             return;
         }
+        let next = tokio::time::timeout_at(deadline, heard.changed()).await;
         assert!(
-            tokio::time::Instant::now() < deadline,
+            matches!(next, Ok(Ok(()))),
             "not every datanode is healthy on {}: {statuses:?}",
             om.address()
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Waits until `om` has refused at least `n` calls of datanodes of another
+/// cluster.
+async fn wait_refusals(om: &OmServer, n: u64) {
+    let mut refusals = om.om().watch_other_cluster_refusals();
+    tokio::time::timeout(Duration::from_secs(10), refusals.wait_for(|r| *r >= n))
+        .await
+        .unwrap_or_else(|_| panic!("{} refused fewer than {n} calls in 10 s", om.address()))
+        .expect("om alive");
 }
 
 /// Writes a key through the om at `om` and reads it back (block tokens
@@ -132,7 +144,8 @@ async fn datanodes_join_the_cluster_of_the_first_om_that_takes_them() {
     let id = |t: &BlockToken| t.identifier().expect("readable").key_id;
     assert_eq!(id(&from_a), id(&from_b), "both oms' first key has one id");
     read_records(&key, &from_a).await;
-    tokio::time::sleep(5 * HEARTBEAT).await;
+    // b has refused them (at least twice each) and recorded none.
+    wait_refusals(&b, 10).await;
     assert!(
         b.om().datanode_statuses().is_empty(),
         "b took a's datanodes"
@@ -149,13 +162,14 @@ async fn datanodes_join_the_cluster_of_the_first_om_that_takes_them() {
 
     // A datanode whose first om is down joins the next one's cluster, and
     // the om after that (another cluster) refuses it.
+    let refused_by_a = *a.om().watch_other_cluster_refusals().borrow();
     let late = datanode(
         &dir.path().join("late"),
         &format!("{},{},{}", refused(), b.address(), a.address()),
     )
     .await;
     wait_healthy(&b, &[late.address().to_string()]).await;
-    tokio::time::sleep(5 * HEARTBEAT).await;
+    wait_refusals(&a, refused_by_a + 2).await;
     let on_a = a.om().datanode_statuses();
     assert!(
         on_a.iter().all(|s| s.details.address != late.address()),
