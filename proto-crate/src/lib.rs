@@ -55,7 +55,7 @@ pub mod wire {
 }
 
 pub use datanode_id::DatanodeId;
-pub use dir_lock::{DirLock, DirLockError, LOCK_FILE};
+pub use dir_lock::{DirLock, DirLockError, FORK_WINDOW_WAIT, LOCK_FILE};
 pub use domain::{
     BLOCK_GROUP_LENGTH_KEY, BlockCommit, BlockData, BlockGroup, BlockId, BlockLocation,
     ChecksumData, ChecksumType, ChunkInfo, DatanodeDetails, Pipeline, ReplicationConfig,
