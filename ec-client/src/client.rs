@@ -27,6 +27,10 @@ use crate::replicated_output::ReplicatedKeyOutputStream;
 use crate::write_state::WriteState;
 use crate::{ClientConfig, Result};
 
+/// Most uploads or parts the om returns for one listing call (S3's own page maximum,
+/// the om's `MAX_LIST_PAGE`).
+pub const LIST_PAGE: u32 = 1000;
+
 /// The request id the caller's task carries (minted by the S3 gateway per
 /// request, or set with `proto_crate::request_id::scope`), for spans.
 fn request_id() -> String {
@@ -136,12 +140,39 @@ impl Client {
         self.shared.om.get_bucket(name).await
     }
 
-    /// Every bucket.
+    /// Every bucket, by name, fetched a page of [`LIST_PAGE`] at a time.
     ///
     /// # Errors
     /// Om failures.
     pub async fn list_buckets(&self) -> Result<Vec<BucketInfo>> {
-        self.shared.om.list_buckets().await
+        let mut all: Vec<BucketInfo> = Vec::new();
+        loop {
+            let after = all.last().map_or("", |b| b.name.as_str());
+            let (page, more) = self.list_buckets_page(None, "", after, LIST_PAGE).await?;
+            let empty = page.is_empty();
+            all.extend(page);
+            if !more || empty {
+                return Ok(all);
+            }
+        }
+    }
+
+    /// A page of buckets by name: `owner`'s only (S3 user name; `None`: every bucket),
+    /// names starting with `prefix` and after `after` (empty: from the start), at most
+    /// `max` (the om answers at most [`LIST_PAGE`]; 0: that many). Also whether more
+    /// follow. An owner's page costs the om one index range, whatever the number of
+    /// buckets (S3's ListBuckets with prefix, continuation-token and max-buckets).
+    ///
+    /// # Errors
+    /// Om failures.
+    pub async fn list_buckets_page(
+        &self,
+        owner: Option<&str>,
+        prefix: &str,
+        after: &str,
+        max: u32,
+    ) -> Result<(Vec<BucketInfo>, bool)> {
+        self.shared.om.list_buckets(owner, prefix, after, max).await
     }
 
     /// Replaces bucket `name`'s canned ACL (S3 PutBucketAcl).
@@ -217,20 +248,56 @@ impl Client {
     /// [`ClientError::Om`] (`NO_SUCH_UPLOAD`, `INVALID_ARGUMENT`).
     #[tracing::instrument(level = "debug", name = "client.upload_part", skip(self), fields(request_id = %request_id()), err(Display))]
     pub async fn upload_part(&self, upload_id: &str, part_number: u32) -> Result<KeyOutputStream> {
-        let upload = self.shared.om.list_parts(upload_id).await?;
+        let (upload, _) = self.shared.om.list_parts(upload_id, 0, 0).await?;
         let opened = self.shared.om.open_part(upload_id, part_number).await?;
         self.writer(&upload.bucket, &upload.key, opened).await
     }
 
-    /// The upload `upload_id` with its parts in part-number order.
+    /// The upload `upload_id` without its parts (`parts` empty): its bucket, key,
+    /// replication, initiation time and metadata. One call, whatever the number of parts.
+    ///
+    /// # Errors
+    /// [`ClientError::Om`] (`NO_SUCH_UPLOAD`).
+    pub async fn multipart_upload(&self, upload_id: &str) -> Result<MultipartUpload> {
+        Ok(self.shared.om.list_parts(upload_id, 0, 0).await?.0)
+    }
+
+    /// The upload `upload_id` with all its parts in part-number order (at most
+    /// 10,000), fetched a page of [`LIST_PAGE`] parts at a time.
     ///
     /// # Errors
     /// [`ClientError::Om`] (`NO_SUCH_UPLOAD`).
     pub async fn list_parts(&self, upload_id: &str) -> Result<MultipartUpload> {
-        self.shared.om.list_parts(upload_id).await
+        let (mut upload, mut more) = self.list_parts_page(upload_id, 0, LIST_PAGE).await?;
+        while more {
+            let after = upload.parts.last().map_or(0, |p| p.part_number);
+            let (page, next) = self.list_parts_page(upload_id, after, LIST_PAGE).await?;
+            if page.parts.is_empty() {
+                break;
+            }
+            upload.parts.extend(page.parts);
+            more = next;
+        }
+        Ok(upload)
     }
 
-    /// Uploads in progress in `bucket` for keys starting with `prefix` (parts left out).
+    /// The upload `upload_id` with its parts numbered above `after`, at most `max` of them
+    /// (the om answers at most [`LIST_PAGE`]; 0: none), and whether more follow (S3's
+    /// ListParts with part-number-marker and max-parts).
+    ///
+    /// # Errors
+    /// [`ClientError::Om`] (`NO_SUCH_UPLOAD`).
+    pub async fn list_parts_page(
+        &self,
+        upload_id: &str,
+        after: u32,
+        max: u32,
+    ) -> Result<(MultipartUpload, bool)> {
+        self.shared.om.list_parts(upload_id, after, max).await
+    }
+
+    /// Every upload in progress in `bucket` for keys starting with `prefix` (parts left
+    /// out), by key then initiation time, fetched a page of [`LIST_PAGE`] at a time.
     ///
     /// # Errors
     /// [`ClientError::BucketNotFound`], om failures.
@@ -239,7 +306,42 @@ impl Client {
         bucket: &str,
         prefix: &str,
     ) -> Result<Vec<MultipartUpload>> {
-        self.shared.om.list_multipart_uploads(bucket, prefix).await
+        let mut all: Vec<MultipartUpload> = Vec::new();
+        loop {
+            let (key, id) = all
+                .last()
+                .map_or(("", ""), |u| (u.key.as_str(), u.upload_id.as_str()));
+            let (page, more) = self
+                .list_multipart_uploads_page(bucket, prefix, key, id, LIST_PAGE)
+                .await?;
+            let empty = page.is_empty();
+            all.extend(page);
+            if !more || empty {
+                return Ok(all);
+            }
+        }
+    }
+
+    /// A page of uploads in progress in `bucket` for keys starting with `prefix`, by key
+    /// then initiation time (S3's ListMultipartUploads): after every upload of
+    /// `key_marker` (empty: from the start), or, with `upload_id_marker`, after that upload
+    /// of `key_marker`; at most `max` (the om answers at most [`LIST_PAGE`]; 0: that many).
+    /// Also whether more follow.
+    ///
+    /// # Errors
+    /// [`ClientError::BucketNotFound`], om failures.
+    pub async fn list_multipart_uploads_page(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        key_marker: &str,
+        upload_id_marker: &str,
+        max: u32,
+    ) -> Result<(Vec<MultipartUpload>, bool)> {
+        self.shared
+            .om
+            .list_multipart_uploads(bucket, prefix, key_marker, upload_id_marker, max)
+            .await
     }
 
     /// Completes an upload from `parts` ((part number, ETag), ascending): the

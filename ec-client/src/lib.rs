@@ -41,7 +41,7 @@ mod write_state;
 pub use block_stream::{BlockStreamError, MetricsSnapshot, RetryPolicy, RpcKind, XceiverConfig};
 /// The byte buffers reads return (`read_ranges`, `read_range`).
 pub use bytes::Bytes;
-pub use client::{BucketOptions, Client};
+pub use client::{BucketOptions, Client, LIST_PAGE};
 pub use config::{ClientConfig, EcWriteMode, ReadMode};
 pub use ec_codec::EcError;
 pub use ec_codec::{EcReplicationConfig, ReplicaIndex};

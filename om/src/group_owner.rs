@@ -7,10 +7,11 @@ use std::fmt;
 
 use prost::Message;
 use proto_crate::wire::om as pb;
-use proto_crate::{BlockGroup, KeyInfo, MultipartUpload, ReplicationConfig};
+use proto_crate::{BlockGroup, KeyInfo, PartInfo, ReplicationConfig};
 use redb::{ReadableDatabase, ReadableTable, WriteTransaction};
 
-use crate::manager::{KEYS, UPLOADS, decode};
+use crate::manager::{KEYS, decode};
+use crate::upload_rows::{PARTS, UPLOADS};
 use crate::{OmError, OzoneManager};
 
 /// The record holding a block group.
@@ -53,12 +54,14 @@ impl GroupOwner {
         }
     }
 
-    /// Reads the owner's record from `keys` or `uploads` (tables of a read or a write
-    /// transaction): its replication and groups. `None` when the record (or the part) is gone.
+    /// Reads the owner's record from `keys`, or `uploads` and `parts` (tables of a read or
+    /// a write transaction): its replication and groups. `None` when the record (or the
+    /// part) is gone.
     fn fetch(
         &self,
         keys: &impl ReadableTable<(&'static str, &'static str), &'static [u8]>,
         uploads: &impl ReadableTable<&'static str, &'static [u8]>,
+        parts: &impl ReadableTable<(&'static str, u32), &'static [u8]>,
     ) -> Result<Option<Loaded>, OmError> {
         match self {
             Self::Key { bucket, key } => {
@@ -76,25 +79,27 @@ impl GroupOwner {
                 upload_id,
                 part_number,
             } => {
-                let Some(v) = uploads.get(upload_id.as_str())? else {
+                let Some(u) = crate::upload_rows::header(uploads, upload_id)? else {
                     return Ok(None);
                 };
-                let u: MultipartUpload =
-                    decode::<pb::MultipartUploadInfo, _>(v.value(), "multipart upload")?;
-                let Some(p) = u.parts.iter().find(|p| p.part_number == *part_number) else {
+                let Some(p) = crate::upload_rows::part(parts, upload_id, *part_number)? else {
                     return Ok(None);
                 };
                 Ok(Some(Loaded {
                     replication: u.replication,
                     groups: p.block_groups.clone(),
-                    record: Record::Upload(u, *part_number),
+                    record: Record::Part(u.upload_id, p),
                 }))
             }
         }
     }
 
     fn load(&self, txn: &WriteTransaction) -> Result<Option<Loaded>, OmError> {
-        self.fetch(&txn.open_table(KEYS)?, &txn.open_table(UPLOADS)?)
+        self.fetch(
+            &txn.open_table(KEYS)?,
+            &txn.open_table(UPLOADS)?,
+            &txn.open_table(PARTS)?,
+        )
     }
 
     /// The replication and group `group` (from 0) of the owner, read in `txn`.
@@ -137,15 +142,9 @@ impl GroupOwner {
                     pb::KeyInfo::from(k).encode_to_vec().as_slice(),
                 )?;
             }
-            Record::Upload(mut u, part_number) => {
-                if let Some(p) = u.parts.iter_mut().find(|p| p.part_number == part_number) {
-                    p.block_groups = loaded.groups;
-                }
-                let id = u.upload_id.clone();
-                txn.open_table(UPLOADS)?.insert(
-                    id.as_str(),
-                    pb::MultipartUploadInfo::from(u).encode_to_vec().as_slice(),
-                )?;
+            Record::Part(upload_id, mut p) => {
+                p.block_groups = loaded.groups;
+                crate::upload_rows::put_part(txn, &upload_id, &p)?;
             }
         }
         Ok(out)
@@ -155,8 +154,8 @@ impl GroupOwner {
 /// A record as read, to write back.
 enum Record {
     Key(KeyInfo),
-    /// The upload and the number of the part read.
-    Upload(MultipartUpload, u32),
+    /// The upload id and the part read.
+    Part(String, PartInfo),
 }
 
 struct Loaded {
@@ -194,7 +193,11 @@ impl OzoneManager {
     ) -> Result<(ReplicationConfig, BlockGroup), OmError> {
         let read = self.db.begin_read()?;
         let loaded = owner
-            .fetch(&read.open_table(KEYS)?, &read.open_table(UPLOADS)?)?
+            .fetch(
+                &read.open_table(KEYS)?,
+                &read.open_table(UPLOADS)?,
+                &read.open_table(PARTS)?,
+            )?
             .ok_or_else(|| owner.gone())?;
         loaded.pick(owner, group)
     }

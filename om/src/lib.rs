@@ -26,6 +26,7 @@
 mod admin;
 mod block_reports;
 mod block_tokens;
+mod buckets;
 mod clock;
 mod cluster_id;
 mod completed;
@@ -53,12 +54,14 @@ mod sessions;
 mod store_moves;
 #[cfg(test)]
 mod test_oms;
+mod upload_rows;
 
 pub use admin::{AdminCallError, OmAdminClient, OmAdminGrpc};
 pub use block_reports::{BlockReport, MAX_CHECKS_PER_PASS, MAX_REPORTED_BLOCKS};
 pub use block_tokens::{
     BlockTokenConfig, DEFAULT_BLOCK_TOKEN_LIFETIME, MIN_BLOCK_TOKEN_LIFETIME, TokenOwner,
 };
+pub use buckets::{BucketFilter, MAX_BUCKET_PAGE};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use completed::COMPLETION_RETRY_WINDOW;
 pub use decommission::OperationalState;
@@ -83,3 +86,4 @@ pub use s3_users::{
 pub use server::OmServer;
 pub use service::OmGrpcService;
 pub use sessions::{ANONYMOUS_CLIENT, MAX_OPEN_SESSIONS};
+pub use upload_rows::{MAX_LIST_PAGE, UploadsMarker};

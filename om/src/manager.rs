@@ -14,11 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use prost::Message;
-use proto_crate::wire::om as pb;
-use proto_crate::{
-    BlockGroup, BucketInfo, CannedAcl, DatanodeDetails, DatanodeId, DirLock, ReplicationConfig,
-};
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use proto_crate::{BlockGroup, DatanodeDetails, DatanodeId, DirLock, ReplicationConfig};
+use redb::{Database, TableDefinition};
 
 use crate::OmError;
 use crate::clock::{Clock, SystemClock};
@@ -29,8 +26,6 @@ type Result<T, E = OmError> = std::result::Result<T, E>;
 
 pub(crate) const BUCKETS: TableDefinition<&str, &[u8]> = TableDefinition::new("buckets");
 pub(crate) const KEYS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("keys");
-/// Multipart uploads in progress: upload id -> encoded `MultipartUploadInfo`.
-pub(crate) const UPLOADS: TableDefinition<&str, &[u8]> = TableDefinition::new("multipart_uploads");
 pub(crate) const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 
 /// Blocks placed in one container before the om opens a new one on the same
@@ -402,7 +397,8 @@ impl OzoneManager {
             txn.open_table(BUCKETS)?;
             txn.open_table(KEYS)?;
             txn.open_table(COUNTERS)?;
-            txn.open_table(UPLOADS)?;
+            crate::upload_rows::create_tables(&txn)?;
+            crate::buckets::create_tables(&txn)?;
             txn.open_table(DELETION_LOG)?;
             txn.open_table(OPEN_GROUPS)?;
             txn.open_table(crate::completed::COMPLETED)?;
@@ -427,6 +423,17 @@ impl OzoneManager {
         crate::block_tokens::move_onto_store(&db, own.as_ref())?;
         crate::decommission::move_onto_store(&db, own.as_ref())?;
         crate::registrations::move_onto_store(&db, own.as_ref())?;
+        let indexed = crate::buckets::index_owners(&db)?;
+        if indexed > 0 {
+            tracing::info!(buckets = indexed, "indexed buckets by owner");
+        }
+        let split = crate::upload_rows::split_parts_into_rows(&db)?;
+        if split > 0 {
+            tracing::info!(
+                uploads = split,
+                "stored the parts of multipart uploads as rows of their own"
+            );
+        }
         let lost = reclaim_lost_sessions(&db)?;
         if lost > 0 {
             tracing::info!(
@@ -608,153 +615,5 @@ impl OzoneManager {
     #[must_use]
     pub fn datanodes(&self) -> Vec<DatanodeDetails> {
         self.state().nodes.all()
-    }
-
-    /// Creates a bucket; `None` takes the om's default replication / block size.
-    ///
-    /// # Errors
-    /// [`OmError::BucketAlreadyExists`], [`OmError::InvalidArgument`] for a bad
-    /// name or a zero block size, database errors.
-    pub fn create_bucket(
-        &self,
-        name: &str,
-        replication: Option<ReplicationConfig>,
-        block_size: Option<u64>,
-    ) -> Result<BucketInfo> {
-        self.create_bucket_as(name, replication, block_size, "", CannedAcl::Private)
-    }
-
-    /// [`create_bucket`](Self::create_bucket) for S3 user `owner` (empty:
-    /// none) with canned ACL `acl`.
-    ///
-    /// # Errors
-    /// As [`create_bucket`](Self::create_bucket); [`OmError::LimitExceeded`]
-    /// when `owner` already owns [`MAX_BUCKETS_PER_OWNER`](crate::MAX_BUCKETS_PER_OWNER).
-    pub fn create_bucket_as(
-        &self,
-        name: &str,
-        replication: Option<ReplicationConfig>,
-        block_size: Option<u64>,
-        owner: &str,
-        acl: CannedAcl,
-    ) -> Result<BucketInfo> {
-        validate_name("bucket", name)?;
-        let block_size = block_size.unwrap_or(self.config.default_block_size);
-        if block_size == 0 {
-            return Err(OmError::InvalidArgument(
-                "block size must be positive".into(),
-            ));
-        }
-        let default_replication = replication.unwrap_or(self.config.default_replication);
-        if let ReplicationConfig::Ec(ec) = default_replication
-            && !block_size.is_multiple_of(ec.cell_size())
-        {
-            return Err(OmError::InvalidArgument(format!(
-                "block size {block_size} is not a multiple of the {ec} cell size {}",
-                ec.cell_size()
-            )));
-        }
-        let info = BucketInfo {
-            name: name.to_string(),
-            default_replication,
-            block_size,
-            created_unix_ms: now_ms(),
-            owner: owner.to_string(),
-            acl,
-        };
-        let txn = self.db.begin_write()?;
-        {
-            let mut t = txn.open_table(BUCKETS)?;
-            if t.get(name)?.is_some() {
-                return Err(OmError::BucketAlreadyExists(name.to_string()));
-            }
-            if !owner.is_empty() {
-                let mut owned = 0;
-                for entry in t.iter()? {
-                    let (_, v) = entry?;
-                    if decode::<pb::BucketInfo, BucketInfo>(v.value(), "bucket")?.owner == owner {
-                        owned += 1;
-                    }
-                }
-                if owned >= crate::MAX_BUCKETS_PER_OWNER {
-                    return Err(OmError::LimitExceeded(format!(
-                        "user {owner} owns {owned} buckets, the most one user may"
-                    )));
-                }
-            }
-            t.insert(
-                name,
-                pb::BucketInfo::from(info.clone())
-                    .encode_to_vec()
-                    .as_slice(),
-            )?;
-        }
-        txn.commit()?;
-        Ok(info)
-    }
-
-    /// The bucket named `name`.
-    ///
-    /// # Errors
-    /// [`OmError::BucketNotFound`], database errors.
-    pub fn get_bucket(&self, name: &str) -> Result<BucketInfo> {
-        let read = self.db.begin_read()?;
-        let t = read.open_table(BUCKETS)?;
-        let v = t
-            .get(name)?
-            .ok_or_else(|| OmError::BucketNotFound(name.to_string()))?;
-        decode::<pb::BucketInfo, _>(v.value(), "bucket")
-    }
-
-    /// Every bucket, by name.
-    ///
-    /// # Errors
-    /// Database errors.
-    pub fn list_buckets(&self) -> Result<Vec<BucketInfo>> {
-        let read = self.db.begin_read()?;
-        let t = read.open_table(BUCKETS)?;
-        let mut out = Vec::new();
-        for entry in t.iter()? {
-            let (_, v) = entry?;
-            out.push(decode::<pb::BucketInfo, _>(v.value(), "bucket")?);
-        }
-        Ok(out)
-    }
-
-    /// Deletes an empty bucket: no keys and no multipart uploads in progress
-    /// (S3 refuses a bucket with incomplete uploads the same way), checked
-    /// in the deleting transaction.
-    ///
-    /// # Errors
-    /// [`OmError::BucketNotFound`], [`OmError::BucketNotEmpty`], database errors.
-    pub fn delete_bucket(&self, name: &str) -> Result<()> {
-        let txn = self.db.begin_write()?;
-        {
-            let keys = txn.open_table(KEYS)?;
-            if keys
-                .range((name, "")..)?
-                .next()
-                .transpose()?
-                .is_some_and(|(k, _)| k.value().0 == name)
-            {
-                return Err(OmError::BucketNotEmpty(name.to_string()));
-            }
-            // Multipart uploads in progress count as content, as on S3: a
-            // bucket created again under this name must not inherit them.
-            for entry in txn.open_table(UPLOADS)?.iter()? {
-                let (_, v) = entry?;
-                let u: proto_crate::MultipartUpload =
-                    decode::<pb::MultipartUploadInfo, _>(v.value(), "multipart upload")?;
-                if u.bucket == name {
-                    return Err(OmError::BucketNotEmpty(name.to_string()));
-                }
-            }
-            let mut t = txn.open_table(BUCKETS)?;
-            if t.remove(name)?.is_none() {
-                return Err(OmError::BucketNotFound(name.to_string()));
-            }
-        }
-        txn.commit()?;
-        Ok(())
     }
 }

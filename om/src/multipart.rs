@@ -19,8 +19,12 @@ use proto_crate::{
 use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
 use crate::deletion::{end_session, log_groups, log_key_groups};
-use crate::manager::{KEYS, OpenKey, SessionTarget, UPLOADS, decode, now_ms};
+use crate::manager::{KEYS, OpenKey, SessionTarget, decode, now_ms};
 use crate::sessions::ANONYMOUS_CLIENT;
+use crate::upload_rows::{
+    MAX_LIST_PAGE, PARTS, UPLOADS, UPLOADS_BY_BUCKET, UploadsMarker, header, insert_upload,
+    parts_after, put_part, remove_upload, uploads_page,
+};
 use crate::{OmError, OzoneManager};
 
 type Result<T, E = OmError> = std::result::Result<T, E>;
@@ -33,13 +37,11 @@ fn trim_etag(e: &str) -> &str {
 }
 
 impl OzoneManager {
+    /// The header of upload `upload_id` (its `parts` empty).
     fn load_upload(&self, upload_id: &str) -> Result<MultipartUpload> {
         let read = self.db.begin_read()?;
-        let t = read.open_table(UPLOADS)?;
-        let v = t
-            .get(upload_id)?
-            .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()))?;
-        decode::<pb::MultipartUploadInfo, _>(v.value(), "multipart upload")
+        header(&read.open_table(UPLOADS)?, upload_id)?
+            .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()))
     }
 
     /// Stores a new upload, checking in the same transaction that its
@@ -53,12 +55,7 @@ impl OzoneManager {
         {
             return Err(OmError::BucketNotFound(u.bucket.clone()));
         }
-        txn.open_table(UPLOADS)?.insert(
-            u.upload_id.as_str(),
-            pb::MultipartUploadInfo::from(u.clone())
-                .encode_to_vec()
-                .as_slice(),
-        )?;
+        insert_upload(&txn, u)?;
         txn.commit()?;
         self.publish_uploads();
         Ok(())
@@ -201,31 +198,14 @@ impl OzoneManager {
             modified_unix_ms: now_ms(),
             metadata,
         };
-        // Read-modify-write inside one write transaction: parts of one upload
-        // commit concurrently (aws-cli uploads them in parallel).
+        // One part row: parts of one upload commit concurrently (aws-cli uploads them in
+        // parallel), each reading and writing only its own row and the upload's header.
         let txn = self.db.begin_write()?;
         let outcome = (|| {
-            let replaced: Vec<PartInfo> = {
-                let mut t = txn.open_table(UPLOADS)?;
-                let mut u: MultipartUpload = {
-                    let v = t
-                        .get(upload_id.as_str())?
-                        .ok_or_else(|| OmError::NoSuchUpload(upload_id.clone()))?;
-                    decode::<pb::MultipartUploadInfo, _>(v.value(), "multipart upload")?
-                };
-                let (old, kept): (Vec<PartInfo>, Vec<PartInfo>) = u
-                    .parts
-                    .into_iter()
-                    .partition(|p| p.part_number == part_number);
-                u.parts = kept;
-                u.parts.push(part.clone());
-                u.parts.sort_by_key(|p| p.part_number);
-                t.insert(
-                    upload_id.as_str(),
-                    pb::MultipartUploadInfo::from(u).encode_to_vec().as_slice(),
-                )?;
-                old
-            };
+            if header(&txn.open_table(UPLOADS)?, &upload_id)?.is_none() {
+                return Err(OmError::NoSuchUpload(upload_id.clone()));
+            }
+            let replaced = put_part(&txn, &upload_id, &part)?;
             log_groups(&txn, replaced.iter().flat_map(|p| &p.block_groups))?;
             end_session(&txn, session_id, &leftovers)
         })();
@@ -235,16 +215,37 @@ impl OzoneManager {
         Ok(part)
     }
 
-    /// The upload with its parts.
+    /// The upload `upload_id` with its parts numbered above `after`, ascending, at most
+    /// `limit` of them (and at most [`MAX_LIST_PAGE`]; 0: the header alone), read in one
+    /// transaction; and whether more parts follow (S3's ListParts with part-number-marker
+    /// and max-parts).
     ///
     /// # Errors
     /// [`OmError::NoSuchUpload`], database errors.
-    pub fn list_parts(&self, upload_id: &str) -> Result<MultipartUpload> {
-        self.load_upload(upload_id)
+    pub fn list_parts(
+        &self,
+        upload_id: &str,
+        after: u32,
+        limit: usize,
+    ) -> Result<(MultipartUpload, bool)> {
+        let read = self.db.begin_read()?;
+        let mut u = header(&read.open_table(UPLOADS)?, upload_id)?
+            .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()))?;
+        let (parts, more) = parts_after(
+            &read.open_table(PARTS)?,
+            upload_id,
+            after,
+            limit.min(MAX_LIST_PAGE),
+        )?;
+        u.parts = parts;
+        Ok((u, more))
     }
 
-    /// Uploads in progress in `bucket` for keys starting with `prefix`, by
-    /// key then initiation time; parts are left out.
+    /// Uploads in progress in `bucket` for keys starting with `prefix`, after `marker`, by
+    /// key, then initiation time, then id (S3's ListMultipartUploads order), at most `limit`
+    /// (and at most [`MAX_LIST_PAGE`]); parts are left out. Also whether more follow. One
+    /// read transaction and one index range: the cost is the page's, whatever the number of
+    /// uploads in the om.
     ///
     /// # Errors
     /// [`OmError::BucketNotFound`], database errors.
@@ -252,22 +253,25 @@ impl OzoneManager {
         &self,
         bucket: &str,
         prefix: &str,
-    ) -> Result<Vec<MultipartUpload>> {
-        self.get_bucket(bucket)?;
+        marker: &UploadsMarker,
+        limit: usize,
+    ) -> Result<(Vec<MultipartUpload>, bool)> {
         let read = self.db.begin_read()?;
-        let t = read.open_table(UPLOADS)?;
-        let mut out = Vec::new();
-        for entry in t.iter()? {
-            let (_, v) = entry?;
-            let mut u: MultipartUpload =
-                decode::<pb::MultipartUploadInfo, _>(v.value(), "multipart upload")?;
-            if u.bucket == bucket && u.key.starts_with(prefix) {
-                u.parts.clear();
-                out.push(u);
-            }
+        if read
+            .open_table(crate::manager::BUCKETS)?
+            .get(bucket)?
+            .is_none()
+        {
+            return Err(OmError::BucketNotFound(bucket.to_string()));
         }
-        out.sort_by(|a, b| (&a.key, a.initiated_unix_ms).cmp(&(&b.key, b.initiated_unix_ms)));
-        Ok(out)
+        uploads_page(
+            &read.open_table(UPLOADS)?,
+            &read.open_table(UPLOADS_BY_BUCKET)?,
+            bucket,
+            prefix,
+            marker,
+            limit.min(MAX_LIST_PAGE),
+        )
     }
 
     /// Abandons an upload and its parts; the parts' groups are logged for
@@ -277,16 +281,9 @@ impl OzoneManager {
     /// [`OmError::NoSuchUpload`], database errors.
     pub fn abort_multipart_upload(&self, upload_id: &str) -> Result<()> {
         let txn = self.db.begin_write()?;
-        {
-            let u: MultipartUpload = {
-                let mut t = txn.open_table(UPLOADS)?;
-                let v = t
-                    .remove(upload_id)?
-                    .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()))?;
-                decode::<pb::MultipartUploadInfo, _>(v.value(), "multipart upload")?
-            };
-            log_groups(&txn, u.parts.iter().flat_map(|p| &p.block_groups))?;
-        }
+        let (_, parts) = remove_upload(&txn, upload_id)?
+            .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()))?;
+        log_groups(&txn, parts.iter().flat_map(|p| &p.block_groups))?;
         txn.commit()?;
         self.deletions_changed();
         self.publish_uploads();
@@ -332,14 +329,10 @@ impl OzoneManager {
         // write transaction, so a concurrent part commit or abort cannot
         // slip between the check and the write.
         let txn = self.db.begin_write()?;
-        let u: MultipartUpload = {
-            let t = txn.open_table(UPLOADS)?;
-            let Some(v) = t.get(upload_id)? else {
-                // A retry of a completion that succeeded gets the same answer.
-                return crate::completed::answer(&txn, upload_id, parts)?
-                    .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()));
-            };
-            decode::<pb::MultipartUploadInfo, _>(v.value(), "multipart upload")?
+        let Some(u) = header(&txn.open_table(UPLOADS)?, upload_id)? else {
+            // A retry of a completion that succeeded gets the same answer.
+            return crate::completed::answer(&txn, upload_id, parts)?
+                .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()));
         };
         if parts.is_empty() {
             return Err(OmError::InvalidPart("the part list is empty".into()));
@@ -354,37 +347,37 @@ impl OzoneManager {
         }
         let mut groups = Vec::new();
         let mut length = 0u64;
-        for (i, (number, etag)) in parts.iter().enumerate() {
-            let Some(p) = u.parts.iter().find(|p| p.part_number == *number) else {
-                return Err(OmError::InvalidPart(format!(
-                    "part {number} was not uploaded"
-                )));
-            };
-            if trim_etag(etag) != p.etag {
-                return Err(OmError::InvalidPart(format!(
-                    "part {number} has ETag {}, not {}",
-                    p.etag,
-                    trim_etag(etag)
-                )));
+        let mut sizes = Vec::with_capacity(parts.len());
+        {
+            let stored = txn.open_table(PARTS)?;
+            for (i, (number, etag)) in parts.iter().enumerate() {
+                let Some(p) = crate::upload_rows::part(&stored, upload_id, *number)? else {
+                    return Err(OmError::InvalidPart(format!(
+                        "part {number} was not uploaded"
+                    )));
+                };
+                if trim_etag(etag) != p.etag {
+                    return Err(OmError::InvalidPart(format!(
+                        "part {number} has ETag {}, not {}",
+                        p.etag,
+                        trim_etag(etag)
+                    )));
+                }
+                if i + 1 < parts.len() && p.size < min_part_size {
+                    return Err(OmError::EntityTooSmall(format!(
+                        "part {number} holds {} bytes, under the {min_part_size}-byte minimum",
+                        p.size
+                    )));
+                }
+                length = length
+                    .checked_add(p.size)
+                    .ok_or_else(|| OmError::InvalidArgument("part sizes overflow".into()))?;
+                sizes.push(p.size.to_string());
+                groups.extend(p.block_groups);
             }
-            if i + 1 < parts.len() && p.size < min_part_size {
-                return Err(OmError::EntityTooSmall(format!(
-                    "part {number} holds {} bytes, under the {min_part_size}-byte minimum",
-                    p.size
-                )));
-            }
-            length = length
-                .checked_add(p.size)
-                .ok_or_else(|| OmError::InvalidArgument("part sizes overflow".into()))?;
-            groups.extend(p.block_groups.iter().cloned());
         }
         let mut meta = u.metadata.clone();
         meta.extend(metadata);
-        let sizes: Vec<String> = parts
-            .iter()
-            .filter_map(|(n, _)| u.parts.iter().find(|p| p.part_number == *n))
-            .map(|p| p.size.to_string())
-            .collect();
         meta.insert(MULTIPART_PART_SIZES_KEY.to_string(), sizes.join(","));
         let block_size = {
             let t = txn.open_table(crate::manager::BUCKETS)?;
@@ -409,17 +402,16 @@ impl OzoneManager {
         // key's groups and the groups of parts left out of the completion
         // are logged for deletion.
         {
-            txn.open_table(UPLOADS)?.remove(upload_id)?;
+            let (_, stored) = remove_upload(&txn, upload_id)?
+                .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()))?;
             crate::completed::record(&txn, upload_id, &info, parts)?;
             log_key_groups(&txn, &info.bucket, &info.name)?;
             txn.open_table(KEYS)?.insert(
                 (info.bucket.as_str(), info.name.as_str()),
                 pb::KeyInfo::from(info.clone()).encode_to_vec().as_slice(),
             )?;
-            let unlisted = u
-                .parts
-                .iter()
-                .filter(|p| !parts.iter().any(|(n, _)| *n == p.part_number));
+            let listed: std::collections::BTreeSet<u32> = parts.iter().map(|(n, _)| *n).collect();
+            let unlisted = stored.iter().filter(|p| !listed.contains(&p.part_number));
             log_groups(&txn, unlisted.flat_map(|p| &p.block_groups))?;
         }
         txn.commit()?;
@@ -473,7 +465,8 @@ mod tests {
         let g1 = part(&om, &id, 1, 100, "\"aaa\"");
         part(&om, &id, 2, 5, "old");
         let g2 = part(&om, &id, 2, 50, "bbb"); // replaces the first part 2
-        let listed = om.list_parts(&id).expect("list");
+        let (listed, more) = om.list_parts(&id, 0, 1000).expect("list");
+        assert!(!more);
         assert_eq!(
             listed
                 .parts
@@ -483,7 +476,10 @@ mod tests {
             vec![(1, 100), (2, 50)]
         );
         assert_eq!(
-            om.list_multipart_uploads("b", "").expect("uploads").len(),
+            om.list_multipart_uploads("b", "", &UploadsMarker::default(), 1000)
+                .expect("uploads")
+                .0
+                .len(),
             1
         );
 
@@ -524,7 +520,10 @@ mod tests {
             Some("text/plain")
         );
         assert_eq!(om.lookup_key("b", "k").expect("lookup"), key);
-        assert!(matches!(om.list_parts(&id), Err(OmError::NoSuchUpload(_))));
+        assert!(matches!(
+            om.list_parts(&id, 0, 1000),
+            Err(OmError::NoSuchUpload(_))
+        ));
     }
 
     #[tokio::test]

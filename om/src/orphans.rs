@@ -32,7 +32,7 @@ use proto_crate::{BlockGroup, BlockLocation, DatanodeId, ReplicaIndex};
 use redb::{ReadableDatabase, ReadableTable};
 
 use crate::deletion::{DELETION_LOG, OPEN_GROUPS};
-use crate::manager::{COUNTERS, KEYS, UPLOADS, decode};
+use crate::manager::{COUNTERS, KEYS, decode};
 use crate::{OmError, OzoneManager};
 
 use crate::block_reports::Replica;
@@ -87,15 +87,10 @@ impl OzoneManager {
                 let k = decode::<pb::KeyInfo, proto_crate::KeyInfo>(v.value(), "key")?;
                 k.block_groups.iter().for_each(|g| mark_group(g, &mut mark));
             }
-            for entry in read.open_table(UPLOADS)?.iter()? {
+            for entry in read.open_table(crate::upload_rows::PARTS)?.iter()? {
                 let (_, v) = entry?;
-                let u = decode::<pb::MultipartUploadInfo, proto_crate::MultipartUpload>(
-                    v.value(),
-                    "multipart upload",
-                )?;
-                for p in &u.parts {
-                    p.block_groups.iter().for_each(|g| mark_group(g, &mut mark));
-                }
+                let p = decode::<pb::PartInfo, proto_crate::PartInfo>(v.value(), "multipart part")?;
+                p.block_groups.iter().for_each(|g| mark_group(g, &mut mark));
             }
             for entry in read.open_table(OPEN_GROUPS)?.iter()? {
                 let (_, v) = entry?;

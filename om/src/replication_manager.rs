@@ -283,15 +283,22 @@ impl OzoneManager {
     /// Multipart uploads in progress, with their uploaded parts, in one read transaction.
     fn uploads(&self) -> Result<Vec<proto_crate::MultipartUpload>, OmError> {
         let read = self.db.begin_read()?;
-        let mut out = Vec::new();
-        for entry in read.open_table(crate::manager::UPLOADS)?.iter()? {
-            let (_, v) = entry?;
-            out.push(decode::<pb::MultipartUploadInfo, _>(
-                v.value(),
-                "multipart upload",
-            )?);
+        let mut out = std::collections::BTreeMap::new();
+        for entry in read.open_table(crate::upload_rows::UPLOADS)?.iter()? {
+            let (k, v) = entry?;
+            let u: proto_crate::MultipartUpload =
+                decode::<pb::MultipartUploadInfo, _>(v.value(), "multipart upload")?;
+            out.insert(k.value().to_string(), u);
         }
-        Ok(out)
+        for entry in read.open_table(crate::upload_rows::PARTS)?.iter()? {
+            let (k, v) = entry?;
+            let (id, _) = k.value();
+            if let Some(u) = out.get_mut(id) {
+                u.parts
+                    .push(decode::<pb::PartInfo, _>(v.value(), "multipart part")?);
+            }
+        }
+        Ok(out.into_values().collect())
     }
 
     /// Committed keys after `after` (bucket, key), at most `limit`, in one read transaction.

@@ -234,11 +234,24 @@ impl OzoneManagerService for OmGrpcService {
 
     async fn list_buckets(
         &self,
-        _req: Request<pb::ListBucketsRequest>,
+        req: Request<pb::ListBucketsRequest>,
     ) -> Result<Response<pb::ListBucketsResponse>, Status> {
-        let b = self.run(OzoneManager::list_buckets).await?;
+        let req = req.into_inner();
+        let filter = crate::BucketFilter {
+            owner: req.owner,
+            prefix: req.prefix,
+            after: req.start_after,
+        };
+        let limit = match req.max_buckets {
+            0 => crate::MAX_BUCKET_PAGE,
+            n => usize::try_from(n).unwrap_or(usize::MAX),
+        };
+        let (b, truncated) = self
+            .run(move |om| om.list_buckets_page(&filter, limit))
+            .await?;
         Ok(Response::new(pb::ListBucketsResponse {
             buckets: b.into_iter().map(Into::into).collect(),
+            truncated,
         }))
     }
 
@@ -553,10 +566,14 @@ impl OzoneManagerService for OmGrpcService {
         &self,
         req: Request<pb::ListPartsRequest>,
     ) -> Result<Response<pb::ListPartsResponse>, Status> {
-        let id = req.into_inner().upload_id;
-        let u = self.run(move |om| om.list_parts(&id)).await?;
+        let req = req.into_inner();
+        let limit = usize::try_from(req.max_parts).unwrap_or(usize::MAX);
+        let (u, truncated) = self
+            .run(move |om| om.list_parts(&req.upload_id, req.part_number_marker, limit))
+            .await?;
         Ok(Response::new(pb::ListPartsResponse {
             upload: Some(u.into()),
+            truncated,
         }))
     }
 
@@ -565,11 +582,20 @@ impl OzoneManagerService for OmGrpcService {
         req: Request<pb::ListMultipartUploadsRequest>,
     ) -> Result<Response<pb::ListMultipartUploadsResponse>, Status> {
         let req = req.into_inner();
-        let uploads = self
-            .run(move |om| om.list_multipart_uploads(&req.bucket, &req.prefix))
+        let marker = crate::UploadsMarker {
+            key: req.key_marker,
+            upload_id: Some(req.upload_id_marker).filter(|id| !id.is_empty()),
+        };
+        let limit = match req.max_uploads {
+            0 => crate::MAX_LIST_PAGE,
+            n => usize::try_from(n).unwrap_or(usize::MAX),
+        };
+        let (uploads, truncated) = self
+            .run(move |om| om.list_multipart_uploads(&req.bucket, &req.prefix, &marker, limit))
             .await?;
         Ok(Response::new(pb::ListMultipartUploadsResponse {
             uploads: uploads.into_iter().map(Into::into).collect(),
+            truncated,
         }))
     }
 

@@ -209,7 +209,7 @@ async fn check_upload(store: &OzoneStore, path: &Path, id: &MultipartId) -> Resu
     }
     let upload = store
         .client
-        .list_parts(id)
+        .multipart_upload(id)
         .await
         .map_err(|e| from_client(path, e))?;
     if upload.bucket != store.bucket || upload.key != key_of(path) {

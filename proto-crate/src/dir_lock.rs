@@ -16,8 +16,8 @@
 //! that names this process but is held by none of them is waited for, at
 //! most [`FORK_WINDOW_WAIT`].
 
-use std::fs::{File, OpenOptions, TryLockError};
 use std::collections::HashSet;
+use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
@@ -158,7 +158,9 @@ impl DirLock {
 fn in_use(file: &mut File, dir: &Path, path: &Path) -> DirLockError {
     let mut holder = String::new();
     // Best effort: the holder may be rewriting it right now.
-    let _ = file.rewind().and_then(|()| file.read_to_string(&mut holder));
+    let _ = file
+        .rewind()
+        .and_then(|()| file.read_to_string(&mut holder));
     let holder = holder.trim();
     let pid = holder
         .strip_prefix("pid ")
@@ -221,7 +223,10 @@ mod tests {
         let started = Instant::now();
         let err = DirLock::acquire(&dir, "datanode").expect_err("held by a live owner");
         assert!(err.held_by_this_process());
-        assert!(started.elapsed() < FORK_WINDOW_WAIT, "refused without waiting");
+        assert!(
+            started.elapsed() < FORK_WINDOW_WAIT,
+            "refused without waiting"
+        );
         drop(lock);
         let _ = std::fs::remove_dir_all(&dir);
     }

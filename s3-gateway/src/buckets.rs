@@ -91,15 +91,31 @@ pub(crate) async fn list(
             })?,
     };
     let prefix = i.prefix.clone().unwrap_or_default();
-    let mut buckets: Vec<_> = gw
-        .client()
-        .list_buckets()
-        .await
-        .map_err(to_s3)?
-        .into_iter()
-        .filter(|b| b.name.starts_with(&prefix) && b.name > after && principal.owns(&b.owner))
-        .collect();
-    buckets.sort_by(|a, b| a.name.cmp(&b.name));
+    // Whose buckets: the admin sees every bucket, a user its own, an anonymous caller none.
+    let listed = match principal {
+        Principal::Admin => Some(None),
+        Principal::User(u) => Some(Some(u.as_str())),
+        Principal::Anonymous => None,
+    };
+    // Pages of the om's listing (the user's buckets only: one index range each) until one
+    // more than `max` is known, or the listing ends.
+    let mut buckets: Vec<ec_client::BucketInfo> = Vec::new();
+    if let Some(owner) = listed {
+        let mut from = after;
+        loop {
+            let (page, more) = gw
+                .client()
+                .list_buckets_page(owner, &prefix, &from, 0)
+                .await
+                .map_err(to_s3)?;
+            let Some(last) = page.last() else { break };
+            from.clone_from(&last.name);
+            buckets.extend(page);
+            if !more || max.is_some_and(|m| buckets.len() > m) {
+                break;
+            }
+        }
+    }
     let token = match max {
         Some(m) if buckets.len() > m => {
             buckets.truncate(m);

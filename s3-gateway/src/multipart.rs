@@ -27,7 +27,11 @@ pub(crate) async fn upload_of(
     bucket: &str,
     key: &str,
 ) -> S3Result<ec_client::MultipartUpload> {
-    let u = gw.client().list_parts(upload_id).await.map_err(to_s3)?;
+    let u = gw
+        .client()
+        .multipart_upload(upload_id)
+        .await
+        .map_err(to_s3)?;
     if u.bucket != bucket || u.key != key {
         return Err(not_for(upload_id, bucket, key));
     }
@@ -396,17 +400,23 @@ pub(crate) async fn list_parts(
     gw: &Gateway,
     i: dto::ListPartsInput,
 ) -> S3Result<S3Response<dto::ListPartsOutput>> {
-    let u = upload_of(gw, &i.upload_id, &i.bucket, &i.key).await?;
     let marker = i
         .part_number_marker
         .and_then(|m| u32::try_from(m).ok())
         .unwrap_or(0);
     let max = i
         .max_parts
-        .map_or(1000, |m| usize::try_from(m.clamp(1, 1000)).unwrap_or(1000));
-    let after: Vec<_> = u.parts.iter().filter(|p| p.part_number > marker).collect();
-    let truncated = after.len() > max;
-    let shown: Vec<_> = after.into_iter().take(max).collect();
+        .map_or(1000, |m| u32::try_from(m.clamp(1, 1000)).unwrap_or(1000));
+    // One page from the om: the upload's header and the parts shown.
+    let (mut u, truncated) = gw
+        .client()
+        .list_parts_page(&i.upload_id, marker, max)
+        .await
+        .map_err(to_s3)?;
+    if u.bucket != *i.bucket || u.key != *i.key {
+        return Err(not_for(&i.upload_id, &i.bucket, &i.key));
+    }
+    let shown = std::mem::take(&mut u.parts);
     let next = shown.last().and_then(|p| i32::try_from(p.part_number).ok());
     let algorithm = upload_algorithm(&u);
     Ok(S3Response::new(dto::ListPartsOutput {
@@ -448,59 +458,65 @@ pub(crate) async fn list_uploads(
     i: dto::ListMultipartUploadsInput,
 ) -> S3Result<S3Response<dto::ListMultipartUploadsOutput>> {
     let prefix = i.prefix.clone().unwrap_or_default();
-    let uploads = gw
-        .client()
-        .list_multipart_uploads(&i.bucket, &prefix)
-        .await
-        .map_err(to_s3)?;
     let max = i
         .max_uploads
         .map_or(1000, |m| usize::try_from(m.clamp(1, 1000)).unwrap_or(1000));
-    let key_marker = i.key_marker.clone().unwrap_or_default();
-    // Uploads come sorted by key, then initiation; resume after the marker
-    // upload (or after every upload of the marker key without an id marker).
-    let start = match &i.upload_id_marker {
-        Some(id) if !key_marker.is_empty() => uploads
-            .iter()
-            .position(|u| u.key == key_marker && &u.upload_id == id)
-            .map_or_else(
-                || uploads.partition_point(|u| u.key <= key_marker),
-                |p| p + 1,
-            ),
-        _ if key_marker.is_empty() => 0,
-        _ => uploads.partition_point(|u| u.key <= key_marker),
-    };
     let delimiter = i.delimiter.clone().filter(|d| !d.is_empty());
     let mut shown = Vec::new();
     let mut prefixes: Vec<String> = Vec::new();
     let mut truncated = false;
     let mut last: Option<(String, String)> = None;
-    for u in uploads.into_iter().skip(start) {
-        let common = delimiter.as_deref().and_then(|d| {
-            u.key
-                .get(prefix.len()..)
-                .and_then(|rest| rest.find(d))
-                .map(|j| u.key[..prefix.len() + j + d.len()].to_string())
-        });
-        if let Some(cp) = &common
-            && prefixes.last() == Some(cp)
-        {
-            continue;
+    // Pages from the om in S3's order (key, then initiation), resuming after the markers;
+    // with a delimiter, many uploads may roll up into one common prefix, so pages are read
+    // until `max` entries are shown or the uploads end.
+    let mut key_marker = i.key_marker.clone().unwrap_or_default();
+    let mut id_marker = i
+        .upload_id_marker
+        .clone()
+        .filter(|_| !key_marker.is_empty())
+        .unwrap_or_default();
+    'pages: loop {
+        let (page, more) = gw
+            .client()
+            .list_multipart_uploads_page(&i.bucket, &prefix, &key_marker, &id_marker, 0)
+            .await
+            .map_err(to_s3)?;
+        let Some(end) = page.last().map(|u| (u.key.clone(), u.upload_id.clone())) else {
+            break;
+        };
+        for u in page {
+            let common = delimiter.as_deref().and_then(|d| {
+                u.key
+                    .get(prefix.len()..)
+                    .and_then(|rest| rest.find(d))
+                    .map(|j| u.key[..prefix.len() + j + d.len()].to_string())
+            });
+            if let Some(cp) = &common
+                && prefixes.last() == Some(cp)
+            {
+                // Rolled up into the prefix shown: the next page resumes after it.
+                last = Some((u.key, u.upload_id));
+                continue;
+            }
+            if shown.len() + prefixes.len() == max {
+                truncated = true;
+                break 'pages;
+            }
+            last = Some((u.key.clone(), u.upload_id.clone()));
+            match common {
+                Some(cp) => prefixes.push(cp),
+                None => shown.push(dto::MultipartUpload {
+                    key: Some(u.key),
+                    upload_id: Some(u.upload_id),
+                    initiated: Some(timestamp(u.initiated_unix_ms)),
+                    ..Default::default()
+                }),
+            }
         }
-        if shown.len() + prefixes.len() == max {
-            truncated = true;
+        if !more {
             break;
         }
-        last = Some((u.key.clone(), u.upload_id.clone()));
-        match common {
-            Some(cp) => prefixes.push(cp),
-            None => shown.push(dto::MultipartUpload {
-                key: Some(u.key),
-                upload_id: Some(u.upload_id),
-                initiated: Some(timestamp(u.initiated_unix_ms)),
-                ..Default::default()
-            }),
-        }
+        (key_marker, id_marker) = end;
     }
     let (next_key, next_id) = match (truncated, last) {
         (true, Some((k, id))) => (Some(k), Some(id)),

@@ -104,19 +104,34 @@ impl OmClient {
             .try_into()?)
     }
 
-    pub(crate) async fn list_buckets(&self) -> Result<Vec<BucketInfo>> {
+    /// ListBuckets: a page of buckets (`owner`'s only when given) starting with `prefix`,
+    /// after `after`, at most `max`; and whether more follow.
+    pub(crate) async fn list_buckets(
+        &self,
+        owner: Option<&str>,
+        prefix: &str,
+        after: &str,
+        max: u32,
+    ) -> Result<(Vec<BucketInfo>, bool)> {
         let r = self
             .call(
                 "ListBuckets",
                 Resend::Read,
-                pb::ListBucketsRequest {},
+                pb::ListBucketsRequest {
+                    owner: owner.map(str::to_string),
+                    prefix: prefix.to_string(),
+                    start_after: after.to_string(),
+                    max_buckets: max,
+                },
                 |mut c, r| async move { c.list_buckets(r).await },
             )
             .await?;
-        Ok(r.buckets
+        let buckets = r
+            .buckets
             .into_iter()
             .map(BucketInfo::try_from)
-            .collect::<std::result::Result<_, _>>()?)
+            .collect::<std::result::Result<_, _>>()?;
+        Ok((buckets, r.truncated))
     }
 
     pub(crate) async fn delete_bucket(&self, name: &str) -> Result<()> {

@@ -185,27 +185,43 @@ impl OmClient {
         .await
     }
 
-    pub(crate) async fn list_parts(&self, upload_id: &str) -> Result<MultipartUpload> {
+    /// ListParts: the upload and its parts numbered above `after`, at most `max` (0: the
+    /// header alone); and whether more follow.
+    pub(crate) async fn list_parts(
+        &self,
+        upload_id: &str,
+        after: u32,
+        max: u32,
+    ) -> Result<(MultipartUpload, bool)> {
         let r = self
             .call(
                 "ListParts",
                 Resend::Read,
                 pb::ListPartsRequest {
                     upload_id: upload_id.to_string(),
+                    part_number_marker: after,
+                    max_parts: max,
                 },
                 |mut c, r| async move { c.list_parts(r).await },
             )
             .await?;
-        Ok(r.upload
+        let upload = r
+            .upload
             .ok_or(ProtocolError::MissingField("upload"))?
-            .try_into()?)
+            .try_into()?;
+        Ok((upload, r.truncated))
     }
 
+    /// ListMultipartUploads: a page of uploads after (`key_marker`, `upload_id_marker`),
+    /// at most `max`; and whether more follow.
     pub(crate) async fn list_multipart_uploads(
         &self,
         bucket: &str,
         prefix: &str,
-    ) -> Result<Vec<MultipartUpload>> {
+        key_marker: &str,
+        upload_id_marker: &str,
+        max: u32,
+    ) -> Result<(Vec<MultipartUpload>, bool)> {
         let r = self
             .call(
                 "ListMultipartUploads",
@@ -213,15 +229,20 @@ impl OmClient {
                 pb::ListMultipartUploadsRequest {
                     bucket: bucket.to_string(),
                     prefix: prefix.to_string(),
+                    key_marker: key_marker.to_string(),
+                    upload_id_marker: upload_id_marker.to_string(),
+                    max_uploads: max,
                 },
                 |mut c, r| async move { c.list_multipart_uploads(r).await },
             )
             .await
             .map_err(|e| bucket_not_found(e, bucket))?;
-        Ok(r.uploads
+        let uploads = r
+            .uploads
             .into_iter()
             .map(MultipartUpload::try_from)
-            .collect::<std::result::Result<_, _>>()?)
+            .collect::<std::result::Result<_, _>>()?;
+        Ok((uploads, r.truncated))
     }
 
     pub(crate) async fn complete_multipart_upload(

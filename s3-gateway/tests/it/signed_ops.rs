@@ -84,6 +84,80 @@ async fn bucket_and_object_operations() {
     cluster.shutdown().await;
 }
 
+/// ListMultipartUploads with a delimiter rolls more uploads than one om page (1000) into
+/// one common prefix, and a page that ends on a common prefix resumes after every upload
+/// under it (it listed the prefix again on the next page before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listing_uploads_rolls_up_more_than_an_om_page() {
+    let (cluster, s) = signed_cluster().await;
+    let client = cluster.client().await.expect("client");
+    let s = run(move || {
+        assert_eq!(s.send("PUT", "/roll", &[], &[], b"").0, 200);
+        s
+    })
+    .await;
+    for i in 0..1005 {
+        client
+            .initiate_multipart_upload("roll", &format!("d/k{i:04}"), None, Default::default())
+            .await
+            .expect("initiate");
+    }
+    for k in ["c", "e"] {
+        client
+            .initiate_multipart_upload("roll", k, None, Default::default())
+            .await
+            .expect("initiate");
+    }
+    run(move || {
+        let r = s.send(
+            "GET",
+            "/roll",
+            &[("uploads", ""), ("delimiter", "/")],
+            &[],
+            b"",
+        );
+        let body = String::from_utf8_lossy(&r.2).to_string();
+        assert_eq!(between(&body, "<Key>", "</Key>"), vec!["c", "e"], "{body}");
+        let prefixes: Vec<String> = between(&body, "<Prefix>", "</Prefix>")
+            .into_iter()
+            .filter(|p| !p.is_empty())
+            .collect();
+        assert_eq!(prefixes, vec!["d/"], "{body}");
+        assert!(body.contains("<IsTruncated>false</IsTruncated>"), "{body}");
+        // One entry a page: c, then d/, then e — each once.
+        let (mut seen, mut key_marker, mut id_marker) = (Vec::new(), String::new(), String::new());
+        for _ in 0..5 {
+            let mut q = vec![("uploads", ""), ("delimiter", "/"), ("max-uploads", "1")];
+            if !key_marker.is_empty() {
+                q.push(("key-marker", &key_marker));
+                q.push(("upload-id-marker", &id_marker));
+            }
+            let r = s.send("GET", "/roll", &q, &[], b"");
+            let body = String::from_utf8_lossy(&r.2).to_string();
+            seen.extend(
+                between(&body, "<Key>", "</Key>")
+                    .iter()
+                    .map(|v| v.to_string()),
+            );
+            seen.extend(
+                between(&body, "<Prefix>", "</Prefix>")
+                    .iter()
+                    .filter(|p| !p.is_empty())
+                    .map(|v| v.to_string()),
+            );
+            if !body.contains("<IsTruncated>true</IsTruncated>") {
+                break;
+            }
+            key_marker = between(&body, "<NextKeyMarker>", "</NextKeyMarker>")[0].to_string();
+            id_marker =
+                between(&body, "<NextUploadIdMarker>", "</NextUploadIdMarker>")[0].to_string();
+        }
+        assert_eq!(seen, ["c", "d/", "e"]);
+    })
+    .await;
+    cluster.shutdown().await;
+}
+
 /// CreateMultipartUpload, UploadPart, ListParts, ListMultipartUploads,
 /// CompleteMultipartUpload (ETag in the `-N` form), GET ?partNumber, and
 /// AbortMultipartUpload.
