@@ -40,3 +40,53 @@ async fn killed_processes_lose_no_acknowledged_write() {
     // The kills did not stop the system from working.
     assert!(report.ops_ok > 0, "no write was acknowledged");
 }
+
+/// Regression: a key being written when the om was SIGKILLed was lost (its session lived
+/// in the om's memory; after the restart the writer's next allocation answered
+/// NO_SUCH_SESSION). Open sessions are rows of the om's store now: the writer allocates its
+/// next block groups from the restarted om and commits, and the key reads back whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_in_progress_survives_an_om_sigkill() {
+    use ec_client::{BucketOptions, Client, ClientConfig, ReplicationConfig};
+    use minicluster::process::{ProcessCluster, ProcessTimings, Target};
+
+    let bins = Binaries::locate().expect("om and datanode binaries");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut cluster = ProcessCluster::start(&bins, dir.path(), 5, ProcessTimings::default())
+        .await
+        .expect("cluster");
+    let client = Client::connect(&cluster.om_address(), ClientConfig::default())
+        .await
+        .expect("client");
+    let ec = "rs-3-2-64k".parse().expect("scheme");
+    let options = BucketOptions {
+        replication: Some(ReplicationConfig::Ec(ec)),
+        // 64 KiB blocks: a block group holds 192 KiB, so the write allocates again
+        // after the restart.
+        block_size: Some(64 * 1024),
+        ..Default::default()
+    };
+    let mut attempts = 0;
+    while let Err(e) = client.create_bucket("w", options.clone()).await {
+        attempts += 1;
+        assert!(attempts < 100, "creating the bucket: {e}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let data: Vec<u8> = (0..1_000_000u32)
+        .map(|i| (i.wrapping_mul(31) >> 3) as u8)
+        .collect();
+    let (before, after) = data.split_at(400_000);
+    let mut w = client.create_key("w", "k", None).await.expect("create");
+    w.write(before).await.expect("write before the kill");
+    cluster.kill(Target::Om).await.expect("kill the om");
+    cluster.restart(Target::Om).await.expect("restart the om");
+    w.write(after).await.expect("write after the restart");
+    w.close()
+        .await
+        .expect("close commits into the restarted om");
+    let r = client.open_key("w", "k").await.expect("open");
+    let mut back = vec![0u8; data.len()];
+    r.read_exact_at(0, &mut back).await.expect("read");
+    assert!(back == data, "the key reads back whole");
+    cluster.kill_all().await.expect("stop");
+}

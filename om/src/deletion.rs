@@ -12,8 +12,9 @@
 //! last reference" is "the reference".
 //!
 //! Open writes are persisted too (`open_groups`: a row per allocated group,
-//! removed when its session ends): groups of sessions an om restart lost are
-//! logged at the next start.
+//! removed when its session ends; the sessions themselves in
+//! `session_rows.rs`): they survive an om restart, and groups of no session
+//! are logged at the next start.
 //!
 //! The service ([`run_block_deleting_service`]) wakes whenever the log grows
 //! and at least every interval; entries older than the grace period
@@ -155,13 +156,14 @@ pub(crate) fn record_open_group(
     Ok(())
 }
 
-/// Ends session `session_id` in `txn`: its open-group rows go, and the
-/// groups in `leftovers` (allocated but not committed) are logged.
+/// Ends session `session_id` in `txn`: its row and open-group rows go, and
+/// the groups in `leftovers` (allocated but not committed) are logged.
 pub(crate) fn end_session(
     txn: &WriteTransaction,
     session_id: u64,
     leftovers: &[BlockGroup],
 ) -> Result<()> {
+    crate::session_rows::remove(txn, session_id)?;
     txn.open_table(OPEN_GROUPS)?.retain_in(
         (session_id, 0, 0)..=(session_id, u64::MAX, u64::MAX),
         |_, _| false,
@@ -190,28 +192,6 @@ pub(crate) fn log_key_groups(txn: &WriteTransaction, bucket: &str, key: &str) ->
         }
         None => Ok(false),
     }
-}
-
-/// At start: every open-group row belongs to a session the restart lost;
-/// log them all and clear the table.
-pub(crate) fn reclaim_lost_sessions(db: &redb::Database) -> Result<usize> {
-    let txn = db.begin_write()?;
-    let groups = {
-        let t = txn.open_table(OPEN_GROUPS)?;
-        let mut groups = Vec::new();
-        for entry in t.iter()? {
-            let (_, v) = entry?;
-            groups.push(decode::<pb::BlockGroup, BlockGroup>(
-                v.value(),
-                "open group",
-            )?);
-        }
-        groups
-    };
-    txn.open_table(OPEN_GROUPS)?.retain(|_, _| false)?;
-    log_groups(&txn, &groups)?;
-    txn.commit()?;
-    Ok(groups.len())
 }
 
 impl OzoneManager {

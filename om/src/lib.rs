@@ -50,6 +50,7 @@ mod replication_manager;
 mod s3_users;
 mod server;
 mod service;
+mod session_rows;
 mod sessions;
 mod store_moves;
 #[cfg(test)]

@@ -1,9 +1,9 @@
 //! [`OzoneManager`]: the metadata service as an in-process library.
 //!
 //! Holds the datanode registry (SCM's role) and buckets and keys (OM's role)
-//! in one redb database; open-key sessions live in memory with their
-//! allocated groups persisted (a key being written when the om restarts is
-//! lost, never half-visible, and its blocks are reclaimed). Keys become
+//! in one redb database; open-key sessions live in memory and as rows with
+//! their allocated groups (`session_rows.rs`: a key being written when the om
+//! restarts is written on after it, and never half-visible). Keys become
 //! visible only at commit, as in Ozone's open-key / allocate / commit flow.
 //! Sessions are in `sessions.rs`, the registry's liveness in `nodes.rs`,
 //! block deletion in `deletion.rs`.
@@ -19,7 +19,7 @@ use redb::{Database, TableDefinition};
 
 use crate::OmError;
 use crate::clock::{Clock, SystemClock};
-use crate::deletion::{DELETION_LOG, OPEN_GROUPS, reclaim_lost_sessions};
+use crate::deletion::{DELETION_LOG, OPEN_GROUPS};
 use crate::nodes::{DatanodeStatus, Liveness, NodeRegistry, NodeStats};
 
 type Result<T, E = OmError> = std::result::Result<T, E>;
@@ -399,6 +399,7 @@ impl OzoneManager {
             txn.open_table(COUNTERS)?;
             crate::upload_rows::create_tables(&txn)?;
             crate::buckets::create_tables(&txn)?;
+            crate::session_rows::create_tables(&txn)?;
             txn.open_table(DELETION_LOG)?;
             txn.open_table(OPEN_GROUPS)?;
             txn.open_table(crate::completed::COMPLETED)?;
@@ -434,18 +435,31 @@ impl OzoneManager {
                 "stored the parts of multipart uploads as rows of their own"
             );
         }
-        let lost = reclaim_lost_sessions(&db)?;
+        let now = config.clock.now();
+        let (sessions, lost) = crate::session_rows::load(&db, now)?;
         if lost > 0 {
             tracing::info!(
                 groups = lost,
                 "logged blocks of writes lost in the last om stop for deletion"
             );
         }
+        if !sessions.is_empty() {
+            tracing::info!(
+                sessions = sessions.len(),
+                "open writes resumed; their leases start again now"
+            );
+        }
         let mut state = State {
             op_states: crate::decommission::load(&store).await?,
             ..State::default()
         };
-        let now = config.clock.now();
+        for (id, s) in sessions {
+            *state
+                .sessions_by_client
+                .entry(s.client.clone())
+                .or_default() += 1;
+            state.sessions.insert(id, s);
+        }
         for d in crate::registrations::load(&store).await? {
             state.nodes.load(d, now);
         }

@@ -1,8 +1,10 @@
 //! Open-key sessions: open, allocate block groups, commit, abort, expire.
 //!
-//! A session lives in the om's memory; each group allocated to it is also
-//! recorded durably (`open_groups`) in the allocation's transaction, so that
-//! the groups of a session lost to an om restart are reclaimed. A session
+//! A session lives in the om's memory and as a row (`session_rows.rs`),
+//! written before its id is handed out; each group allocated to it is also
+//! recorded durably (`open_groups`) in the allocation's transaction. A write
+//! in progress therefore survives an om restart: the om loads its sessions
+//! back, each lease starting again. A session
 //! ends by commit (its committed groups move into the key or part; the rest
 //! are logged for deletion), by abort, or by expiry: a session without an
 //! allocation for the open-key lease is aborted by [`OzoneManager::expire_sessions`]
@@ -108,21 +110,39 @@ impl OzoneManager {
             });
         }
         let session_id = new_session_id(&st.sessions);
+        let session = OpenKeySession {
+            client: client.to_string(),
+            last_active: self.config.clock.now(),
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            replication,
+            block_size: b.block_size,
+            allocated: Vec::new(),
+            target,
+        };
+        // Reserved in memory (counted against the bounds; no one else knows the id yet),
+        // then its row written durably, without the state lock held: the id is handed out
+        // only once a restarted om would find the session again (Ozone's OpenKey is a
+        // replicated transaction for the same reason).
+        let row = crate::session_rows::record(&session);
         *st.sessions_by_client.entry(client.to_string()).or_default() += 1;
-        st.sessions.insert(
-            session_id,
-            OpenKeySession {
-                client: client.to_string(),
-                last_active: self.config.clock.now(),
-                bucket: bucket.to_string(),
-                key: key.to_string(),
-                replication,
-                block_size: b.block_size,
-                allocated: Vec::new(),
-                target,
-            },
-        );
+        st.sessions.insert(session_id, session);
+        drop(st);
+        let written = (|| {
+            let txn = self.db.begin_write()?;
+            crate::session_rows::insert(&txn, session_id, &row)?;
+            txn.commit()?;
+            Ok::<(), OmError>(())
+        })();
+        let st = self.state();
         self.publish_sessions(&st);
+        drop(st);
+        if let Err(e) = written {
+            let mut st = self.state();
+            st.remove_session(session_id);
+            self.publish_sessions(&st);
+            return Err(e);
+        }
         Ok(OpenKey {
             session_id,
             replication,

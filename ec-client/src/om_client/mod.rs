@@ -48,6 +48,11 @@ pub(crate) enum Resend {
     /// answer (see [`OmErrorCode::Unavailable`]), since sending it twice
     /// changes nothing.
     Read,
+    /// A change whose repeat leaves what callers see as one would: after any
+    /// failure that is not an om's answer, as a read, but never hedged.
+    /// AllocateBlockGroup (a group allocated by a lost answer is never used,
+    /// and is reclaimed when the session ends), RenewKey, AbortKey.
+    Repeatable,
     /// A change: only when no connection could be made, so the call never
     /// left; after a failure mid-call the om may have applied it, and the
     /// caller sees the error.
@@ -65,8 +70,23 @@ fn not_sent(status: &Status) -> bool {
 /// om error code: `UNAVAILABLE`, or a connection lost mid-call, which tonic
 /// reports as `UNKNOWN` or `CANCELLED`).
 fn resend(status: &Status, how: Resend) -> bool {
-    not_sent(status) || (how == Resend::Read && OmErrorCode::of(status) == OmErrorCode::Unavailable)
+    not_sent(status)
+        || (matches!(how, Resend::Read | Resend::Repeatable)
+            && OmErrorCode::of(status) == OmErrorCode::Unavailable)
 }
+
+/// Passes over the oms a call may make: every om once, then once more, so
+/// that a connection an om's restart broke (the channel reconnects on the
+/// next call) costs one resend, not the call.
+const ROUNDS: usize = 2;
+
+/// First pause before a [`Resend::Repeatable`] call goes round the oms again
+/// after every om failed; it doubles up to [`RETRY_PAUSE_MAX`], until the
+/// call's deadline. A writer's session calls thereby ride out an om restart
+/// (its sessions survive it) instead of failing the write.
+const RETRY_PAUSE_MIN: Duration = Duration::from_millis(100);
+/// Longest pause between rounds of a [`Resend::Repeatable`] call.
+const RETRY_PAUSE_MAX: Duration = Duration::from_secs(1);
 
 /// How a writer's om session ends.
 #[derive(Debug, Clone)]
@@ -319,6 +339,9 @@ impl OmClient {
         let mut sent = 1;
         let mut hedge_at = tokio::time::Instant::now() + share;
         let mut failed: Vec<String> = Vec::new();
+        // A repeatable call's next round, once every om has failed.
+        let mut retry_at: Option<tokio::time::Instant> = None;
+        let mut pause = RETRY_PAUSE_MIN;
         let last = loop {
             let wake = if hedges && sent < n {
                 hedge_at.min(deadline)
@@ -328,19 +351,31 @@ impl OmClient {
             tokio::select! {
                 Some((i, answer)) = inflight.next() => match answer {
                     Ok(r) => return Ok((self.answered(op, i, first, r.into_inner()), i)),
-                    Err(s) if n > 1 && resend(&s, how) => {
+                    Err(s) if resend(&s, how) => {
                         tracing::debug!(op, om = %address(i), "om unreachable: {}", s.message());
-                        failed.push(format!("{}: {}", address(i), s.message()));
-                        if sent < n {
+                        if failed.len() < n * ROUNDS {
+                            failed.push(format!("{}: {}", address(i), s.message()));
+                        }
+                        if sent < n * ROUNDS {
                             inflight.push(launch((first + sent) % n));
                             sent += 1;
                             hedge_at = tokio::time::Instant::now() + share;
+                        } else if how == Resend::Repeatable {
+                            if inflight.is_empty() {
+                                retry_at = Some(tokio::time::Instant::now() + pause);
+                                pause = (pause * 2).min(RETRY_PAUSE_MAX);
+                            }
                         } else if inflight.is_empty() {
                             break s;
                         }
                     }
                     Err(s) => return Err(om_error(op, &self.answered(op, i, first, s))),
                 },
+                () = tokio::time::sleep_until(retry_at.unwrap_or(deadline)), if retry_at.is_some_and(|at| at < deadline) => {
+                    retry_at = None;
+                    inflight.push(launch((first + sent) % n));
+                    sent += 1;
+                }
                 () = tokio::time::sleep_until(wake) => {
                     if wake >= deadline {
                         return Err(ClientError::OmTimeout {

@@ -54,7 +54,7 @@ impl OmClient {
         let r = self
             .call(
                 "AllocateBlockGroup",
-                Resend::IfNotSent,
+                Resend::Repeatable,
                 pb::AllocateBlockGroupRequest {
                     session_id,
                     exclude_datanodes: exclude.into_iter().map(String::from).collect(),
@@ -294,7 +294,7 @@ impl OmClient {
     pub(crate) async fn abort_key(&self, session_id: u64) -> Result<()> {
         self.call(
             "AbortKey",
-            Resend::IfNotSent,
+            Resend::Repeatable,
             pb::AbortKeyRequest { session_id },
             |mut c, r| async move { c.abort_key(r).await },
         )
@@ -305,7 +305,7 @@ impl OmClient {
     pub(crate) async fn renew_key(&self, session_id: u64) -> Result<()> {
         self.call(
             "RenewKey",
-            Resend::IfNotSent,
+            Resend::Repeatable,
             pb::RenewKeyRequest { session_id },
             |mut c, r| async move { c.renew_key(r).await },
         )

@@ -1,13 +1,13 @@
 //! The om's side of running for weeks, in-process: every change that frees
 //! block groups logs each replica for deletion in the same transaction
 //! (exact counts), open sessions expire after their lease and are bounded
-//! per client, sessions lost to a restart are reclaimed, and only HEALTHY
+//! per client, open writes survive a restart (their leases start again), and only HEALTHY
 //! datanodes get new groups.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use om::{NodeState, NodeStats, OmConfig, OmError, OzoneManager};
+use om::{Clock, NodeState, NodeStats, OmConfig, OmError, OzoneManager};
 use proto_crate::{BlockGroup, DatanodeDetails, ReplicationConfig};
 
 /// Replicas per rs-3-2 group: one deletion-log entry each.
@@ -233,40 +233,136 @@ async fn a_renewed_session_outlives_its_lease() {
     ));
 }
 
+/// Regression: a write in progress was lost to an om restart (its session lived in
+/// memory only; the restart logged its groups for deletion and its commit answered
+/// NoSuchSession). Sessions are rows now: after a restart the writer allocates and commits
+/// under the same session id, the part session of an upload too, and nothing is logged.
 #[tokio::test]
-async fn groups_of_sessions_lost_in_a_restart_are_reclaimed_and_ids_never_repeat() {
+async fn open_writes_survive_a_restart_and_commit() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let stale_session = {
+    let (key_session, first_group, part_session, upload) = {
         let first = om(dir.path()).await;
         let om = &first;
+        let s = om.open_key_as("writer-1", "b", "k", None).expect("open");
+        let g = om
+            .allocate_block_group(s.session_id, &[])
+            .expect("allocate");
+        let upload = om
+            .initiate_multipart_upload("b", "mpu", None, BTreeMap::new())
+            .expect("initiate");
+        let p = om.open_part(&upload, 3).expect("open part");
+        put(om, "done", 1, 5);
+        (s.session_id, g, p.session_id, upload)
+    };
+    let second = om(dir.path()).await;
+    assert_eq!(pending(&second), 0, "nothing reclaimed");
+    assert_eq!(second.open_sessions(), 2, "both writes are still open");
+    let g2 = second
+        .allocate_block_group(key_session, &[])
+        .expect("the writer goes on allocating");
+    let info = second
+        .commit_key(
+            key_session,
+            &[
+                BlockGroup {
+                    length: 4,
+                    ..first_group
+                },
+                BlockGroup { length: 3, ..g2 },
+            ],
+            7,
+            BTreeMap::new(),
+        )
+        .expect("and commits");
+    assert_eq!(second.lookup_key("b", "k").expect("visible"), info);
+    let pg = second
+        .allocate_block_group(part_session, &[])
+        .expect("the part writer too");
+    second
+        .commit_part(part_session, &[BlockGroup { length: 2, ..pg }], 2, "e3")
+        .expect("part commits");
+    let (u, _) = second.list_parts(&upload, 0, 10).expect("parts");
+    assert_eq!(u.parts.len(), 1);
+    assert_eq!(pending(&second), 0, "every group is referenced");
+    assert_eq!(second.lookup_key("b", "done").expect("kept").length, 5);
+    // A session ended before a restart stays ended.
+    assert!(matches!(
+        second.commit_key(key_session, &[], 0, BTreeMap::new()),
+        Err(OmError::NoSuchSession(_))
+    ));
+    drop(second);
+    let third = om(dir.path()).await;
+    assert_eq!(third.open_sessions(), 0);
+    assert_eq!(pending(&third), 0);
+}
+
+/// A resumed session counts against its client's bound and expires one lease after the
+/// restart, its groups logged; session ids never repeat across restarts.
+#[tokio::test]
+async fn resumed_sessions_keep_their_bounds_and_expire_from_the_restart() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let lease = Duration::from_secs(60);
+    let clock = std::sync::Arc::new(om::ManualClock::default());
+    let config = |c: OmConfig| {
+        c.with_open_key_lease(lease)
+            .with_max_sessions_per_client(2)
+            .with_clock(clock.clone())
+    };
+    let stale = {
+        let om = om_with(dir.path(), config).await;
+        let a = om.open_key_as("c", "b", "x", None).expect("open");
+        om.allocate_block_group(a.session_id, &[])
+            .expect("allocate");
+        om.open_key_as("c", "b", "y", None).expect("open");
+        clock.advance(lease - Duration::from_secs(1));
+        a.session_id
+    };
+    let om = om_with(dir.path(), config).await;
+    assert!(matches!(
+        om.open_key_as("c", "b", "z", None),
+        Err(OmError::TooManyOpenSessions { .. })
+    ));
+    let fresh = om.open_key("b", "k", None).expect("another client");
+    assert_ne!(fresh.session_id, stale);
+    // The lease runs from the restart, not from the first om's last allocation.
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(om.expire_sessions(clock.now()).expect("expire"), 0);
+    clock.advance(lease);
+    assert_eq!(om.expire_sessions(clock.now()).expect("expire"), 3);
+    assert_eq!(pending(&om), REPLICAS, "the one allocated group");
+}
+
+/// Open groups of no session (a file written before sessions were rows) are logged for
+/// deletion at open, once.
+#[tokio::test]
+async fn open_groups_of_no_session_are_reclaimed_at_open() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    {
+        let om = om(dir.path()).await;
         let s = om.open_key("b", "k", None).expect("open");
         om.allocate_block_group(s.session_id, &[])
             .expect("allocate");
         om.allocate_block_group(s.session_id, &[])
             .expect("allocate");
-        put(om, "done", 1, 5);
-        s.session_id
-    };
-    let second = om(dir.path()).await;
+    }
+    {
+        // As an older om left it: open groups, no session rows.
+        let db = redb::Database::create(dir.path().join("om.redb")).expect("db");
+        let txn = db.begin_write().expect("write");
+        txn.delete_table(redb::TableDefinition::<u64, &[u8]>::new("open_sessions"))
+            .expect("drop");
+        txn.commit().expect("commit");
+    }
+    let om2 = om(dir.path()).await;
+    assert_eq!(om2.open_sessions(), 0);
     assert_eq!(
-        pending(&second),
+        pending(&om2),
         REPLICAS * 2,
         "both groups of the lost session"
     );
-    let fresh = second.open_key("b", "k", None).expect("open");
-    assert_ne!(fresh.session_id, stale_session);
-    assert!(matches!(
-        second.commit_key(stale_session, &[], 0, BTreeMap::new()),
-        Err(OmError::NoSuchSession(_))
-    ));
-    assert_eq!(second.lookup_key("b", "done").expect("kept").length, 5);
-    drop(second);
-    let third = om(dir.path()).await;
-    assert_eq!(
-        pending(&third),
-        REPLICAS * 2,
-        "the fresh session had no groups"
-    );
+    drop(om2);
+    let om3 = om(dir.path()).await;
+    assert_eq!(pending(&om3), REPLICAS * 2, "logged once");
 }
 
 #[tokio::test]
