@@ -308,11 +308,12 @@ impl Client {
     ) -> Result<Vec<MultipartUpload>> {
         let mut all: Vec<MultipartUpload> = Vec::new();
         loop {
-            let (key, id) = all
-                .last()
-                .map_or(("", ""), |u| (u.key.as_str(), u.upload_id.as_str()));
+            // After the last upload got, by its time too: it may complete meanwhile.
+            let (key, id, ms) = all.last().map_or(("", "", 0), |u| {
+                (u.key.as_str(), u.upload_id.as_str(), u.initiated_unix_ms)
+            });
             let (page, more) = self
-                .list_multipart_uploads_page(bucket, prefix, key, id, LIST_PAGE)
+                .list_multipart_uploads_page(bucket, prefix, (key, id, ms), LIST_PAGE)
                 .await?;
             let empty = page.is_empty();
             all.extend(page);
@@ -323,9 +324,13 @@ impl Client {
     }
 
     /// A page of uploads in progress in `bucket` for keys starting with `prefix`, by key
-    /// then initiation time (S3's ListMultipartUploads): after every upload of
-    /// `key_marker` (empty: from the start), or, with `upload_id_marker`, after that upload
-    /// of `key_marker`; at most `max` (the om answers at most [`LIST_PAGE`]; 0: that many).
+    /// then initiation time (S3's ListMultipartUploads), after `marker` = (key marker,
+    /// upload id marker, that upload's initiation time in ms since the Unix epoch): after
+    /// every upload of the key marker (empty: from the start), or, with an upload id, right
+    /// after that upload of the key marker. Give the time when known (the last upload of
+    /// the previous page): without it (0) the om looks the upload up, and resumes after
+    /// every upload of its key if it has completed or been aborted since (S3's markers
+    /// carry no time). At most `max` (the om answers at most [`LIST_PAGE`]; 0: that many).
     /// Also whether more follow.
     ///
     /// # Errors
@@ -334,13 +339,12 @@ impl Client {
         &self,
         bucket: &str,
         prefix: &str,
-        key_marker: &str,
-        upload_id_marker: &str,
+        marker: (&str, &str, u64),
         max: u32,
     ) -> Result<(Vec<MultipartUpload>, bool)> {
         self.shared
             .om
-            .list_multipart_uploads(bucket, prefix, key_marker, upload_id_marker, max)
+            .list_multipart_uploads(bucket, prefix, marker, max)
             .await
     }
 

@@ -44,7 +44,8 @@ async fn killed_processes_lose_no_acknowledged_write() {
 /// Regression: a key being written when the om was SIGKILLed was lost (its session lived
 /// in the om's memory; after the restart the writer's next allocation answered
 /// NO_SUCH_SESSION). Open sessions are rows of the om's store now: the writer allocates its
-/// next block groups from the restarted om and commits, and the key reads back whole.
+/// next block groups from the restarted om, and its close, begun while the om is down
+/// again, waits for it and commits; the key reads back whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_in_progress_survives_an_om_sigkill() {
     use ec_client::{BucketOptions, Client, ClientConfig, ReplicationConfig};
@@ -84,9 +85,25 @@ async fn a_write_in_progress_survives_an_om_sigkill() {
     w.close()
         .await
         .expect("close commits into the restarted om");
-    let r = client.open_key("w", "k").await.expect("open");
-    let mut back = vec![0u8; data.len()];
-    r.read_exact_at(0, &mut back).await.expect("read");
-    assert!(back == data, "the key reads back whole");
+    // A replicated key, every byte on its datanodes (hsync), so that its close has only
+    // the commit left; the om is killed, and started again only after the close has
+    // begun: the commit waits for it instead of failing the write.
+    let three = Some(ReplicationConfig::Replicated { factor: 3 });
+    let mut r = client.create_key("w", "r", three).await.expect("create");
+    r.write(&data).await.expect("write");
+    r.hsync().await.expect("hsync");
+    cluster.kill(Target::Om).await.expect("kill the om again");
+    let (closed, restarted) = tokio::join!(r.close(), async {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        cluster.restart(Target::Om).await
+    });
+    restarted.expect("restart the om again");
+    closed.expect("close waits for the om");
+    for key in ["k", "r"] {
+        let r = client.open_key("w", key).await.expect("open");
+        let mut back = vec![0u8; data.len()];
+        r.read_exact_at(0, &mut back).await.expect("read");
+        assert!(back == data, "{key} reads back whole");
+    }
     cluster.kill_all().await.expect("stop");
 }

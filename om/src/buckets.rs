@@ -59,6 +59,18 @@ pub(crate) fn index_owners(db: &redb::Database) -> Result<usize> {
     Ok(owned.len())
 }
 
+/// What a listing does with the next name in order.
+enum Admit {
+    /// At or before the start-after name.
+    Skip,
+    /// Listed.
+    Take,
+    /// Past the prefix: the listing is complete.
+    End,
+    /// Within the prefix, but the page is full: more follow.
+    Full,
+}
+
 /// Which buckets a listing returns.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BucketFilter {
@@ -132,11 +144,14 @@ impl OzoneManager {
             if !owner.is_empty() {
                 let mut index = txn.open_table(BUCKETS_BY_OWNER)?;
                 // At most MAX_BUCKETS_PER_OWNER rows: counting stops at the bound.
-                let owned = index
-                    .range((owner, "")..)?
-                    .map_while(|e| e.ok().filter(|(k, _)| k.value().0 == owner))
-                    .take(crate::MAX_BUCKETS_PER_OWNER)
-                    .count();
+                let mut owned = 0;
+                for entry in index.range((owner, "")..)? {
+                    let (k, _) = entry?;
+                    if k.value().0 != owner || owned == crate::MAX_BUCKETS_PER_OWNER {
+                        break;
+                    }
+                    owned += 1;
+                }
                 if owned >= crate::MAX_BUCKETS_PER_OWNER {
                     return Err(OmError::LimitExceeded(format!(
                         "user {owner} owns {owned} buckets, the most one user may"
@@ -193,7 +208,7 @@ impl OzoneManager {
     /// buckets are one range of the owner index: the cost is the page's.
     ///
     /// # Errors
-    /// Database errors; [`OmError::CorruptRecord`] for an index row whose bucket is gone.
+    /// Database errors.
     pub fn list_buckets_page(
         &self,
         filter: &BucketFilter,
@@ -208,21 +223,32 @@ impl OzoneManager {
             filter.prefix.as_str()
         };
         let mut out = Vec::new();
+        // Names come in order: each is skipped, taken, or ends the listing (past the
+        // prefix, or one more than a full page: more follow).
+        let admit = |name: &str, taken: usize| {
+            if !filter.after.is_empty() && name <= filter.after.as_str() {
+                Admit::Skip
+            } else if !name.starts_with(&filter.prefix) {
+                Admit::End
+            } else if taken == limit {
+                Admit::Full
+            } else {
+                Admit::Take
+            }
+        };
         let mut more = false;
         match &filter.owner {
             None => {
                 for entry in buckets.range(start..)? {
                     let (k, v) = entry?;
-                    let name = k.value();
-                    if !filter.after.is_empty() && name <= filter.after.as_str() {
-                        continue;
-                    }
-                    if !name.starts_with(&filter.prefix) {
-                        break;
-                    }
-                    if out.len() == limit {
-                        more = true;
-                        break;
+                    match admit(k.value(), out.len()) {
+                        Admit::Skip => continue,
+                        Admit::Take => {}
+                        Admit::End => break,
+                        Admit::Full => {
+                            more = true;
+                            break;
+                        }
                     }
                     out.push(decode::<pb::BucketInfo, BucketInfo>(v.value(), "bucket")?);
                 }
@@ -235,20 +261,21 @@ impl OzoneManager {
                     if o != owner {
                         break;
                     }
-                    if !filter.after.is_empty() && name <= filter.after.as_str() {
+                    match admit(name, out.len()) {
+                        Admit::Skip => continue,
+                        Admit::Take => {}
+                        Admit::End => break,
+                        Admit::Full => {
+                            more = true;
+                            break;
+                        }
+                    }
+                    // A row whose bucket is gone (an older om deleted it after an
+                    // upgrade: downgrades are not supported, but must not break listing).
+                    let Some(v) = buckets.get(name)? else {
+                        tracing::warn!(owner = %owner, bucket = name, "the owner index names a bucket that does not exist; skipped");
                         continue;
-                    }
-                    if !name.starts_with(&filter.prefix) {
-                        break;
-                    }
-                    if out.len() == limit {
-                        more = true;
-                        break;
-                    }
-                    let v = buckets.get(name)?.ok_or_else(|| OmError::CorruptRecord {
-                        what: "bucket owner index".into(),
-                        source: format!("bucket {name} is indexed but has no record").into(),
-                    })?;
+                    };
                     out.push(decode::<pb::BucketInfo, BucketInfo>(v.value(), "bucket")?);
                 }
             }

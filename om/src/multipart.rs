@@ -425,31 +425,15 @@ impl OzoneManager {
 mod tests {
     use super::*;
     use crate::OmConfig;
-    use proto_crate::{BlockGroup, DatanodeDetails};
+    use proto_crate::BlockGroup;
 
     async fn om(dir: &std::path::Path) -> OzoneManager {
-        let om = OzoneManager::open(OmConfig::new(dir)).await.expect("open");
-        for i in 0..5 {
-            om.register_datanode(DatanodeDetails {
-                uuid: proto_crate::DatanodeId::from_u128(i),
-                address: format!("127.0.0.1:{}", 10_000 + i),
-            })
-            .await
-            .expect("register");
-        }
-        om
+        crate::test_oms::with_five_datanodes(dir).await
     }
 
     /// Writes a part of `len` bytes in one group.
     fn part(om: &OzoneManager, upload: &str, n: u32, len: u64, etag: &str) -> BlockGroup {
-        let s = om.open_part(upload, n).expect("open part");
-        let g = om
-            .allocate_block_group(s.session_id, &[])
-            .expect("allocate");
-        let g = BlockGroup { length: len, ..g };
-        om.commit_part(s.session_id, std::slice::from_ref(&g), len, etag)
-            .expect("commit part");
-        g
+        crate::test_oms::commit_part(om, upload, n, len, etag)
     }
 
     #[tokio::test]

@@ -585,6 +585,7 @@ impl OzoneManagerService for OmGrpcService {
         let marker = crate::UploadsMarker {
             key: req.key_marker,
             upload_id: Some(req.upload_id_marker).filter(|id| !id.is_empty()),
+            initiated_unix_ms: Some(req.initiated_unix_ms_marker).filter(|ms| *ms > 0),
         };
         let limit = match req.max_uploads {
             0 => crate::MAX_LIST_PAGE,

@@ -66,52 +66,74 @@ pub(crate) fn remove(txn: &WriteTransaction, id: u64) -> Result<()> {
     Ok(())
 }
 
-fn corrupt(what: String) -> OmError {
-    OmError::CorruptRecord {
-        what: "open session".into(),
-        source: what.into(),
+/// The stored record `bytes`, with its replication parsed.
+fn decode_record(
+    bytes: &[u8],
+) -> std::result::Result<(pb::OpenSessionRecord, proto_crate::ReplicationConfig), String> {
+    let r = pb::OpenSessionRecord::decode(bytes).map_err(|e| e.to_string())?;
+    let replication = r
+        .replication
+        .parse()
+        .map_err(|e: proto_crate::ProtocolError| e.to_string())?;
+    Ok((r, replication))
+}
+
+/// The session a stored record describes, its lease starting at `now`, no groups yet.
+fn session_of(
+    (r, replication): (pb::OpenSessionRecord, proto_crate::ReplicationConfig),
+    now: std::time::Instant,
+) -> OpenKeySession {
+    let target = if r.upload_id.is_empty() {
+        SessionTarget::Key
+    } else {
+        SessionTarget::Part {
+            upload_id: r.upload_id,
+            part_number: r.part_number,
+        }
+    };
+    OpenKeySession {
+        client: r.client,
+        last_active: now,
+        bucket: r.bucket,
+        key: r.key,
+        replication,
+        block_size: r.block_size,
+        allocated: Vec::new(),
+        target,
     }
 }
 
 /// Reads every session back with its allocated groups (in (container, local) order), its
-/// lease starting at `now`; in the same transaction, logs for deletion the `open_groups`
-/// rows of no session and removes them. Returns the sessions and how many groups were
-/// logged.
+/// lease starting at `now`; in the same transaction, drops rows that do not decode (with a
+/// warning), and logs for deletion the `open_groups` rows of no session and removes them.
+/// Returns the sessions and how many groups were logged.
 pub(crate) fn load(
     db: &redb::Database,
     now: std::time::Instant,
 ) -> Result<(Vec<(u64, OpenKeySession)>, usize)> {
     let txn = db.begin_write()?;
     let mut sessions: HashMap<u64, OpenKeySession> = HashMap::new();
+    let mut unreadable = Vec::new();
     for entry in txn.open_table(OPEN_SESSIONS)?.iter()? {
         let (k, v) = entry?;
-        let r = pb::OpenSessionRecord::decode(v.value())
-            .map_err(|e| corrupt(format!("session {}: {e}", k.value())))?;
-        let replication = r
-            .replication
-            .parse()
-            .map_err(|e| corrupt(format!("session {}: {e}", k.value())))?;
-        let target = if r.upload_id.is_empty() {
-            SessionTarget::Key
-        } else {
-            SessionTarget::Part {
-                upload_id: r.upload_id,
-                part_number: r.part_number,
+        let id = k.value();
+        match decode_record(v.value()) {
+            Ok(r) => {
+                sessions.insert(id, session_of(r, now));
             }
-        };
-        sessions.insert(
-            k.value(),
-            OpenKeySession {
-                client: r.client,
-                last_active: now,
-                bucket: r.bucket,
-                key: r.key,
-                replication,
-                block_size: r.block_size,
-                allocated: Vec::new(),
-                target,
-            },
-        );
+            Err(why) => {
+                // One bad row must not keep the om from starting: that write is lost
+                // (its groups are reclaimed below), the rest go on.
+                tracing::warn!(session = id, error = %why, "an open session's row does not decode; its write is given up");
+                unreadable.push(id);
+            }
+        }
+    }
+    {
+        let mut t = txn.open_table(OPEN_SESSIONS)?;
+        for id in &unreadable {
+            t.remove(id)?;
+        }
     }
     let mut orphans = Vec::new();
     let mut orphan_rows = Vec::new();

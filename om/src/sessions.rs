@@ -136,12 +136,21 @@ impl OzoneManager {
         })();
         let st = self.state();
         self.publish_sessions(&st);
+        let ended = !st.sessions.contains_key(&session_id);
         drop(st);
         if let Err(e) = written {
             let mut st = self.state();
             st.remove_session(session_id);
             self.publish_sessions(&st);
             return Err(e);
+        }
+        if ended {
+            // Ended (expired) while its row was written: whoever ended it removed no row
+            // yet, so the row goes here, or a restart would resurrect the session.
+            let txn = self.db.begin_write()?;
+            crate::session_rows::remove(&txn, session_id)?;
+            txn.commit()?;
+            return Err(OmError::NoSuchSession(session_id));
         }
         Ok(OpenKey {
             session_id,
@@ -341,9 +350,10 @@ impl OzoneManager {
             }
         };
         // Reclaiming can fail too (the database is failing): the session's
-        // open-group rows then stay and are reclaimed at the next start.
+        // row and open-group rows then stay, the next start loads the session
+        // back, and it expires one lease later with its groups logged.
         if let Err(e) = self.reclaim_session(session_id, allocated) {
-            tracing::warn!(session = session_id, error = %e, "reclaiming a failed commit's groups failed; the next om start will");
+            tracing::warn!(session = session_id, error = %e, "reclaiming a failed commit's groups failed; the session expires one lease after the next om start");
         }
         Err(failed)
     }
@@ -456,8 +466,8 @@ impl OzoneManager {
     /// for deletion. Returns how many were aborted.
     ///
     /// # Errors
-    /// Database errors (the sessions are gone from memory; their open-group
-    /// rows stay and are reclaimed at the next start).
+    /// Database errors (the sessions are gone from memory; their rows stay,
+    /// and the next om start loads them back to expire one lease later).
     pub fn expire_sessions(&self, now: Instant) -> Result<usize> {
         let lease = self.config.open_key_lease;
         let expired: Vec<(u64, OpenKeySession)> = {

@@ -121,3 +121,37 @@ impl std::ops::Deref for TestOm {
         &self.om
     }
 }
+
+/// An om opened on `dir` with five datanodes registered (uuids 0..5, ports 10000..10005):
+/// enough for the default rs-3-2 allocations of the tests.
+pub(crate) async fn with_five_datanodes(dir: &std::path::Path) -> OzoneManager {
+    let om = OzoneManager::open(OmConfig::new(dir)).await.expect("open");
+    for i in 0..5 {
+        om.register_datanode(proto_crate::DatanodeDetails {
+            uuid: proto_crate::DatanodeId::from_u128(i),
+            address: format!("127.0.0.1:{}", 10_000 + i),
+        })
+        .await
+        .expect("register");
+    }
+    om
+}
+
+/// Writes part `n` of `upload` as one group of `len` bytes with ETag `etag`; returns the
+/// group.
+pub(crate) fn commit_part(
+    om: &OzoneManager,
+    upload: &str,
+    n: u32,
+    len: u64,
+    etag: &str,
+) -> proto_crate::BlockGroup {
+    let s = om.open_part(upload, n).expect("open part");
+    let g = om
+        .allocate_block_group(s.session_id, &[])
+        .expect("allocate");
+    let g = proto_crate::BlockGroup { length: len, ..g };
+    om.commit_part(s.session_id, std::slice::from_ref(&g), len, etag)
+        .expect("commit part");
+    g
+}

@@ -177,8 +177,13 @@ pub struct UploadsMarker {
     pub key: String,
     /// With `key`: list the uploads of `key` initiated after this one, then the keys after
     /// `key`. An id that names no upload of `key` (completed or aborted since) resumes after
-    /// every upload of `key`, as without one.
+    /// every upload of `key`, as without one, unless `initiated_unix_ms` is given.
     pub upload_id: Option<String>,
+    /// With `upload_id`: that upload's initiation time (ms since the Unix epoch), so that
+    /// the listing resumes right after it even when it has completed or been aborted since
+    /// (a client paging through every upload passes the last one it got; S3's markers
+    /// carry no time, and the om then looks the upload up).
+    pub initiated_unix_ms: Option<u64>,
 }
 
 /// One page of uploads of `bucket` whose keys start with `prefix`, after `marker`, in S3's
@@ -196,8 +201,9 @@ pub(crate) fn uploads_page(
     let marker_applies = !marker.key.is_empty() && marker.key.as_str() >= prefix;
     // Resume strictly after the marker upload when it is still there; else after every
     // upload of the marker key.
-    let resume = match &marker.upload_id {
-        Some(id) if marker_applies => header(uploads, id)?
+    let resume = match (&marker.upload_id, marker.initiated_unix_ms) {
+        (Some(id), Some(ms)) if marker_applies => Some((ms, id.clone())),
+        (Some(id), None) if marker_applies => header(uploads, id)?
             .filter(|u| u.bucket == bucket && u.key == marker.key)
             .map(|u| (u.initiated_unix_ms, id.clone())),
         _ => None,
@@ -226,10 +232,15 @@ pub(crate) fn uploads_page(
         if out.len() == limit {
             return Ok((out, true));
         }
-        let u = header(uploads, id)?.ok_or_else(|| OmError::CorruptRecord {
-            what: "multipart upload index".into(),
-            source: format!("upload {id} is indexed but has no record").into(),
-        })?;
+        // Index and header change in one transaction; a row without its header (an older
+        // om aborted the upload after an upgrade: downgrades are not supported) is skipped.
+        let Some(u) = header(uploads, id)? else {
+            tracing::warn!(
+                upload = id,
+                "the upload index names an upload that does not exist; skipped"
+            );
+            continue;
+        };
         out.push(u);
     }
     Ok((out, false))
@@ -266,40 +277,20 @@ pub(crate) fn split_parts_into_rows(db: &redb::Database) -> Result<usize> {
 mod tests {
     use std::collections::BTreeMap;
 
-    use proto_crate::{BlockGroup, DatanodeDetails};
+    use proto_crate::BlockGroup;
     use redb::{ReadableDatabase, ReadableTableMetadata};
 
     use super::*;
     use crate::{OmConfig, OzoneManager};
 
     async fn om(dir: &std::path::Path) -> OzoneManager {
-        let om = OzoneManager::open(OmConfig::new(dir)).await.expect("open");
-        for i in 0..5 {
-            om.register_datanode(DatanodeDetails {
-                uuid: proto_crate::DatanodeId::from_u128(i),
-                address: format!("127.0.0.1:{}", 10_000 + i),
-            })
-            .await
-            .expect("register");
-        }
+        let om = crate::test_oms::with_five_datanodes(dir).await;
         om.create_bucket("b", None, None).expect("bucket");
         om
     }
 
     fn commit_part(om: &OzoneManager, upload: &str, n: u32, len: u64) -> BlockGroup {
-        let s = om.open_part(upload, n).expect("open part");
-        let g = om
-            .allocate_block_group(s.session_id, &[])
-            .expect("allocate");
-        let g = BlockGroup { length: len, ..g };
-        om.commit_part(
-            s.session_id,
-            std::slice::from_ref(&g),
-            len,
-            &format!("e{n}"),
-        )
-        .expect("commit part");
-        g
+        crate::test_oms::commit_part(om, upload, n, len, &format!("e{n}"))
     }
 
     fn header_bytes(om: &OzoneManager, id: &str) -> usize {
@@ -416,6 +407,7 @@ mod tests {
                 marker = UploadsMarker {
                     key,
                     upload_id: Some(id),
+                    initiated_unix_ms: None,
                 };
                 if !more {
                     break;
@@ -430,7 +422,7 @@ mod tests {
                 "p/",
                 &UploadsMarker {
                     key: "p/b".into(),
-                    upload_id: None,
+                    ..UploadsMarker::default()
                 },
                 10,
             )
@@ -446,22 +438,29 @@ mod tests {
             .expect("p/b")
             .1
             .clone();
+        let first_b_ms = om
+            .list_parts(&first_b, 0, 0)
+            .expect("header")
+            .0
+            .initiated_unix_ms;
         om.abort_multipart_upload(&first_b).expect("abort");
-        let (page, _) = om
-            .list_multipart_uploads(
-                "b",
-                "",
-                &UploadsMarker {
-                    key: "p/b".into(),
-                    upload_id: Some(first_b),
-                },
-                10,
-            )
-            .expect("page");
-        assert_eq!(
-            page.iter().map(|u| u.key.as_str()).collect::<Vec<_>>(),
-            ["p/c", "q"]
-        );
+        let marker = |initiated_unix_ms| UploadsMarker {
+            key: "p/b".into(),
+            upload_id: Some(first_b.clone()),
+            initiated_unix_ms,
+        };
+        let keys = |marker: &UploadsMarker| {
+            let (page, _) = om
+                .list_multipart_uploads("b", "", marker, 10)
+                .expect("page");
+            page.into_iter().map(|u| u.key).collect::<Vec<_>>()
+        };
+        assert_eq!(keys(&marker(None)), ["p/c", "q"]);
+        // Regression: with its initiation time, a marker upload gone since still resumes
+        // right after itself, so the uploads of its key initiated later are listed (a client
+        // paging through every upload passes the last one it got; without the time, an
+        // upload completed between two pages hid the rest of its key's uploads).
+        assert_eq!(keys(&marker(Some(first_b_ms))), ["p/b", "p/b", "p/c", "q"]);
         // A marker before the prefix lists the whole prefix.
         let (page, more) = om
             .list_multipart_uploads(
@@ -469,7 +468,7 @@ mod tests {
                 "q",
                 &UploadsMarker {
                     key: "a".into(),
-                    upload_id: None,
+                    ..UploadsMarker::default()
                 },
                 10,
             )

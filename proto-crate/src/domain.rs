@@ -477,10 +477,21 @@ impl fmt::Display for ReplicationConfig {
 impl FromStr for ReplicationConfig {
     type Err = ProtocolError;
     fn from_str(s: &str) -> Result<Self, ProtocolError> {
-        match s.to_ascii_uppercase().as_str() {
+        let upper = s.to_ascii_uppercase();
+        match upper.as_str() {
             "ONE" => return Ok(Self::Replicated { factor: 1 }),
             "THREE" => return Ok(Self::Replicated { factor: 3 }),
             _ => {}
+        }
+        // What Display writes for other factors, so that a stored value reads back.
+        if let Some(n) = upper.strip_prefix("REPLICATED-") {
+            return match n.parse::<u8>() {
+                Ok(factor) if factor > 0 => Ok(Self::Replicated { factor }),
+                _ => Err(ProtocolError::InvalidField {
+                    field: "replication",
+                    reason: format!("`{s}` names no replication factor from 1 to 255"),
+                }),
+            };
         }
         s.parse::<EcReplicationConfig>()
             .map(Self::Ec)
@@ -727,6 +738,14 @@ mod tests {
                 .expect("valid wire message"),
             ReplicationConfig::Replicated { factor: 3 }
         );
+        // Every factor prints as something that parses back (a stored key or session
+        // names its replication this way).
+        for factor in 1..=u8::MAX {
+            let r = ReplicationConfig::Replicated { factor };
+            assert_eq!(r.to_string().parse::<ReplicationConfig>().ok(), Some(r));
+        }
+        assert!("REPLICATED-0".parse::<ReplicationConfig>().is_err());
+        assert!("REPLICATED-256".parse::<ReplicationConfig>().is_err());
         assert!("TWO".parse::<ReplicationConfig>().is_err());
         assert!("".parse::<ReplicationConfig>().is_err());
     }

@@ -475,13 +475,24 @@ pub(crate) async fn list_uploads(
         .clone()
         .filter(|_| !key_marker.is_empty())
         .unwrap_or_default();
+    // The client's markers carry no time (the om looks the upload up); the next om page
+    // resumes after this page's last upload by its time too, as it may complete meanwhile.
+    let mut ms_marker = 0;
     'pages: loop {
         let (page, more) = gw
             .client()
-            .list_multipart_uploads_page(&i.bucket, &prefix, &key_marker, &id_marker, 0)
+            .list_multipart_uploads_page(
+                &i.bucket,
+                &prefix,
+                (&key_marker, &id_marker, ms_marker),
+                0,
+            )
             .await
             .map_err(to_s3)?;
-        let Some(end) = page.last().map(|u| (u.key.clone(), u.upload_id.clone())) else {
+        let Some(end) = page
+            .last()
+            .map(|u| (u.key.clone(), u.upload_id.clone(), u.initiated_unix_ms))
+        else {
             break;
         };
         for u in page {
@@ -513,10 +524,13 @@ pub(crate) async fn list_uploads(
                 }),
             }
         }
-        if !more {
+        // Without a delimiter the next upload is an entry of its own: a full page with
+        // more to come is truncated, with no call to learn it.
+        if !more || (delimiter.is_none() && shown.len() == max) {
+            truncated = more;
             break;
         }
-        (key_marker, id_marker) = end;
+        (key_marker, id_marker, ms_marker) = end;
     }
     let (next_key, next_id) = match (truncated, last) {
         (true, Some((k, id))) => (Some(k), Some(id)),

@@ -57,6 +57,20 @@ pub(crate) enum Resend {
     /// left; after a failure mid-call the om may have applied it, and the
     /// caller sees the error.
     IfNotSent,
+    /// A writer's commit (CommitKey, CommitPart): resent only when it never
+    /// left, as [`Resend::IfNotSent`], but round after round with pauses
+    /// until the deadline, as [`Resend::Repeatable`]: a close rides out an om
+    /// restart.
+    Commit,
+}
+
+impl Resend {
+    /// Whether the call goes round the oms again, with pauses, until its
+    /// deadline once every om has failed (a writer holding data waits for its
+    /// om rather than failing the write).
+    fn waits(self) -> bool {
+        matches!(self, Self::Repeatable | Self::Commit)
+    }
 }
 
 /// Whether `status` says the call never reached the om: no connection
@@ -75,9 +89,11 @@ fn resend(status: &Status, how: Resend) -> bool {
             && OmErrorCode::of(status) == OmErrorCode::Unavailable)
 }
 
-/// Passes over the oms a call may make: every om once, then once more, so
-/// that a connection an om's restart broke (the channel reconnects on the
-/// next call) costs one resend, not the call.
+/// Passes over the oms a call may make before it fails (or, for a call that
+/// [`waits`](Resend::waits), before it pauses): every om once, then once
+/// more, so that a read whose connection an om's restart broke (the channel
+/// reconnects on the next call) costs one resend, not the call. A change is
+/// resent only when it never left.
 const ROUNDS: usize = 2;
 
 /// First pause before a [`Resend::Repeatable`] call goes round the oms again
@@ -360,7 +376,7 @@ impl OmClient {
                             inflight.push(launch((first + sent) % n));
                             sent += 1;
                             hedge_at = tokio::time::Instant::now() + share;
-                        } else if how == Resend::Repeatable {
+                        } else if how.waits() {
                             if inflight.is_empty() {
                                 retry_at = Some(tokio::time::Instant::now() + pause);
                                 pause = (pause * 2).min(RETRY_PAUSE_MAX);
@@ -437,12 +453,25 @@ mod tests {
             Status::cancelled("operation was canceled"),
         ] {
             assert!(resend(&lost, Resend::Read), "{lost:?}");
+            assert!(resend(&lost, Resend::Repeatable), "{lost:?}");
             assert!(!resend(&lost, Resend::IfNotSent), "{lost:?}");
+            assert!(!resend(&lost, Resend::Commit), "{lost:?}");
         }
+        assert!(resend(&refused(), Resend::Repeatable));
+        assert!(resend(&refused(), Resend::Commit));
         // An om's own answer (with its code) is final either way.
         let answered = OmErrorCode::KeyNotFound.status("no such key");
-        assert!(!resend(&answered, Resend::Read));
-        assert!(!resend(&answered, Resend::IfNotSent));
+        for how in [
+            Resend::Read,
+            Resend::Repeatable,
+            Resend::IfNotSent,
+            Resend::Commit,
+        ] {
+            assert!(!resend(&answered, how), "{how:?}");
+        }
+        // Only a writer's session calls and its commit wait for an om to come back.
+        assert!(Resend::Repeatable.waits() && Resend::Commit.waits());
+        assert!(!Resend::Read.waits() && !Resend::IfNotSent.waits());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -82,7 +82,7 @@ impl OmClient {
                 let r = self
                     .call(
                         "CommitKey",
-                        Resend::IfNotSent,
+                        Resend::Commit,
                         pb::CommitKeyRequest {
                             session_id,
                             block_groups,
@@ -103,7 +103,7 @@ impl OmClient {
                 let r = self
                     .call(
                         "CommitPart",
-                        Resend::IfNotSent,
+                        Resend::Commit,
                         pb::CommitPartRequest {
                             session_id,
                             block_groups,
@@ -212,16 +212,16 @@ impl OmClient {
         Ok((upload, r.truncated))
     }
 
-    /// ListMultipartUploads: a page of uploads after (`key_marker`, `upload_id_marker`),
-    /// at most `max`; and whether more follow.
+    /// ListMultipartUploads: a page of uploads after `marker` (key, upload id and that
+    /// upload's initiation time, 0 when unknown), at most `max`; and whether more follow.
     pub(crate) async fn list_multipart_uploads(
         &self,
         bucket: &str,
         prefix: &str,
-        key_marker: &str,
-        upload_id_marker: &str,
+        marker: (&str, &str, u64),
         max: u32,
     ) -> Result<(Vec<MultipartUpload>, bool)> {
+        let (key_marker, upload_id_marker, initiated_unix_ms_marker) = marker;
         let r = self
             .call(
                 "ListMultipartUploads",
@@ -232,6 +232,7 @@ impl OmClient {
                     key_marker: key_marker.to_string(),
                     upload_id_marker: upload_id_marker.to_string(),
                     max_uploads: max,
+                    initiated_unix_ms_marker,
                 },
                 |mut c, r| async move { c.list_multipart_uploads(r).await },
             )

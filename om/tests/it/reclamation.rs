@@ -332,37 +332,62 @@ async fn resumed_sessions_keep_their_bounds_and_expire_from_the_restart() {
     assert_eq!(pending(&om), REPLICAS, "the one allocated group");
 }
 
+/// Rows of `table` (an om's own, read after it closed).
+fn rows<K: redb::Key + 'static>(dir: &std::path::Path, table: &str) -> u64 {
+    use redb::{ReadableDatabase, ReadableTableMetadata};
+    let db = redb::Database::create(dir.join("om.redb")).expect("db");
+    let read = db.begin_read().expect("read");
+    read.open_table(redb::TableDefinition::<K, &[u8]>::new(table))
+        .expect("table")
+        .len()
+        .expect("len")
+}
+
 /// Open groups of no session (a file written before sessions were rows) are logged for
-/// deletion at open, once.
+/// deletion at open, and their rows removed; and a session row that does not decode is
+/// given up (its groups logged) instead of keeping the om from starting.
 #[tokio::test]
-async fn open_groups_of_no_session_are_reclaimed_at_open() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    {
-        let om = om(dir.path()).await;
-        let s = om.open_key("b", "k", None).expect("open");
-        om.allocate_block_group(s.session_id, &[])
-            .expect("allocate");
-        om.allocate_block_group(s.session_id, &[])
-            .expect("allocate");
+async fn open_groups_of_no_session_and_unreadable_sessions_are_reclaimed_at_open() {
+    let open_sessions = redb::TableDefinition::<u64, &[u8]>::new("open_sessions");
+    for damage in ["no session rows", "an unreadable session row"] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let id = {
+            let om = om(dir.path()).await;
+            let s = om.open_key("b", "k", None).expect("open");
+            om.allocate_block_group(s.session_id, &[])
+                .expect("allocate");
+            om.allocate_block_group(s.session_id, &[])
+                .expect("allocate");
+            s.session_id
+        };
+        {
+            let db = redb::Database::create(dir.path().join("om.redb")).expect("db");
+            let txn = db.begin_write().expect("write");
+            if damage == "no session rows" {
+                txn.delete_table(open_sessions).expect("drop");
+            } else {
+                txn.open_table(open_sessions)
+                    .expect("table")
+                    .insert(id, [0xff_u8, 0xff, 0xff].as_slice())
+                    .expect("garble");
+            }
+            txn.commit().expect("commit");
+        }
+        let om2 = om(dir.path()).await;
+        assert_eq!(om2.open_sessions(), 0, "{damage}");
+        assert_eq!(pending(&om2), REPLICAS * 2, "{damage}: both groups logged");
+        assert!(matches!(
+            om2.commit_key(id, &[], 0, BTreeMap::new()),
+            Err(OmError::NoSuchSession(_))
+        ));
+        drop(om2);
+        assert_eq!(
+            rows::<(u64, u64, u64)>(dir.path(), "open_groups"),
+            0,
+            "{damage}"
+        );
+        assert_eq!(rows::<u64>(dir.path(), "open_sessions"), 0, "{damage}");
     }
-    {
-        // As an older om left it: open groups, no session rows.
-        let db = redb::Database::create(dir.path().join("om.redb")).expect("db");
-        let txn = db.begin_write().expect("write");
-        txn.delete_table(redb::TableDefinition::<u64, &[u8]>::new("open_sessions"))
-            .expect("drop");
-        txn.commit().expect("commit");
-    }
-    let om2 = om(dir.path()).await;
-    assert_eq!(om2.open_sessions(), 0);
-    assert_eq!(
-        pending(&om2),
-        REPLICAS * 2,
-        "both groups of the lost session"
-    );
-    drop(om2);
-    let om3 = om(dir.path()).await;
-    assert_eq!(pending(&om3), REPLICAS * 2, "logged once");
 }
 
 #[tokio::test]
