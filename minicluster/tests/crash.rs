@@ -93,6 +93,13 @@ async fn a_write_in_progress_survives_an_om_sigkill() {
     r.write(&data).await.expect("write");
     r.hsync().await.expect("hsync");
     cluster.kill(Target::Om).await.expect("kill the om again");
+    // The client's connection has seen the om go (a read fails), so the commit is refused
+    // a connection rather than sent on a dead one, where it could not be resent safely.
+    let mut reads = 0;
+    while client.list_buckets().await.is_ok() {
+        reads += 1;
+        assert!(reads < 100, "the killed om still answers");
+    }
     let (closed, restarted) = tokio::join!(r.close(), async {
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
         cluster.restart(Target::Om).await

@@ -119,6 +119,7 @@ impl OzoneManager {
             ));
         }
         let default_replication = replication.unwrap_or(self.config.default_replication);
+        crate::manager::check_replication(&default_replication)?;
         if let ReplicationConfig::Ec(ec) = default_replication
             && !block_size.is_multiple_of(ec.cell_size())
         {
@@ -276,7 +277,12 @@ impl OzoneManager {
                         tracing::warn!(owner = %owner, bucket = name, "the owner index names a bucket that does not exist; skipped");
                         continue;
                     };
-                    out.push(decode::<pb::BucketInfo, BucketInfo>(v.value(), "bucket")?);
+                    let b = decode::<pb::BucketInfo, BucketInfo>(v.value(), "bucket")?;
+                    // Re-created by another owner since that older om left the row.
+                    if b.owner != *owner {
+                        continue;
+                    }
+                    out.push(b);
                 }
             }
         }
@@ -416,6 +422,30 @@ mod tests {
             ["a-2", "b-1"]
         );
         assert_eq!(om.list_buckets().expect("all").len(), 6);
+    }
+
+    /// Replication the om does not place is refused where it enters: a bucket, a key or an
+    /// upload with a replicated factor other than ONE or THREE (`REPLICATED-2` parses, so
+    /// that any stored value reads back, but is not offered).
+    #[tokio::test]
+    async fn only_one_or_three_replicas_are_offered() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let om = with_buckets(dir.path()).await;
+        let two = ReplicationConfig::Replicated { factor: 2 };
+        assert!(matches!(
+            om.create_bucket("two", Some(two), None),
+            Err(OmError::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            om.open_key("a-1", "k", Some(two)),
+            Err(OmError::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            om.initiate_multipart_upload("a-1", "k", Some(two), Default::default()),
+            Err(OmError::InvalidArgument(_))
+        ));
+        let three = ReplicationConfig::Replicated { factor: 3 };
+        om.create_bucket("three", Some(three), None).expect("THREE");
     }
 
     /// The per-owner bound is counted on the owner's index rows: other owners' buckets do

@@ -334,6 +334,19 @@ pub(crate) fn decode<M: Message + Default, T: TryFrom<M, Error = proto_crate::Pr
     T::try_from(m).map_err(|e| corrupt(Box::new(e)))
 }
 
+/// Refuses replication the om does not place: a replicated factor other than 1 (`ONE`) or 3
+/// (`THREE`), as Ozone's RATIS replication offers (EC schemes are checked when parsed).
+pub(crate) fn check_replication(r: &ReplicationConfig) -> Result<()> {
+    match r {
+        ReplicationConfig::Replicated { factor } if *factor != 1 && *factor != 3 => {
+            Err(OmError::InvalidArgument(format!(
+                "replication factor {factor} is not offered: ONE or THREE"
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 pub(crate) fn validate_name(kind: &str, name: &str) -> Result<()> {
     if name.is_empty() {
         return Err(OmError::InvalidArgument(format!("{kind} name is empty")));
@@ -379,6 +392,7 @@ impl OzoneManager {
         config: OmConfig,
         shared: Option<meta_store::MetaStore>,
     ) -> Result<Self> {
+        check_replication(&config.default_replication)?;
         let lock = DirLock::acquire(&config.data_dir, "om").map_err(|e| match e {
             proto_crate::DirLockError::InUse { .. } => OmError::DataDirInUse(e.to_string()),
             other => OmError::DataDirLock(other),

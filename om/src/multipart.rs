@@ -94,14 +94,17 @@ impl OzoneManager {
         replication: Option<ReplicationConfig>,
         metadata: BTreeMap<String, String>,
     ) -> Result<String> {
+        if let Some(r) = &replication {
+            crate::manager::check_replication(r)?;
+        }
         let b = self.get_bucket(bucket)?;
-        let id: u128 = rand::random();
+        let initiated_unix_ms = now_ms();
         let upload = MultipartUpload {
-            upload_id: format!("{id:032x}"),
+            upload_id: crate::upload_rows::new_upload_id(initiated_unix_ms),
             bucket: bucket.to_string(),
             key: key.to_string(),
             replication: replication.unwrap_or(b.default_replication),
-            initiated_unix_ms: now_ms(),
+            initiated_unix_ms,
             parts: Vec::new(),
             metadata,
         };

@@ -139,8 +139,18 @@ pub(crate) fn load(
     let mut orphan_rows = Vec::new();
     for entry in txn.open_table(OPEN_GROUPS)?.iter()? {
         let (k, v) = entry?;
-        let g = crate::manager::decode::<pb::BlockGroup, BlockGroup>(v.value(), "open group")?;
         let (session, container, local) = k.value();
+        let g = match crate::manager::decode::<pb::BlockGroup, BlockGroup>(v.value(), "open group")
+        {
+            Ok(g) => g,
+            Err(e) => {
+                // Its locations are unknown, so it cannot be logged: the replicas are left
+                // to the orphan sweep (block reports), and the session loses the group.
+                tracing::warn!(session, container, local, error = %e, "an open group's row does not decode; dropped");
+                orphan_rows.push((session, container, local));
+                continue;
+            }
+        };
         match sessions.get_mut(&session) {
             Some(s) => s.allocated.push(g),
             None => {

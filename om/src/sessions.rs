@@ -93,6 +93,7 @@ impl OzoneManager {
         validate_name("key", key)?;
         let b = self.get_bucket(bucket)?;
         let replication = replication.unwrap_or(b.default_replication);
+        crate::manager::check_replication(&replication)?;
         let limit = self.config.max_sessions_per_client;
         let mut st = self.state();
         // Client ids are the clients' own word: a global bound too.
@@ -145,8 +146,9 @@ impl OzoneManager {
             return Err(e);
         }
         if ended {
-            // Ended (expired) while its row was written: whoever ended it removed no row
-            // yet, so the row goes here, or a restart would resurrect the session.
+            // Ended (expired) while its row was written: whoever ended it may have removed
+            // the row before it existed, so it goes here too (removing it twice is fine),
+            // or a restart would resurrect the session.
             let txn = self.db.begin_write()?;
             crate::session_rows::remove(&txn, session_id)?;
             txn.commit()?;

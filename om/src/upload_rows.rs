@@ -38,6 +38,23 @@ const LAYOUT_PART_ROWS: u64 = 2;
 /// Most uploads or parts one listing call returns (S3's own page maximum).
 pub const MAX_LIST_PAGE: usize = 1000;
 
+/// A new upload id: the initiation time (16 hex digits, ms since the Unix epoch) and 128
+/// random bits (32 hex digits). The time lets a listing resume right after an upload named
+/// by S3's upload-id-marker even when that upload has completed since (S3's markers carry
+/// no time); the random part makes ids unguessable.
+pub(crate) fn new_upload_id(initiated_unix_ms: u64) -> String {
+    let random: u128 = rand::random();
+    format!("{initiated_unix_ms:016x}{random:032x}")
+}
+
+/// The initiation time an id from [`new_upload_id`] carries; `None` for any other id (ids
+/// made before they carried it were 32 hex digits).
+fn initiated_ms_of(upload_id: &str) -> Option<u64> {
+    (upload_id.len() == 48 && upload_id.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| u64::from_str_radix(upload_id.get(..16)?, 16).ok())
+        .flatten()
+}
+
 /// Creates the tables (inside `txn`, with the om's other tables at open).
 pub(crate) fn create_tables(txn: &WriteTransaction) -> Result<()> {
     txn.open_table(UPLOADS)?;
@@ -176,8 +193,9 @@ pub struct UploadsMarker {
     /// List keys after this one (empty: from the start).
     pub key: String,
     /// With `key`: list the uploads of `key` initiated after this one, then the keys after
-    /// `key`. An id that names no upload of `key` (completed or aborted since) resumes after
-    /// every upload of `key`, as without one, unless `initiated_unix_ms` is given.
+    /// `key`. An upload completed or aborted since is placed by the time its id carries (or
+    /// `initiated_unix_ms`); an id that names no upload and carries no time (an id from
+    /// before ids carried it) resumes after every upload of `key`, as without one.
     pub upload_id: Option<String>,
     /// With `upload_id`: that upload's initiation time (ms since the Unix epoch), so that
     /// the listing resumes right after it even when it has completed or been aborted since
@@ -203,9 +221,12 @@ pub(crate) fn uploads_page(
     // upload of the marker key.
     let resume = match (&marker.upload_id, marker.initiated_unix_ms) {
         (Some(id), Some(ms)) if marker_applies => Some((ms, id.clone())),
-        (Some(id), None) if marker_applies => header(uploads, id)?
-            .filter(|u| u.bucket == bucket && u.key == marker.key)
-            .map(|u| (u.initiated_unix_ms, id.clone())),
+        (Some(id), None) if marker_applies => match header(uploads, id)? {
+            Some(u) => (u.bucket == bucket && u.key == marker.key)
+                .then(|| (u.initiated_unix_ms, id.clone())),
+            // Gone since: its id still tells when it was initiated.
+            None => initiated_ms_of(id).map(|ms| (ms, id.clone())),
+        },
         _ => None,
     };
     let from = match &resume {
@@ -455,12 +476,20 @@ mod tests {
                 .expect("page");
             page.into_iter().map(|u| u.key).collect::<Vec<_>>()
         };
-        assert_eq!(keys(&marker(None)), ["p/c", "q"]);
-        // Regression: with its initiation time, a marker upload gone since still resumes
-        // right after itself, so the uploads of its key initiated later are listed (a client
-        // paging through every upload passes the last one it got; without the time, an
-        // upload completed between two pages hid the rest of its key's uploads).
+        // Regression: a marker upload gone since still resumes right after itself, by the
+        // time its id carries or the one given, so the uploads of its key initiated later are
+        // listed (without it, an upload completed between two pages hid the rest of its
+        // key's uploads).
+        assert_eq!(keys(&marker(None)), ["p/b", "p/b", "p/c", "q"]);
         assert_eq!(keys(&marker(Some(first_b_ms))), ["p/b", "p/b", "p/c", "q"]);
+        // An id that carries no time (made before ids did) resumes after its key.
+        let old_style = UploadsMarker {
+            key: "p/b".into(),
+            upload_id: Some("0123456789abcdef0123456789abcdef".into()),
+            initiated_unix_ms: None,
+        };
+        assert_eq!(keys(&old_style), ["p/c", "q"]);
+        assert_eq!(initiated_ms_of(&first_b), Some(first_b_ms));
         // A marker before the prefix lists the whole prefix.
         let (page, more) = om
             .list_multipart_uploads(

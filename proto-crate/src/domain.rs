@@ -441,7 +441,8 @@ pub enum ReplicationConfig {
     Ec(EcReplicationConfig),
     /// Whole blocks copied to `factor` datanodes (no replica index; 0 on the wire).
     Replicated {
-        /// Number of copies: 1 (`ONE`) or 3 (`THREE`).
+        /// Number of copies: 1 (`ONE`) or 3 (`THREE`) are what the om offers; other factors
+        /// print and parse as `REPLICATED-N` so that any stored value reads back.
         factor: u8,
     },
 }
@@ -497,7 +498,7 @@ impl FromStr for ReplicationConfig {
             .map(Self::Ec)
             .map_err(|e| ProtocolError::InvalidField {
                 field: "replication",
-                reason: format!("`{s}` is neither ONE, THREE nor an EC config: {e}"),
+                reason: format!("`{s}` is neither ONE, THREE, REPLICATED-N nor an EC config: {e}"),
             })
     }
 }

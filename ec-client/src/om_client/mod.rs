@@ -92,16 +92,18 @@ fn resend(status: &Status, how: Resend) -> bool {
 /// Passes over the oms a call may make before it fails (or, for a call that
 /// [`waits`](Resend::waits), before it pauses): every om once, then once
 /// more, so that a read whose connection an om's restart broke (the channel
-/// reconnects on the next call) costs one resend, not the call. A change is
-/// resent only when it never left.
+/// reconnects on the next call) costs one resend, not the call. A change
+/// ([`Resend::IfNotSent`], [`Resend::Commit`]) is resent only when it never
+/// left.
 const ROUNDS: usize = 2;
 
-/// First pause before a [`Resend::Repeatable`] call goes round the oms again
-/// after every om failed; it doubles up to [`RETRY_PAUSE_MAX`], until the
-/// call's deadline. A writer's session calls thereby ride out an om restart
-/// (its sessions survive it) instead of failing the write.
+/// First pause before a call that [`waits`](Resend::waits) (a writer's
+/// session calls and its commit) goes round the oms again after every om
+/// failed; it doubles up to [`RETRY_PAUSE_MAX`], until the call's deadline.
+/// A writer thereby rides out an om restart (its sessions survive it)
+/// instead of failing the write.
 const RETRY_PAUSE_MIN: Duration = Duration::from_millis(100);
-/// Longest pause between rounds of a [`Resend::Repeatable`] call.
+/// Longest pause between rounds of a call that [`waits`](Resend::waits).
 const RETRY_PAUSE_MAX: Duration = Duration::from_secs(1);
 
 /// How a writer's om session ends.
@@ -369,8 +371,13 @@ impl OmClient {
                     Ok(r) => return Ok((self.answered(op, i, first, r.into_inner()), i)),
                     Err(s) if resend(&s, how) => {
                         tracing::debug!(op, om = %address(i), "om unreachable: {}", s.message());
-                        if failed.len() < n * ROUNDS {
-                            failed.push(format!("{}: {}", address(i), s.message()));
+                        // The first rounds' reasons, then the latest (a waiting call may
+                        // make many).
+                        let why = format!("{}: {}", address(i), s.message());
+                        if failed.len() <= n * ROUNDS {
+                            failed.push(why);
+                        } else if let Some(latest) = failed.last_mut() {
+                            *latest = why;
                         }
                         if sent < n * ROUNDS {
                             inflight.push(launch((first + sent) % n));
@@ -378,7 +385,12 @@ impl OmClient {
                             hedge_at = tokio::time::Instant::now() + share;
                         } else if how.waits() {
                             if inflight.is_empty() {
-                                retry_at = Some(tokio::time::Instant::now() + pause);
+                                let at = tokio::time::Instant::now() + pause;
+                                if at >= deadline {
+                                    // No time for another round: fail with the reasons.
+                                    break s;
+                                }
+                                retry_at = Some(at);
                                 pause = (pause * 2).min(RETRY_PAUSE_MAX);
                             }
                         } else if inflight.is_empty() {
@@ -387,7 +399,7 @@ impl OmClient {
                     }
                     Err(s) => return Err(om_error(op, &self.answered(op, i, first, s))),
                 },
-                () = tokio::time::sleep_until(retry_at.unwrap_or(deadline)), if retry_at.is_some_and(|at| at < deadline) => {
+                () = tokio::time::sleep_until(retry_at.unwrap_or(deadline)), if retry_at.is_some() => {
                     retry_at = None;
                     inflight.push(launch((first + sent) % n));
                     sent += 1;
@@ -442,7 +454,7 @@ mod tests {
     }
 
     #[test]
-    fn only_reads_go_to_the_next_om_after_a_call_may_have_left() {
+    fn only_reads_and_repeatable_calls_go_on_after_a_call_may_have_left() {
         // Never sent: anything may go on.
         assert!(resend(&refused(), Resend::Read));
         assert!(resend(&refused(), Resend::IfNotSent));
