@@ -148,13 +148,27 @@ pub(crate) fn stamp(resp: &mut HttpResponse, id: &str) {
         resp.headers_mut().insert("x-amz-request-id", v.clone());
         resp.headers_mut().insert("x-amz-id-2", v);
     }
-    if resp.status().as_u16() < 400 {
+    let status = resp.status().as_u16();
+    if status < 400 {
         return;
     }
     let Some(bytes) = resp.body().bytes() else {
+        tracing::debug!(request_id = id, status, "answered with an error");
         return;
     };
     let mut text = String::from_utf8_lossy(&bytes).into_owned();
+    let code = text
+        .find("<Code>")
+        .zip(text.find("</Code>"))
+        .and_then(|(start, end)| text.get(start + 6..end))
+        .unwrap_or("");
+    // Refusals and server errors are worth an operator's look (a HEAD's answer has no
+    // body on the wire, so this line is where its code shows); the rest are routine.
+    if status == 403 || status >= 500 {
+        tracing::info!(request_id = id, status, code, "answered with an error");
+    } else {
+        tracing::debug!(request_id = id, status, code, "answered with an error");
+    }
     if !text.contains("<Message>")
         && let (Some(start), Some(end)) = (text.find("<Code>"), text.find("</Code>"))
         && start + 6 <= end

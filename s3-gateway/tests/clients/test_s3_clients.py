@@ -482,7 +482,10 @@ for step in (aws_cli, ranges, listing_and_delete, more_operations, presigned_and
     try:
         step()
     except Exception as e:  # a crash in one step is a failure, not the end of the run
-        check(f"{step.__name__} ran", False, repr(e))
+        # An S3 error's headers say who answered (the gateway sends x-amz-request-id, which
+        # its log names) even when, as for HEAD, there is no body.
+        headers = getattr(e, "response", {}).get("ResponseMetadata", {}).get("HTTPHeaders")
+        check(f"{step.__name__} ran", False, f"{e!r} headers={headers}")
 
 print(f"s3: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
