@@ -266,6 +266,7 @@ impl S3Gateway {
                                 path = %req.uri().path()
                             );
                             let refusal = request_ids::refuse_long_presigned(req.uri());
+                            let continues = request_ids::expects_continue(&req);
                             let scoped = Some(Arc::clone(&id));
                             let work = async move {
                                 let mut r = match refusal {
@@ -277,6 +278,9 @@ impl S3Gateway {
                                 };
                                 if let Ok(resp) = &mut r {
                                     request_ids::stamp(resp, &id);
+                                    if continues {
+                                        request_ids::close_after_refusal(resp);
+                                    }
                                     let status = resp.status().as_u16();
                                     counted.response(status);
                                     if status >= 500 {

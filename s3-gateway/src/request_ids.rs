@@ -141,6 +141,31 @@ fn standard_message(code: &str) -> String {
     }
 }
 
+/// Whether `req` is HTTP/1.x with `Expect: 100-continue`: its client waits for an interim
+/// 100 before it sends the body, and may never send it (RFC 9110, section 10.1.1).
+pub(crate) fn expects_continue<B>(req: &http::Request<B>) -> bool {
+    req.version() <= http::Version::HTTP_11
+        && req
+            .headers()
+            .get(http::header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+}
+
+/// Marks an error answer to a request that [`expects_continue`] with `Connection: close`.
+/// The answer may go out before the body was read (a refusal, a missing bucket, a failed
+/// precondition), and then the client, which waited for a 100, does not send it (botocore
+/// does not), while the connection would still expect its Content-Length bytes: the next
+/// request on it lost its first bytes as the last one's body ("EAD /b/k" for HEAD), and
+/// failed its signature. Closing the connection after such an answer keeps both sides in
+/// step (the RFC's other choice, reading and dropping a body that may never come, would
+/// hang).
+pub(crate) fn close_after_refusal(resp: &mut HttpResponse) {
+    if resp.status().as_u16() >= 400 {
+        resp.headers_mut()
+            .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    }
+}
+
 /// Stamps `resp` with request id `id`: the headers, `<RequestId>` in an XML error body that
 /// lacks one, and a `<Message>` ([`standard_message`]) in one that has none.
 pub(crate) fn stamp(resp: &mut HttpResponse, id: &str) {
