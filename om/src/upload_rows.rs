@@ -401,18 +401,17 @@ mod tests {
                 .initiate_multipart_upload("b", key, None, BTreeMap::new())
                 .expect("initiate");
             ids.push((key.to_string(), id));
-            // Initiation times in milliseconds: keep them apart.
-            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         }
         om.initiate_multipart_upload("other", "p/a", None, BTreeMap::new())
             .expect("other bucket");
-        // S3's order: by key, then initiation (the order created, for one key).
+        // S3's order: by key, then initiation time, then id (uploads of one millisecond).
+        let initiated = |id: &str| om.list_parts(id, 0, 0).expect("header").0.initiated_unix_ms;
         let mut want: Vec<(String, String)> = ids
             .iter()
             .filter(|(k, _)| k.starts_with("p/"))
             .cloned()
             .collect();
-        want.sort_by(|a, b| a.0.cmp(&b.0));
+        want.sort_by_key(|(k, id)| (k.clone(), initiated(id), id.clone()));
         for limit in 1..=7 {
             let mut marker = UploadsMarker::default();
             let mut seen = Vec::new();
