@@ -104,16 +104,19 @@ impl OzoneManager {
         if old.is_empty() {
             return Ok(0);
         }
-        let txn = self.db.begin_write()?;
-        {
-            let mut by_time = txn.open_table(COMPLETED_BY_TIME)?;
-            let mut done = txn.open_table(COMPLETED)?;
-            for (at, id) in &old {
-                by_time.remove((*at, id.as_str()))?;
-                done.remove(id.as_str())?;
+        // Two rows an upload: a bounded number per transaction.
+        for chunk in old.chunks(crate::deletion::TXN_BATCH / 2) {
+            let txn = self.db.begin_write()?;
+            {
+                let mut by_time = txn.open_table(COMPLETED_BY_TIME)?;
+                let mut done = txn.open_table(COMPLETED)?;
+                for (at, id) in chunk {
+                    by_time.remove((*at, id.as_str()))?;
+                    done.remove(id.as_str())?;
+                }
             }
+            txn.commit()?;
         }
-        txn.commit()?;
         Ok(old.len())
     }
 }

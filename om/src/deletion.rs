@@ -1,20 +1,30 @@
 //! Space reclamation: the deletion log and the block deleting service
 //! (the roles of SCM's `DeletedBlockLog` and `SCMBlockDeletingService`).
 //!
-//! Every om change that drops the last reference to a block group (deleting
+//! Every om change that drops the last reference to block groups (deleting
 //! or overwriting a key, aborting a multipart upload, replacing a part or
 //! leaving it out of a completion, aborting or abandoning a write, the groups
-//! a writer left behind on failover) records one log entry per replica —
-//! (datanode uuid, container id, local id) — in the same write transaction
-//! as the metadata change, so a crash can neither lose a deletion nor delete
-//! a block the metadata still references. A block group is referenced by at
-//! most one key, part or open write at a time (copies copy bytes), so "the
-//! last reference" is "the reference".
+//! a writer left behind on failover) stages them as one row of
+//! `deleted_groups` — (freed unix ms, random id) -> the groups — in the same
+//! write transaction as the metadata change, so a crash can neither lose a
+//! deletion nor delete a block the metadata still references. A block group
+//! is referenced by at most one key, part or open write at a time (copies
+//! copy bytes), so "the last reference" is "the reference". The change writes
+//! one row however many groups it frees: a key of thousands of groups is
+//! deleted by a transaction of a few rows (Ozone's OM moves a deleted key to
+//! its deletedTable the same way, and its KeyDeletingService hands the blocks
+//! on later). That keeps every om transaction within the metadata store's
+//! bounds (`meta_store::MAX_TXN_OPS`), which the move onto the store needs.
 //!
-//! Open writes are persisted too (`open_groups`: a row per allocated group,
-//! removed when its session ends; the sessions themselves in
-//! `session_rows.rs`): they survive an om restart, and groups of no session
-//! are logged at the next start.
+//! The service below first moves staged rows into the per-replica deletion
+//! log — (datanode uuid, container id, local id) -> (replica index, freed
+//! unix ms) — at most [`TXN_BATCH`] replicas per transaction, oldest
+//! first; the freeing time travels with them, so the grace period counts from
+//! the change that freed the block. Replicas a repair replaced, and orphans,
+//! are few per change and go straight into the log.
+//!
+//! Open writes are persisted too (their sessions' rows hold the groups
+//! allocated to them, `session_rows.rs`): they survive an om restart.
 //!
 //! The service ([`run_block_deleting_service`]) wakes whenever the log grows
 //! and at least every interval; entries older than the grace period
@@ -49,10 +59,16 @@ type Result<T, E = OmError> = std::result::Result<T, E>;
 /// (replica index, when it was logged, unix ms).
 pub(crate) const DELETION_LOG: TableDefinition<(&str, u64, u64), (u32, u64)> =
     TableDefinition::new("deletion_log");
-/// Groups allocated to open sessions: (session id, container id, local id) ->
-/// encoded `BlockGroup`.
-pub(crate) const OPEN_GROUPS: TableDefinition<(u64, u64, u64), &[u8]> =
-    TableDefinition::new("open_groups");
+/// Staged deletions (Ozone OM's deletedTable): (freed unix ms, random id) -> encoded
+/// `DeletedGroups`, the groups one change freed.
+pub(crate) const DELETED_GROUPS: TableDefinition<(u64, u64), &[u8]> =
+    TableDefinition::new("deleted_groups");
+
+/// Most rows one background transaction of the om writes (staged groups moved into the
+/// deletion log, whose groups move whole, so one of more locations moves alone; part rows
+/// of dropped uploads; acknowledged deletions; expired sessions, two rows each; orphans):
+/// within the metadata store's [`meta_store::MAX_TXN_OPS`].
+pub const TXN_BATCH: usize = 100;
 
 /// A block to delete on one datanode: (container id, local id, replica index).
 type Pending = (u64, u64, u32);
@@ -81,15 +97,192 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// 7 days, ms.
 const FORGET_UNREGISTERED_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 
-/// Logs every replica of `groups` for deletion.
+/// Stages `groups` for deletion as one `deleted_groups` row (nothing when empty); the
+/// block deleting service moves their replicas into the deletion log.
 pub(crate) fn log_groups<'a>(
     txn: &WriteTransaction,
     groups: impl IntoIterator<Item = &'a BlockGroup>,
 ) -> Result<()> {
-    for g in groups {
-        log_locations(txn, g.container_id, g.local_id, &g.pipeline.locations)?;
+    let groups: Vec<pb::BlockGroup> = groups.into_iter().cloned().map(Into::into).collect();
+    if groups.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    let mut staged = txn.open_table(DELETED_GROUPS)?;
+    let now = crate::manager::now_ms();
+    let row = pb::DeletedGroups { groups }.encode_to_vec();
+    loop {
+        // Two changes in one millisecond get different ids.
+        let id: u64 = rand::random();
+        if staged.get((now, id))?.is_none() {
+            staged.insert((now, id), row.as_slice())?;
+            return Ok(());
+        }
+    }
+}
+
+/// Replicas of the groups of one staged row (0 for a row that does not decode).
+fn staged_replicas(bytes: &[u8]) -> u64 {
+    pb::DeletedGroups::decode(bytes).map_or(0, |d| {
+        d.groups.iter().map(|g| g.locations.len() as u64).sum()
+    })
+}
+
+/// Removes the part rows of the oldest dropped uploads in `txn` (`upload_rows.rs`), logging
+/// the replicas of parts the upload's completion did not keep, with the drop's time, until
+/// the rows removed plus the replicas logged reach `budget` (at least one part, so a part of
+/// more locations still goes); a dropped upload with no part rows left is forgotten. A
+/// dropped row that does not decode is treated as keeping every part (its rows go, nothing
+/// is logged: a part it did not keep is left to the orphan sweep, and a kept one is never
+/// deleted). Returns the replicas logged and whether part rows remain.
+fn expand_dropped_in(txn: &WriteTransaction, budget: usize) -> Result<(usize, bool)> {
+    use crate::upload_rows::{DROPPED_UPLOADS, PARTS};
+    let mut dropped = txn.open_table(DROPPED_UPLOADS)?;
+    let mut parts = txn.open_table(PARTS)?;
+    let mut log = txn.open_table(DELETION_LOG)?;
+    let (mut used, mut logged) = (0usize, 0usize);
+    loop {
+        let Some(first) = dropped.first()? else {
+            return Ok((logged, false));
+        };
+        let (id, bytes) = (first.0.value().to_string(), first.1.value().to_vec());
+        drop(first);
+        let drop_row = pb::DroppedUpload::decode(bytes.as_slice()).map_err(|e| {
+            tracing::warn!(upload = %id, error = %e, "a dropped upload's row does not decode; removing its parts without deleting their groups");
+        });
+        loop {
+            let next = parts
+                .range((id.as_str(), 0)..=(id.as_str(), u32::MAX))?
+                .next()
+                .transpose()?
+                .map(|(k, v)| (k.value().1, v.value().to_vec()));
+            let Some((number, value)) = next else {
+                dropped.remove(id.as_str())?;
+                break;
+            };
+            let freed = drop_row
+                .as_ref()
+                .ok()
+                .filter(|d| !d.kept_parts.contains(&number))
+                .map(|d| d.dropped_unix_ms);
+            let groups = match freed {
+                Some(_) => match pb::PartInfo::decode(value.as_slice()) {
+                    Ok(p) => p.block_groups,
+                    Err(e) => {
+                        tracing::warn!(upload = %id, part = number, error = %e, "a dropped part's row does not decode; its replicas are left to the orphan sweep");
+                        Vec::new()
+                    }
+                },
+                None => Vec::new(),
+            };
+            let cost = 1 + groups.iter().map(|g| g.locations.len()).sum::<usize>();
+            if used > 0 && used + cost > budget {
+                return Ok((logged, true));
+            }
+            parts.remove((id.as_str(), number))?;
+            for g in &groups {
+                for (d, l) in g
+                    .locations
+                    .iter()
+                    .filter_map(|l| Some((l.datanode.as_ref()?, l)))
+                {
+                    log.insert(
+                        (d.uuid.as_str(), g.container_id, g.local_id),
+                        (l.replica_index, freed.unwrap_or_default()),
+                    )?;
+                    logged += 1;
+                }
+            }
+            used += cost;
+        }
+    }
+}
+
+/// Replicas of parts of dropped uploads that are still to be logged.
+fn dropped_replicas(read: &redb::ReadTransaction) -> Result<u64> {
+    use crate::upload_rows::{DROPPED_UPLOADS, PARTS};
+    let parts = read.open_table(PARTS)?;
+    let mut n = 0u64;
+    for entry in read.open_table(DROPPED_UPLOADS)?.iter()? {
+        let (k, v) = entry?;
+        let Ok(d) = pb::DroppedUpload::decode(v.value()) else {
+            continue;
+        };
+        let id = k.value();
+        for part in parts.range((id, 0)..=(id, u32::MAX))? {
+            let (pk, pv) = part?;
+            if d.kept_parts.contains(&pk.value().1) {
+                continue;
+            }
+            if let Ok(p) = pb::PartInfo::decode(pv.value()) {
+                n += p
+                    .block_groups
+                    .iter()
+                    .map(|g| g.locations.len() as u64)
+                    .sum::<u64>();
+            }
+        }
+    }
+    Ok(n)
+}
+
+/// Moves the oldest staged groups into the deletion log in `txn`: whole groups, until
+/// their locations reach `budget` (at least one group, so a group of more locations still
+/// moves); a row emptied is removed, a row left with groups is rewritten with them. A row
+/// that does not decode is dropped with a warning (its replicas are left to the orphan
+/// sweep). Returns the replicas moved and whether rows remain.
+fn expand_in(txn: &WriteTransaction, budget: usize) -> Result<(usize, bool)> {
+    let mut staged = txn.open_table(DELETED_GROUPS)?;
+    let mut log = txn.open_table(DELETION_LOG)?;
+    let mut moved = 0usize;
+    loop {
+        let Some(first) = staged.first()? else {
+            return Ok((moved, false));
+        };
+        let (key, bytes) = (first.0.value(), first.1.value().to_vec());
+        drop(first);
+        let Ok(row) = pb::DeletedGroups::decode(bytes.as_slice()) else {
+            tracing::warn!(
+                freed_ms = key.0,
+                "a staged deletion row does not decode; dropped (the orphan sweep finds its replicas)"
+            );
+            staged.remove(key)?;
+            continue;
+        };
+        let mut rest = row.groups.into_iter().peekable();
+        while let Some(g) = rest.peek() {
+            if moved > 0 && moved + g.locations.len() > budget {
+                break;
+            }
+            let Some(g) = rest.next() else { break };
+            // Rows are written from domain groups, whose locations all name a datanode.
+            for (d, l) in g
+                .locations
+                .iter()
+                .filter_map(|l| Some((l.datanode.as_ref()?, l)))
+            {
+                log.insert(
+                    (d.uuid.as_str(), g.container_id, g.local_id),
+                    (l.replica_index, key.0),
+                )?;
+            }
+            moved += g.locations.len();
+        }
+        let rest: Vec<pb::BlockGroup> = rest.collect();
+        if rest.is_empty() {
+            staged.remove(key)?;
+        } else {
+            staged.insert(
+                key,
+                pb::DeletedGroups { groups: rest }
+                    .encode_to_vec()
+                    .as_slice(),
+            )?;
+            return Ok((moved, true));
+        }
+        if moved >= budget {
+            return Ok((moved, staged.first()?.is_some()));
+        }
+    }
 }
 
 /// Whether a deletion of block `block` (container id, local id) on datanode `uuid` is pending.
@@ -131,43 +324,14 @@ pub(crate) fn log_locations<'a>(
     Ok(())
 }
 
-/// Removes the open-group row of `g` alone (the rest of the session's rows
-/// belong to whoever ends the session).
-pub(crate) fn forget_open_group(
-    txn: &WriteTransaction,
-    session_id: u64,
-    g: &BlockGroup,
-) -> Result<()> {
-    txn.open_table(OPEN_GROUPS)?
-        .remove((session_id, g.container_id, g.local_id))?;
-    Ok(())
-}
-
-/// Records group `g` as allocated to session `session_id`.
-pub(crate) fn record_open_group(
-    txn: &WriteTransaction,
-    session_id: u64,
-    g: &BlockGroup,
-) -> Result<()> {
-    txn.open_table(OPEN_GROUPS)?.insert(
-        (session_id, g.container_id, g.local_id),
-        pb::BlockGroup::from(g.clone()).encode_to_vec().as_slice(),
-    )?;
-    Ok(())
-}
-
-/// Ends session `session_id` in `txn`: its row and open-group rows go, and
-/// the groups in `leftovers` (allocated but not committed) are logged.
+/// Ends session `session_id` in `txn`: its row goes, and the groups in
+/// `leftovers` (allocated but not committed) are staged for deletion.
 pub(crate) fn end_session(
     txn: &WriteTransaction,
     session_id: u64,
     leftovers: &[BlockGroup],
 ) -> Result<()> {
     crate::session_rows::remove(txn, session_id)?;
-    txn.open_table(OPEN_GROUPS)?.retain_in(
-        (session_id, 0, 0)..=(session_id, u64::MAX, u64::MAX),
-        |_, _| false,
-    )?;
     log_groups(txn, leftovers)
 }
 
@@ -195,14 +359,62 @@ pub(crate) fn log_key_groups(txn: &WriteTransaction, bucket: &str, key: &str) ->
 }
 
 impl OzoneManager {
-    /// Replicas waiting in the deletion log (0 once every datanode has
-    /// acknowledged every deletion).
+    /// Replicas waiting for deletion: in the deletion log, in staged rows not yet moved into
+    /// it, and in parts of completed or aborted uploads that their completion did not keep
+    /// (0 once every datanode has acknowledged every deletion).
     ///
     /// # Errors
     /// Database errors.
     pub fn pending_deletions(&self) -> Result<u64> {
         let read = self.db.begin_read()?;
-        Ok(read.open_table(DELETION_LOG)?.len()?)
+        let mut n = read.open_table(DELETION_LOG)?.len()?;
+        for entry in read.open_table(DELETED_GROUPS)?.iter()? {
+            n += staged_replicas(entry?.1.value());
+        }
+        Ok(n + dropped_replicas(&read)?)
+    }
+
+    /// Rows waiting for the block deleting service to expand: staged deletions, and part
+    /// rows of completed or aborted uploads.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn staged_deletions(&self) -> Result<u64> {
+        let read = self.db.begin_read()?;
+        let mut n = read.open_table(DELETED_GROUPS)?.len()?;
+        let parts = read.open_table(crate::upload_rows::PARTS)?;
+        for entry in read
+            .open_table(crate::upload_rows::DROPPED_UPLOADS)?
+            .iter()?
+        {
+            let (k, _) = entry?;
+            let id = k.value();
+            n += parts.range((id, 0)..=(id, u32::MAX))?.count() as u64;
+        }
+        Ok(n)
+    }
+
+    /// Moves every staged deletion into the deletion log, and removes the part rows of
+    /// completed or aborted uploads (logging the replicas of parts not kept), at most
+    /// [`TXN_BATCH`] replicas and rows per transaction (each durable on its own; a crash
+    /// between two leaves the rest for the next pass). Returns the replicas logged.
+    ///
+    /// # Errors
+    /// Database errors (what moved before stays moved).
+    pub fn expand_staged_deletions(&self) -> Result<u64> {
+        let mut total = 0u64;
+        for expand in [expand_in, expand_dropped_in] {
+            loop {
+                let txn = self.db.begin_write()?;
+                let (moved, more) = expand(&txn, TXN_BATCH)?;
+                txn.commit()?;
+                total += moved as u64;
+                if !more {
+                    break;
+                }
+            }
+        }
+        Ok(total)
     }
 
     /// A receiver of [`pending_deletions`](Self::pending_deletions),
@@ -310,26 +522,43 @@ impl OzoneManager {
         Ok(out)
     }
 
-    /// Removes acknowledged entries of `uuid`.
+    /// Removes acknowledged entries of `uuid`, [`TXN_BATCH`] per transaction.
     fn ack_deletions(&self, uuid: &str, blocks: &[Pending]) -> Result<()> {
-        let txn = self.db.begin_write()?;
-        {
-            let mut t = txn.open_table(DELETION_LOG)?;
-            for &(c, l, _) in blocks {
-                t.remove((uuid, c, l))?;
+        for chunk in blocks.chunks(TXN_BATCH) {
+            let txn = self.db.begin_write()?;
+            {
+                let mut t = txn.open_table(DELETION_LOG)?;
+                for &(c, l, _) in chunk {
+                    t.remove((uuid, c, l))?;
+                }
             }
+            txn.commit()?;
         }
-        txn.commit()?;
         Ok(())
     }
 
-    /// Drops every entry of `uuid` (a datanode no longer registered).
+    /// Drops every entry of `uuid` (a datanode no longer registered), [`TXN_BATCH`] per
+    /// transaction.
     fn forget_deletions(&self, uuid: &str) -> Result<()> {
-        let txn = self.db.begin_write()?;
-        txn.open_table(DELETION_LOG)?
-            .retain_in((uuid, 0, 0)..=(uuid, u64::MAX, u64::MAX), |_, _| false)?;
-        txn.commit()?;
-        Ok(())
+        loop {
+            let txn = self.db.begin_write()?;
+            let removed = {
+                let mut t = txn.open_table(DELETION_LOG)?;
+                let batch: Vec<(u64, u64)> = t
+                    .range((uuid, 0, 0)..=(uuid, u64::MAX, u64::MAX))?
+                    .take(TXN_BATCH)
+                    .map(|e| e.map(|(k, _)| (k.value().1, k.value().2)))
+                    .collect::<std::result::Result<_, _>>()?;
+                for &(c, l) in &batch {
+                    t.remove((uuid, c, l))?;
+                }
+                batch.len()
+            };
+            txn.commit()?;
+            if removed < TXN_BATCH {
+                return Ok(());
+            }
+        }
     }
 
     /// One pass of the service: every HEALTHY datanode with entries past
@@ -344,8 +573,11 @@ impl OzoneManager {
         let grace = u64::try_from(self.config.deletion_grace.as_millis()).unwrap_or(u64::MAX);
         let now = crate::manager::now_ms();
         let due = now.saturating_sub(grace);
-        let batches =
-            tokio::task::spawn_blocking(move || om.deletion_batches(DELETE_BATCH, due)).await??;
+        let batches = tokio::task::spawn_blocking(move || {
+            om.expand_staged_deletions()?;
+            om.deletion_batches(DELETE_BATCH, due)
+        })
+        .await??;
         let healthy: std::collections::HashSet<DatanodeId> = self
             .datanode_statuses()
             .into_iter()
@@ -453,5 +685,131 @@ pub async fn run_block_deleting_service(
             () = wakeup.notified() => {}
             () = tokio::time::sleep(interval) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto_crate::Pipeline;
+
+    /// Group `i` with `replicas` locations, on datanodes `0..replicas`.
+    fn group(i: u64, replicas: usize) -> BlockGroup {
+        BlockGroup {
+            container_id: 1,
+            local_id: i,
+            length: 1,
+            pipeline: Pipeline {
+                locations: (0..replicas)
+                    .map(|r| BlockLocation {
+                        datanode: DatanodeDetails {
+                            uuid: DatanodeId::from_u128(r as u128 + 1),
+                            address: format!("127.0.0.1:{}", 40_000 + r),
+                        },
+                        replica_index: ReplicaIndex::from_wire(r as u32 + 1),
+                    })
+                    .collect(),
+            },
+            token: None,
+        }
+    }
+
+    fn db() -> (tempfile::TempDir, redb::Database) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = redb::Database::create(dir.path().join("t.redb")).expect("db");
+        let txn = db.begin_write().expect("write");
+        txn.open_table(DELETION_LOG).expect("log");
+        txn.open_table(DELETED_GROUPS).expect("staged");
+        txn.commit().expect("commit");
+        (dir, db)
+    }
+
+    fn lens(db: &redb::Database) -> (u64, Vec<usize>) {
+        let read = db.begin_read().expect("read");
+        let log = read
+            .open_table(DELETION_LOG)
+            .expect("log")
+            .len()
+            .expect("len");
+        let staged = read
+            .open_table(DELETED_GROUPS)
+            .expect("staged")
+            .iter()
+            .expect("iter")
+            .map(|e| {
+                let (_, v) = e.expect("row");
+                pb::DeletedGroups::decode(v.value())
+                    .expect("decode")
+                    .groups
+                    .len()
+            })
+            .collect();
+        (log, staged)
+    }
+
+    #[test]
+    fn expansion_moves_whole_groups_up_to_the_budget_and_keeps_the_freeing_time() {
+        let (_dir, db) = db();
+        let groups: Vec<BlockGroup> = (1..=60).map(|i| group(i, 5)).collect();
+        let txn = db.begin_write().expect("write");
+        log_groups(&txn, &groups).expect("stage");
+        txn.commit().expect("commit");
+        assert_eq!(lens(&db), (0, vec![60]));
+
+        let txn = db.begin_write().expect("write");
+        assert_eq!(expand_in(&txn, TXN_BATCH).expect("expand"), (100, true));
+        txn.commit().expect("commit");
+        assert_eq!(
+            lens(&db),
+            (100, vec![40]),
+            "20 groups moved, the row kept the rest"
+        );
+
+        let txn = db.begin_write().expect("write");
+        assert_eq!(expand_in(&txn, TXN_BATCH).expect("expand"), (100, true));
+        assert_eq!(expand_in(&txn, TXN_BATCH).expect("expand"), (100, false));
+        txn.commit().expect("commit");
+        assert_eq!(lens(&db), (300, vec![]));
+
+        let read = db.begin_read().expect("read");
+        let staged_at: Vec<u64> = read
+            .open_table(DELETION_LOG)
+            .expect("log")
+            .iter()
+            .expect("iter")
+            .map(|e| e.expect("row").1.value().1)
+            .collect();
+        let first = staged_at[0];
+        assert!(
+            first > 0 && staged_at.iter().all(|&t| t == first),
+            "the freeing time travels"
+        );
+    }
+
+    #[test]
+    fn a_group_larger_than_the_budget_moves_alone_and_bad_rows_are_dropped() {
+        let (_dir, db) = db();
+        let txn = db.begin_write().expect("write");
+        log_groups(&txn, &[group(1, 14), group(2, 14)]).expect("stage");
+        txn.open_table(DELETED_GROUPS)
+            .expect("staged")
+            .insert((u64::MAX, 1), [0xff_u8, 0xff].as_slice())
+            .expect("garbled row, last in order");
+        txn.commit().expect("commit");
+        let txn = db.begin_write().expect("write");
+        assert_eq!(expand_in(&txn, 10).expect("expand"), (14, true));
+        assert_eq!(expand_in(&txn, 10).expect("expand"), (14, true));
+        assert_eq!(expand_in(&txn, 10).expect("expand"), (0, false));
+        txn.commit().expect("commit");
+        assert_eq!(lens(&db), (28, vec![]));
+    }
+
+    #[test]
+    fn nothing_freed_stages_nothing() {
+        let (_dir, db) = db();
+        let txn = db.begin_write().expect("write");
+        log_groups(&txn, &[]).expect("stage");
+        txn.commit().expect("commit");
+        assert_eq!(lens(&db), (0, vec![]));
     }
 }

@@ -19,7 +19,7 @@ use redb::{Database, TableDefinition};
 
 use crate::OmError;
 use crate::clock::{Clock, SystemClock};
-use crate::deletion::{DELETION_LOG, OPEN_GROUPS};
+use crate::deletion::{DELETED_GROUPS, DELETION_LOG};
 use crate::nodes::{DatanodeStatus, Liveness, NodeRegistry, NodeStats};
 
 type Result<T, E = OmError> = std::result::Result<T, E>;
@@ -415,7 +415,7 @@ impl OzoneManager {
             crate::buckets::create_tables(&txn)?;
             crate::session_rows::create_tables(&txn)?;
             txn.open_table(DELETION_LOG)?;
-            txn.open_table(OPEN_GROUPS)?;
+            txn.open_table(DELETED_GROUPS)?;
             txn.open_table(crate::completed::COMPLETED)?;
             txn.open_table(crate::completed::COMPLETED_BY_TIME)?;
         }

@@ -277,16 +277,16 @@ impl OzoneManager {
         )
     }
 
-    /// Abandons an upload and its parts; the parts' groups are logged for
-    /// deletion in the same transaction.
+    /// Abandons an upload and its parts: the upload goes, and its parts' rows and groups
+    /// are recorded for the block deleting service to remove (one row, in the same
+    /// transaction, however many parts).
     ///
     /// # Errors
     /// [`OmError::NoSuchUpload`], database errors.
     pub fn abort_multipart_upload(&self, upload_id: &str) -> Result<()> {
         let txn = self.db.begin_write()?;
-        let (_, parts) = remove_upload(&txn, upload_id)?
+        remove_upload(&txn, upload_id, &[])?
             .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()))?;
-        log_groups(&txn, parts.iter().flat_map(|p| &p.block_groups))?;
         txn.commit()?;
         self.deletions_changed();
         self.publish_uploads();
@@ -401,11 +401,12 @@ impl OzoneManager {
             metadata: meta,
             generation: crate::conditions::next_generation(&txn)?,
         };
-        // The key appears and the upload disappears together; the replaced
-        // key's groups and the groups of parts left out of the completion
-        // are logged for deletion.
+        // The key appears and the upload disappears together; the replaced key's groups
+        // are staged for deletion, and the part rows (with the groups of parts left out of
+        // the completion) are left to the block deleting service.
         {
-            let (_, stored) = remove_upload(&txn, upload_id)?
+            let listed: Vec<u32> = parts.iter().map(|(n, _)| *n).collect();
+            remove_upload(&txn, upload_id, &listed)?
                 .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()))?;
             crate::completed::record(&txn, upload_id, &info, parts)?;
             log_key_groups(&txn, &info.bucket, &info.name)?;
@@ -413,9 +414,6 @@ impl OzoneManager {
                 (info.bucket.as_str(), info.name.as_str()),
                 pb::KeyInfo::from(info.clone()).encode_to_vec().as_slice(),
             )?;
-            let listed: std::collections::BTreeSet<u32> = parts.iter().map(|(n, _)| *n).collect();
-            let unlisted = stored.iter().filter(|p| !listed.contains(&p.part_number));
-            log_groups(&txn, unlisted.flat_map(|p| &p.block_groups))?;
         }
         txn.commit()?;
         self.deletions_changed();

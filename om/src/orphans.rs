@@ -5,8 +5,8 @@
 //! unknown containers).
 //!
 //! A replica is an orphan when two consecutive sweeps each find it unreferenced. One sweep
-//! reads the keys, the parts of multipart uploads in progress, the groups of open sessions and
-//! the deletion log in one read transaction (one consistent snapshot), against reports all
+//! reads the keys, the parts of multipart uploads in progress, the groups of open sessions,
+//! staged deletions and the deletion log in one read transaction (one consistent snapshot), against reports all
 //! received before that snapshot began: a replica in such a report was on its datanode before
 //! the snapshot, so if nothing referenced it then, only a write already under way could still
 //! record it — an open session's (in the snapshot) or a repair's (excluded: groups being
@@ -17,7 +17,8 @@
 //! Guards, each because a wrong deletion is unrecoverable:
 //! - the second sweep must see the replica in a *newer* report of its datanode than the first;
 //! - a location added after the snapshot (a repair or `add_replica` commit, counted in
-//!   [`LOCATIONS_ADDED`]) voids the sweep: it logs nothing that round;
+//!   [`LOCATIONS_ADDED`]) voids the rest of the sweep: it logs nothing more that round (each
+//!   transaction of at most `TXN_BATCH` orphans checks it);
 //! - a block id at or past the om's next allocation is never an orphan — it was allocated by
 //!   an om whose records this one lacks (a database restored from a backup): that is alarmed,
 //!   not deleted;
@@ -31,7 +32,7 @@ use proto_crate::wire::om as pb;
 use proto_crate::{BlockGroup, BlockLocation, DatanodeId, ReplicaIndex};
 use redb::{ReadableDatabase, ReadableTable};
 
-use crate::deletion::{DELETION_LOG, OPEN_GROUPS};
+use crate::deletion::{DELETED_GROUPS, DELETION_LOG};
 use crate::manager::{COUNTERS, KEYS, decode};
 use crate::{OmError, OzoneManager};
 
@@ -45,6 +46,27 @@ pub(crate) const LOCATIONS_ADDED: &str = "locations_added";
 /// A counter's value in a table of the `counters` kind (0 when unset).
 fn counter(t: &impl ReadableTable<&'static str, u64>, name: &str) -> Result<u64, OmError> {
     Ok(t.get(name)?.map_or(0, |v| v.value()))
+}
+
+/// A stored message `bytes` of kind `what`.
+fn decode_pb<M: prost::Message + Default>(bytes: &[u8], what: &str) -> Result<M, OmError> {
+    M::decode(bytes).map_err(|e| OmError::CorruptRecord {
+        what: what.to_string(),
+        source: Box::new(e),
+    })
+}
+
+/// Stored groups as domain groups.
+fn groups_of(groups: Vec<pb::BlockGroup>) -> Result<Vec<BlockGroup>, OmError> {
+    groups
+        .into_iter()
+        .map(|g| {
+            BlockGroup::try_from(g).map_err(|e| OmError::CorruptRecord {
+                what: "block group".into(),
+                source: Box::new(e),
+            })
+        })
+        .collect()
 }
 
 /// Calls `mark(datanode uuid, block)` for every location of `g`.
@@ -92,10 +114,22 @@ impl OzoneManager {
                 let p = decode::<pb::PartInfo, proto_crate::PartInfo>(v.value(), "multipart part")?;
                 p.block_groups.iter().for_each(|g| mark_group(g, &mut mark));
             }
-            for entry in read.open_table(OPEN_GROUPS)?.iter()? {
+            for entry in read
+                .open_table(crate::session_rows::OPEN_SESSIONS)?
+                .iter()?
+            {
                 let (_, v) = entry?;
-                let g = decode::<pb::BlockGroup, BlockGroup>(v.value(), "open block group")?;
-                mark_group(&g, &mut mark);
+                let s = decode_pb::<pb::OpenSessionRecord>(v.value(), "open session")?;
+                for g in groups_of(s.allocated)? {
+                    mark_group(&g, &mut mark);
+                }
+            }
+            for entry in read.open_table(DELETED_GROUPS)?.iter()? {
+                let (_, v) = entry?;
+                let staged = decode_pb::<pb::DeletedGroups>(v.value(), "staged deletion")?;
+                for g in groups_of(staged.groups)? {
+                    mark_group(&g, &mut mark);
+                }
             }
             for entry in read.open_table(DELETION_LOG)?.iter()? {
                 let (k, _) = entry?;
@@ -150,30 +184,35 @@ impl OzoneManager {
         if orphans.is_empty() {
             return Ok(0);
         }
-        let txn = self.db.begin_write()?;
-        // A location added since the snapshot (repair, add_replica) may name one of these:
-        // log nothing this round.
-        if counter(&txn.open_table(COUNTERS)?, LOCATIONS_ADDED)? != added_before {
+        let mut logged = 0;
+        // A bounded number per transaction; each checks that no location was added since the
+        // snapshot (a repair, add_replica: it may name one of these), or logs nothing more.
+        for chunk in orphans.chunks(crate::deletion::TXN_BATCH) {
+            let txn = self.db.begin_write()?;
+            if counter(&txn.open_table(COUNTERS)?, LOCATIONS_ADDED)? != added_before {
+                break;
+            }
+            for replica in chunk {
+                let ((c, l), d) = replica;
+                let Some(details) = self.datanode(d.as_str()) else {
+                    continue;
+                };
+                let location = BlockLocation {
+                    datanode: details,
+                    replica_index: index_of
+                        .get(replica)
+                        .and_then(|ri| ReplicaIndex::from_wire(*ri)),
+                };
+                tracing::warn!(datanode = %location.datanode, container = c, local = l,
+                    "orphan replica: no key, part or open session references it; deleting");
+                crate::deletion::log_locations(&txn, *c, *l, std::slice::from_ref(&location))?;
+                logged += 1;
+            }
+            txn.commit()?;
+        }
+        if logged == 0 {
             return Ok(0);
         }
-        let mut logged = 0;
-        for replica in &orphans {
-            let ((c, l), d) = replica;
-            let Some(details) = self.datanode(d.as_str()) else {
-                continue;
-            };
-            let location = BlockLocation {
-                datanode: details,
-                replica_index: index_of
-                    .get(replica)
-                    .and_then(|ri| ReplicaIndex::from_wire(*ri)),
-            };
-            tracing::warn!(datanode = %location.datanode, container = c, local = l,
-                "orphan replica: no key, part or open session references it; deleting");
-            crate::deletion::log_locations(&txn, *c, *l, std::slice::from_ref(&location))?;
-            logged += 1;
-        }
-        txn.commit()?;
         self.block_reports.orphans_logged(logged as u64);
         self.deletions_changed();
         Ok(logged)

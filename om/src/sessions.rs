@@ -1,8 +1,8 @@
 //! Open-key sessions: open, allocate block groups, commit, abort, expire.
 //!
 //! A session lives in the om's memory and as a row (`session_rows.rs`),
-//! written before its id is handed out; each group allocated to it is also
-//! recorded durably (`open_groups`) in the allocation's transaction. A write
+//! written before its id is handed out; each group allocated to it is added
+//! to the row in the allocation's transaction. A write
 //! in progress therefore survives an om restart: the om loads its sessions
 //! back, each lease starting again. A session
 //! ends by commit (its committed groups move into the key or part; the rest
@@ -19,9 +19,7 @@ use proto_crate::wire::om as pb;
 use proto_crate::{BlockGroup, DatanodeId, KeyInfo, Pipeline, ReplicationConfig};
 use redb::ReadableTable;
 
-use crate::deletion::{
-    end_session, forget_open_group, log_groups, log_key_groups, record_open_group,
-};
+use crate::deletion::{end_session, log_groups, log_key_groups};
 use crate::manager::{
     BLOCKS_PER_CONTAINER, BUCKETS, COUNTERS, KEYS, OpenKey, OpenKeySession, SessionTarget, now_ms,
     validate_name,
@@ -209,7 +207,7 @@ impl OzoneManager {
                 _ => None,
             }
         };
-        // Ids and the open-group record commit in one transaction.
+        // Ids and the session row with the group commit in one transaction.
         let txn = self.db.begin_write()?;
         let group;
         {
@@ -232,22 +230,44 @@ impl OzoneManager {
                 token: None,
             };
         }
-        record_open_group(&txn, session_id, &group)?;
+        let recorded = match crate::session_rows::get(&txn, session_id)? {
+            Some(mut row) => {
+                row.allocated.push(group.clone().into());
+                crate::session_rows::insert(&txn, session_id, &row)?;
+                true
+            }
+            // Its row is gone: the session ended (its end's transaction ran first).
+            None => {
+                log_groups(&txn, std::slice::from_ref(&group))?;
+                false
+            }
+        };
         txn.commit()?;
         let mut st = self.state();
         if open_container.is_none() {
             st.open_containers
                 .insert(pipeline_key, (group.container_id, 1));
         }
+        if !recorded {
+            drop(st);
+            self.deletions_changed();
+            return Err(OmError::NoSuchSession(session_id));
+        }
         match st.sessions.get_mut(&session_id) {
             Some(s) => s.allocated.push(group.clone()),
             None => {
-                // Ended (aborted, expired, or committing) while this group
-                // was being allocated: nothing can reference it. Only its
-                // own open-group row goes — a commit in flight owns the rest.
+                // Ended (aborted, expired, or committing) while this group was being
+                // allocated: nothing can reference it, and whoever ends the session
+                // reclaims only the groups it knew. This group leaves the row (if the end
+                // has not removed it yet) and is staged for deletion here.
                 drop(st);
                 let txn = self.db.begin_write()?;
-                forget_open_group(&txn, session_id, &group)?;
+                if let Some(mut row) = crate::session_rows::get(&txn, session_id)? {
+                    row.allocated.retain(|g| {
+                        (g.container_id, g.local_id) != (group.container_id, group.local_id)
+                    });
+                    crate::session_rows::insert(&txn, session_id, &row)?;
+                }
                 log_groups(&txn, std::slice::from_ref(&group))?;
                 txn.commit()?;
                 self.deletions_changed();
@@ -487,12 +507,15 @@ impl OzoneManager {
         if expired.is_empty() {
             return Ok(0);
         }
-        let txn = self.db.begin_write()?;
-        for (id, s) in &expired {
-            tracing::info!(session = id, bucket = %s.bucket, key = %s.key, client = %s.client, "open-key lease expired; aborting");
-            end_session(&txn, *id, &s.allocated)?;
+        // Two rows a session (its row, its staged groups): a bounded number per transaction.
+        for chunk in expired.chunks(crate::deletion::TXN_BATCH / 2) {
+            let txn = self.db.begin_write()?;
+            for (id, s) in chunk {
+                tracing::info!(session = id, bucket = %s.bucket, key = %s.key, client = %s.client, "open-key lease expired; aborting");
+                end_session(&txn, *id, &s.allocated)?;
+            }
+            txn.commit()?;
         }
-        txn.commit()?;
         self.deletions_changed();
         Ok(expired.len())
     }

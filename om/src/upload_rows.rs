@@ -9,6 +9,14 @@
 //! and a page of S3's ListMultipartUploads (ordered by key, then initiation time) with one
 //! range read each, instead of decoding every upload of every bucket.
 //!
+//! Completing or aborting an upload removes its header and index row and writes one
+//! `dropped_uploads` row (upload id -> when, and the part numbers the completion kept); the
+//! block deleting service then removes the part rows in bounded batches, deleting the groups
+//! of parts not kept (`deletion.rs`). So a completion or abort writes a few rows however
+//! many parts the upload has (the metadata store bounds a transaction's operations), and
+//! part rows of a dropped upload are read by nothing but that service and the orphan sweep
+//! (every reader finds parts through the header).
+//!
 //! Om files written before this layout kept the parts inside the upload's value; they are
 //! rewritten into this layout at open ([`split_parts_into_rows`]), in one transaction.
 
@@ -30,6 +38,10 @@ pub(crate) const PARTS: TableDefinition<(&str, u32), &[u8]> =
 /// Uploads by (bucket, key, initiation ms, upload id): S3's listing order.
 pub(crate) const UPLOADS_BY_BUCKET: TableDefinition<(&str, &str, u64, &str), ()> =
     TableDefinition::new("multipart_uploads_by_bucket");
+
+/// Uploads completed or aborted whose part rows remain: upload id -> encoded `DroppedUpload`.
+pub(crate) const DROPPED_UPLOADS: TableDefinition<&str, &[u8]> =
+    TableDefinition::new("dropped_uploads");
 
 /// `COUNTERS` row recording that uploads are stored as rows (value 2).
 const LAYOUT: &str = "layout/multipart";
@@ -60,6 +72,7 @@ pub(crate) fn create_tables(txn: &WriteTransaction) -> Result<()> {
     txn.open_table(UPLOADS)?;
     txn.open_table(PARTS)?;
     txn.open_table(UPLOADS_BY_BUCKET)?;
+    txn.open_table(DROPPED_UPLOADS)?;
     Ok(())
 }
 
@@ -150,12 +163,14 @@ pub(crate) fn put_part(txn: &WriteTransaction, id: &str, p: &PartInfo) -> Result
     Ok(old)
 }
 
-/// Removes upload `id` (header, index row and every part) in `txn`; returns its header
-/// and parts, or `None` when there is no such upload.
+/// Removes upload `id` (header and index row) in `txn` and records it as dropped, keeping
+/// parts `kept` (a completion's, whose groups the key now holds); its part rows go later
+/// (`deletion.rs`). Returns its header, or `None` when there is no such upload.
 pub(crate) fn remove_upload(
     txn: &WriteTransaction,
     id: &str,
-) -> Result<Option<(MultipartUpload, Vec<PartInfo>)>> {
+    kept: &[u32],
+) -> Result<Option<MultipartUpload>> {
     let Some(u) = header(&txn.open_table(UPLOADS)?, id)? else {
         return Ok(None);
     };
@@ -166,13 +181,13 @@ pub(crate) fn remove_upload(
         u.initiated_unix_ms,
         id,
     ))?;
-    let mut parts = Vec::new();
-    let mut t = txn.open_table(PARTS)?;
-    for entry in t.extract_from_if((id, 0)..=(id, u32::MAX), |_, _| true)? {
-        let (_, v) = entry?;
-        parts.push(decode::<pb::PartInfo, _>(v.value(), "multipart part")?);
-    }
-    Ok(Some((u, parts)))
+    let dropped = pb::DroppedUpload {
+        dropped_unix_ms: crate::manager::now_ms(),
+        kept_parts: kept.to_vec(),
+    };
+    txn.open_table(DROPPED_UPLOADS)?
+        .insert(id, dropped.encode_to_vec().as_slice())?;
+    Ok(Some(u))
 }
 
 /// Whether `bucket` holds an upload in progress (one index read).
@@ -318,6 +333,71 @@ mod tests {
         let read = om.db.begin_read().expect("read");
         let t = read.open_table(UPLOADS).expect("table");
         t.get(id).expect("get").expect("row").value().len()
+    }
+
+    /// Completing or aborting an upload of many parts writes a few rows (the part rows are
+    /// left to the block deleting service, which removes them in batches and deletes the
+    /// groups of parts not kept); pending deletions count the parts left out from the start.
+    #[tokio::test]
+    async fn completion_and_abort_leave_part_rows_to_the_deleting_service() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let om = om(dir.path()).await;
+        let parts = 300u32;
+        let kept: Vec<(u32, String)> = (1..=parts)
+            .filter(|n| n % 3 != 0)
+            .map(|n| (n, format!("e{n}")))
+            .collect();
+        let complete = om
+            .initiate_multipart_upload("b", "k", None, BTreeMap::new())
+            .expect("initiate");
+        let abort = om
+            .initiate_multipart_upload("b", "a", None, BTreeMap::new())
+            .expect("initiate");
+        for n in 1..=parts {
+            commit_part(&om, &complete, n, 10);
+            if n <= 40 {
+                commit_part(&om, &abort, n, 10);
+            }
+        }
+        assert_eq!(om.pending_deletions().expect("pending"), 0);
+        let key = om
+            .complete_multipart_upload(&complete, &kept, 0, BTreeMap::new())
+            .expect("complete");
+        assert_eq!(key.block_groups.len(), kept.len());
+        om.abort_multipart_upload(&abort).expect("abort");
+        let replicas = 5u64;
+        let freed = u64::from(parts) - kept.len() as u64 + 40;
+        assert_eq!(
+            om.staged_deletions().expect("staged"),
+            u64::from(parts) + 40
+        );
+        assert_eq!(om.pending_deletions().expect("pending"), freed * replicas);
+        assert!(matches!(
+            om.list_parts(&complete, 0, 10),
+            Err(OmError::NoSuchUpload(_))
+        ));
+        assert_eq!(
+            om.expand_staged_deletions().expect("expand"),
+            freed * replicas
+        );
+        assert_eq!(om.staged_deletions().expect("staged"), 0);
+        assert_eq!(om.pending_deletions().expect("pending"), freed * replicas);
+        let read = om.db.begin_read().expect("read");
+        assert_eq!(
+            read.open_table(PARTS).expect("parts").len().expect("len"),
+            0
+        );
+        assert_eq!(
+            read.open_table(DROPPED_UPLOADS)
+                .expect("dropped")
+                .len()
+                .expect("len"),
+            0
+        );
+        assert_eq!(
+            om.lookup_key("b", "k").expect("key").block_groups,
+            key.block_groups
+        );
     }
 
     /// Regression: a part commit rewrote the upload's whole value (every part before it),
@@ -527,8 +607,22 @@ mod tests {
         {
             let db = redb::Database::create(dir.path().join("om.redb")).expect("db");
             let txn = db.begin_write().expect("write");
-            let (mut u, parts) = remove_upload(&txn, &id).expect("remove").expect("there");
-            u.parts = parts;
+            let mut u = header(&txn.open_table(UPLOADS).expect("uploads"), &id)
+                .expect("read")
+                .expect("there");
+            u.parts = txn
+                .open_table(PARTS)
+                .expect("parts")
+                .extract_from_if((id.as_str(), 0)..=(id.as_str(), u32::MAX), |_, _| true)
+                .expect("extract")
+                .map(|e| {
+                    decode::<pb::PartInfo, _>(e.expect("row").1.value(), "part").expect("part")
+                })
+                .collect();
+            txn.open_table(UPLOADS_BY_BUCKET)
+                .expect("index")
+                .retain(|_, ()| false)
+                .expect("clear");
             txn.open_table(UPLOADS)
                 .expect("uploads")
                 .insert(
@@ -578,6 +672,17 @@ mod tests {
             )
             .expect("complete");
         assert_eq!(key.block_groups, groups);
+        assert_eq!(
+            om.staged_deletions().expect("staged"),
+            2,
+            "the two part rows"
+        );
+        om.expand_staged_deletions().expect("expand");
+        assert_eq!(
+            om.pending_deletions().expect("pending"),
+            0,
+            "both parts kept"
+        );
         let read = om.db.begin_read().expect("read");
         assert_eq!(
             read.open_table(PARTS).expect("parts").len().expect("len"),

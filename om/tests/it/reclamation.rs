@@ -343,51 +343,161 @@ fn rows<K: redb::Key + 'static>(dir: &std::path::Path, table: &str) -> u64 {
         .expect("len")
 }
 
-/// Open groups of no session (a file written before sessions were rows) are logged for
-/// deletion at open, and their rows removed; and a session row that does not decode is
-/// given up (its groups logged) instead of keeping the om from starting.
+/// A file of the old layout (the groups of open sessions as rows of `open_groups`) converts
+/// at open: a session's groups move into its row, and it commits them after the restart;
+/// groups of no session are staged for deletion; the table is dropped.
 #[tokio::test]
-async fn open_groups_of_no_session_and_unreadable_sessions_are_reclaimed_at_open() {
+async fn an_old_files_open_groups_move_into_their_sessions_at_open() {
+    use prost::Message;
+    use proto_crate::wire::om as pb;
     let open_sessions = redb::TableDefinition::<u64, &[u8]>::new("open_sessions");
-    for damage in ["no session rows", "an unreadable session row"] {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let id = {
-            let om = om(dir.path()).await;
-            let s = om.open_key("b", "k", None).expect("open");
-            om.allocate_block_group(s.session_id, &[])
-                .expect("allocate");
-            om.allocate_block_group(s.session_id, &[])
-                .expect("allocate");
-            s.session_id
-        };
+    let open_groups = redb::TableDefinition::<(u64, u64, u64), &[u8]>::new("open_groups");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (kept, kept_groups) = {
+        let om = om(dir.path()).await;
+        let kept = om.open_key("b", "k", None).expect("open");
+        let groups: Vec<BlockGroup> = (0..2)
+            .map(|_| {
+                om.allocate_block_group(kept.session_id, &[])
+                    .expect("allocate")
+            })
+            .collect();
+        let gone = om.open_key("b", "gone", None).expect("open");
+        om.allocate_block_group(gone.session_id, &[])
+            .expect("allocate");
+        (kept.session_id, groups)
+    };
+    {
+        // Rewrite into the old layout: session rows without their groups, a row per group.
+        let db = redb::Database::create(dir.path().join("om.redb")).expect("db");
+        let txn = db.begin_write().expect("write");
         {
-            let db = redb::Database::create(dir.path().join("om.redb")).expect("db");
-            let txn = db.begin_write().expect("write");
-            if damage == "no session rows" {
-                txn.delete_table(open_sessions).expect("drop");
-            } else {
-                txn.open_table(open_sessions)
-                    .expect("table")
-                    .insert(id, [0xff_u8, 0xff, 0xff].as_slice())
-                    .expect("garble");
+            let mut sessions = txn.open_table(open_sessions).expect("table");
+            let mut groups = txn.open_table(open_groups).expect("table");
+            let rows: Vec<(u64, pb::OpenSessionRecord)> = redb::ReadableTable::iter(&sessions)
+                .expect("iter")
+                .map(|e| {
+                    let (k, v) = e.expect("row");
+                    (
+                        k.value(),
+                        pb::OpenSessionRecord::decode(v.value()).expect("decode"),
+                    )
+                })
+                .collect();
+            assert_eq!(rows.len(), 2);
+            for (id, mut row) in rows {
+                for g in std::mem::take(&mut row.allocated) {
+                    groups
+                        .insert(
+                            (id, g.container_id, g.local_id),
+                            g.encode_to_vec().as_slice(),
+                        )
+                        .expect("group row");
+                }
+                if id == kept {
+                    sessions
+                        .insert(id, row.encode_to_vec().as_slice())
+                        .expect("old row");
+                } else {
+                    sessions.remove(id).expect("no session");
+                }
             }
-            txn.commit().expect("commit");
         }
-        let om2 = om(dir.path()).await;
-        assert_eq!(om2.open_sessions(), 0, "{damage}");
-        assert_eq!(pending(&om2), REPLICAS * 2, "{damage}: both groups logged");
-        assert!(matches!(
-            om2.commit_key(id, &[], 0, BTreeMap::new()),
-            Err(OmError::NoSuchSession(_))
-        ));
-        drop(om2);
-        assert_eq!(
-            rows::<(u64, u64, u64)>(dir.path(), "open_groups"),
-            0,
-            "{damage}"
-        );
-        assert_eq!(rows::<u64>(dir.path(), "open_sessions"), 0, "{damage}");
+        txn.commit().expect("commit");
     }
+    let om2 = om(dir.path()).await;
+    assert_eq!(om2.open_sessions(), 1);
+    assert_eq!(pending(&om2), REPLICAS, "the group of no session is staged");
+    let committed: Vec<BlockGroup> = kept_groups
+        .iter()
+        .map(|g| BlockGroup {
+            length: 3,
+            ..g.clone()
+        })
+        .collect();
+    om2.commit_key(kept, &committed, 6, BTreeMap::new())
+        .expect("the resumed session commits its groups from the old rows");
+    assert_eq!(om2.lookup_key("b", "k").expect("key").block_groups.len(), 2);
+    drop(om2);
+    let db = redb::Database::create(dir.path().join("om.redb")).expect("db");
+    let read = redb::ReadableDatabase::begin_read(&db).expect("read");
+    assert!(
+        read.open_table(open_groups).is_err(),
+        "the old table is dropped"
+    );
+}
+
+/// A session row that does not decode is given up (with a warning) instead of keeping the om
+/// from starting; its groups are unknown, so they are left to the orphan sweep.
+#[tokio::test]
+async fn an_unreadable_session_row_is_given_up_at_open() {
+    let open_sessions = redb::TableDefinition::<u64, &[u8]>::new("open_sessions");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let id = {
+        let om = om(dir.path()).await;
+        let s = om.open_key("b", "k", None).expect("open");
+        om.allocate_block_group(s.session_id, &[])
+            .expect("allocate");
+        s.session_id
+    };
+    {
+        let db = redb::Database::create(dir.path().join("om.redb")).expect("db");
+        let txn = db.begin_write().expect("write");
+        txn.open_table(open_sessions)
+            .expect("table")
+            .insert(id, [0xff_u8, 0xff, 0xff].as_slice())
+            .expect("garble");
+        txn.commit().expect("commit");
+    }
+    let om2 = om(dir.path()).await;
+    assert_eq!(om2.open_sessions(), 0);
+    assert!(matches!(
+        om2.commit_key(id, &[], 0, BTreeMap::new()),
+        Err(OmError::NoSuchSession(_))
+    ));
+    drop(om2);
+    assert_eq!(rows::<u64>(dir.path(), "open_sessions"), 0);
+}
+
+/// Freeing groups writes one staged row whatever their number, so every om transaction stays
+/// within the metadata store's bound of operations; the deleting service then moves them into
+/// the per-replica log at most `TXN_BATCH` replicas per transaction.
+#[tokio::test]
+async fn freeing_many_groups_stages_one_row() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let om = om(dir.path()).await;
+    let groups = 60u64;
+    let allocated = {
+        let s = om.open_key("b", "big", None).expect("open");
+        let all: Vec<BlockGroup> = (0..groups)
+            .map(|_| {
+                om.allocate_block_group(s.session_id, &[])
+                    .expect("allocate")
+            })
+            .collect();
+        let committed: Vec<BlockGroup> = all
+            .iter()
+            .map(|g| BlockGroup {
+                length: 1,
+                ..g.clone()
+            })
+            .collect();
+        om.commit_key(s.session_id, &committed, groups, BTreeMap::new())
+            .expect("commit");
+        all
+    };
+    assert_eq!(allocated.len() as u64, groups);
+    om.delete_key("b", "big").expect("delete");
+    assert_eq!(
+        om.staged_deletions().expect("staged"),
+        1,
+        "one row for 60 groups"
+    );
+    assert_eq!(pending(&om), groups * REPLICAS, "counted before they move");
+    let moved = om.expand_staged_deletions().expect("expand");
+    assert_eq!(moved, groups * REPLICAS);
+    assert_eq!(om.staged_deletions().expect("staged"), 0);
+    assert_eq!(pending(&om), groups * REPLICAS, "and after");
 }
 
 #[tokio::test]
