@@ -135,6 +135,15 @@ pub enum StoreError {
     /// to tell before retrying it.
     #[error("etcd commit may or may not have been applied: {0}")]
     CommitOutcomeUnknown(etcd_client::Error),
+    /// A [`Snapshot`](crate::Snapshot) read asked for a revision whose
+    /// history etcd has compacted since the snapshot was taken
+    /// ([`MetaStore::compact_history`](crate::MetaStore::compact_history)):
+    /// take a new snapshot and read again.
+    #[error("snapshot at revision {revision} is gone: etcd compacted its history")]
+    Compacted {
+        /// The snapshot's revision.
+        revision: u64,
+    },
     /// etcd answered something this store cannot use (a negative revision,
     /// a key outside the store's namespace).
     #[error("etcd metadata store answered {0}")]

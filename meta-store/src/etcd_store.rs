@@ -309,13 +309,24 @@ impl EtcdStore {
     }
 
     pub(crate) async fn get(&self, key: &[u8]) -> Result<Option<Entry>, StoreError> {
+        self.get_at(key, None).await
+    }
+
+    /// The entry at `key` as of `revision` (`None`: now).
+    pub(crate) async fn get_at(
+        &self,
+        key: &[u8],
+        revision: Option<u64>,
+    ) -> Result<Option<Entry>, StoreError> {
         let key = self.full(key);
+        let options = at(GetOptions::new(), revision)?;
         let resp = self
             .retrying(Retry::Transient, |mut kv| {
-                let key = key.clone();
-                async move { kv.get(key, None).await }
+                let (key, options) = (key.clone(), options.clone());
+                async move { kv.get(key, Some(options)).await }
             })
-            .await?;
+            .await
+            .map_err(|e| compacted(e, revision))?;
         resp.kvs().first().map(|kv| self.entry(kv)).transpose()
     }
 
@@ -325,6 +336,17 @@ impl EtcdStore {
         end: Option<&[u8]>,
         limit: usize,
     ) -> Result<Page, StoreError> {
+        self.range_at(start, end, limit, None).await
+    }
+
+    /// [`range`](Self::range) as of `revision` (`None`: now).
+    pub(crate) async fn range_at(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+        revision: Option<u64>,
+    ) -> Result<Page, StoreError> {
         let end = self.range_end(end);
         let start = self.full(start);
         if end <= start {
@@ -333,18 +355,25 @@ impl EtcdStore {
             return Ok(Page {
                 entries: Vec::new(),
                 more: false,
-                revision: self.revision().await?,
+                revision: match revision {
+                    Some(r) => r,
+                    None => self.revision().await?,
+                },
             });
         }
-        let options = GetOptions::new()
-            .with_range(end)
-            .with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
+        let options = at(
+            GetOptions::new()
+                .with_range(end)
+                .with_limit(i64::try_from(limit).unwrap_or(i64::MAX)),
+            revision,
+        )?;
         let resp = self
             .retrying(Retry::Transient, |mut kv| {
                 let (start, options) = (start.clone(), options.clone());
                 async move { kv.get(start, Some(options)).await }
             })
-            .await?;
+            .await
+            .map_err(|e| compacted(e, revision))?;
         let entries = resp
             .kvs()
             .iter()
@@ -353,7 +382,10 @@ impl EtcdStore {
         Ok(Page {
             entries,
             more: resp.more(),
-            revision: header_revision(resp.header())?,
+            revision: match revision {
+                Some(r) => r,
+                None => header_revision(resp.header())?,
+            },
         })
     }
 
@@ -441,6 +473,28 @@ impl EtcdStore {
             })
             .await?;
         header_revision(resp.header())
+    }
+}
+
+/// `options` reading as of `revision` (`None`: now).
+fn at(options: GetOptions, revision: Option<u64>) -> Result<GetOptions, StoreError> {
+    Ok(match revision {
+        Some(r) => options.with_revision(
+            i64::try_from(r).map_err(|_| StoreError::Protocol(format!("revision {r}")))?,
+        ),
+        None => options,
+    })
+}
+
+/// A read at `revision` refused because etcd compacted it: [`StoreError::Compacted`].
+fn compacted(e: StoreError, revision: Option<u64>) -> StoreError {
+    match (&e, revision) {
+        (StoreError::Etcd(etcd_client::Error::GRpcStatus(s)), Some(revision))
+            if s.message().contains(crate::space::ALREADY_COMPACTED) =>
+        {
+            StoreError::Compacted { revision }
+        }
+        _ => e,
     }
 }
 

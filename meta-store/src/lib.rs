@@ -44,6 +44,7 @@ mod etcd_store;
 mod leader_service;
 pub mod local_etcd;
 mod redb_store;
+mod snapshot;
 pub mod space;
 mod table;
 mod transaction;
@@ -54,6 +55,7 @@ pub use etcd_config::{EtcdConfig, EtcdTls};
 pub use etcd_store::{EtcdStore, MAX_NAMESPACE_BYTES, MAX_PAGE_BYTES};
 pub use leader_service::run_while_leading;
 pub use redb_store::RedbStore;
+pub use snapshot::Snapshot;
 pub use space::MemberSpace;
 pub use table::{Row, Rows, Table, TxnRows};
 pub use transaction::{

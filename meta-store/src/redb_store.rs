@@ -163,20 +163,8 @@ impl RedbStore {
 
     pub(crate) async fn get(&self, key: &[u8]) -> Result<Option<Entry>, StoreError> {
         let key = key.to_vec();
-        self.blocking(move |db| {
-            let read = db.begin_read()?;
-            let table = read.open_table(KV)?;
-            Ok(table.get(key.as_slice())?.map(|v| {
-                let (create_revision, mod_revision, value) = v.value();
-                Entry {
-                    key,
-                    value: value.to_vec(),
-                    create_revision,
-                    mod_revision,
-                }
-            }))
-        })
-        .await
+        self.blocking(move |db| get_in(&db.begin_read()?, key))
+            .await
     }
 
     pub(crate) async fn range(
@@ -185,45 +173,20 @@ impl RedbStore {
         end: Option<&[u8]>,
         limit: usize,
     ) -> Result<Page, StoreError> {
-        let start = start.to_vec();
-        let end = end.map(<[u8]>::to_vec);
-        self.blocking(move |db| {
+        let (start, end) = (start.to_vec(), end.map(<[u8]>::to_vec));
+        self.blocking(move |db| range_in(&db.begin_read()?, &start, end.as_deref(), limit))
+            .await
+    }
+
+    /// A read transaction to serve a [`Snapshot`](crate::Snapshot)'s reads from, and its
+    /// revision.
+    pub(crate) async fn begin_snapshot(
+        &self,
+    ) -> Result<(Arc<redb::ReadTransaction>, u64), StoreError> {
+        self.blocking(|db| {
             let read = db.begin_read()?;
-            let table = read.open_table(KV)?;
             let revision = read_revision(&read.open_table(META)?)?;
-            let mut entries = Vec::new();
-            let mut more = false;
-            let iter = match &end {
-                // An empty or inverted range holds nothing (etcd's answer too).
-                Some(e) if e.as_slice() <= start.as_slice() => {
-                    return Ok(Page {
-                        entries,
-                        more,
-                        revision,
-                    });
-                }
-                Some(e) => table.range(start.as_slice()..e.as_slice())?,
-                None => table.range(start.as_slice()..)?,
-            };
-            for item in iter {
-                let (k, v) = item?;
-                if entries.len() == limit {
-                    more = true;
-                    break;
-                }
-                let (create_revision, mod_revision, value) = v.value();
-                entries.push(Entry {
-                    key: k.value().to_vec(),
-                    value: value.to_vec(),
-                    create_revision,
-                    mod_revision,
-                });
-            }
-            Ok(Page {
-                entries,
-                more,
-                revision,
-            })
+            Ok((Arc::new(read), revision))
         })
         .await
     }
@@ -323,6 +286,67 @@ impl RedbStore {
         })
         .await
     }
+}
+
+/// The entry at `key` in `read`.
+pub(crate) fn get_in(
+    read: &redb::ReadTransaction,
+    key: Vec<u8>,
+) -> Result<Option<Entry>, StoreError> {
+    let table = read.open_table(KV)?;
+    Ok(table.get(key.as_slice())?.map(|v| {
+        let (create_revision, mod_revision, value) = v.value();
+        Entry {
+            key: key.clone(),
+            value: value.to_vec(),
+            create_revision,
+            mod_revision,
+        }
+    }))
+}
+
+/// At most `limit` entries with `start <= key < end` in `read`, in key order.
+pub(crate) fn range_in(
+    read: &redb::ReadTransaction,
+    start: &[u8],
+    end: Option<&[u8]>,
+    limit: usize,
+) -> Result<Page, StoreError> {
+    let table = read.open_table(KV)?;
+    let revision = read_revision(&read.open_table(META)?)?;
+    let mut entries = Vec::new();
+    let mut more = false;
+    let iter = match end {
+        // An empty or inverted range holds nothing (etcd's answer too).
+        Some(e) if e <= start => {
+            return Ok(Page {
+                entries,
+                more,
+                revision,
+            });
+        }
+        Some(e) => table.range(start..e)?,
+        None => table.range(start..)?,
+    };
+    for item in iter {
+        let (k, v) = item?;
+        if entries.len() == limit {
+            more = true;
+            break;
+        }
+        let (create_revision, mod_revision, value) = v.value();
+        entries.push(Entry {
+            key: k.value().to_vec(),
+            value: value.to_vec(),
+            create_revision,
+            mod_revision,
+        });
+    }
+    Ok(Page {
+        entries,
+        more,
+        revision,
+    })
 }
 
 /// The store's revision (1 before any write, as etcd's first revision).

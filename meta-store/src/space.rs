@@ -43,8 +43,8 @@ pub const DEFRAGMENT_TIMEOUT: Duration = Duration::from_secs(120);
 /// `RESOURCE_EXHAUSTED`; `ErrGRPCNoSpace` in etcd's `rpctypes`).
 const NO_SPACE: &str = "database space exceeded";
 
-/// etcd's answer to a compaction at a revision already compacted.
-const ALREADY_COMPACTED: &str = "required revision has been compacted";
+/// etcd's answer to a compaction, or a read, at a revision already compacted.
+pub(crate) const ALREADY_COMPACTED: &str = "required revision has been compacted";
 
 /// Maps an etcd refusal to the store's error: a write past the quota is
 /// [`StoreError::SpaceExhausted`], anything else [`StoreError::Etcd`].

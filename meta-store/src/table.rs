@@ -6,7 +6,7 @@
 use std::marker::PhantomData;
 
 use crate::codec::{Codec, from_bytes, to_bytes};
-use crate::{Entry, MetaStore, StoreError, Transaction, Txn, prefix_end};
+use crate::{Entry, MetaStore, Page, Snapshot, StoreError, Transaction, Txn, prefix_end};
 
 /// A typed table: keys `K`, values `V`, under `name` (lower-case ASCII
 /// letters, digits and `_`, so that no table's range holds another's).
@@ -181,7 +181,41 @@ impl<K: Codec, V: Codec> Table<K, V> {
         limit: usize,
     ) -> Result<Rows<K, V>, StoreError> {
         let (start, end) = self.scan_range(prefix, after);
-        let page = store.range(&start, end.as_deref(), limit).await?;
+        self.rows(store.range(&start, end.as_deref(), limit).await?)
+    }
+
+    /// The row at `key` as of `snapshot`.
+    ///
+    /// # Errors
+    /// As [`Snapshot::get`]; [`StoreError::Corrupt`] if the stored bytes do not decode.
+    pub async fn get_at(
+        &self,
+        snapshot: &Snapshot,
+        key: &K,
+    ) -> Result<Option<Row<K, V>>, StoreError> {
+        match snapshot.get(&self.store_key(key)).await? {
+            Some(e) => Ok(Some(self.row(e)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// [`scan`](Self::scan) as of `snapshot`: pages read one after another this way all
+    /// see the same state.
+    ///
+    /// # Errors
+    /// As [`Snapshot::range`]; [`StoreError::Corrupt`] if the stored bytes do not decode.
+    pub async fn scan_at<P: Codec>(
+        &self,
+        snapshot: &Snapshot,
+        prefix: &P,
+        after: Option<&K>,
+        limit: usize,
+    ) -> Result<Rows<K, V>, StoreError> {
+        let (start, end) = self.scan_range(prefix, after);
+        self.rows(snapshot.range(&start, end.as_deref(), limit).await?)
+    }
+
+    fn rows(&self, page: Page) -> Result<Rows<K, V>, StoreError> {
         let rows = page
             .entries
             .into_iter()

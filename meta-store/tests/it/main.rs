@@ -6,6 +6,7 @@
 mod conformance;
 mod election;
 mod secure;
+mod snapshot;
 mod space;
 mod table;
 mod transaction;
