@@ -279,6 +279,8 @@ pub struct OzoneManager {
     /// The cluster id kept in `store` (`cluster_id.rs`).
     cluster_id: String,
     state: Mutex<State>,
+    /// Block and container ids reserved for this om (`sessions.rs`).
+    pub(crate) id_ranges: Mutex<crate::sessions::IdRanges>,
     /// Number of open sessions, published on every change.
     pub(crate) sessions_open: tokio::sync::watch::Sender<usize>,
     /// Entries in the deletion log, published on every change.
@@ -489,6 +491,7 @@ impl OzoneManager {
             db,
             store,
             state: Mutex::new(state),
+            id_ranges: Mutex::default(),
             sessions_open: tokio::sync::watch::Sender::new(0),
             deletions_pending: tokio::sync::watch::Sender::new(0),
             heartbeats: tokio::sync::watch::Sender::new(0),

@@ -50,7 +50,97 @@ fn new_session_id(open: &std::collections::HashMap<u64, OpenKeySession>) -> u64 
     }
 }
 
+/// Local ids one reservation takes (Ozone's SCM hands out block ids from batches of its
+/// sequence id generator the same way, `ozone.scm.sequence.id.batch.size`, 1000).
+pub(crate) const LOCAL_ID_BATCH: u64 = 1000;
+/// Container ids one reservation takes.
+pub(crate) const CONTAINER_ID_BATCH: u64 = 16;
+
+/// An id the om hands out from reserved ranges.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum IdKind {
+    /// Block local ids (`counters/next_local_id`).
+    Local,
+    /// Container ids (`counters/next_container_id`).
+    Container,
+}
+
+impl IdKind {
+    fn counter(self) -> &'static str {
+        match self {
+            Self::Local => "next_local_id",
+            Self::Container => "next_container_id",
+        }
+    }
+
+    fn batch(self) -> u64 {
+        match self {
+            Self::Local => LOCAL_ID_BATCH,
+            Self::Container => CONTAINER_ID_BATCH,
+        }
+    }
+}
+
+/// Ids this om has reserved and not yet handed out: `next..end` of each kind. The stored
+/// counter is past every reserved id, so ids never repeat across oms or restarts; those a
+/// restart leaves unused are skipped. One counter write per batch, not per group: with
+/// several oms on one store, allocations do not all contend for the counter rows.
+#[derive(Debug, Default)]
+pub(crate) struct IdRanges {
+    local: std::ops::Range<u64>,
+    container: std::ops::Range<u64>,
+}
+
+impl IdRanges {
+    fn of(&mut self, kind: IdKind) -> &mut std::ops::Range<u64> {
+        match kind {
+            IdKind::Local => &mut self.local,
+            IdKind::Container => &mut self.container,
+        }
+    }
+}
+
 impl OzoneManager {
+    /// The next id of `kind`: from this om's reserved range, or (when it is used up) the
+    /// first of a new range reserved by advancing the stored counter in `txn`; the rest of
+    /// that range goes into `reserved`, for [`install_ids`](Self::install_ids) once `txn`
+    /// has committed (a range whose reservation did not commit is never used: another om,
+    /// or this one restarted, may reserve it again).
+    fn take_id(
+        &self,
+        txn: &redb::WriteTransaction,
+        kind: IdKind,
+        reserved: &mut Vec<(IdKind, std::ops::Range<u64>)>,
+    ) -> Result<u64> {
+        if let Some(id) = self.id_ranges().of(kind).next() {
+            return Ok(id);
+        }
+        let mut counters = txn.open_table(COUNTERS)?;
+        let start = counters.get(kind.counter())?.map_or(1, |g| g.value());
+        let end = start
+            .checked_add(kind.batch())
+            .ok_or_else(|| OmError::Internal(format!("{} overflows", kind.counter())))?;
+        counters.insert(kind.counter(), end)?;
+        reserved.push((kind, start + 1..end));
+        Ok(start)
+    }
+
+    /// Makes ranges reserved by a committed transaction this om's. Two allocations that
+    /// found a range used up at once each reserved one; the later replaces the other's rest
+    /// (a gap, never a repeat).
+    fn install_ids(&self, reserved: Vec<(IdKind, std::ops::Range<u64>)>) {
+        let mut ranges = self.id_ranges();
+        for (kind, range) in reserved {
+            *ranges.of(kind) = range;
+        }
+    }
+
+    fn id_ranges(&self) -> std::sync::MutexGuard<'_, IdRanges> {
+        self.id_ranges
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Opens a key for writing as an anonymous client. Nothing is visible
     /// until [`commit_key`](Self::commit_key).
     ///
@@ -207,29 +297,22 @@ impl OzoneManager {
                 _ => None,
             }
         };
-        // Ids and the session row with the group commit in one transaction.
+        // Ids (from this om's reserved ranges, a new range reserved in this transaction when
+        // one runs out) and the session row with the group commit in one transaction.
         let txn = self.db.begin_write()?;
-        let group;
-        {
-            let mut counters = txn.open_table(COUNTERS)?;
-            let mut next = |name: &str| -> Result<u64> {
-                let v = counters.get(name)?.map_or(1, |g| g.value());
-                counters.insert(name, v + 1)?;
-                Ok(v)
-            };
-            let local_id = next("next_local_id")?;
-            let container_id = match open_container {
-                Some(cid) => cid,
-                None => next("next_container_id")?,
-            };
-            group = BlockGroup {
-                container_id,
-                local_id,
-                length: 0,
-                pipeline: Pipeline { locations },
-                token: None,
-            };
-        }
+        let mut reserved = Vec::new();
+        let local_id = self.take_id(&txn, IdKind::Local, &mut reserved)?;
+        let container_id = match open_container {
+            Some(cid) => cid,
+            None => self.take_id(&txn, IdKind::Container, &mut reserved)?,
+        };
+        let group = BlockGroup {
+            container_id,
+            local_id,
+            length: 0,
+            pipeline: Pipeline { locations },
+            token: None,
+        };
         let recorded = match crate::session_rows::get(&txn, session_id)? {
             Some(mut row) => {
                 row.allocated.push(group.clone().into());
@@ -243,6 +326,7 @@ impl OzoneManager {
             }
         };
         txn.commit()?;
+        self.install_ids(reserved);
         let mut st = self.state();
         if open_container.is_none() {
             st.open_containers
@@ -565,4 +649,55 @@ fn committed_groups(
         )));
     }
     Ok(committed)
+}
+
+#[cfg(test)]
+mod tests {
+    use redb::ReadableDatabase;
+
+    use super::*;
+
+    fn counter(om: &OzoneManager, name: &str) -> Option<u64> {
+        let read = om.db.begin_read().expect("read");
+        let t = read.open_table(COUNTERS).expect("counters");
+        t.get(name).expect("get").map(|v| v.value())
+    }
+
+    /// Ids come from reserved ranges: the counters are written once per batch, ids follow
+    /// one another within it, and a restarted om starts past everything reserved before.
+    #[tokio::test]
+    async fn ids_come_from_reserved_ranges_and_never_repeat_across_restarts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let first: Vec<BlockGroup> = {
+            let om = crate::test_oms::with_five_datanodes(dir.path()).await;
+            om.create_bucket("b", None, None).expect("bucket");
+            let s = om.open_key("b", "k", None).expect("open");
+            let groups: Vec<BlockGroup> = (0..3)
+                .map(|_| {
+                    om.allocate_block_group(s.session_id, &[])
+                        .expect("allocate")
+                })
+                .collect();
+            assert_eq!(counter(&om, "next_local_id"), Some(1 + LOCAL_ID_BATCH));
+            assert_eq!(
+                counter(&om, "next_container_id"),
+                Some(1 + CONTAINER_ID_BATCH)
+            );
+            groups
+        };
+        let locals: Vec<u64> = first.iter().map(|g| g.local_id).collect();
+        assert_eq!(locals, [1, 2, 3]);
+        let om = crate::test_oms::with_five_datanodes(dir.path()).await;
+        let s = om.open_key("b", "k2", None).expect("open");
+        let g = om
+            .allocate_block_group(s.session_id, &[])
+            .expect("allocate");
+        assert_eq!(
+            g.local_id,
+            1 + LOCAL_ID_BATCH,
+            "the rest of the first range is skipped"
+        );
+        assert_eq!(g.container_id, 1 + CONTAINER_ID_BATCH);
+        assert_eq!(counter(&om, "next_local_id"), Some(1 + 2 * LOCAL_ID_BATCH));
+    }
 }
