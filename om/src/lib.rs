@@ -66,7 +66,7 @@ pub use buckets::{BucketFilter, MAX_BUCKET_PAGE};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use completed::COMPLETION_RETRY_WINDOW;
 pub use decommission::OperationalState;
-pub use deletion::{DELETE_BATCH, run_block_deleting_service};
+pub use deletion::{DELETE_BATCH, TXN_BATCH, run_block_deleting_service};
 pub use error::OmError;
 pub use manager::{
     DEFAULT_DELETION_GRACE, DEFAULT_MAX_SESSIONS_PER_CLIENT, DEFAULT_OPEN_KEY_LEASE,
