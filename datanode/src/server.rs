@@ -221,7 +221,13 @@ fn load_or_create_uuid(dir: &Path) -> Result<DatanodeId, DatanodeError> {
 async fn open_store(dir: &Path, options: StoreOptions) -> Result<ContainerStore, DatanodeError> {
     let mut waited = Duration::ZERO;
     loop {
-        match ContainerStore::open_with(dir, options) {
+        // Opening reads and recovers the store (and may wait for a forked child's copy of
+        // the directory lock to close): off the async threads.
+        let path = dir.to_path_buf();
+        let opened = tokio::task::spawn_blocking(move || ContainerStore::open_with(&path, options))
+            .await
+            .map_err(|e| DatanodeError::io("opening the store", std::io::Error::other(e)))?;
+        match opened {
             Err(DatanodeError::DataDirInUse {
                 this_process: true, ..
             }) if waited < Duration::from_secs(6) => {
