@@ -334,7 +334,7 @@ impl DatanodeHandle {
     pub fn index(&self) -> usize {
         self.index
     }
-    /// `HOST:PORT` (stable across restarts).
+    /// `HOST:PORT` (stable across restarts, new after [`restart_elsewhere`](Self::restart_elsewhere)).
     #[must_use]
     pub fn address(&self) -> String {
         self.address.to_string()
@@ -401,11 +401,34 @@ impl DatanodeHandle {
     /// # Errors
     /// [`MiniClusterError::Datanode`] if it cannot bind or open its storage.
     pub async fn restart(&mut self) -> Result<(), MiniClusterError> {
+        self.restart_on(self.address).await
+    }
+
+    /// Starts again on the same data dir (so the same uuid and blocks) but at a new port, as
+    /// a datanode moved to another host or given another address does, re-registering with
+    /// the om at that address; [`address`](Self::address) is the new one from then on. A
+    /// no-op if running.
+    ///
+    /// # Errors
+    /// As [`restart`](Self::restart).
+    pub async fn restart_elsewhere(&mut self) -> Result<(), MiniClusterError> {
+        self.restart_on(SocketAddr::new(self.address.ip(), 0))
+            .await?;
+        if let Some(node) = &self.node {
+            self.address = node
+                .address()
+                .parse()
+                .map_err(|e| io("parsing a datanode address")(std::io::Error::other(e)))?;
+        }
+        Ok(())
+    }
+
+    async fn restart_on(&mut self, listen: SocketAddr) -> Result<(), MiniClusterError> {
         if self.node.is_some() {
             return Ok(());
         }
         let mut config = self.config.clone();
-        config.listen = self.address;
+        config.listen = listen;
         if let Some(m) = self.metrics_address {
             config.metrics_listen = Some(m);
         }

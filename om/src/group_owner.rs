@@ -199,6 +199,8 @@ impl OzoneManager {
                 &read.open_table(PARTS)?,
             )?
             .ok_or_else(|| owner.gone())?;
-        loaded.pick(owner, group)
+        let (replication, mut g) = loaded.pick(owner, group)?;
+        self.current_addresses(std::iter::once(&mut g));
+        Ok((replication, g))
     }
 }

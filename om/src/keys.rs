@@ -71,7 +71,11 @@ impl OzoneManager {
         let read = self.db.begin_read()?;
         let t = read.open_table(KEYS)?;
         match t.get((bucket, key))? {
-            Some(v) => decode::<pb::KeyInfo, _>(v.value(), "key"),
+            Some(v) => {
+                let mut k: KeyInfo = decode::<pb::KeyInfo, _>(v.value(), "key")?;
+                self.current_addresses(&mut k.block_groups);
+                Ok(k)
+            }
             None => Err(self.missing_key(bucket, key)),
         }
     }
@@ -119,7 +123,9 @@ impl OzoneManager {
             if name == start_after {
                 continue;
             }
-            out.push(decode::<pb::KeyInfo, _>(v.value(), "key")?);
+            let mut k: KeyInfo = decode::<pb::KeyInfo, _>(v.value(), "key")?;
+            self.current_addresses(&mut k.block_groups);
+            out.push(k);
             if out.len() >= limit {
                 break;
             }
@@ -358,6 +364,7 @@ impl OzoneManager {
         if replaced {
             self.deletions_changed();
         }
+        self.current_addresses(&mut info.block_groups);
         Ok(info)
     }
 

@@ -395,10 +395,15 @@ impl OzoneManager {
         shared: Option<meta_store::MetaStore>,
     ) -> Result<Self> {
         check_replication(&config.default_replication)?;
-        let lock = DirLock::acquire(&config.data_dir, "om").map_err(|e| match e {
-            proto_crate::DirLockError::InUse { .. } => OmError::DataDirInUse(e.to_string()),
-            other => OmError::DataDirLock(other),
-        })?;
+        // Acquiring may wait (at most `FORK_WINDOW_WAIT`) for a forked child's copy of the
+        // lock to close: off the async threads.
+        let dir = config.data_dir.clone();
+        let lock = tokio::task::spawn_blocking(move || DirLock::acquire(&dir, "om"))
+            .await?
+            .map_err(|e| match e {
+                proto_crate::DirLockError::InUse { .. } => OmError::DataDirInUse(e.to_string()),
+                other => OmError::DataDirLock(other),
+            })?;
         let db_path = config.data_dir.join("om.redb");
         let db = Arc::new(Database::create(&db_path)?);
         // The database holds secrets (block-token keys, S3 secret keys): the
@@ -640,6 +645,27 @@ impl OzoneManager {
 
     pub(crate) fn publish_sessions(&self, st: &State) {
         self.sessions_open.send_replace(st.sessions.len());
+    }
+
+    /// Sets each location of `groups` to the address its datanode is registered at now. Key
+    /// and part rows keep the address a group was written to; a datanode that starts again
+    /// elsewhere (another host or port, the same uuid and blocks) is then found at its new
+    /// one by readers and by repair, as Ozone's pipelines name datanodes by uuid and SCM
+    /// resolves them. A datanode the om does not know keeps the stored address.
+    pub(crate) fn current_addresses<'a>(
+        &self,
+        groups: impl IntoIterator<Item = &'a mut BlockGroup>,
+    ) {
+        let st = self.state();
+        for g in groups {
+            for l in &mut g.pipeline.locations {
+                if let Some(a) = st.nodes.address(l.datanode.uuid.as_str())
+                    && a != l.datanode.address
+                {
+                    a.clone_into(&mut l.datanode.address);
+                }
+            }
+        }
     }
 
     /// Every registered datanode, whatever its state, by uuid.

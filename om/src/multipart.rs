@@ -241,6 +241,7 @@ impl OzoneManager {
             limit.min(MAX_LIST_PAGE),
         )?;
         u.parts = parts;
+        self.current_addresses(u.parts.iter_mut().flat_map(|p| &mut p.block_groups));
         Ok((u, more))
     }
 
@@ -334,8 +335,10 @@ impl OzoneManager {
         let txn = self.db.begin_write()?;
         let Some(u) = header(&txn.open_table(UPLOADS)?, upload_id)? else {
             // A retry of a completion that succeeded gets the same answer.
-            return crate::completed::answer(&txn, upload_id, parts)?
-                .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()));
+            let mut info = crate::completed::answer(&txn, upload_id, parts)?
+                .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()))?;
+            self.current_addresses(&mut info.block_groups);
+            return Ok(info);
         };
         if parts.is_empty() {
             return Err(OmError::InvalidPart("the part list is empty".into()));
@@ -418,6 +421,8 @@ impl OzoneManager {
         txn.commit()?;
         self.deletions_changed();
         self.publish_uploads();
+        let mut info = info;
+        self.current_addresses(&mut info.block_groups);
         Ok(info)
     }
 }

@@ -342,6 +342,11 @@ impl NodeRegistry {
         self.nodes.values().map(|e| e.details.clone()).collect()
     }
 
+    /// The address datanode `uuid` is registered at.
+    pub(crate) fn address(&self, uuid: &str) -> Option<&str> {
+        self.nodes.get(uuid).map(|e| e.details.address.as_str())
+    }
+
     /// The registered datanode `uuid`.
     pub(crate) fn get(&self, uuid: &str) -> Option<DatanodeDetails> {
         self.nodes.get(uuid).map(|e| e.details.clone())

@@ -294,8 +294,10 @@ impl OzoneManager {
             let (k, v) = entry?;
             let (id, _) = k.value();
             if let Some(u) = out.get_mut(id) {
-                u.parts
-                    .push(decode::<pb::PartInfo, _>(v.value(), "multipart part")?);
+                let mut p: proto_crate::PartInfo =
+                    decode::<pb::PartInfo, _>(v.value(), "multipart part")?;
+                self.current_addresses(&mut p.block_groups);
+                u.parts.push(p);
             }
         }
         Ok(out.into_values().collect())
@@ -320,7 +322,9 @@ impl OzoneManager {
             if after.is_some_and(|(ab, ak)| ab == b && ak == name) {
                 continue;
             }
-            out.push(decode::<pb::KeyInfo, _>(v.value(), "key")?);
+            let mut k: KeyInfo = decode::<pb::KeyInfo, _>(v.value(), "key")?;
+            self.current_addresses(&mut k.block_groups);
+            out.push(k);
             if out.len() >= limit {
                 break;
             }

@@ -494,3 +494,48 @@ async fn reconstruction_reads_from_spare_replicas() {
     assert!(client.ec_metrics().stripes_reconstructed > 0);
     cluster.shutdown().await;
 }
+
+/// A datanode that starts again at another address (same uuid and blocks: a host moved, a
+/// pod given a new IP) is read at its new one: the om answers with the address each datanode
+/// is registered at now, not the one a key was written to (Ozone's pipelines name datanodes by
+/// uuid and SCM resolves them). Before, every reader went to the old address, failed over and
+/// read degraded for good, while the ReplicationManager saw a healthy datanode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_datanode_restarted_at_another_address_is_read_there() {
+    let (mut cluster, client) = failure_cluster(5).await;
+    ec_bucket(&client, "b", 1 << 20).await;
+    let src = data(LEN, 7);
+    client.put_key("b", "k", None, &src).await.expect("put");
+    let info = client.key_info("b", "k").await.expect("info");
+    let n = node_of(&cluster, &info, 0, 1);
+    let (uuid, old) = {
+        let dn = cluster.datanode_mut(n).expect("datanode");
+        let old = dn.address();
+        dn.stop().await;
+        dn.restart_elsewhere().await.expect("restart elsewhere");
+        (dn.uuid().to_string(), old)
+    };
+    let new = cluster.datanode_mut(n).expect("datanode").address();
+    assert_ne!(new, old);
+    common::wait_statuses(&cluster, |s| {
+        s.iter()
+            .any(|d| d.details.uuid.as_str() == uuid && d.details.address == new)
+    })
+    .await;
+    let info = client.key_info("b", "k").await.expect("info");
+    for g in &info.block_groups {
+        for l in &g.pipeline.locations {
+            if l.datanode.uuid.as_str() == uuid {
+                assert_eq!(l.datanode.address, new, "the key names the new address");
+            }
+        }
+    }
+    let before = client.ec_metrics();
+    assert_eq!(read_all_sequential(&client, "k").await.expect("read"), src);
+    let after = client.ec_metrics();
+    assert_eq!(after.failovers, before.failovers, "no location failed");
+    assert_eq!(
+        after.reconstruction_readers_created, before.reconstruction_readers_created,
+        "nothing was reconstructed"
+    );
+}
