@@ -128,24 +128,32 @@ fn staged_replicas(bytes: &[u8]) -> u64 {
 }
 
 /// Removes the part rows of the oldest dropped uploads in `txn` (`upload_rows.rs`), logging
-/// the replicas of parts the upload's completion did not keep, with the drop's time, until
-/// the rows removed plus the replicas logged reach `budget` (at least one part, so a part of
-/// more locations still goes); a dropped upload with no part rows left is forgotten. A
-/// dropped row that does not decode is treated as keeping every part (its rows go, nothing
-/// is logged: a part it did not keep is left to the orphan sweep, and a kept one is never
-/// deleted). Returns the replicas logged and whether part rows remain.
-fn expand_dropped_in(txn: &WriteTransaction, budget: usize) -> Result<(usize, bool)> {
+/// the replicas of parts the upload's completion did not keep, with the drop's time, while
+/// the rows written (part rows removed, log entries, dropped rows removed) stay within
+/// `budget` (at least one part, so a part of more locations still goes); a dropped upload
+/// with no part rows left is forgotten. A dropped row that does not decode is treated as
+/// keeping every part (its rows go, nothing is logged: a part it did not keep is left to the
+/// orphan sweep, and a kept one is never deleted).
+fn expand_dropped_in(txn: &WriteTransaction, budget: usize) -> Result<Expanded> {
     use crate::upload_rows::{DROPPED_UPLOADS, PARTS};
     let mut dropped = txn.open_table(DROPPED_UPLOADS)?;
     let mut parts = txn.open_table(PARTS)?;
     let mut log = txn.open_table(DELETION_LOG)?;
-    let (mut used, mut logged) = (0usize, 0usize);
+    let (mut replicas, mut writes) = (0usize, 0usize);
+    let done = |replicas, writes, more| {
+        Ok(Expanded {
+            replicas,
+            writes,
+            more,
+        })
+    };
     loop {
-        let Some(first) = dropped.first()? else {
-            return Ok((logged, false));
+        let head = dropped
+            .first()?
+            .map(|(k, v)| (k.value().to_string(), v.value().to_vec()));
+        let Some((id, bytes)) = head else {
+            return done(replicas, writes, false);
         };
-        let (id, bytes) = (first.0.value().to_string(), first.1.value().to_vec());
-        drop(first);
         let drop_row = pb::DroppedUpload::decode(bytes.as_slice()).map_err(|e| {
             tracing::warn!(upload = %id, error = %e, "a dropped upload's row does not decode; removing its parts without deleting their groups");
         });
@@ -156,7 +164,11 @@ fn expand_dropped_in(txn: &WriteTransaction, budget: usize) -> Result<(usize, bo
                 .transpose()?
                 .map(|(k, v)| (k.value().1, v.value().to_vec()));
             let Some((number, value)) = next else {
+                if writes > 0 && writes + 1 > budget {
+                    return done(replicas, writes, true);
+                }
                 dropped.remove(id.as_str())?;
+                writes += 1;
                 break;
             };
             let freed = drop_row
@@ -175,8 +187,8 @@ fn expand_dropped_in(txn: &WriteTransaction, budget: usize) -> Result<(usize, bo
                 None => Vec::new(),
             };
             let cost = 1 + groups.iter().map(|g| g.locations.len()).sum::<usize>();
-            if used > 0 && used + cost > budget {
-                return Ok((logged, true));
+            if writes > 0 && writes + cost > budget {
+                return done(replicas, writes, true);
             }
             parts.remove((id.as_str(), number))?;
             for g in &groups {
@@ -189,10 +201,10 @@ fn expand_dropped_in(txn: &WriteTransaction, budget: usize) -> Result<(usize, bo
                         (d.uuid.as_str(), g.container_id, g.local_id),
                         (l.replica_index, freed.unwrap_or_default()),
                     )?;
-                    logged += 1;
+                    replicas += 1;
                 }
             }
-            used += cost;
+            writes += cost;
         }
     }
 }
@@ -225,21 +237,46 @@ fn dropped_replicas(read: &redb::ReadTransaction) -> Result<u64> {
     Ok(n)
 }
 
-/// Moves the oldest staged groups into the deletion log in `txn`: whole groups, until
-/// their locations reach `budget` (at least one group, so a group of more locations still
-/// moves); a row emptied is removed, a row left with groups is rewritten with them. A row
-/// that does not decode is dropped with a warning (its replicas are left to the orphan
-/// sweep). Returns the replicas moved and whether rows remain.
-fn expand_in(txn: &WriteTransaction, budget: usize) -> Result<(usize, bool)> {
+/// What one expansion transaction did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Expanded {
+    /// Replicas written into the deletion log.
+    replicas: usize,
+    /// Rows the transaction writes: log entries, and rows removed or rewritten.
+    writes: usize,
+    /// Whether work remains.
+    more: bool,
+}
+
+/// Moves the oldest staged groups into the deletion log in `txn`: whole groups, while the
+/// rows written (log entries, and each staged row removed or rewritten) stay within
+/// `budget` (at least one group, so a group of more locations still moves); a row emptied
+/// is removed, a row left with groups is rewritten with them. A row that does not decode is
+/// dropped with a warning (its replicas are left to the orphan sweep).
+fn expand_in(txn: &WriteTransaction, budget: usize) -> Result<Expanded> {
     let mut staged = txn.open_table(DELETED_GROUPS)?;
     let mut log = txn.open_table(DELETION_LOG)?;
-    let mut moved = 0usize;
+    let (mut replicas, mut writes) = (0usize, 0usize);
     loop {
-        let Some(first) = staged.first()? else {
-            return Ok((moved, false));
+        let head = staged
+            .first()?
+            .map(|(k, v)| (k.value(), v.value().to_vec()));
+        let Some((key, bytes)) = head else {
+            return Ok(Expanded {
+                replicas,
+                writes,
+                more: false,
+            });
         };
-        let (key, bytes) = (first.0.value(), first.1.value().to_vec());
-        drop(first);
+        // The row is removed or rewritten: one write, and at least one group with it.
+        if writes > 0 && writes + 2 > budget {
+            return Ok(Expanded {
+                replicas,
+                writes,
+                more: true,
+            });
+        }
+        writes += 1;
         let Ok(row) = pb::DeletedGroups::decode(bytes.as_slice()) else {
             tracing::warn!(
                 freed_ms = key.0,
@@ -249,11 +286,13 @@ fn expand_in(txn: &WriteTransaction, budget: usize) -> Result<(usize, bool)> {
             continue;
         };
         let mut rest = row.groups.into_iter().peekable();
+        let mut took = false;
         while let Some(g) = rest.peek() {
-            if moved > 0 && moved + g.locations.len() > budget {
+            if (took || replicas > 0) && writes + g.locations.len() > budget {
                 break;
             }
             let Some(g) = rest.next() else { break };
+            took = true;
             // Rows are written from domain groups, whose locations all name a datanode.
             for (d, l) in g
                 .locations
@@ -264,8 +303,9 @@ fn expand_in(txn: &WriteTransaction, budget: usize) -> Result<(usize, bool)> {
                     (d.uuid.as_str(), g.container_id, g.local_id),
                     (l.replica_index, key.0),
                 )?;
+                replicas += 1;
+                writes += 1;
             }
-            moved += g.locations.len();
         }
         let rest: Vec<pb::BlockGroup> = rest.collect();
         if rest.is_empty() {
@@ -277,10 +317,11 @@ fn expand_in(txn: &WriteTransaction, budget: usize) -> Result<(usize, bool)> {
                     .encode_to_vec()
                     .as_slice(),
             )?;
-            return Ok((moved, true));
-        }
-        if moved >= budget {
-            return Ok((moved, staged.first()?.is_some()));
+            return Ok(Expanded {
+                replicas,
+                writes,
+                more: true,
+            });
         }
     }
 }
@@ -324,15 +365,49 @@ pub(crate) fn log_locations<'a>(
     Ok(())
 }
 
-/// Ends session `session_id` in `txn`: its row goes, and the groups in
-/// `leftovers` (allocated but not committed) are staged for deletion.
+/// Ends session `session_id` in `txn`: its row goes, and the groups it allocated that are
+/// not in `committed` are staged for deletion: those of `leftovers` (what the om's memory
+/// knew) and any other the stored row holds (a group allocated while the session was ending:
+/// its allocation's transaction put it in the row, and staging it here leaves nothing to a
+/// clean-up that a crash could prevent). A row that does not decode adds nothing.
 pub(crate) fn end_session(
     txn: &WriteTransaction,
     session_id: u64,
     leftovers: &[BlockGroup],
+    committed: &[BlockGroup],
 ) -> Result<()> {
+    let mut freed = leftovers.to_vec();
+    let stored = {
+        let t = txn.open_table(crate::session_rows::OPEN_SESSIONS)?;
+        t.get(session_id)?
+            .map(|v| pb::OpenSessionRecord::decode(v.value()))
+    };
+    match stored {
+        Some(Ok(row)) => {
+            for g in row.allocated {
+                let id = (g.container_id, g.local_id);
+                if freed
+                    .iter()
+                    .chain(committed)
+                    .any(|f| (f.container_id, f.local_id) == id)
+                {
+                    continue;
+                }
+                match BlockGroup::try_from(g) {
+                    Ok(g) => freed.push(g),
+                    Err(e) => {
+                        tracing::warn!(session = session_id, error = %e, "a group in an open session's row does not decode; left to the orphan sweep");
+                    }
+                }
+            }
+        }
+        Some(Err(e)) => {
+            tracing::warn!(session = session_id, error = %e, "an open session's row does not decode; only the groups the om knew are reclaimed");
+        }
+        None => {}
+    }
     crate::session_rows::remove(txn, session_id)?;
-    log_groups(txn, leftovers)
+    log_groups(txn, &freed)
 }
 
 /// Logs the groups of key `bucket/key` if it exists (it is being replaced
@@ -406,10 +481,10 @@ impl OzoneManager {
         for expand in [expand_in, expand_dropped_in] {
             loop {
                 let txn = self.db.begin_write()?;
-                let (moved, more) = expand(&txn, TXN_BATCH)?;
+                let step = expand(&txn, TXN_BATCH)?;
                 txn.commit()?;
-                total += moved as u64;
-                if !more {
+                total += step.replicas as u64;
+                if !step.more {
                     break;
                 }
             }
@@ -720,6 +795,7 @@ mod tests {
         let txn = db.begin_write().expect("write");
         txn.open_table(DELETION_LOG).expect("log");
         txn.open_table(DELETED_GROUPS).expect("staged");
+        crate::upload_rows::create_tables(&txn).expect("upload tables");
         txn.commit().expect("commit");
         (dir, db)
     }
@@ -748,7 +824,7 @@ mod tests {
     }
 
     #[test]
-    fn expansion_moves_whole_groups_up_to_the_budget_and_keeps_the_freeing_time() {
+    fn expansion_moves_whole_groups_within_the_budget_and_keeps_the_freeing_time() {
         let (_dir, db) = db();
         let groups: Vec<BlockGroup> = (1..=60).map(|i| group(i, 5)).collect();
         let txn = db.begin_write().expect("write");
@@ -757,18 +833,30 @@ mod tests {
         assert_eq!(lens(&db), (0, vec![60]));
 
         let txn = db.begin_write().expect("write");
-        assert_eq!(expand_in(&txn, TXN_BATCH).expect("expand"), (100, true));
+        let step = expand_in(&txn, TXN_BATCH).expect("expand");
         txn.commit().expect("commit");
+        // The row's rewrite and 19 groups of 5: 96 writes; a 20th would pass 100.
         assert_eq!(
-            lens(&db),
-            (100, vec![40]),
-            "20 groups moved, the row kept the rest"
+            step,
+            Expanded {
+                replicas: 95,
+                writes: 96,
+                more: true
+            }
         );
-
-        let txn = db.begin_write().expect("write");
-        assert_eq!(expand_in(&txn, TXN_BATCH).expect("expand"), (100, true));
-        assert_eq!(expand_in(&txn, TXN_BATCH).expect("expand"), (100, false));
-        txn.commit().expect("commit");
+        assert_eq!(lens(&db), (95, vec![41]), "the row kept the rest");
+        let mut total = step.replicas;
+        loop {
+            let txn = db.begin_write().expect("write");
+            let step = expand_in(&txn, TXN_BATCH).expect("expand");
+            txn.commit().expect("commit");
+            assert!(step.writes <= TXN_BATCH, "{step:?}");
+            total += step.replicas;
+            if !step.more {
+                break;
+            }
+        }
+        assert_eq!(total, 300);
         assert_eq!(lens(&db), (300, vec![]));
 
         let read = db.begin_read().expect("read");
@@ -786,6 +874,29 @@ mod tests {
         );
     }
 
+    /// Regression: rows removed counted against no budget, so 100 one-replica keys' rows
+    /// made 200 writes in one transaction.
+    #[test]
+    fn removing_many_small_rows_stays_within_the_budget() {
+        let (_dir, db) = db();
+        let txn = db.begin_write().expect("write");
+        for i in 1..=100 {
+            log_groups(&txn, &[group(i, 1)]).expect("stage");
+        }
+        txn.commit().expect("commit");
+        let txn = db.begin_write().expect("write");
+        let step = expand_in(&txn, TXN_BATCH).expect("expand");
+        txn.commit().expect("commit");
+        assert_eq!(
+            step,
+            Expanded {
+                replicas: 50,
+                writes: 100,
+                more: true
+            }
+        );
+    }
+
     #[test]
     fn a_group_larger_than_the_budget_moves_alone_and_bad_rows_are_dropped() {
         let (_dir, db) = db();
@@ -797,11 +908,43 @@ mod tests {
             .expect("garbled row, last in order");
         txn.commit().expect("commit");
         let txn = db.begin_write().expect("write");
-        assert_eq!(expand_in(&txn, 10).expect("expand"), (14, true));
-        assert_eq!(expand_in(&txn, 10).expect("expand"), (14, true));
-        assert_eq!(expand_in(&txn, 10).expect("expand"), (0, false));
+        let steps: Vec<(usize, bool)> = (0..3)
+            .map(|_| {
+                let e = expand_in(&txn, 10).expect("expand");
+                (e.replicas, e.more)
+            })
+            .collect();
         txn.commit().expect("commit");
+        assert_eq!(steps, [(14, true), (14, true), (0, false)]);
         assert_eq!(lens(&db), (28, vec![]));
+    }
+
+    /// Dropped uploads without parts cost one write each (their row's removal), within the
+    /// budget.
+    #[test]
+    fn dropped_uploads_are_forgotten_within_the_budget() {
+        let (_dir, db) = db();
+        let txn = db.begin_write().expect("write");
+        {
+            let mut dropped = txn
+                .open_table(crate::upload_rows::DROPPED_UPLOADS)
+                .expect("dropped");
+            for i in 0..150 {
+                dropped
+                    .insert(
+                        format!("u{i:03}").as_str(),
+                        pb::DroppedUpload::default().encode_to_vec().as_slice(),
+                    )
+                    .expect("row");
+            }
+        }
+        txn.commit().expect("commit");
+        let txn = db.begin_write().expect("write");
+        let first = expand_dropped_in(&txn, TXN_BATCH).expect("expand");
+        let second = expand_dropped_in(&txn, TXN_BATCH).expect("expand");
+        txn.commit().expect("commit");
+        assert_eq!((first.writes, first.more), (100, true));
+        assert_eq!((second.writes, second.more), (50, false));
     }
 
     #[test]

@@ -86,5 +86,5 @@ pub use s3_users::{
 };
 pub use server::OmServer;
 pub use service::OmGrpcService;
-pub use sessions::{ANONYMOUS_CLIENT, MAX_OPEN_SESSIONS};
+pub use sessions::{ANONYMOUS_CLIENT, LOCAL_ID_BATCH, MAX_OPEN_SESSIONS};
 pub use upload_rows::{MAX_LIST_PAGE, UploadsMarker};

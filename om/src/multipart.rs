@@ -210,7 +210,7 @@ impl OzoneManager {
             }
             let replaced = put_part(&txn, &upload_id, &part)?;
             log_groups(&txn, replaced.iter().flat_map(|p| &p.block_groups))?;
-            end_session(&txn, session_id, &leftovers)
+            end_session(&txn, session_id, &leftovers, &part.block_groups)
         })();
         // The upload may be gone (aborted meanwhile): then nothing
         // references the session's groups.

@@ -19,9 +19,11 @@
 //! - a location added after the snapshot (a repair or `add_replica` commit, counted in
 //!   [`LOCATIONS_ADDED`]) voids the rest of the sweep: it logs nothing more that round (each
 //!   transaction of at most `TXN_BATCH` orphans checks it);
-//! - a block id at or past the om's next allocation is never an orphan — it was allocated by
-//!   an om whose records this one lacks (a database restored from a backup): that is alarmed,
-//!   not deleted;
+//! - a block id at or past the om's id counter is never an orphan — it was allocated by an
+//!   om whose records this one lacks (a database restored from a backup): that is alarmed,
+//!   not deleted. The counter is the end of the last reserved range of ids
+//!   (`sessions.rs`), not the next id handed out, so ids of the last batch below it are not
+//!   swept either (they may be that om's too) until the counter moves a batch on;
 //! - a datanode where more than a tenth of the reported blocks (and over 100) look orphaned
 //!   gets nothing deleted and an alarm instead, and one sweep deletes at most
 //!   [`MAX_ORPHANS_PER_SWEEP`] replicas.
@@ -150,6 +152,12 @@ impl OzoneManager {
                 }
                 if next_local_id > 0 && l >= next_local_id {
                     from_the_future += 1;
+                    continue;
+                }
+                // The last reservation's ids may have been handed out by an om whose records
+                // this one lacks (the counter is the end of the reserved range, not the next
+                // id handed out): such a block waits until the counter has moved a batch on.
+                if l.saturating_add(crate::sessions::LOCAL_ID_BATCH) >= next_local_id {
                     continue;
                 }
                 unreferenced.push((((c, l), (*d).clone()), r.received));

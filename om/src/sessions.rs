@@ -52,7 +52,7 @@ fn new_session_id(open: &std::collections::HashMap<u64, OpenKeySession>) -> u64 
 
 /// Local ids one reservation takes (Ozone's SCM hands out block ids from batches of its
 /// sequence id generator the same way, `ozone.scm.sequence.id.batch.size`, 1000).
-pub(crate) const LOCAL_ID_BATCH: u64 = 1000;
+pub const LOCAL_ID_BATCH: u64 = 1000;
 /// Container ids one reservation takes.
 pub(crate) const CONTAINER_ID_BATCH: u64 = 16;
 
@@ -341,9 +341,10 @@ impl OzoneManager {
             Some(s) => s.allocated.push(group.clone()),
             None => {
                 // Ended (aborted, expired, or committing) while this group was being
-                // allocated: nothing can reference it, and whoever ends the session
-                // reclaims only the groups it knew. This group leaves the row (if the end
-                // has not removed it yet) and is staged for deletion here.
+                // allocated: nothing can reference it (a commit names only groups the
+                // session knew). If the end's transaction has run, it found the group in
+                // the row and staged it; if not, the group leaves the row here and is
+                // staged now. Either way once.
                 drop(st);
                 let txn = self.db.begin_write()?;
                 if let Some(mut row) = crate::session_rows::get(&txn, session_id)? {
@@ -351,8 +352,8 @@ impl OzoneManager {
                         (g.container_id, g.local_id) != (group.container_id, group.local_id)
                     });
                     crate::session_rows::insert(&txn, session_id, &row)?;
+                    log_groups(&txn, std::slice::from_ref(&group))?;
                 }
-                log_groups(&txn, std::slice::from_ref(&group))?;
                 txn.commit()?;
                 self.deletions_changed();
                 return Err(OmError::NoSuchSession(session_id));
@@ -425,7 +426,7 @@ impl OzoneManager {
                 (info.bucket.as_str(), info.name.as_str()),
                 pb::KeyInfo::from(info.clone()).encode_to_vec().as_slice(),
             )?;
-            end_session(&txn, session_id, &leftovers)
+            end_session(&txn, session_id, &leftovers, &info.block_groups)
         })();
         self.commit_or_reclaim(txn, outcome, session_id, &s.allocated)?;
         Ok(info)
@@ -468,7 +469,7 @@ impl OzoneManager {
     /// open-group rows, in one transaction.
     pub(crate) fn reclaim_session(&self, session_id: u64, allocated: &[BlockGroup]) -> Result<()> {
         let txn = self.db.begin_write()?;
-        end_session(&txn, session_id, allocated)?;
+        end_session(&txn, session_id, allocated, &[])?;
         txn.commit()?;
         self.deletions_changed();
         Ok(())
@@ -596,7 +597,7 @@ impl OzoneManager {
             let txn = self.db.begin_write()?;
             for (id, s) in chunk {
                 tracing::info!(session = id, bucket = %s.bucket, key = %s.key, client = %s.client, "open-key lease expired; aborting");
-                end_session(&txn, *id, &s.allocated)?;
+                end_session(&txn, *id, &s.allocated, &[])?;
             }
             txn.commit()?;
         }
@@ -661,6 +662,52 @@ mod tests {
         let read = om.db.begin_read().expect("read");
         let t = read.open_table(COUNTERS).expect("counters");
         t.get(name).expect("get").map(|v| v.value())
+    }
+
+    /// A group the session's row holds but the om's memory does not (its allocation's
+    /// transaction committed as the session ended, and the om could crash before that
+    /// allocation's own clean-up) is staged by the transaction that ends the session, once.
+    #[tokio::test]
+    async fn ending_a_session_frees_the_groups_its_row_holds() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let om = crate::test_oms::with_five_datanodes(dir.path()).await;
+        om.create_bucket("b", None, None).expect("bucket");
+        for end in ["abort", "commit"] {
+            let s = om.open_key("b", end, None).expect("open");
+            let known = om
+                .allocate_block_group(s.session_id, &[])
+                .expect("allocate");
+            let unknown = om
+                .allocate_block_group(s.session_id, &[])
+                .expect("allocate");
+            // Memory forgets the second group: as if its allocation had not yet returned.
+            {
+                let mut st = om.state();
+                let session = st.sessions.get_mut(&s.session_id).expect("open");
+                session.allocated.retain(|g| g.local_id != unknown.local_id);
+            }
+            let before = om.pending_deletions().expect("pending");
+            match end {
+                "abort" => om.abort_key(s.session_id).expect("abort"),
+                _ => {
+                    let g = BlockGroup {
+                        length: 1,
+                        ..known.clone()
+                    };
+                    om.commit_key(s.session_id, &[g], 1, BTreeMap::new())
+                        .expect("commit");
+                }
+            }
+            let freed = match end {
+                "abort" => 2,
+                _ => 1,
+            };
+            assert_eq!(
+                om.pending_deletions().expect("pending") - before,
+                freed * 5,
+                "{end}: the row's group is staged too"
+            );
+        }
     }
 
     /// Ids come from reserved ranges: the counters are written once per batch, ids follow
