@@ -11,11 +11,20 @@
 //! - `list-100`: a scan of 100 rows of one bucket;
 //! - the same `open-commit` and `lookup` from `--threads` tasks at once.
 //!
+//! Mode `om-redb` runs the same workloads on the om itself (today's tables in its own redb
+//! file, before the move onto the store; in process, five registered datanodes that never
+//! serve, since allocation reads only the registry): `open-commit` is `open_key`,
+//! `allocate_block_group` and `commit_key` of one group, `lookup` is `lookup_key`,
+//! `list-100` is `list_keys` of 100. `WORKLOAD om-redb/redb` is what the om's own work
+//! (three durable transactions per key today, its decoding and bookkeeping) costs over the
+//! store's floor, the baseline the move onto the store is measured against.
+//!
 //! Ratios `WORKLOAD etcd-1/redb` and `etcd-3/redb` say what etcd costs.
 //! Every mode's store is fresh, under a temp dir of its own; etcd runs as
 //! real members on loopback (`LocalEtcd`).
 
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use meta_store::local_etcd::LocalEtcd;
@@ -57,6 +66,103 @@ async fn backends(dir: &std::path::Path) -> anyhow::Result<Vec<Backend>> {
     }
     Ok(out)
 }
+
+/// The om on its own redb file under `dir`, with five registered datanodes (never stale
+/// during a run) and the bench's buckets.
+async fn om_backend(dir: &std::path::Path) -> anyhow::Result<Arc<om::OzoneManager>> {
+    let forever = Duration::from_secs(365 * 24 * 3600);
+    let config = om::OmConfig::new(dir.join("om")).with_liveness(forever, forever);
+    let om = om::OzoneManager::open(config)
+        .await
+        .context("opening the om")?;
+    for i in 0..5u16 {
+        om.register_datanode(proto_crate::DatanodeDetails {
+            uuid: proto_crate::DatanodeId::from_u128(u128::from(i) + 1),
+            address: format!("127.0.0.1:{}", 1 + i),
+        })
+        .await?;
+    }
+    for bucket in ["bench", "bench-mt"] {
+        om.create_bucket(bucket, None, None)?;
+    }
+    Ok(Arc::new(om))
+}
+
+/// Runs `f` on the om off the async threads (its calls wait for redb's fsyncs).
+async fn on_om<T: Send + 'static>(
+    om: &Arc<om::OzoneManager>,
+    f: impl FnOnce(&om::OzoneManager) -> Result<T, om::OmError> + Send + 'static,
+) -> anyhow::Result<T> {
+    let om = Arc::clone(om);
+    Ok(tokio::task::spawn_blocking(move || f(&om)).await??)
+}
+
+/// Opens, allocates one group for and commits key `name` of `bucket` on the om.
+async fn om_open_commit(
+    om: &Arc<om::OzoneManager>,
+    bucket: &str,
+    name: &str,
+) -> anyhow::Result<()> {
+    let (bucket, name) = (bucket.to_string(), name.to_string());
+    on_om(om, move |om| {
+        let s = om.open_key(&bucket, &name, None)?;
+        let g = om.allocate_block_group(s.session_id, &[])?;
+        let g = proto_crate::BlockGroup { length: 1, ..g };
+        om.commit_key(s.session_id, &[g], 1, std::collections::BTreeMap::new())?;
+        Ok(())
+    })
+    .await
+}
+
+/// The om workloads, as the store's below.
+async fn om_rows(s: &Settings, dir: &std::path::Path, ops: u64) -> anyhow::Result<Vec<Row>> {
+    let om = om_backend(dir).await?;
+    let mut rows = Vec::new();
+    for (bucket, tasks) in [("bench", 1), ("bench-mt", s.threads)] {
+        let om = Arc::clone(&om);
+        rows.push(
+            measure("open-commit", OM_MODE, tasks, ops, move |i| {
+                let om = Arc::clone(&om);
+                async move { om_open_commit(&om, bucket, &format!("k{i:08}")).await }
+            })
+            .await?,
+        );
+    }
+    for tasks in [1, s.threads] {
+        let om = Arc::clone(&om);
+        rows.push(
+            measure("lookup", OM_MODE, tasks, s.ops, move |i| {
+                let om = Arc::clone(&om);
+                async move {
+                    let key = format!("k{:08}", i % ops);
+                    on_om(&om, move |om| om.lookup_key("bench", &key)).await?;
+                    Ok(())
+                }
+            })
+            .await?,
+        );
+    }
+    let om = Arc::clone(&om);
+    rows.push(
+        measure("list-100", OM_MODE, 1, (s.ops / 10).max(1), move |i| {
+            let om = Arc::clone(&om);
+            async move {
+                let after = format!("k{:08}", (i * 37) % ops);
+                let page = on_om(&om, move |om| om.list_keys("bench", "", &after, 100)).await?;
+                anyhow::ensure!(
+                    !page.is_empty() || (i * 37) % ops + 1 >= ops,
+                    "an empty page"
+                );
+                Ok(())
+            }
+        })
+        .await?,
+    );
+    Ok(rows)
+}
+
+/// Mode of the rows measured on the om itself.
+const OM_MODE: &str = "om-redb";
 
 /// Opens and commits key `name` of `bucket` as session `session`.
 async fn open_commit(
@@ -185,6 +291,7 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
             .await?,
         );
     }
+    rows.extend(om_rows(s, dir.path(), ops).await?);
     let mut report = Report {
         suite: "meta".into(),
         started_unix_ms: started,
@@ -193,11 +300,11 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
         ratios: Default::default(),
     };
     for w in ["open-commit", "lookup", "list-100"] {
-        for mode in ["etcd-1", "etcd-3"] {
+        for mode in ["etcd-1", "etcd-3", OM_MODE] {
             report.ratio(&format!("{w} {mode}/redb"), w, mode, "redb");
         }
     }
-    for mode in ["redb", "etcd-1", "etcd-3"] {
+    for mode in ["redb", "etcd-1", "etcd-3", OM_MODE] {
         let one = report.find("open-commit", mode).map(|r| r.ops_per_sec);
         let many = report
             .rows
