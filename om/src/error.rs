@@ -71,6 +71,11 @@ pub enum OmError {
     /// No multipart upload with this id (never started, completed or aborted).
     #[error("no multipart upload {0}")]
     NoSuchUpload(String),
+    /// What the call would change is held by another call under way (a part commit or a
+    /// repair of a part while the upload's completion reads its parts): nothing changed;
+    /// retry ([`OmErrorCode::Contention`]).
+    #[error("busy: {0}")]
+    Busy(String),
     /// A listed part was not uploaded or its ETag differs.
     #[error("invalid part: {0}")]
     InvalidPart(String),
@@ -161,6 +166,7 @@ impl OmError {
             Self::PermissionDenied(_) => OmErrorCode::PermissionDenied,
             Self::AccessKeyNotFound(_) => OmErrorCode::AccessKeyNotFound,
             Self::LimitExceeded(_) => OmErrorCode::LimitExceeded,
+            Self::Busy(_) => OmErrorCode::Contention,
             Self::Store(e) => store_code(e),
             Self::DataDirInUse(_)
             | Self::DataDirLock(_)

@@ -120,7 +120,8 @@ impl GroupOwner {
     /// Runs `change` on group `group` of the owner and writes the record back, in `txn`.
     ///
     /// # Errors
-    /// As [`group`](Self::group), and whatever `change` returns (nothing is written then).
+    /// As [`group`](Self::group), and whatever `change` returns (nothing is written then);
+    /// [`OmError::Busy`] for a part of an upload a completion is reading.
     pub(crate) fn update_group<T>(
         &self,
         txn: &WriteTransaction,
@@ -128,6 +129,11 @@ impl GroupOwner {
         change: impl FnOnce(&mut BlockGroup) -> Result<T, OmError>,
     ) -> Result<T, OmError> {
         let mut loaded = self.load(txn)?.ok_or_else(|| self.gone())?;
+        // A completion reading the upload's parts holds them: the key it writes would carry
+        // the locations it read, not this change.
+        if let Record::Part(upload_id, _) = &loaded.record {
+            crate::upload_rows::parts_writable(txn, upload_id, crate::manager::now_ms())?;
+        }
         let count = loaded.groups.len();
         let g = loaded.groups.get_mut(group).ok_or_else(|| {
             OmError::InvalidArgument(format!("{self} has {count} block groups, no group {group}"))

@@ -87,4 +87,4 @@ pub use s3_users::{
 pub use server::OmServer;
 pub use service::OmGrpcService;
 pub use sessions::{ANONYMOUS_CLIENT, LOCAL_ID_BATCH, MAX_OPEN_SESSIONS};
-pub use upload_rows::{MAX_LIST_PAGE, UploadsMarker};
+pub use upload_rows::{COMPLETION_HOLD_MS, MAX_LIST_PAGE, UploadsMarker};

@@ -208,6 +208,7 @@ impl OzoneManager {
             if header(&txn.open_table(UPLOADS)?, &upload_id)?.is_none() {
                 return Err(OmError::NoSuchUpload(upload_id.clone()));
             }
+            crate::upload_rows::parts_writable(&txn, &upload_id, now_ms())?;
             let replaced = put_part(&txn, &upload_id, &part)?;
             log_groups(&txn, replaced.iter().flat_map(|p| &p.block_groups))?;
             end_session(&txn, session_id, &leftovers, &part.block_groups)
@@ -318,8 +319,16 @@ impl OzoneManager {
     /// (if any) holds for the key as it is when the completion's transaction runs; when it
     /// does not, nothing changes (the upload stays, as Amazon keeps it for a retry).
     ///
+    /// Three steps (`upload_rows.rs`, `COMPLETING`): the upload is marked, so part commits
+    /// and repairs of its parts wait; the listed parts are read and checked outside a write
+    /// transaction; the key is committed and the upload removed in one transaction, only if
+    /// the mark is still this call's. A later completion of the same upload takes the mark
+    /// over (this one then fails retryably, and its retry gets the key that completion made
+    /// if the parts are the same); a failed check releases it.
+    ///
     /// # Errors
-    /// As `complete_multipart_upload`, and [`OmError::ConditionFailed`].
+    /// As `complete_multipart_upload`; [`OmError::ConditionFailed`]; [`OmError::Busy`] when
+    /// another call took the upload over meanwhile.
     pub fn complete_multipart_upload_if(
         &self,
         upload_id: &str,
@@ -328,18 +337,37 @@ impl OzoneManager {
         metadata: BTreeMap<String, String>,
         condition: Option<proto_crate::WriteCondition>,
     ) -> Result<KeyInfo> {
-        // Everything — reading the upload, checking the parts, writing the
-        // key, removing the upload, logging freed groups — happens in one
-        // write transaction, so a concurrent part commit or abort cannot
-        // slip between the check and the write.
+        let mark = match self.mark_completion(upload_id, parts)? {
+            Marked::Done(info) => return Ok(info),
+            Marked::Mark(mark) => mark,
+        };
+        let outcome = self
+            .read_listed_parts(upload_id, parts, min_part_size)
+            .and_then(|listed| {
+                self.finish_completion(upload_id, mark, parts, listed, metadata, condition)
+            });
+        if outcome.is_err() {
+            self.release_mark(upload_id, mark);
+        }
+        outcome
+    }
+
+    /// Step 1 of a completion: marks `upload_id` with a new mark (replacing any other's),
+    /// after checking the list's shape; or, for an upload already completed with these
+    /// parts, answers with the key it made.
+    pub(crate) fn mark_completion(
+        &self,
+        upload_id: &str,
+        parts: &[(u32, String)],
+    ) -> Result<Marked> {
         let txn = self.db.begin_write()?;
-        let Some(u) = header(&txn.open_table(UPLOADS)?, upload_id)? else {
+        if header(&txn.open_table(UPLOADS)?, upload_id)?.is_none() {
             // A retry of a completion that succeeded gets the same answer.
             let mut info = crate::completed::answer(&txn, upload_id, parts)?
                 .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()))?;
             self.current_addresses(&mut info.block_groups);
-            return Ok(info);
-        };
+            return Ok(Marked::Done(info));
+        }
         if parts.is_empty() {
             return Err(OmError::InvalidPart("the part list is empty".into()));
         }
@@ -351,40 +379,92 @@ impl OzoneManager {
                 )));
             }
         }
-        let mut groups = Vec::new();
-        let mut length = 0u64;
-        let mut sizes = Vec::with_capacity(parts.len());
-        {
-            let stored = txn.open_table(PARTS)?;
-            for (i, (number, etag)) in parts.iter().enumerate() {
-                let Some(p) = crate::upload_rows::part(&stored, upload_id, *number)? else {
-                    return Err(OmError::InvalidPart(format!(
-                        "part {number} was not uploaded"
-                    )));
-                };
-                if trim_etag(etag) != p.etag {
-                    return Err(OmError::InvalidPart(format!(
-                        "part {number} has ETag {}, not {}",
-                        p.etag,
-                        trim_etag(etag)
-                    )));
-                }
-                if i + 1 < parts.len() && p.size < min_part_size {
-                    return Err(OmError::EntityTooSmall(format!(
-                        "part {number} holds {} bytes, under the {min_part_size}-byte minimum",
-                        p.size
-                    )));
-                }
-                length = length
-                    .checked_add(p.size)
-                    .ok_or_else(|| OmError::InvalidArgument("part sizes overflow".into()))?;
-                sizes.push(p.size.to_string());
-                groups.extend(p.block_groups);
+        let mark = loop {
+            let m: u64 = rand::random();
+            if m != 0 {
+                break m;
             }
+        };
+        txn.open_table(crate::upload_rows::COMPLETING)?
+            .insert(upload_id, (mark, now_ms()))?;
+        txn.commit()?;
+        Ok(Marked::Mark(mark))
+    }
+
+    /// Step 2: the listed parts, read in one read transaction and checked (known, ETags
+    /// matching, every part but the last at least `min_part_size`).
+    pub(crate) fn read_listed_parts(
+        &self,
+        upload_id: &str,
+        parts: &[(u32, String)],
+        min_part_size: u64,
+    ) -> Result<Listed> {
+        let read = self.db.begin_read()?;
+        let stored = read.open_table(PARTS)?;
+        let mut listed = Listed::default();
+        let mut sizes = Vec::with_capacity(parts.len());
+        for (i, (number, etag)) in parts.iter().enumerate() {
+            let Some(p) = crate::upload_rows::part(&stored, upload_id, *number)? else {
+                return Err(OmError::InvalidPart(format!(
+                    "part {number} was not uploaded"
+                )));
+            };
+            if trim_etag(etag) != p.etag {
+                return Err(OmError::InvalidPart(format!(
+                    "part {number} has ETag {}, not {}",
+                    p.etag,
+                    trim_etag(etag)
+                )));
+            }
+            if i + 1 < parts.len() && p.size < min_part_size {
+                return Err(OmError::EntityTooSmall(format!(
+                    "part {number} holds {} bytes, under the {min_part_size}-byte minimum",
+                    p.size
+                )));
+            }
+            listed.length = listed
+                .length
+                .checked_add(p.size)
+                .ok_or_else(|| OmError::InvalidArgument("part sizes overflow".into()))?;
+            sizes.push(p.size.to_string());
+            listed.groups.extend(p.block_groups);
+        }
+        listed.sizes = sizes.join(",");
+        Ok(listed)
+    }
+
+    /// Step 3: commits the key from `listed` and removes the upload, in one transaction,
+    /// provided `mark` still holds the upload.
+    pub(crate) fn finish_completion(
+        &self,
+        upload_id: &str,
+        mark: u64,
+        parts: &[(u32, String)],
+        listed: Listed,
+        metadata: BTreeMap<String, String>,
+        condition: Option<proto_crate::WriteCondition>,
+    ) -> Result<KeyInfo> {
+        let txn = self.db.begin_write()?;
+        let held = txn
+            .open_table(crate::upload_rows::COMPLETING)?
+            .get(upload_id)?
+            .map(|v| v.value().0);
+        let Some(u) = header(&txn.open_table(UPLOADS)?, upload_id)? else {
+            // Completed (or aborted) by another call meanwhile.
+            let mut info = crate::completed::answer(&txn, upload_id, parts)?
+                .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()))?;
+            self.current_addresses(&mut info.block_groups);
+            return Ok(info);
+        };
+        if held != Some(mark) {
+            return Err(OmError::Busy(format!(
+                "upload {upload_id} was taken over by another completion or a part commit; \
+                 retry"
+            )));
         }
         let mut meta = u.metadata.clone();
         meta.extend(metadata);
-        meta.insert(MULTIPART_PART_SIZES_KEY.to_string(), sizes.join(","));
+        meta.insert(MULTIPART_PART_SIZES_KEY.to_string(), listed.sizes);
         let block_size = {
             let t = txn.open_table(crate::manager::BUCKETS)?;
             let v = t
@@ -396,9 +476,9 @@ impl OzoneManager {
         let info = KeyInfo {
             bucket: u.bucket.clone(),
             name: u.key.clone(),
-            length,
+            length: listed.length,
             replication: u.replication,
-            block_groups: groups,
+            block_groups: listed.groups,
             block_size,
             created_unix_ms: now_ms(),
             metadata: meta,
@@ -425,6 +505,46 @@ impl OzoneManager {
         self.current_addresses(&mut info.block_groups);
         Ok(info)
     }
+
+    /// Removes `mark` from `upload_id` if it is still there (a completion that failed);
+    /// failing to is logged (the mark lapses after [`COMPLETION_HOLD_MS`](crate::COMPLETION_HOLD_MS)).
+    fn release_mark(&self, upload_id: &str, mark: u64) {
+        let released = (|| {
+            let txn = self.db.begin_write()?;
+            {
+                let mut t = txn.open_table(crate::upload_rows::COMPLETING)?;
+                let ours = t.get(upload_id)?.is_some_and(|v| v.value().0 == mark);
+                if ours {
+                    t.remove(upload_id)?;
+                }
+            }
+            txn.commit()?;
+            Ok::<(), OmError>(())
+        })();
+        if let Err(e) = released {
+            tracing::warn!(upload = upload_id, error = %e, "releasing a failed completion's mark; it lapses on its own");
+        }
+    }
+}
+
+/// What step 1 of a completion found.
+#[derive(Debug)]
+pub(crate) enum Marked {
+    /// The upload was completed already with these parts: the key.
+    Done(KeyInfo),
+    /// The upload is marked with this.
+    Mark(u64),
+}
+
+/// The listed parts as step 2 read them.
+#[derive(Debug, Default)]
+pub(crate) struct Listed {
+    /// Their groups, in order.
+    groups: Vec<proto_crate::BlockGroup>,
+    /// Total length, bytes.
+    length: u64,
+    /// Their sizes, comma-separated (`MULTIPART_PART_SIZES_KEY`).
+    sizes: String,
 }
 
 #[cfg(test)]
@@ -440,6 +560,120 @@ mod tests {
     /// Writes a part of `len` bytes in one group.
     fn part(om: &OzoneManager, upload: &str, n: u32, len: u64, etag: &str) -> BlockGroup {
         crate::test_oms::commit_part(om, upload, n, len, etag)
+    }
+
+    /// The steps of a completion, interleaved with what may run between them: a part commit
+    /// or a repair of a part waits (Busy) while the mark holds; a later completion takes the
+    /// upload over and the earlier one's retry gets its key; a failed check releases the
+    /// mark; an abort in between makes the completion NoSuchUpload; a mark older than the
+    /// hold gives way to a part commit, and its completion then fails retryably.
+    #[tokio::test]
+    async fn completion_steps_hold_the_parts_they_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let om = om(dir.path()).await;
+        om.create_bucket("b", None, None).expect("bucket");
+        let list =
+            |n: u32| -> Vec<(u32, String)> { (1..=n).map(|i| (i, format!("e{i}"))).collect() };
+
+        // A part commit and a repair of a part wait while the mark holds.
+        let id = om
+            .initiate_multipart_upload("b", "k", None, BTreeMap::new())
+            .expect("initiate");
+        let g1 = part(&om, &id, 1, 10, "e1");
+        part(&om, &id, 2, 10, "e2");
+        let Marked::Mark(mark) = om.mark_completion(&id, &list(2)).expect("mark") else {
+            panic!("not completed yet");
+        };
+        let s = om.open_part(&id, 3).expect("open part");
+        let g = om
+            .allocate_block_group(s.session_id, &[])
+            .expect("allocate");
+        let refused = om.commit_part(s.session_id, &[BlockGroup { length: 1, ..g }], 1, "e3");
+        assert!(matches!(refused, Err(OmError::Busy(_))), "{refused:?}");
+        let owner = crate::group_owner::GroupOwner::Part {
+            upload_id: id.clone(),
+            part_number: 1,
+        };
+        let repair = om.replace_group_locations(
+            &owner,
+            0,
+            (g1.container_id, g1.local_id),
+            &g1.pipeline.locations[..1],
+            &[],
+        );
+        assert!(matches!(repair, Err(OmError::Busy(_))), "{repair:?}");
+        let listed = om.read_listed_parts(&id, &list(2), 0).expect("read");
+        let key = om
+            .finish_completion(&id, mark, &list(2), listed, BTreeMap::new(), None)
+            .expect("finish");
+        assert_eq!(key.length, 20);
+        assert_eq!(key.block_groups[0], g1, "the parts as read");
+
+        // A later completion takes over; the earlier one's finish gets the key it made.
+        let id = om
+            .initiate_multipart_upload("b", "k2", None, BTreeMap::new())
+            .expect("initiate");
+        part(&om, &id, 1, 10, "e1");
+        let Marked::Mark(first) = om.mark_completion(&id, &list(1)).expect("mark") else {
+            panic!("not completed yet");
+        };
+        let listed = om.read_listed_parts(&id, &list(1), 0).expect("read");
+        let winner = om
+            .complete_multipart_upload(&id, &list(1), 0, BTreeMap::new())
+            .expect("the later completion");
+        let late = om
+            .finish_completion(&id, first, &list(1), listed, BTreeMap::new(), None)
+            .expect("answered with the key made");
+        assert_eq!(late, winner);
+
+        // A failed check releases the mark: parts commit again.
+        let id = om
+            .initiate_multipart_upload("b", "k3", None, BTreeMap::new())
+            .expect("initiate");
+        part(&om, &id, 1, 10, "e1");
+        assert!(matches!(
+            om.complete_multipart_upload(&id, &[(1, "wrong".into())], 0, BTreeMap::new()),
+            Err(OmError::InvalidPart(_))
+        ));
+        part(&om, &id, 2, 10, "e2");
+
+        // An abort between the steps.
+        let Marked::Mark(mark) = om.mark_completion(&id, &list(2)).expect("mark") else {
+            panic!("not completed yet");
+        };
+        let listed = om.read_listed_parts(&id, &list(2), 0).expect("read");
+        om.abort_multipart_upload(&id).expect("abort");
+        assert!(matches!(
+            om.finish_completion(&id, mark, &list(2), listed, BTreeMap::new(), None),
+            Err(OmError::NoSuchUpload(_))
+        ));
+
+        // A stale mark gives way to a part commit; its completion fails retryably.
+        let id = om
+            .initiate_multipart_upload("b", "k4", None, BTreeMap::new())
+            .expect("initiate");
+        part(&om, &id, 1, 10, "e1");
+        let Marked::Mark(mark) = om.mark_completion(&id, &list(1)).expect("mark") else {
+            panic!("not completed yet");
+        };
+        let listed = om.read_listed_parts(&id, &list(1), 0).expect("read");
+        {
+            let txn = om.db.begin_write().expect("write");
+            txn.open_table(crate::upload_rows::COMPLETING)
+                .expect("table")
+                .insert(id.as_str(), (mark, now_ms() - crate::COMPLETION_HOLD_MS))
+                .expect("age the mark");
+            txn.commit().expect("commit");
+        }
+        part(&om, &id, 1, 12, "e1b");
+        assert!(matches!(
+            om.finish_completion(&id, mark, &list(1), listed, BTreeMap::new(), None),
+            Err(OmError::Busy(_))
+        ));
+        let key = om
+            .complete_multipart_upload(&id, &[(1, "e1b".into())], 0, BTreeMap::new())
+            .expect("the retry");
+        assert_eq!(key.length, 12);
     }
 
     #[tokio::test]

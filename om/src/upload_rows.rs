@@ -43,6 +43,42 @@ pub(crate) const UPLOADS_BY_BUCKET: TableDefinition<(&str, &str, u64, &str), ()>
 pub(crate) const DROPPED_UPLOADS: TableDefinition<&str, &[u8]> =
     TableDefinition::new("dropped_uploads");
 
+/// Completions under way: upload id -> (mark, since unix ms). A completion marks its upload,
+/// reads the listed parts outside its writing transaction, and commits only if its mark is
+/// still there; while a mark is fresh, part commits and repairs of the upload's parts are
+/// refused ([`OmError::Busy`], retryable), so the parts it read are the parts it commits.
+/// Its reads are then not part of any transaction (a completion of 10,000 parts would pass
+/// the metadata store's bound on what one transaction reads).
+pub(crate) const COMPLETING: TableDefinition<&str, (u64, u64)> =
+    TableDefinition::new("multipart_completing");
+
+/// How long a completion's mark holds an upload's parts, ms: a completion whose om stopped
+/// between its steps releases the upload after this (the next part commit removes the mark).
+pub const COMPLETION_HOLD_MS: u64 = 60_000;
+
+/// Refuses, in `txn`, a change to upload `id`'s parts while a completion's mark younger than
+/// [`COMPLETION_HOLD_MS`] holds them (at `now_ms`); removes an older mark (its completion
+/// then finds it gone and fails, retryably).
+///
+/// # Errors
+/// [`OmError::Busy`]; database errors.
+pub(crate) fn parts_writable(txn: &WriteTransaction, id: &str, now_ms: u64) -> Result<()> {
+    let mut t = txn.open_table(COMPLETING)?;
+    let mark = t.get(id)?.map(|v| v.value());
+    match mark {
+        Some((_, since)) if now_ms.saturating_sub(since) < COMPLETION_HOLD_MS => {
+            Err(OmError::Busy(format!(
+                "upload {id} is being completed; its parts cannot change"
+            )))
+        }
+        Some(_) => {
+            t.remove(id)?;
+            Ok(())
+        }
+        None => Ok(()),
+    }
+}
+
 /// `COUNTERS` row recording that uploads are stored as rows (value 2).
 const LAYOUT: &str = "layout/multipart";
 const LAYOUT_PART_ROWS: u64 = 2;
@@ -73,6 +109,7 @@ pub(crate) fn create_tables(txn: &WriteTransaction) -> Result<()> {
     txn.open_table(PARTS)?;
     txn.open_table(UPLOADS_BY_BUCKET)?;
     txn.open_table(DROPPED_UPLOADS)?;
+    txn.open_table(COMPLETING)?;
     Ok(())
 }
 
@@ -187,6 +224,7 @@ pub(crate) fn remove_upload(
     };
     txn.open_table(DROPPED_UPLOADS)?
         .insert(id, dropped.encode_to_vec().as_slice())?;
+    txn.open_table(COMPLETING)?.remove(id)?;
     Ok(Some(u))
 }
 
