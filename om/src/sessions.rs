@@ -159,7 +159,8 @@ impl OzoneManager {
     ///
     /// # Errors
     /// [`OmError::BucketNotFound`], [`OmError::InvalidArgument`] for a bad
-    /// key name, [`OmError::TooManyOpenSessions`].
+    /// key name, [`OmError::TooManyOpenSessions`]; [`OmError::Busy`] (retry) when the new
+    /// session's lease ran out while its row was being written.
     pub fn open_key_as(
         &self,
         client: &str,
@@ -240,7 +241,10 @@ impl OzoneManager {
             let txn = self.db.begin_write()?;
             crate::session_rows::remove(&txn, session_id)?;
             txn.commit()?;
-            return Err(OmError::NoSuchSession(session_id));
+            // The caller never saw this session: nothing of theirs is lost, so a retry.
+            return Err(OmError::Busy(format!(
+                "the new session {session_id} expired while it was being recorded; open again"
+            )));
         }
         Ok(OpenKey {
             session_id,
