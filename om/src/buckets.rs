@@ -1,11 +1,13 @@
 //! Buckets: create, look up, list (in pages, by owner) and delete.
 //!
 //! A bucket is a row of `buckets` (name -> encoded `BucketInfo`); the index
-//! `buckets_by_owner` `(owner, name)` lists an S3 user's buckets and counts them
-//! against [`MAX_BUCKETS_PER_OWNER`](crate::MAX_BUCKETS_PER_OWNER) with one range read of
-//! at most that many rows, whatever the number of buckets in the om (before, both read
-//! every bucket). Om files written before the index get it at open, once
-//! ([`index_owners`]).
+//! `buckets_by_owner` `(owner, name)` lists an S3 user's buckets with one range read
+//! whatever the number of buckets in the om (before, it read every bucket), and
+//! `buckets_per_owner` (owner -> count) holds the count that
+//! [`MAX_BUCKETS_PER_OWNER`](crate::MAX_BUCKETS_PER_OWNER) bounds, kept in the same
+//! transaction as the index row, so CreateBucket reads one row for the bound (before, up to
+//! 1,000 index rows: more than the metadata store lets a transaction read). Om files
+//! written before either get them at open, once ([`index_owners`]).
 
 use prost::Message;
 use proto_crate::wire::om as pb;
@@ -21,8 +23,14 @@ type Result<T, E = OmError> = std::result::Result<T, E>;
 pub(crate) const BUCKETS_BY_OWNER: TableDefinition<(&str, &str), ()> =
     TableDefinition::new("buckets_by_owner");
 
-/// `COUNTERS` row recording that `BUCKETS_BY_OWNER` is complete (value 1).
+/// Buckets each owner holds: owner -> count (owners without buckets have no row).
+pub(crate) const BUCKETS_PER_OWNER: TableDefinition<&str, u64> =
+    TableDefinition::new("buckets_per_owner");
+
+/// `COUNTERS` row recording the owner layout: 1 when `BUCKETS_BY_OWNER` is complete, 2
+/// when `BUCKETS_PER_OWNER` is too.
 const LAYOUT: &str = "layout/bucket_owners";
+const LAYOUT_COUNTED: u64 = 2;
 
 /// Most buckets one listing call returns (the gateway pages S3's ListBuckets with it).
 pub const MAX_BUCKET_PAGE: usize = 1000;
@@ -30,14 +38,16 @@ pub const MAX_BUCKET_PAGE: usize = 1000;
 /// Creates the index table (inside `txn`, with the om's other tables at open).
 pub(crate) fn create_tables(txn: &WriteTransaction) -> Result<()> {
     txn.open_table(BUCKETS_BY_OWNER)?;
+    txn.open_table(BUCKETS_PER_OWNER)?;
     Ok(())
 }
 
-/// Indexes the buckets of a file written before `BUCKETS_BY_OWNER`, once, in one
-/// transaction; returns how many were indexed.
+/// Indexes and counts the owned buckets of a file written before `BUCKETS_BY_OWNER` or
+/// `BUCKETS_PER_OWNER`, from the buckets themselves, once, in one transaction; returns how
+/// many were indexed.
 pub(crate) fn index_owners(db: &redb::Database) -> Result<usize> {
     let txn = db.begin_write()?;
-    if txn.open_table(COUNTERS)?.get(LAYOUT)?.is_some() {
+    if txn.open_table(COUNTERS)?.get(LAYOUT)?.map(|v| v.value()) == Some(LAYOUT_COUNTED) {
         return Ok(0);
     }
     let mut owned = Vec::new();
@@ -50,11 +60,18 @@ pub(crate) fn index_owners(db: &redb::Database) -> Result<usize> {
     }
     {
         let mut index = txn.open_table(BUCKETS_BY_OWNER)?;
+        let mut counts = txn.open_table(BUCKETS_PER_OWNER)?;
+        counts.retain(|_, _| false)?;
+        let mut per_owner = std::collections::BTreeMap::<&str, u64>::new();
         for (owner, name) in &owned {
             index.insert((owner.as_str(), name.as_str()), ())?;
+            *per_owner.entry(owner.as_str()).or_default() += 1;
+        }
+        for (owner, n) in per_owner {
+            counts.insert(owner, n)?;
         }
     }
-    txn.open_table(COUNTERS)?.insert(LAYOUT, 1)?;
+    txn.open_table(COUNTERS)?.insert(LAYOUT, LAYOUT_COUNTED)?;
     txn.commit()?;
     Ok(owned.len())
 }
@@ -143,22 +160,16 @@ impl OzoneManager {
                 return Err(OmError::BucketAlreadyExists(name.to_string()));
             }
             if !owner.is_empty() {
-                let mut index = txn.open_table(BUCKETS_BY_OWNER)?;
-                // At most MAX_BUCKETS_PER_OWNER rows: counting stops at the bound.
-                let mut owned = 0;
-                for entry in index.range((owner, "")..)? {
-                    let (k, _) = entry?;
-                    if k.value().0 != owner || owned == crate::MAX_BUCKETS_PER_OWNER {
-                        break;
-                    }
-                    owned += 1;
-                }
-                if owned >= crate::MAX_BUCKETS_PER_OWNER {
+                let mut counts = txn.open_table(BUCKETS_PER_OWNER)?;
+                let owned = counts.get(owner)?.map_or(0, |v| v.value());
+                if owned >= crate::MAX_BUCKETS_PER_OWNER as u64 {
                     return Err(OmError::LimitExceeded(format!(
                         "user {owner} owns {owned} buckets, the most one user may"
                     )));
                 }
-                index.insert((owner, name), ())?;
+                counts.insert(owner, owned + 1)?;
+                txn.open_table(BUCKETS_BY_OWNER)?
+                    .insert((owner, name), ())?;
             }
             t.insert(
                 name,
@@ -324,6 +335,13 @@ impl OzoneManager {
             if !b.owner.is_empty() {
                 txn.open_table(BUCKETS_BY_OWNER)?
                     .remove((b.owner.as_str(), name))?;
+                let mut counts = txn.open_table(BUCKETS_PER_OWNER)?;
+                let owned = counts.get(b.owner.as_str())?.map_or(0, |v| v.value());
+                if owned <= 1 {
+                    counts.remove(b.owner.as_str())?;
+                } else {
+                    counts.insert(b.owner.as_str(), owned - 1)?;
+                }
             }
         }
         txn.commit()?;
@@ -448,8 +466,8 @@ mod tests {
         om.create_bucket("three", Some(three), None).expect("THREE");
     }
 
-    /// The per-owner bound is counted on the owner's index rows: other owners' buckets do
-    /// not count, a deleted bucket frees its place.
+    /// The per-owner bound is counted per owner: other owners' buckets do not count, a
+    /// deleted bucket frees its place.
     #[tokio::test]
     async fn the_owner_bound_counts_the_owners_buckets_only() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -505,5 +523,70 @@ mod tests {
                 .expect("len"),
             5
         );
+        assert_eq!(counts(&om), owner_counts(&om));
+    }
+
+    /// Each owner's count row, as stored.
+    fn counts(om: &OzoneManager) -> Vec<(String, u64)> {
+        let read = om.db.begin_read().expect("read");
+        read.open_table(BUCKETS_PER_OWNER)
+            .expect("counts")
+            .iter()
+            .expect("iter")
+            .map(|e| {
+                let (k, v) = e.expect("row");
+                (k.value().to_string(), v.value())
+            })
+            .collect()
+    }
+
+    /// Each owner's buckets, counted from the buckets themselves.
+    fn owner_counts(om: &OzoneManager) -> Vec<(String, u64)> {
+        let mut per = std::collections::BTreeMap::<String, u64>::new();
+        for b in om.list_buckets().expect("list") {
+            if !b.owner.is_empty() {
+                *per.entry(b.owner).or_default() += 1;
+            }
+        }
+        per.into_iter().collect()
+    }
+
+    /// A file with the owner index but no counts (layout 1) gets its counts at open, from
+    /// the buckets; creating and deleting keep them equal to the buckets' owners.
+    #[tokio::test]
+    async fn owner_counts_follow_creates_and_deletes_and_are_made_for_old_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        drop(with_buckets(dir.path()).await);
+        {
+            let db = redb::Database::create(dir.path().join("om.redb")).expect("db");
+            let txn = db.begin_write().expect("write");
+            txn.delete_table(BUCKETS_PER_OWNER).expect("drop counts");
+            txn.open_table(COUNTERS)
+                .expect("counters")
+                .insert(LAYOUT, 1)
+                .expect("layout 1");
+            txn.commit().expect("commit");
+        }
+        let om = OzoneManager::open(OmConfig::new(dir.path()))
+            .await
+            .expect("reopen");
+        let before = counts(&om);
+        assert_eq!(before, owner_counts(&om));
+        assert!(!before.is_empty());
+        for (owner, _) in &before {
+            om.create_bucket_as(
+                &format!("{owner}-new"),
+                None,
+                None,
+                owner,
+                CannedAcl::Private,
+            )
+            .expect("create");
+        }
+        assert_eq!(counts(&om), owner_counts(&om));
+        for b in om.list_buckets().expect("list") {
+            om.delete_bucket(&b.name).expect("delete");
+        }
+        assert!(counts(&om).is_empty(), "no rows for owners without buckets");
     }
 }
