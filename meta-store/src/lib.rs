@@ -401,6 +401,14 @@ pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
+/// The limit a range read of `start` uses (at least 1), after refusing an empty `start`.
+pub(crate) fn range_limit(start: &[u8], limit: usize) -> Result<usize, StoreError> {
+    if start.is_empty() {
+        return Err(StoreError::EmptyKey);
+    }
+    Ok(limit.max(1))
+}
+
 /// The om's metadata store, on one of its back ends.
 #[derive(Debug, Clone)]
 pub enum MetaStore {
@@ -437,10 +445,7 @@ impl MetaStore {
         end: Option<&[u8]>,
         limit: usize,
     ) -> Result<Page, StoreError> {
-        if start.is_empty() {
-            return Err(StoreError::EmptyKey);
-        }
-        let limit = limit.max(1);
+        let limit = range_limit(start, limit)?;
         match self {
             Self::Redb(s) => s.range(start, end, limit).await,
             Self::Etcd(s) => s.range(start, end, limit).await,

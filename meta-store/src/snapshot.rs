@@ -92,10 +92,7 @@ impl Snapshot {
         end: Option<&[u8]>,
         limit: usize,
     ) -> Result<Page, StoreError> {
-        if start.is_empty() {
-            return Err(StoreError::EmptyKey);
-        }
-        let limit = limit.max(1);
+        let limit = crate::range_limit(start, limit)?;
         match &self.at {
             At::Redb(read) => {
                 let read = Arc::clone(read);

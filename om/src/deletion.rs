@@ -800,6 +800,14 @@ mod tests {
         (dir, db)
     }
 
+    /// One expansion transaction of the default budget, committed.
+    fn expand_once(db: &redb::Database) -> Expanded {
+        let txn = db.begin_write().expect("write");
+        let step = expand_in(&txn, TXN_BATCH).expect("expand");
+        txn.commit().expect("commit");
+        step
+    }
+
     fn lens(db: &redb::Database) -> (u64, Vec<usize>) {
         let read = db.begin_read().expect("read");
         let log = read
@@ -832,9 +840,7 @@ mod tests {
         txn.commit().expect("commit");
         assert_eq!(lens(&db), (0, vec![60]));
 
-        let txn = db.begin_write().expect("write");
-        let step = expand_in(&txn, TXN_BATCH).expect("expand");
-        txn.commit().expect("commit");
+        let step = expand_once(&db);
         // The row's rewrite and 19 groups of 5: 96 writes; a 20th would pass 100.
         assert_eq!(
             step,
@@ -847,9 +853,7 @@ mod tests {
         assert_eq!(lens(&db), (95, vec![41]), "the row kept the rest");
         let mut total = step.replicas;
         loop {
-            let txn = db.begin_write().expect("write");
-            let step = expand_in(&txn, TXN_BATCH).expect("expand");
-            txn.commit().expect("commit");
+            let step = expand_once(&db);
             assert!(step.writes <= TXN_BATCH, "{step:?}");
             total += step.replicas;
             if !step.more {
@@ -884,9 +888,7 @@ mod tests {
             log_groups(&txn, &[group(i, 1)]).expect("stage");
         }
         txn.commit().expect("commit");
-        let txn = db.begin_write().expect("write");
-        let step = expand_in(&txn, TXN_BATCH).expect("expand");
-        txn.commit().expect("commit");
+        let step = expand_once(&db);
         assert_eq!(
             step,
             Expanded {

@@ -4,8 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use meta_store::local_etcd::LocalEtcd;
-use meta_store::{EtcdConfig, EtcdStore, MetaStore, RedbStore, StoreError, Table, Txn};
+use meta_store::{MetaStore, StoreError, Table, Txn};
 
 const ROWS: Table<(String, u64), u64> = Table::new("rows");
 
@@ -82,19 +81,13 @@ async fn exercise(store: &MetaStore) {
 #[tokio::test]
 async fn a_snapshot_pages_through_one_revision_on_redb() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = MetaStore::Redb(RedbStore::open(&dir.path().join("m.redb")).expect("open"));
-    exercise(&store).await;
+    exercise(&crate::redb_store(dir.path())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_pages_through_one_revision_on_etcd_until_compacted() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let etcd = LocalEtcd::start(dir.path(), 1).await.expect("etcd");
-    let store = MetaStore::Etcd(
-        EtcdStore::connect(&EtcdConfig::new(etcd.endpoints()))
-            .await
-            .expect("connect"),
-    );
+    let (_etcd, store) = crate::etcd_store(dir.path()).await;
     exercise(&store).await;
     let snapshot = store.snapshot().await.expect("snapshot");
     assert!(

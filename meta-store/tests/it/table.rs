@@ -4,8 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use meta_store::local_etcd::LocalEtcd;
-use meta_store::{EtcdConfig, EtcdStore, MetaStore, RedbStore, Table, Txn};
+use meta_store::{MetaStore, Table, Txn};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -67,18 +66,12 @@ async fn exercise(store: &MetaStore) {
 #[tokio::test]
 async fn typed_tables_scan_in_key_order_on_redb() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = MetaStore::Redb(RedbStore::open(&dir.path().join("m.redb")).expect("open"));
-    exercise(&store).await;
+    exercise(&crate::redb_store(dir.path())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typed_tables_scan_in_key_order_on_etcd() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let etcd = LocalEtcd::start(dir.path(), 1).await.expect("etcd");
-    let store = MetaStore::Etcd(
-        EtcdStore::connect(&EtcdConfig::new(etcd.endpoints()))
-            .await
-            .expect("connect"),
-    );
+    let (_etcd, store) = crate::etcd_store(dir.path()).await;
     exercise(&store).await;
 }
