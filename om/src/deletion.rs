@@ -192,17 +192,7 @@ fn expand_dropped_in(txn: &WriteTransaction, budget: usize) -> Result<Expanded> 
             }
             parts.remove((id.as_str(), number))?;
             for g in &groups {
-                for (d, l) in g
-                    .locations
-                    .iter()
-                    .filter_map(|l| Some((l.datanode.as_ref()?, l)))
-                {
-                    log.insert(
-                        (d.uuid.as_str(), g.container_id, g.local_id),
-                        (l.replica_index, freed.unwrap_or_default()),
-                    )?;
-                    replicas += 1;
-                }
+                replicas += log_stored_group(&mut log, g, freed.unwrap_or_default())?;
             }
             writes += cost;
         }
@@ -233,6 +223,29 @@ fn dropped_replicas(read: &redb::ReadTransaction) -> Result<u64> {
                     .sum::<u64>();
             }
         }
+    }
+    Ok(n)
+}
+
+/// Logs every replica of stored group `g` for deletion, freed at `freed_ms`; returns how
+/// many. Stored groups are written from domain groups, whose locations all name a datanode
+/// (one that does not is skipped).
+fn log_stored_group(
+    log: &mut redb::Table<'_, (&'static str, u64, u64), (u32, u64)>,
+    g: &pb::BlockGroup,
+    freed_ms: u64,
+) -> Result<usize> {
+    let mut n = 0;
+    for (d, l) in g
+        .locations
+        .iter()
+        .filter_map(|l| Some((l.datanode.as_ref()?, l)))
+    {
+        log.insert(
+            (d.uuid.as_str(), g.container_id, g.local_id),
+            (l.replica_index, freed_ms),
+        )?;
+        n += 1;
     }
     Ok(n)
 }
@@ -293,19 +306,9 @@ fn expand_in(txn: &WriteTransaction, budget: usize) -> Result<Expanded> {
             }
             let Some(g) = rest.next() else { break };
             took = true;
-            // Rows are written from domain groups, whose locations all name a datanode.
-            for (d, l) in g
-                .locations
-                .iter()
-                .filter_map(|l| Some((l.datanode.as_ref()?, l)))
-            {
-                log.insert(
-                    (d.uuid.as_str(), g.container_id, g.local_id),
-                    (l.replica_index, key.0),
-                )?;
-                replicas += 1;
-                writes += 1;
-            }
+            let n = log_stored_group(&mut log, &g, key.0)?;
+            replicas += n;
+            writes += n;
         }
         let rest: Vec<pb::BlockGroup> = rest.collect();
         if rest.is_empty() {
