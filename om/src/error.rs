@@ -72,8 +72,10 @@ pub enum OmError {
     #[error("no multipart upload {0}")]
     NoSuchUpload(String),
     /// What the call would change is held by another call under way (a part commit or a
-    /// repair of a part while the upload's completion reads its parts): nothing changed;
-    /// retry ([`OmErrorCode::Contention`]).
+    /// repair of a part while the upload's completion reads its parts): nothing was
+    /// written; retry ([`OmErrorCode::Contention`]). A refused part commit ends its session
+    /// as any failed commit does (its groups are reclaimed), so the part is uploaded again,
+    /// as S3 SDKs do on the gateway's SlowDown.
     #[error("busy: {0}")]
     Busy(String),
     /// A listed part was not uploaded or its ETag differs.

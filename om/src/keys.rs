@@ -302,6 +302,8 @@ impl OzoneManager {
             k
         };
         txn.commit()?;
+        let mut info = info;
+        self.current_addresses(&mut info.block_groups);
         Ok(info)
     }
 
@@ -345,6 +347,7 @@ impl OzoneManager {
         };
         crate::conditions::check(&txn, bucket, to, condition)?;
         if from == to {
+            self.current_addresses(&mut info.block_groups);
             return Ok(info);
         }
         let replaced = crate::deletion::log_key_groups(&txn, bucket, to)?;

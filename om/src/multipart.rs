@@ -216,6 +216,8 @@ impl OzoneManager {
         // The upload may be gone (aborted meanwhile): then nothing
         // references the session's groups.
         self.commit_or_reclaim(txn, outcome, session_id, &s.allocated)?;
+        let mut part = part;
+        self.current_addresses(&mut part.block_groups);
         Ok(part)
     }
 
@@ -674,6 +676,27 @@ mod tests {
             .complete_multipart_upload(&id, &[(1, "e1b".into())], 0, BTreeMap::new())
             .expect("the retry");
         assert_eq!(key.length, 12);
+
+        // A mark dated far ahead (the clock stepped back since) does not hold either.
+        let id = om
+            .initiate_multipart_upload("b", "k5", None, BTreeMap::new())
+            .expect("initiate");
+        part(&om, &id, 1, 10, "e1");
+        let Marked::Mark(mark) = om.mark_completion(&id, &list(1)).expect("mark") else {
+            panic!("not completed yet");
+        };
+        {
+            let txn = om.db.begin_write().expect("write");
+            txn.open_table(crate::upload_rows::COMPLETING)
+                .expect("table")
+                .insert(
+                    id.as_str(),
+                    (mark, now_ms() + 2 * crate::COMPLETION_HOLD_MS),
+                )
+                .expect("date the mark ahead");
+            txn.commit().expect("commit");
+        }
+        part(&om, &id, 1, 12, "e1b");
     }
 
     #[tokio::test]

@@ -433,6 +433,7 @@ impl OzoneManager {
             end_session(&txn, session_id, &leftovers, &info.block_groups)
         })();
         self.commit_or_reclaim(txn, outcome, session_id, &s.allocated)?;
+        self.current_addresses(&mut info.block_groups);
         Ok(info)
     }
 

@@ -56,9 +56,10 @@ pub(crate) const COMPLETING: TableDefinition<&str, (u64, u64)> =
 /// between its steps releases the upload after this (the next part commit removes the mark).
 pub const COMPLETION_HOLD_MS: u64 = 60_000;
 
-/// Refuses, in `txn`, a change to upload `id`'s parts while a completion's mark younger than
-/// [`COMPLETION_HOLD_MS`] holds them (at `now_ms`); removes an older mark (its completion
-/// then finds it gone and fails, retryably).
+/// Refuses, in `txn`, a change to upload `id`'s parts while a completion's mark made within
+/// [`COMPLETION_HOLD_MS`] of `now_ms` (either way: a clock stepped back, or another om's a
+/// little ahead, does not make a mark hold for longer) holds them; removes a mark further
+/// off (its completion then finds it gone and fails, retryably).
 ///
 /// # Errors
 /// [`OmError::Busy`]; database errors.
@@ -66,9 +67,10 @@ pub(crate) fn parts_writable(txn: &WriteTransaction, id: &str, now_ms: u64) -> R
     let mut t = txn.open_table(COMPLETING)?;
     let mark = t.get(id)?.map(|v| v.value());
     match mark {
-        Some((_, since)) if now_ms.saturating_sub(since) < COMPLETION_HOLD_MS => {
+        Some((_, since)) if now_ms.abs_diff(since) < COMPLETION_HOLD_MS => {
             Err(OmError::Busy(format!(
-                "upload {id} is being completed; its parts cannot change"
+                "upload {id} is being completed, so its parts cannot change now; upload the \
+                 part again"
             )))
         }
         Some(_) => {
