@@ -99,7 +99,7 @@ const FORGET_UNREGISTERED_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 
 /// Stages `groups` for deletion as one `deleted_groups` row (nothing when empty); the
 /// block deleting service moves their replicas into the deletion log.
-pub(crate) fn log_groups<'a>(
+pub(crate) fn stage_groups<'a>(
     txn: &WriteTransaction,
     groups: impl IntoIterator<Item = &'a BlockGroup>,
 ) -> Result<()> {
@@ -410,12 +410,12 @@ pub(crate) fn end_session(
         None => {}
     }
     crate::session_rows::remove(txn, session_id)?;
-    log_groups(txn, &freed)
+    stage_groups(txn, &freed)
 }
 
 /// Logs the groups of key `bucket/key` if it exists (it is being replaced
 /// or deleted in `txn`).
-pub(crate) fn log_key_groups(txn: &WriteTransaction, bucket: &str, key: &str) -> Result<bool> {
+pub(crate) fn stage_key_groups(txn: &WriteTransaction, bucket: &str, key: &str) -> Result<bool> {
     let old = {
         let t = txn.open_table(KEYS)?;
         let v = t.get((bucket, key))?;
@@ -429,7 +429,7 @@ pub(crate) fn log_key_groups(txn: &WriteTransaction, bucket: &str, key: &str) ->
     };
     match old {
         Some(k) => {
-            log_groups(txn, &k.block_groups)?;
+            stage_groups(txn, &k.block_groups)?;
             Ok(true)
         }
         None => Ok(false),
@@ -839,7 +839,7 @@ mod tests {
         let (_dir, db) = db();
         let groups: Vec<BlockGroup> = (1..=60).map(|i| group(i, 5)).collect();
         let txn = db.begin_write().expect("write");
-        log_groups(&txn, &groups).expect("stage");
+        stage_groups(&txn, &groups).expect("stage");
         txn.commit().expect("commit");
         assert_eq!(lens(&db), (0, vec![60]));
 
@@ -888,7 +888,7 @@ mod tests {
         let (_dir, db) = db();
         let txn = db.begin_write().expect("write");
         for i in 1..=100 {
-            log_groups(&txn, &[group(i, 1)]).expect("stage");
+            stage_groups(&txn, &[group(i, 1)]).expect("stage");
         }
         txn.commit().expect("commit");
         let step = expand_once(&db);
@@ -906,7 +906,7 @@ mod tests {
     fn a_group_larger_than_the_budget_moves_alone_and_bad_rows_are_dropped() {
         let (_dir, db) = db();
         let txn = db.begin_write().expect("write");
-        log_groups(&txn, &[group(1, 14), group(2, 14)]).expect("stage");
+        stage_groups(&txn, &[group(1, 14), group(2, 14)]).expect("stage");
         txn.open_table(DELETED_GROUPS)
             .expect("staged")
             .insert((u64::MAX, 1), [0xff_u8, 0xff].as_slice())
@@ -956,7 +956,7 @@ mod tests {
     fn nothing_freed_stages_nothing() {
         let (_dir, db) = db();
         let txn = db.begin_write().expect("write");
-        log_groups(&txn, &[]).expect("stage");
+        stage_groups(&txn, &[]).expect("stage");
         txn.commit().expect("commit");
         assert_eq!(lens(&db), (0, vec![]));
     }

@@ -350,7 +350,7 @@ impl OzoneManager {
             self.current_addresses(&mut info.block_groups);
             return Ok(info);
         }
-        let replaced = crate::deletion::log_key_groups(&txn, bucket, to)?;
+        let replaced = crate::deletion::stage_key_groups(&txn, bucket, to)?;
         info.name = to.to_string();
         info.generation = crate::conditions::next_generation(&txn)?;
         // Ozone sets a renamed key's modification time to the rename's.
@@ -385,7 +385,7 @@ impl OzoneManager {
     ) -> Result<()> {
         let txn = self.db.begin_write()?;
         crate::conditions::check(&txn, bucket, key, condition)?;
-        if !crate::deletion::log_key_groups(&txn, bucket, key)? {
+        if !crate::deletion::stage_key_groups(&txn, bucket, key)? {
             return Err(self.missing_key(bucket, key));
         }
         txn.open_table(KEYS)?.remove((bucket, key))?;

@@ -363,9 +363,9 @@ pub(crate) fn validate_name(kind: &str, name: &str) -> Result<()> {
 
 impl OzoneManager {
     /// Opens (or creates) the om's database under `config.data_dir`, taking
-    /// the directory's lock, and loads the datanode registry. Groups of
-    /// sessions that were open when the om last stopped are logged for
-    /// deletion.
+    /// the directory's lock, and loads the datanode registry and the open
+    /// sessions (each lease starting again, `session_rows.rs`); an older
+    /// file's groups of no session are staged for deletion.
     ///
     /// Async because the block token keys are read (and rotated) through
     /// the metadata store; the redb work at open runs on the caller's

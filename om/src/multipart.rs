@@ -18,7 +18,7 @@ use proto_crate::{
 };
 use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
-use crate::deletion::{end_session, log_groups, log_key_groups};
+use crate::deletion::{end_session, stage_groups, stage_key_groups};
 use crate::manager::{KEYS, OpenKey, SessionTarget, decode, now_ms};
 use crate::sessions::ANONYMOUS_CLIENT;
 use crate::upload_rows::{
@@ -210,7 +210,7 @@ impl OzoneManager {
             }
             crate::upload_rows::parts_writable(&txn, &upload_id, now_ms())?;
             let replaced = put_part(&txn, &upload_id, &part)?;
-            log_groups(&txn, replaced.iter().flat_map(|p| &p.block_groups))?;
+            stage_groups(&txn, replaced.iter().flat_map(|p| &p.block_groups))?;
             end_session(&txn, session_id, &leftovers, &part.block_groups)
         })();
         // The upload may be gone (aborted meanwhile): then nothing
@@ -494,7 +494,7 @@ impl OzoneManager {
             remove_upload(&txn, upload_id, &listed)?
                 .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()))?;
             crate::completed::record(&txn, upload_id, &info, parts)?;
-            log_key_groups(&txn, &info.bucket, &info.name)?;
+            stage_key_groups(&txn, &info.bucket, &info.name)?;
             txn.open_table(KEYS)?.insert(
                 (info.bucket.as_str(), info.name.as_str()),
                 pb::KeyInfo::from(info.clone()).encode_to_vec().as_slice(),
@@ -559,6 +559,14 @@ mod tests {
         crate::test_oms::with_five_datanodes(dir).await
     }
 
+    /// Step 1 of a completion of `id` with `parts`, which must mark the upload.
+    fn marked(om: &OzoneManager, id: &str, parts: &[(u32, String)]) -> u64 {
+        match om.mark_completion(id, parts).expect("mark") {
+            Marked::Mark(mark) => mark,
+            Marked::Done(_) => panic!("not completed yet"),
+        }
+    }
+
     /// Writes a part of `len` bytes in one group.
     fn part(om: &OzoneManager, upload: &str, n: u32, len: u64, etag: &str) -> BlockGroup {
         crate::test_oms::commit_part(om, upload, n, len, etag)
@@ -583,9 +591,7 @@ mod tests {
             .expect("initiate");
         let g1 = part(&om, &id, 1, 10, "e1");
         part(&om, &id, 2, 10, "e2");
-        let Marked::Mark(mark) = om.mark_completion(&id, &list(2)).expect("mark") else {
-            panic!("not completed yet");
-        };
+        let mark = marked(&om, &id, &list(2));
         let s = om.open_part(&id, 3).expect("open part");
         let g = om
             .allocate_block_group(s.session_id, &[])
@@ -616,9 +622,7 @@ mod tests {
             .initiate_multipart_upload("b", "k2", None, BTreeMap::new())
             .expect("initiate");
         part(&om, &id, 1, 10, "e1");
-        let Marked::Mark(first) = om.mark_completion(&id, &list(1)).expect("mark") else {
-            panic!("not completed yet");
-        };
+        let first = marked(&om, &id, &list(1));
         let listed = om.read_listed_parts(&id, &list(1), 0).expect("read");
         let winner = om
             .complete_multipart_upload(&id, &list(1), 0, BTreeMap::new())
@@ -640,9 +644,7 @@ mod tests {
         part(&om, &id, 2, 10, "e2");
 
         // An abort between the steps.
-        let Marked::Mark(mark) = om.mark_completion(&id, &list(2)).expect("mark") else {
-            panic!("not completed yet");
-        };
+        let mark = marked(&om, &id, &list(2));
         let listed = om.read_listed_parts(&id, &list(2), 0).expect("read");
         om.abort_multipart_upload(&id).expect("abort");
         assert!(matches!(
@@ -655,9 +657,7 @@ mod tests {
             .initiate_multipart_upload("b", "k4", None, BTreeMap::new())
             .expect("initiate");
         part(&om, &id, 1, 10, "e1");
-        let Marked::Mark(mark) = om.mark_completion(&id, &list(1)).expect("mark") else {
-            panic!("not completed yet");
-        };
+        let mark = marked(&om, &id, &list(1));
         let listed = om.read_listed_parts(&id, &list(1), 0).expect("read");
         {
             let txn = om.db.begin_write().expect("write");
@@ -682,9 +682,7 @@ mod tests {
             .initiate_multipart_upload("b", "k5", None, BTreeMap::new())
             .expect("initiate");
         part(&om, &id, 1, 10, "e1");
-        let Marked::Mark(mark) = om.mark_completion(&id, &list(1)).expect("mark") else {
-            panic!("not completed yet");
-        };
+        let mark = marked(&om, &id, &list(1));
         {
             let txn = om.db.begin_write().expect("write");
             txn.open_table(crate::upload_rows::COMPLETING)

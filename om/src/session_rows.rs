@@ -24,7 +24,7 @@ use proto_crate::wire::om as pb;
 use redb::{ReadableTable, TableDefinition, TableHandle, WriteTransaction};
 
 use crate::OmError;
-use crate::deletion::log_groups;
+use crate::deletion::stage_groups;
 use crate::manager::{OpenKeySession, SessionTarget};
 
 type Result<T, E = OmError> = std::result::Result<T, E>;
@@ -173,7 +173,7 @@ pub(crate) fn load(
         }
     }
     let orphans = move_old_open_groups(&txn, &mut sessions)?;
-    log_groups(&txn, &orphans)?;
+    stage_groups(&txn, &orphans)?;
     txn.commit()?;
     let mut out: Vec<(u64, OpenKeySession)> = sessions.into_iter().collect();
     out.sort_by_key(|(id, _)| *id);

@@ -19,7 +19,7 @@ use proto_crate::wire::om as pb;
 use proto_crate::{BlockGroup, DatanodeId, KeyInfo, Pipeline, ReplicationConfig};
 use redb::ReadableTable;
 
-use crate::deletion::{end_session, log_groups, log_key_groups};
+use crate::deletion::{end_session, stage_groups, stage_key_groups};
 use crate::manager::{
     BLOCKS_PER_CONTAINER, BUCKETS, COUNTERS, KEYS, OpenKey, OpenKeySession, SessionTarget, now_ms,
     validate_name,
@@ -325,7 +325,7 @@ impl OzoneManager {
             }
             // Its row is gone: the session ended (its end's transaction ran first).
             None => {
-                log_groups(&txn, std::slice::from_ref(&group))?;
+                stage_groups(&txn, std::slice::from_ref(&group))?;
                 false
             }
         };
@@ -356,7 +356,7 @@ impl OzoneManager {
                         (g.container_id, g.local_id) != (group.container_id, group.local_id)
                     });
                     crate::session_rows::insert(&txn, session_id, &row)?;
-                    log_groups(&txn, std::slice::from_ref(&group))?;
+                    stage_groups(&txn, std::slice::from_ref(&group))?;
                 }
                 txn.commit()?;
                 self.deletions_changed();
@@ -425,7 +425,7 @@ impl OzoneManager {
             }
             crate::conditions::check(&txn, &info.bucket, &info.name, condition)?;
             info.generation = crate::conditions::next_generation(&txn)?;
-            log_key_groups(&txn, &info.bucket, &info.name)?;
+            stage_key_groups(&txn, &info.bucket, &info.name)?;
             txn.open_table(KEYS)?.insert(
                 (info.bucket.as_str(), info.name.as_str()),
                 pb::KeyInfo::from(info.clone()).encode_to_vec().as_slice(),
@@ -462,7 +462,7 @@ impl OzoneManager {
             }
         };
         // Reclaiming can fail too (the database is failing): the session's
-        // row and open-group rows then stay, the next start loads the session
+        // row then stays, the next start loads the session
         // back, and it expires one lease later with its groups logged.
         if let Err(e) = self.reclaim_session(session_id, allocated) {
             tracing::warn!(session = session_id, error = %e, "reclaiming a failed commit's groups failed; the session expires one lease after the next om start");
@@ -470,8 +470,8 @@ impl OzoneManager {
         Err(failed)
     }
 
-    /// Logs all of `allocated` for deletion and forgets session `session_id`'s
-    /// open-group rows, in one transaction.
+    /// Stages all of `allocated` (and any other group the session's row holds) for deletion
+    /// and removes session `session_id`'s row, in one transaction.
     pub(crate) fn reclaim_session(&self, session_id: u64, allocated: &[BlockGroup]) -> Result<()> {
         let txn = self.db.begin_write()?;
         end_session(&txn, session_id, allocated, &[])?;
