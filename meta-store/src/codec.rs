@@ -8,6 +8,7 @@
 //!   strings' order (`"a" < "a\0" < "a\x01" < "ab"`) whatever parts follow:
 //!   the terminator sorts below both an escaped `0x00` and any other byte.
 //! - `()`: nothing.
+//! - [`Raw`]: the bytes as they are, to the end (values only).
 //! - Tuples: the parts one after another, so a tuple's encoding starts with
 //!   the encoding of its leading parts: all keys of one bucket are one range.
 //!
@@ -146,6 +147,24 @@ impl Codec for String {
     }
     fn decode(input: &mut &[u8]) -> Result<Self, DecodeError> {
         String::from_utf8(Vec::<u8>::decode(input)?).map_err(|_| DecodeError::NotUtf8)
+    }
+}
+
+/// Bytes stored as they are, not escaped: for a value that is one opaque blob (an encoded
+/// protobuf message), where [`Vec<u8>`]'s escaping would only cost space and time. Not
+/// self-delimiting: it takes every byte left, so it serves as a table's value or the last
+/// part of one, never as a key part followed by another.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Raw(pub Vec<u8>);
+
+impl Codec for Raw {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.0);
+    }
+    fn decode(input: &mut &[u8]) -> Result<Self, DecodeError> {
+        let v = input.to_vec();
+        *input = &[];
+        Ok(Self(v))
     }
 }
 

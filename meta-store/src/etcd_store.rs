@@ -389,6 +389,26 @@ impl EtcdStore {
         })
     }
 
+    /// How many keys `start <= key < end` holds now (etcd's `count_only` range: no values
+    /// sent).
+    pub(crate) async fn count(&self, start: &[u8], end: Option<&[u8]>) -> Result<u64, StoreError> {
+        let end = self.range_end(end);
+        let start = self.full(start);
+        if end <= start {
+            return Ok(0);
+        }
+        let options = GetOptions::new().with_range(end).with_count_only();
+        let resp = self
+            .retrying(Retry::Transient, |mut kv| {
+                let (start, options) = (start.clone(), options.clone());
+                async move { kv.get(start, Some(options)).await }
+            })
+            .await?;
+        u64::try_from(resp.count()).map_err(|_| {
+            StoreError::Protocol(format!("etcd answered a negative count {}", resp.count()))
+        })
+    }
+
     pub(crate) async fn commit(&self, txn: Txn) -> Result<Outcome, StoreError> {
         let compares: Vec<EtcdCompare> = txn
             .compares()

@@ -461,6 +461,22 @@ impl MetaStore {
         self.range(prefix, end.as_deref(), limit).await
     }
 
+    /// How many keys start with `prefix` (not empty), now: etcd counts them without sending
+    /// them; redb walks the range's keys.
+    ///
+    /// # Errors
+    /// [`StoreError::EmptyKey`]; the back end's errors.
+    pub async fn count_prefix(&self, prefix: &[u8]) -> Result<u64, StoreError> {
+        if prefix.is_empty() {
+            return Err(StoreError::EmptyKey);
+        }
+        let end = prefix_end(prefix);
+        match self {
+            Self::Redb(s) => s.count(prefix, end.as_deref()).await,
+            Self::Etcd(s) => s.count(prefix, end.as_deref()).await,
+        }
+    }
+
     /// Applies `txn` atomically if its compares hold.
     ///
     /// # Errors

@@ -63,6 +63,13 @@ impl RedbStore {
         Ok(Self { db })
     }
 
+    /// The redb file the store lives in (shared with whoever built the store with
+    /// [`with_database`](Self::with_database): the om keeps older tables beside it).
+    #[must_use]
+    pub fn database(&self) -> &Arc<Database> {
+        &self.db
+    }
+
     /// Writes those of `rows` (key, value) whose key is absent, in one
     /// durable commit at one new revision, synchronously: for copying data
     /// in from an older layout while opening, before anything reads the
@@ -84,6 +91,28 @@ impl RedbStore {
     /// As [`import`](Self::import).
     pub fn set_at_open(&self, rows: &[(Vec<u8>, Vec<u8>)]) -> Result<usize, StoreError> {
         self.write_blocking(rows, true)
+    }
+
+    /// Moves the store's revision up to `at_least` if it is below, synchronously (at open,
+    /// as [`import`](Self::import)): for numbers that were handed out before the data moved
+    /// here and that later revisions must stay above (the om's key generations become commit
+    /// revisions). Returns the revision after.
+    ///
+    /// # Errors
+    /// [`StoreError::Redb`].
+    pub fn raise_revision(&self, at_least: u64) -> Result<u64, StoreError> {
+        let write = self.db.begin_write()?;
+        let now = {
+            let mut meta = write.open_table(META)?;
+            let now = read_revision(&meta)?;
+            if now >= at_least {
+                return Ok(now);
+            }
+            meta.insert(REVISION, at_least)?;
+            at_least
+        };
+        write.commit()?;
+        Ok(now)
     }
 
     /// How many keys start with `prefix`, synchronously (at open, as
@@ -176,6 +205,26 @@ impl RedbStore {
         let (start, end) = (start.to_vec(), end.map(<[u8]>::to_vec));
         self.blocking(move |db| range_in(&db.begin_read()?, &start, end.as_deref(), limit))
             .await
+    }
+
+    pub(crate) async fn count(&self, start: &[u8], end: Option<&[u8]>) -> Result<u64, StoreError> {
+        let (start, end) = (start.to_vec(), end.map(<[u8]>::to_vec));
+        self.blocking(move |db| {
+            let read = db.begin_read()?;
+            let table = read.open_table(KV)?;
+            let iter = match &end {
+                Some(end) if end.as_slice() <= start.as_slice() => return Ok(0),
+                Some(end) => table.range(start.as_slice()..end.as_slice())?,
+                None => table.range(start.as_slice()..)?,
+            };
+            let mut n = 0;
+            for item in iter {
+                item?;
+                n += 1;
+            }
+            Ok(n)
+        })
+        .await
     }
 
     /// A read transaction to serve a [`Snapshot`](crate::Snapshot)'s reads from, and its

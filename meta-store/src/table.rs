@@ -184,6 +184,34 @@ impl<K: Codec, V: Codec> Table<K, V> {
         self.rows(store.range(&start, end.as_deref(), limit).await?)
     }
 
+    /// How many rows have keys whose encoding starts with `prefix`'s (`()`: the table),
+    /// now ([`MetaStore::count_prefix`]).
+    ///
+    /// # Errors
+    /// The store's errors.
+    pub async fn count<P: Codec>(&self, store: &MetaStore, prefix: &P) -> Result<u64, StoreError> {
+        let mut start = self.prefix();
+        prefix.encode(&mut start);
+        store.count_prefix(&start).await
+    }
+
+    /// [`scan`](Self::scan) from `from` (inclusive) instead of after a key: the rows of
+    /// `prefix` at or after `from`.
+    ///
+    /// # Errors
+    /// As [`get`](Self::get).
+    pub async fn scan_from<P: Codec>(
+        &self,
+        store: &MetaStore,
+        prefix: &P,
+        from: &K,
+        limit: usize,
+    ) -> Result<Rows<K, V>, StoreError> {
+        let (start, end) = self.scan_range(prefix, None);
+        let start = start.max(self.store_key(from));
+        self.rows(store.range(&start, end.as_deref(), limit).await?)
+    }
+
     /// The row at `key` as of `snapshot`.
     ///
     /// # Errors
@@ -215,6 +243,22 @@ impl<K: Codec, V: Codec> Table<K, V> {
         self.rows(snapshot.range(&start, end.as_deref(), limit).await?)
     }
 
+    /// [`scan_from`](Self::scan_from) as of `snapshot`.
+    ///
+    /// # Errors
+    /// As [`scan_at`](Self::scan_at).
+    pub async fn scan_from_at<P: Codec>(
+        &self,
+        snapshot: &Snapshot,
+        prefix: &P,
+        from: &K,
+        limit: usize,
+    ) -> Result<Rows<K, V>, StoreError> {
+        let (start, end) = self.scan_range(prefix, None);
+        let start = start.max(self.store_key(from));
+        self.rows(snapshot.range(&start, end.as_deref(), limit).await?)
+    }
+
     fn rows(&self, page: Page) -> Result<Rows<K, V>, StoreError> {
         let rows = page
             .entries
@@ -235,6 +279,22 @@ impl<K: Codec, V: Codec> Table<K, V> {
     pub async fn get_in(&self, tx: &Transaction, key: &K) -> Result<Option<V>, StoreError> {
         match tx.get(&self.store_key(key)).await? {
             Some(v) => Ok(Some(self.decode_value(&v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// [`get_in`](Self::get_in), with the row's `mod_revision` as [`Transaction::get_entry`]
+    /// gives it (`None`: `tx` wrote the row).
+    ///
+    /// # Errors
+    /// As [`get_in`](Self::get_in).
+    pub async fn get_row_in(
+        &self,
+        tx: &Transaction,
+        key: &K,
+    ) -> Result<Option<(V, Option<u64>)>, StoreError> {
+        match tx.get_entry(&self.store_key(key)).await? {
+            Some((v, revision)) => Ok(Some((self.decode_value(&v)?, revision))),
             None => Ok(None),
         }
     }

@@ -135,6 +135,27 @@ impl Transaction {
         Ok(st.known(key).flatten())
     }
 
+    /// [`get`](Self::get), with the `mod_revision` of the value returned: the store's, for a
+    /// value as this transaction first read it; `None` for a value this transaction wrote
+    /// (it has no revision until the commit).
+    ///
+    /// # Errors
+    /// As [`get`](Self::get).
+    pub async fn get_entry(&self, key: &[u8]) -> Result<Option<(Vec<u8>, Option<u64>)>, StoreError> {
+        let Some(value) = self.get(key).await? else {
+            return Ok(None);
+        };
+        let st = self.state();
+        let revision = match st.writes.get(key) {
+            Some(_) => None,
+            None => st
+                .reads
+                .get(key)
+                .and_then(|first| first.as_ref().map(|e| e.mod_revision)),
+        };
+        Ok(Some((value, revision)))
+    }
+
     /// At most `limit` (at least 1) entries with `start <= key < end` (`end`
     /// `None`: to the end of the keyspace) as this transaction sees them: the
     /// store's, with keys read earlier as first read and this transaction's

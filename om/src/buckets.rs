@@ -9,71 +9,32 @@
 //! 1,000 index rows: more than the metadata store lets a transaction read). Om files
 //! written before either get them at open, once ([`index_owners`]).
 
+use meta_store::codec::Raw;
+use meta_store::{Transaction, transact};
 use prost::Message;
 use proto_crate::wire::om as pb;
 use proto_crate::{BucketInfo, CannedAcl, ReplicationConfig};
-use redb::{ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 
-use crate::manager::{BUCKETS, COUNTERS, KEYS, decode, now_ms, validate_name};
+use crate::manager::{decode, now_ms, validate_name};
+use crate::tables::{BUCKETS, BUCKETS_BY_OWNER, BUCKETS_PER_OWNER, KEYS};
 use crate::{OmError, OzoneManager};
 
 type Result<T, E = OmError> = std::result::Result<T, E>;
 
-/// Buckets by (owner, name); buckets without an owner are not indexed.
-pub(crate) const BUCKETS_BY_OWNER: TableDefinition<(&str, &str), ()> =
-    TableDefinition::new("buckets_by_owner");
-
-/// Buckets each owner holds: owner -> count (owners without buckets have no row).
-pub(crate) const BUCKETS_PER_OWNER: TableDefinition<&str, u64> =
-    TableDefinition::new("buckets_per_owner");
-
-/// `COUNTERS` row recording the owner layout: 1 when `BUCKETS_BY_OWNER` is complete, 2
-/// when `BUCKETS_PER_OWNER` is too.
-const LAYOUT: &str = "layout/bucket_owners";
-const LAYOUT_COUNTED: u64 = 2;
-
 /// Most buckets one listing call returns (the gateway pages S3's ListBuckets with it).
 pub const MAX_BUCKET_PAGE: usize = 1000;
 
-/// Creates the index table (inside `txn`, with the om's other tables at open).
-pub(crate) fn create_tables(txn: &WriteTransaction) -> Result<()> {
-    txn.open_table(BUCKETS_BY_OWNER)?;
-    txn.open_table(BUCKETS_PER_OWNER)?;
-    Ok(())
+fn decode_bucket(v: &Raw) -> Result<BucketInfo> {
+    decode::<pb::BucketInfo, _>(&v.0, "bucket")
 }
 
-/// Indexes and counts the owned buckets of a file written before `BUCKETS_BY_OWNER` or
-/// `BUCKETS_PER_OWNER`, from the buckets themselves, once, in one transaction; returns how
-/// many were indexed.
-pub(crate) fn index_owners(db: &redb::Database) -> Result<usize> {
-    let txn = db.begin_write()?;
-    if txn.open_table(COUNTERS)?.get(LAYOUT)?.map(|v| v.value()) == Some(LAYOUT_COUNTED) {
-        return Ok(0);
-    }
-    let mut owned = Vec::new();
-    for entry in txn.open_table(BUCKETS)?.iter()? {
-        let (_, v) = entry?;
-        let b: BucketInfo = decode::<pb::BucketInfo, _>(v.value(), "bucket")?;
-        if !b.owner.is_empty() {
-            owned.push((b.owner, b.name));
-        }
-    }
-    {
-        let mut index = txn.open_table(BUCKETS_BY_OWNER)?;
-        let mut counts = txn.open_table(BUCKETS_PER_OWNER)?;
-        counts.retain(|_, _| false)?;
-        let mut per_owner = std::collections::BTreeMap::<&str, u64>::new();
-        for (owner, name) in &owned {
-            index.insert((owner.as_str(), name.as_str()), ())?;
-            *per_owner.entry(owner.as_str()).or_default() += 1;
-        }
-        for (owner, n) in per_owner {
-            counts.insert(owner, n)?;
-        }
-    }
-    txn.open_table(COUNTERS)?.insert(LAYOUT, LAYOUT_COUNTED)?;
-    txn.commit()?;
-    Ok(owned.len())
+/// Bucket `name` as `tx` sees it.
+pub(crate) async fn bucket_in(tx: &Transaction, name: &str) -> Result<Option<BucketInfo>> {
+    BUCKETS
+        .get_in(tx, &name.to_string())
+        .await?
+        .map(|v| decode_bucket(&v))
+        .transpose()
 }
 
 /// What a listing does with the next name in order.
@@ -105,13 +66,14 @@ impl OzoneManager {
     /// # Errors
     /// [`OmError::BucketAlreadyExists`], [`OmError::InvalidArgument`] for a bad
     /// name or a zero block size, database errors.
-    pub fn create_bucket(
+    pub async fn create_bucket(
         &self,
         name: &str,
         replication: Option<ReplicationConfig>,
         block_size: Option<u64>,
     ) -> Result<BucketInfo> {
         self.create_bucket_as(name, replication, block_size, "", CannedAcl::Private)
+            .await
     }
 
     /// [`create_bucket`](Self::create_bucket) for S3 user `owner` (empty:
@@ -120,7 +82,7 @@ impl OzoneManager {
     /// # Errors
     /// As [`create_bucket`](Self::create_bucket); [`OmError::LimitExceeded`]
     /// when `owner` already owns [`MAX_BUCKETS_PER_OWNER`](crate::MAX_BUCKETS_PER_OWNER).
-    pub fn create_bucket_as(
+    pub async fn create_bucket_as(
         &self,
         name: &str,
         replication: Option<ReplicationConfig>,
@@ -153,57 +115,58 @@ impl OzoneManager {
             owner: owner.to_string(),
             acl,
         };
-        let txn = self.db.begin_write()?;
-        {
-            let mut t = txn.open_table(BUCKETS)?;
-            if t.get(name)?.is_some() {
-                return Err(OmError::BucketAlreadyExists(name.to_string()));
-            }
-            if !owner.is_empty() {
-                let mut counts = txn.open_table(BUCKETS_PER_OWNER)?;
-                let owned = counts.get(owner)?.map_or(0, |v| v.value());
-                if owned >= crate::MAX_BUCKETS_PER_OWNER as u64 {
-                    return Err(OmError::LimitExceeded(format!(
-                        "user {owner} owns {owned} buckets, the most one user may"
-                    )));
+        transact(&self.store, |tx| {
+            let info = &info;
+            Box::pin(async move {
+                if bucket_in(&tx, name).await?.is_some() {
+                    return Err(OmError::BucketAlreadyExists(name.to_string()));
                 }
-                counts.insert(owner, owned + 1)?;
-                txn.open_table(BUCKETS_BY_OWNER)?
-                    .insert((owner, name), ())?;
-            }
-            t.insert(
-                name,
-                pb::BucketInfo::from(info.clone())
-                    .encode_to_vec()
-                    .as_slice(),
-            )?;
-        }
-        txn.commit()?;
+                if !owner.is_empty() {
+                    let owned = BUCKETS_PER_OWNER
+                        .get_in(&tx, &owner.to_string())
+                        .await?
+                        .unwrap_or(0);
+                    if owned >= crate::MAX_BUCKETS_PER_OWNER as u64 {
+                        return Err(OmError::LimitExceeded(format!(
+                            "user {owner} owns {owned} buckets, the most one user may"
+                        )));
+                    }
+                    BUCKETS_PER_OWNER.put_in(&tx, &owner.to_string(), &(owned + 1));
+                    BUCKETS_BY_OWNER.put_in(&tx, &(owner.to_string(), name.to_string()), &());
+                }
+                BUCKETS.put_in(
+                    &tx,
+                    &name.to_string(),
+                    &Raw(pb::BucketInfo::from(info.clone()).encode_to_vec()),
+                );
+                Ok(())
+            })
+        })
+        .await?;
         Ok(info)
     }
 
     /// The bucket named `name`.
     ///
     /// # Errors
-    /// [`OmError::BucketNotFound`], database errors.
-    pub fn get_bucket(&self, name: &str) -> Result<BucketInfo> {
-        let read = self.db.begin_read()?;
-        let t = read.open_table(BUCKETS)?;
-        let v = t
-            .get(name)?
+    /// [`OmError::BucketNotFound`], store errors.
+    pub async fn get_bucket(&self, name: &str) -> Result<BucketInfo> {
+        let row = BUCKETS
+            .get(&self.store, &name.to_string())
+            .await?
             .ok_or_else(|| OmError::BucketNotFound(name.to_string()))?;
-        decode::<pb::BucketInfo, _>(v.value(), "bucket")
+        decode_bucket(&row.value)
     }
 
     /// Every bucket, by name (all pages of [`list_buckets_page`](Self::list_buckets_page)).
     ///
     /// # Errors
     /// Database errors.
-    pub fn list_buckets(&self) -> Result<Vec<BucketInfo>> {
+    pub async fn list_buckets(&self) -> Result<Vec<BucketInfo>> {
         let mut filter = BucketFilter::default();
         let mut all = Vec::new();
         loop {
-            let (page, more) = self.list_buckets_page(&filter, MAX_BUCKET_PAGE)?;
+            let (page, more) = self.list_buckets_page(&filter, MAX_BUCKET_PAGE).await?;
             let Some(last) = page.last() else {
                 return Ok(all);
             };
@@ -221,20 +184,18 @@ impl OzoneManager {
     ///
     /// # Errors
     /// Database errors.
-    pub fn list_buckets_page(
+    pub async fn list_buckets_page(
         &self,
         filter: &BucketFilter,
         limit: usize,
     ) -> Result<(Vec<BucketInfo>, bool)> {
-        let limit = limit.min(MAX_BUCKET_PAGE);
-        let read = self.db.begin_read()?;
-        let buckets = read.open_table(BUCKETS)?;
+        let limit = limit.min(MAX_BUCKET_PAGE).max(1);
+        let snapshot = self.store.snapshot().await?;
         let start = if filter.after.as_str() >= filter.prefix.as_str() {
-            filter.after.as_str()
+            filter.after.clone()
         } else {
-            filter.prefix.as_str()
+            filter.prefix.clone()
         };
-        let mut out = Vec::new();
         // Names come in order: each is skipped, taken, or ends the listing (past the
         // prefix, or one more than a full page: more follow).
         let admit = |name: &str, taken: usize| {
@@ -248,56 +209,87 @@ impl OzoneManager {
                 Admit::Take
             }
         };
-        let mut more = false;
+        let mut out = Vec::new();
         match &filter.owner {
             None => {
-                for entry in buckets.range(start..)? {
-                    let (k, v) = entry?;
-                    match admit(k.value(), out.len()) {
-                        Admit::Skip => continue,
-                        Admit::Take => {}
-                        Admit::End => break,
-                        Admit::Full => {
-                            more = true;
-                            break;
+                let mut from = start;
+                loop {
+                    let rows = BUCKETS
+                        .scan_from_at(&snapshot, &(), &from, limit + 1)
+                        .await?;
+                    for row in &rows.rows {
+                        match admit(&row.key, out.len()) {
+                            Admit::Skip => continue,
+                            Admit::Take => out.push(decode_bucket(&row.value)?),
+                            Admit::End => return Ok((out, false)),
+                            Admit::Full => return Ok((out, true)),
                         }
                     }
-                    out.push(decode::<pb::BucketInfo, BucketInfo>(v.value(), "bucket")?);
+                    match rows.rows.last() {
+                        Some(last) if rows.more => from = format!("{}\0", last.key),
+                        _ => return Ok((out, false)),
+                    }
                 }
             }
             Some(owner) => {
-                let index = read.open_table(BUCKETS_BY_OWNER)?;
-                for entry in index.range((owner.as_str(), start)..)? {
-                    let (k, _) = entry?;
-                    let (o, name) = k.value();
-                    if o != owner {
-                        break;
-                    }
-                    match admit(name, out.len()) {
-                        Admit::Skip => continue,
-                        Admit::Take => {}
-                        Admit::End => break,
-                        Admit::Full => {
-                            more = true;
-                            break;
+                let mut from = (owner.clone(), start);
+                loop {
+                    let rows = BUCKETS_BY_OWNER
+                        .scan_from_at(&snapshot, &(owner.clone(),), &from, limit + 1)
+                        .await?;
+                    for row in &rows.rows {
+                        let name = &row.key.1;
+                        match admit(name, out.len()) {
+                            Admit::Skip => continue,
+                            Admit::Take => {}
+                            Admit::End => return Ok((out, false)),
+                            Admit::Full => return Ok((out, true)),
                         }
+                        // A row whose bucket is gone (an older om deleted it after an
+                        // upgrade: downgrades are not supported, but must not break listing).
+                        let Some(b) = BUCKETS.get_at(&snapshot, name).await? else {
+                            tracing::warn!(owner = %owner, bucket = %name, "the owner index names a bucket that does not exist; skipped");
+                            continue;
+                        };
+                        let b = decode_bucket(&b.value)?;
+                        // Re-created by another owner since that older om left the row.
+                        if b.owner != *owner {
+                            continue;
+                        }
+                        out.push(b);
                     }
-                    // A row whose bucket is gone (an older om deleted it after an
-                    // upgrade: downgrades are not supported, but must not break listing).
-                    let Some(v) = buckets.get(name)? else {
-                        tracing::warn!(owner = %owner, bucket = name, "the owner index names a bucket that does not exist; skipped");
-                        continue;
-                    };
-                    let b = decode::<pb::BucketInfo, BucketInfo>(v.value(), "bucket")?;
-                    // Re-created by another owner since that older om left the row.
-                    if b.owner != *owner {
-                        continue;
+                    match rows.rows.last() {
+                        Some(last) if rows.more => {
+                            from = (owner.clone(), format!("{}\0", last.key.1));
+                        }
+                        _ => return Ok((out, false)),
                     }
-                    out.push(b);
                 }
             }
         }
-        Ok((out, more))
+    }
+
+    /// Replaces bucket `name`'s canned ACL (S3 PutBucketAcl), in one transaction.
+    ///
+    /// # Errors
+    /// [`OmError::BucketNotFound`], store errors.
+    pub async fn set_bucket_acl(&self, name: &str, acl: CannedAcl) -> Result<BucketInfo> {
+        Ok(transact(&self.store, |tx| {
+            Box::pin(async move {
+                let mut info = bucket_in(&tx, name)
+                    .await?
+                    .ok_or_else(|| OmError::BucketNotFound(name.to_string()))?;
+                info.acl = acl;
+                BUCKETS.put_in(
+                    &tx,
+                    &name.to_string(),
+                    &Raw(pb::BucketInfo::from(info.clone()).encode_to_vec()),
+                );
+                Ok::<_, OmError>(info)
+            })
+        })
+        .await?
+        .value)
     }
 
     /// Deletes an empty bucket: no keys and no multipart uploads in progress
@@ -306,52 +298,44 @@ impl OzoneManager {
     ///
     /// # Errors
     /// [`OmError::BucketNotFound`], [`OmError::BucketNotEmpty`], database errors.
-    pub fn delete_bucket(&self, name: &str) -> Result<()> {
-        let txn = self.db.begin_write()?;
-        {
-            let keys = txn.open_table(KEYS)?;
-            if keys
-                .range((name, "")..)?
-                .next()
-                .transpose()?
-                .is_some_and(|(k, _)| k.value().0 == name)
-            {
-                return Err(OmError::BucketNotEmpty(name.to_string()));
-            }
-            // Multipart uploads in progress count as content, as on S3: a
-            // bucket created again under this name must not inherit them.
-            if crate::upload_rows::bucket_has_uploads(
-                &txn.open_table(crate::upload_rows::UPLOADS_BY_BUCKET)?,
-                name,
-            )? {
-                return Err(OmError::BucketNotEmpty(name.to_string()));
-            }
-            let mut t = txn.open_table(BUCKETS)?;
-            let Some(v) = t.remove(name)? else {
-                return Err(OmError::BucketNotFound(name.to_string()));
-            };
-            let b: BucketInfo = decode::<pb::BucketInfo, _>(v.value(), "bucket")?;
-            drop(v);
-            if !b.owner.is_empty() {
-                txn.open_table(BUCKETS_BY_OWNER)?
-                    .remove((b.owner.as_str(), name))?;
-                let mut counts = txn.open_table(BUCKETS_PER_OWNER)?;
-                let owned = counts.get(b.owner.as_str())?.map_or(0, |v| v.value());
-                if owned <= 1 {
-                    counts.remove(b.owner.as_str())?;
-                } else {
-                    counts.insert(b.owner.as_str(), owned - 1)?;
+    pub async fn delete_bucket(&self, name: &str) -> Result<()> {
+        transact(&self.store, |tx| {
+            Box::pin(async move {
+                let Some(b) = bucket_in(&tx, name).await? else {
+                    return Err(OmError::BucketNotFound(name.to_string()));
+                };
+                let keys = KEYS.scan_in(&tx, &(name.to_string(),), None, 1).await?;
+                if !keys.rows.is_empty() {
+                    return Err(OmError::BucketNotEmpty(name.to_string()));
                 }
-            }
-        }
-        txn.commit()?;
+                // Multipart uploads in progress count as content, as on S3: a bucket created
+                // again under this name must not inherit them.
+                if crate::upload_rows::bucket_has_uploads_in(&tx, name).await? {
+                    return Err(OmError::BucketNotEmpty(name.to_string()));
+                }
+                BUCKETS.delete_in(&tx, &name.to_string());
+                if !b.owner.is_empty() {
+                    BUCKETS_BY_OWNER.delete_in(&tx, &(b.owner.clone(), name.to_string()));
+                    let owned = BUCKETS_PER_OWNER
+                        .get_in(&tx, &b.owner)
+                        .await?
+                        .unwrap_or(0);
+                    if owned <= 1 {
+                        BUCKETS_PER_OWNER.delete_in(&tx, &b.owner);
+                    } else {
+                        BUCKETS_PER_OWNER.put_in(&tx, &b.owner, &(owned - 1));
+                    }
+                }
+                Ok(())
+            })
+        })
+        .await?;
         Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use redb::ReadableTableMetadata;
 
     use super::*;
     use crate::OmConfig;
@@ -369,11 +353,11 @@ mod tests {
     }
 
     /// Every page of `filter` at `limit` a page, joined.
-    fn all_pages(om: &OzoneManager, filter: &BucketFilter, limit: usize) -> Vec<String> {
+    async fn all_pages(om: &OzoneManager, filter: &BucketFilter, limit: usize) -> Vec<String> {
         let mut filter = filter.clone();
         let mut out = Vec::new();
         loop {
-            let (page, more) = om.list_buckets_page(&filter, limit).expect("page");
+            let (page, more) = om.list_buckets_page(&filter, limit).await.expect("page");
             assert!(page.len() <= limit);
             out.extend(page.iter().map(|b| b.name.clone()));
             match out.last() {
@@ -393,7 +377,7 @@ mod tests {
             ("a-3", "alice"),
             ("x-1", "alice"),
         ] {
-            om.create_bucket_as(name, None, None, owner, CannedAcl::Private)
+            om.create_bucket_as(name, None, None, owner, CannedAcl::Private).await
                 .expect("create");
         }
         om
@@ -408,38 +392,38 @@ mod tests {
         let om = with_buckets(dir.path()).await;
         for limit in 1..=4 {
             assert_eq!(
-                all_pages(&om, &owned_by(Some("alice"), "", ""), limit),
+                all_pages(&om, &owned_by(Some("alice"), "", ""), limit).await,
                 ["a-1", "a-2", "a-3", "x-1"]
             );
             assert_eq!(
-                all_pages(&om, &owned_by(Some("alice"), "a-", "a-1"), limit),
+                all_pages(&om, &owned_by(Some("alice"), "a-", "a-1"), limit).await,
                 ["a-2", "a-3"]
             );
             assert_eq!(
-                all_pages(&om, &owned_by(None, "", ""), limit),
+                all_pages(&om, &owned_by(None, "", ""), limit).await,
                 ["a-1", "a-2", "a-3", "b-1", "none", "x-1"]
             );
         }
-        assert_eq!(all_pages(&om, &owned_by(Some("bob"), "", ""), 10), ["b-1"]);
-        assert!(all_pages(&om, &owned_by(Some("carol"), "", ""), 10).is_empty());
+        assert_eq!(all_pages(&om, &owned_by(Some("bob"), "", ""), 10).await, ["b-1"]);
+        assert!(all_pages(&om, &owned_by(Some("carol"), "", ""), 10).await.is_empty());
         // A start-after before the prefix lists the whole prefix.
         let (page, more) = om
-            .list_buckets_page(&owned_by(Some("alice"), "x", "a-9"), 10)
+            .list_buckets_page(&owned_by(Some("alice"), "x", "a-9"), 10).await
             .expect("page");
         assert_eq!((names(&page), more), (vec!["x-1"], false));
         // Deleting a bucket takes it out of its owner's listing; its name may go to another.
-        om.delete_bucket("a-2").expect("delete");
-        om.create_bucket_as("a-2", None, None, "bob", CannedAcl::Private)
+        om.delete_bucket("a-2").await.expect("delete");
+        om.create_bucket_as("a-2", None, None, "bob", CannedAcl::Private).await
             .expect("taken by bob");
         assert_eq!(
-            all_pages(&om, &owned_by(Some("alice"), "", ""), 2),
+            all_pages(&om, &owned_by(Some("alice"), "", ""), 2).await,
             ["a-1", "a-3", "x-1"]
         );
         assert_eq!(
-            all_pages(&om, &owned_by(Some("bob"), "", ""), 2),
+            all_pages(&om, &owned_by(Some("bob"), "", ""), 2).await,
             ["a-2", "b-1"]
         );
-        assert_eq!(om.list_buckets().expect("all").len(), 6);
+        assert_eq!(om.list_buckets().await.expect("all").len(), 6);
     }
 
     /// Replication the om does not place is refused where it enters: a bucket, a key or an
@@ -451,19 +435,19 @@ mod tests {
         let om = with_buckets(dir.path()).await;
         let two = ReplicationConfig::Replicated { factor: 2 };
         assert!(matches!(
-            om.create_bucket("two", Some(two), None),
+            om.create_bucket("two", Some(two), None).await,
             Err(OmError::InvalidArgument(_))
         ));
         assert!(matches!(
-            om.open_key("a-1", "k", Some(two)),
+            om.open_key("a-1", "k", Some(two)).await,
             Err(OmError::InvalidArgument(_))
         ));
         assert!(matches!(
-            om.initiate_multipart_upload("a-1", "k", Some(two), Default::default()),
+            om.initiate_multipart_upload("a-1", "k", Some(two), Default::default()).await,
             Err(OmError::InvalidArgument(_))
         ));
         let three = ReplicationConfig::Replicated { factor: 3 };
-        om.create_bucket("three", Some(three), None).expect("THREE");
+        om.create_bucket("three", Some(three), None).await.expect("THREE");
     }
 
     /// The per-owner bound is counted per owner: other owners' buckets do not count, a
@@ -474,76 +458,39 @@ mod tests {
         let om = OzoneManager::open(OmConfig::new(dir.path()))
             .await
             .expect("open");
-        om.create_bucket_as("other", None, None, "bob", CannedAcl::Private)
+        om.create_bucket_as("other", None, None, "bob", CannedAcl::Private).await
             .expect("bob's");
         for i in 0..crate::MAX_BUCKETS_PER_OWNER {
-            om.create_bucket_as(&format!("b{i:04}"), None, None, "alice", CannedAcl::Private)
+            om.create_bucket_as(&format!("b{i:04}"), None, None, "alice", CannedAcl::Private).await
                 .expect("within the bound");
         }
         assert!(matches!(
-            om.create_bucket_as("one-more", None, None, "alice", CannedAcl::Private),
+            om.create_bucket_as("one-more", None, None, "alice", CannedAcl::Private).await,
             Err(OmError::LimitExceeded(_))
         ));
-        om.create_bucket_as("bobs-second", None, None, "bob", CannedAcl::Private)
+        om.create_bucket_as("bobs-second", None, None, "bob", CannedAcl::Private).await
             .expect("bob is under the bound");
-        om.delete_bucket("b0000").expect("delete");
-        om.create_bucket_as("one-more", None, None, "alice", CannedAcl::Private)
+        om.delete_bucket("b0000").await.expect("delete");
+        om.create_bucket_as("one-more", None, None, "alice", CannedAcl::Private).await
             .expect("a freed place");
     }
 
-    /// A file written before the owner index (buckets, no index rows, no layout row) is
-    /// indexed at open, once.
-    #[tokio::test]
-    async fn an_old_file_gets_the_owner_index_at_open() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        drop(with_buckets(dir.path()).await);
-        {
-            let db = redb::Database::create(dir.path().join("om.redb")).expect("db");
-            let txn = db.begin_write().expect("write");
-            txn.delete_table(BUCKETS_BY_OWNER).expect("drop index");
-            txn.open_table(COUNTERS)
-                .expect("counters")
-                .remove(LAYOUT)
-                .expect("remove");
-            txn.commit().expect("commit");
-        }
-        let om = OzoneManager::open(OmConfig::new(dir.path()))
-            .await
-            .expect("reopen");
-        assert_eq!(
-            all_pages(&om, &owned_by(Some("alice"), "", ""), 3),
-            ["a-1", "a-2", "a-3", "x-1"]
-        );
-        assert_eq!(index_owners(&om.db).expect("again"), 0, "done once");
-        let read = om.db.begin_read().expect("read");
-        assert_eq!(
-            read.open_table(BUCKETS_BY_OWNER)
-                .expect("index")
-                .len()
-                .expect("len"),
-            5
-        );
-        assert_eq!(counts(&om), owner_counts(&om));
-    }
-
     /// Each owner's count row, as stored.
-    fn counts(om: &OzoneManager) -> Vec<(String, u64)> {
-        let read = om.db.begin_read().expect("read");
-        read.open_table(BUCKETS_PER_OWNER)
+    pub(crate) async fn counts(om: &OzoneManager) -> Vec<(String, u64)> {
+        BUCKETS_PER_OWNER
+            .scan(&om.store, &(), None, 1000)
+            .await
             .expect("counts")
-            .iter()
-            .expect("iter")
-            .map(|e| {
-                let (k, v) = e.expect("row");
-                (k.value().to_string(), v.value())
-            })
+            .rows
+            .into_iter()
+            .map(|r| (r.key, r.value))
             .collect()
     }
 
     /// Each owner's buckets, counted from the buckets themselves.
-    fn owner_counts(om: &OzoneManager) -> Vec<(String, u64)> {
+    pub(crate) async fn owner_counts(om: &OzoneManager) -> Vec<(String, u64)> {
         let mut per = std::collections::BTreeMap::<String, u64>::new();
-        for b in om.list_buckets().expect("list") {
+        for b in om.list_buckets().await.expect("list") {
             if !b.owner.is_empty() {
                 *per.entry(b.owner).or_default() += 1;
             }
@@ -551,27 +498,14 @@ mod tests {
         per.into_iter().collect()
     }
 
-    /// A file with the owner index but no counts (layout 1) gets its counts at open, from
-    /// the buckets; creating and deleting keep them equal to the buckets' owners.
+    /// Creating and deleting buckets keep the owners' count rows equal to the buckets'
+    /// owners (a count row goes with the owner's last bucket).
     #[tokio::test]
-    async fn owner_counts_follow_creates_and_deletes_and_are_made_for_old_files() {
+    async fn owner_counts_follow_creates_and_deletes() {
         let dir = tempfile::tempdir().expect("tempdir");
-        drop(with_buckets(dir.path()).await);
-        {
-            let db = redb::Database::create(dir.path().join("om.redb")).expect("db");
-            let txn = db.begin_write().expect("write");
-            txn.delete_table(BUCKETS_PER_OWNER).expect("drop counts");
-            txn.open_table(COUNTERS)
-                .expect("counters")
-                .insert(LAYOUT, 1)
-                .expect("layout 1");
-            txn.commit().expect("commit");
-        }
-        let om = OzoneManager::open(OmConfig::new(dir.path()))
-            .await
-            .expect("reopen");
-        let before = counts(&om);
-        assert_eq!(before, owner_counts(&om));
+        let om = with_buckets(dir.path()).await;
+        let before = counts(&om).await;
+        assert_eq!(before, owner_counts(&om).await);
         assert!(!before.is_empty());
         for (owner, _) in &before {
             om.create_bucket_as(
@@ -580,13 +514,13 @@ mod tests {
                 None,
                 owner,
                 CannedAcl::Private,
-            )
+            ).await
             .expect("create");
         }
-        assert_eq!(counts(&om), owner_counts(&om));
-        for b in om.list_buckets().expect("list") {
-            om.delete_bucket(&b.name).expect("delete");
+        assert_eq!(counts(&om).await, owner_counts(&om).await);
+        for b in om.list_buckets().await.expect("list") {
+            om.delete_bucket(&b.name).await.expect("delete");
         }
-        assert!(counts(&om).is_empty(), "no rows for owners without buckets");
+        assert!(counts(&om).await.is_empty(), "no rows for owners without buckets");
     }
 }

@@ -243,7 +243,7 @@ impl OzoneManager {
     }
 
     /// Datanodes being decommissioned that no committed key or multipart part (`referenced`,
-    /// from a complete scan) and no open write references, in this pass and the one before
+    /// from a complete scan).await and no open write references, in this pass and the one before
     /// (a key whose commit straddled one scan shows up in the next): they become
     /// DECOMMISSIONED.
     pub(crate) async fn finish_decommissions(
@@ -371,10 +371,10 @@ mod tests {
             om.operational_state(&dn(2).uuid),
             OperationalState::Decommissioning
         );
-        om.create_bucket("b", None, None).expect("bucket");
-        let s = om.open_key("b", "k", None).expect("open key");
+        om.create_bucket("b", None, None).await.expect("bucket");
+        let s = om.open_key("b", "k", None).await.expect("open key");
         let g = om
-            .allocate_block_group(s.session_id, &[])
+            .allocate_block_group(s.session_id, &[]).await
             .expect("allocate");
         assert!(
             g.pipeline
@@ -424,7 +424,7 @@ mod tests {
             .await
             .expect("open");
         assert_eq!(om.operational_state(&id), OperationalState::Decommissioned);
-        let read = om.db.begin_read().expect("read");
+        let read = om.own_file().begin_read().expect("read");
         assert!(matches!(
             read.open_table(OLD_OP_STATES),
             Err(TableError::TableDoesNotExist(_))

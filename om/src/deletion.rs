@@ -41,34 +41,28 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use meta_store::codec::Raw;
+use meta_store::{MetaStore, Transaction, transact};
 use prost::Message;
 use proto_crate::wire::datanode as dn_pb;
 use proto_crate::wire::datanode::datanode_service_client::DatanodeServiceClient;
 use proto_crate::wire::om as pb;
 use proto_crate::{BlockGroup, BlockLocation, DatanodeDetails, DatanodeId, ReplicaIndex};
-use redb::{
-    ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction,
-};
 
-use crate::manager::{KEYS, decode};
+use crate::tables::{DELETED_GROUPS, DELETION_LOG, DROPPED_UPLOADS, PARTS};
 use crate::{OmError, OzoneManager};
 
 type Result<T, E = OmError> = std::result::Result<T, E>;
-
-/// Replicas to delete: (datanode uuid, container id, local id) ->
-/// (replica index, when it was logged, unix ms).
-pub(crate) const DELETION_LOG: TableDefinition<(&str, u64, u64), (u32, u64)> =
-    TableDefinition::new("deletion_log");
-/// Staged deletions (Ozone OM's deletedTable): (freed unix ms, random id) -> encoded
-/// `DeletedGroups`, the groups one change freed.
-pub(crate) const DELETED_GROUPS: TableDefinition<(u64, u64), &[u8]> =
-    TableDefinition::new("deleted_groups");
 
 /// Most rows one background transaction of the om writes (staged groups moved into the
 /// deletion log, whose groups move whole, so one of more locations moves alone; part rows
 /// of dropped uploads; acknowledged deletions; expired sessions, two rows each; orphans):
 /// within the metadata store's [`meta_store::MAX_TXN_OPS`].
 pub const TXN_BATCH: usize = 100;
+
+/// Most staged rows one expansion transaction reads (each a guard of the transaction, which
+/// the store bounds with its writes: [`meta_store::MAX_TXN_OPS`]).
+const STAGED_ROWS_READ: usize = 16;
 
 /// A block to delete on one datanode: (container id, local id, replica index).
 type Pending = (u64, u64, u32);
@@ -97,24 +91,27 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// 7 days, ms.
 const FORGET_UNREGISTERED_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 
-/// Stages `groups` for deletion as one `deleted_groups` row (nothing when empty); the
-/// block deleting service moves their replicas into the deletion log.
-pub(crate) fn stage_groups<'a>(
-    txn: &WriteTransaction,
+/// Stages `groups` for deletion as one `deleted_groups` row in `tx` (nothing when empty);
+/// the block deleting service moves their replicas into the deletion log.
+///
+/// # Errors
+/// Store errors.
+pub(crate) async fn stage_groups<'a>(
+    tx: &Transaction,
     groups: impl IntoIterator<Item = &'a BlockGroup>,
 ) -> Result<()> {
     let groups: Vec<pb::BlockGroup> = groups.into_iter().cloned().map(Into::into).collect();
     if groups.is_empty() {
         return Ok(());
     }
-    let mut staged = txn.open_table(DELETED_GROUPS)?;
     let now = crate::manager::now_ms();
-    let row = pb::DeletedGroups { groups }.encode_to_vec();
+    let row = Raw(pb::DeletedGroups { groups }.encode_to_vec());
     loop {
-        // Two changes in one millisecond get different ids.
-        let id: u64 = rand::random();
-        if staged.get((now, id))?.is_none() {
-            staged.insert((now, id), row.as_slice())?;
+        // Two changes in one millisecond get different ids; the read guards the row's
+        // absence.
+        let key = (now, rand::random::<u64>());
+        if DELETED_GROUPS.get_in(tx, &key).await?.is_none() {
+            DELETED_GROUPS.put_in(tx, &key, &row);
             return Ok(());
         }
     }
@@ -127,127 +124,24 @@ fn staged_replicas(bytes: &[u8]) -> u64 {
     })
 }
 
-/// Removes the part rows of the oldest dropped uploads in `txn` (`upload_rows.rs`), logging
-/// the replicas of parts the upload's completion did not keep, with the drop's time, while
-/// the rows written (part rows removed, log entries, dropped rows removed) stay within
-/// `budget` (at least one part, so a part of more locations still goes); a dropped upload
-/// with no part rows left is forgotten. A dropped row that does not decode is treated as
-/// keeping every part (its rows go, nothing is logged: a part it did not keep is left to the
-/// orphan sweep, and a kept one is never deleted).
-fn expand_dropped_in(txn: &WriteTransaction, budget: usize) -> Result<Expanded> {
-    use crate::upload_rows::{DROPPED_UPLOADS, PARTS};
-    let mut dropped = txn.open_table(DROPPED_UPLOADS)?;
-    let mut parts = txn.open_table(PARTS)?;
-    let mut log = txn.open_table(DELETION_LOG)?;
-    let (mut replicas, mut writes) = (0usize, 0usize);
-    let done = |replicas, writes, more| {
-        Ok(Expanded {
-            replicas,
-            writes,
-            more,
-        })
-    };
-    loop {
-        let head = dropped
-            .first()?
-            .map(|(k, v)| (k.value().to_string(), v.value().to_vec()));
-        let Some((id, bytes)) = head else {
-            return done(replicas, writes, false);
-        };
-        let drop_row = pb::DroppedUpload::decode(bytes.as_slice()).map_err(|e| {
-            tracing::warn!(upload = %id, error = %e, "a dropped upload's row does not decode; removing its parts without deleting their groups");
-        });
-        loop {
-            let next = parts
-                .range((id.as_str(), 0)..=(id.as_str(), u32::MAX))?
-                .next()
-                .transpose()?
-                .map(|(k, v)| (k.value().1, v.value().to_vec()));
-            let Some((number, value)) = next else {
-                if writes > 0 && writes + 1 > budget {
-                    return done(replicas, writes, true);
-                }
-                dropped.remove(id.as_str())?;
-                writes += 1;
-                break;
-            };
-            let freed = drop_row
-                .as_ref()
-                .ok()
-                .filter(|d| !d.kept_parts.contains(&number))
-                .map(|d| d.dropped_unix_ms);
-            let groups = match freed {
-                Some(_) => match pb::PartInfo::decode(value.as_slice()) {
-                    Ok(p) => p.block_groups,
-                    Err(e) => {
-                        tracing::warn!(upload = %id, part = number, error = %e, "a dropped part's row does not decode; its replicas are left to the orphan sweep");
-                        Vec::new()
-                    }
-                },
-                None => Vec::new(),
-            };
-            let cost = 1 + groups.iter().map(|g| g.locations.len()).sum::<usize>();
-            if writes > 0 && writes + cost > budget {
-                return done(replicas, writes, true);
-            }
-            parts.remove((id.as_str(), number))?;
-            for g in &groups {
-                replicas += log_stored_group(&mut log, g, freed.unwrap_or_default())?;
-            }
-            writes += cost;
-        }
-    }
-}
-
-/// Replicas of parts of dropped uploads that are still to be logged.
-fn dropped_replicas(read: &redb::ReadTransaction) -> Result<u64> {
-    use crate::upload_rows::{DROPPED_UPLOADS, PARTS};
-    let parts = read.open_table(PARTS)?;
-    let mut n = 0u64;
-    for entry in read.open_table(DROPPED_UPLOADS)?.iter()? {
-        let (k, v) = entry?;
-        let Ok(d) = pb::DroppedUpload::decode(v.value()) else {
-            continue;
-        };
-        let id = k.value();
-        for part in parts.range((id, 0)..=(id, u32::MAX))? {
-            let (pk, pv) = part?;
-            if d.kept_parts.contains(&pk.value().1) {
-                continue;
-            }
-            if let Ok(p) = pb::PartInfo::decode(pv.value()) {
-                n += p
-                    .block_groups
-                    .iter()
-                    .map(|g| g.locations.len() as u64)
-                    .sum::<u64>();
-            }
-        }
-    }
-    Ok(n)
-}
-
-/// Logs every replica of stored group `g` for deletion, freed at `freed_ms`; returns how
-/// many. Stored groups are written from domain groups, whose locations all name a datanode
-/// (one that does not is skipped).
-fn log_stored_group(
-    log: &mut redb::Table<'_, (&'static str, u64, u64), (u32, u64)>,
-    g: &pb::BlockGroup,
-    freed_ms: u64,
-) -> Result<usize> {
+/// Logs every replica of stored group `g` for deletion in `tx`, freed at `freed_ms`; returns
+/// how many. Stored groups are written from domain groups, whose locations all name a
+/// datanode (one that does not is skipped).
+fn log_stored_group(tx: &Transaction, g: &pb::BlockGroup, freed_ms: u64) -> usize {
     let mut n = 0;
     for (d, l) in g
         .locations
         .iter()
         .filter_map(|l| Some((l.datanode.as_ref()?, l)))
     {
-        log.insert(
-            (d.uuid.as_str(), g.container_id, g.local_id),
-            (l.replica_index, freed_ms),
-        )?;
+        DELETION_LOG.put_in(
+            tx,
+            &(d.uuid.clone(), g.container_id, g.local_id),
+            &(l.replica_index, freed_ms),
+        );
         n += 1;
     }
-    Ok(n)
+    n
 }
 
 /// What one expansion transaction did.
@@ -261,132 +155,198 @@ struct Expanded {
     more: bool,
 }
 
-/// Moves the oldest staged groups into the deletion log in `txn`: whole groups, while the
-/// rows written (log entries, and each staged row removed or rewritten) stay within
+/// Removes the part rows of the oldest dropped uploads in one transaction (`upload_rows.rs`),
+/// logging the replicas of parts the upload's completion did not keep, with the drop's time,
+/// while the rows written (part rows removed, log entries, dropped rows removed) stay within
+/// `budget` (at least one part, so a part of more locations still goes); a dropped upload
+/// with no part rows left is forgotten. A dropped row that does not decode is treated as
+/// keeping every part (its rows go, nothing is logged: a part it did not keep is left to the
+/// orphan sweep, and a kept one is never deleted).await.
+///
+/// Its reads are plain reads, not guards: a dropped upload's rows and its parts no longer
+/// change (a part commit or repair reads the upload's header in its transaction, and the
+/// drop removed it), and what this writes is idempotent (log entries of the same values,
+/// removals), so a transaction of any number of parts stays within the store's bounds.
+async fn expand_dropped(store: &MetaStore, budget: usize) -> Result<Expanded> {
+    let dropped = DROPPED_UPLOADS.scan(store, &(), None, budget).await?;
+    let committed = transact(store, |tx| {
+        let dropped = &dropped;
+        Box::pin(async move {
+            let (mut replicas, mut writes) = (0usize, 0usize);
+            let done = |replicas, writes, more| {
+                Ok::<_, OmError>(Expanded {
+                    replicas,
+                    writes,
+                    more,
+                })
+            };
+            for row in &dropped.rows {
+                let id = &row.key;
+                let drop_row = pb::DroppedUpload::decode(row.value.0.as_slice()).map_err(|e| {
+                    tracing::warn!(upload = %id, error = %e, "a dropped upload's row does not decode; removing its parts without deleting their groups");
+                });
+                let mut after: Option<(String, u32)> = None;
+                loop {
+                    let parts = PARTS
+                        .scan(tx.store(), &(id.clone(),), after.as_ref(), budget)
+                        .await?;
+                    for part in &parts.rows {
+                        let number = part.key.1;
+                        let freed = drop_row
+                            .as_ref()
+                            .ok()
+                            .filter(|d| !d.kept_parts.contains(&number))
+                            .map(|d| d.dropped_unix_ms);
+                        let groups = match freed {
+                            Some(_) => match pb::PartInfo::decode(part.value.0.as_slice()) {
+                                Ok(p) => p.block_groups,
+                                Err(e) => {
+                                    tracing::warn!(upload = %id, part = number, error = %e, "a dropped part's row does not decode; its replicas are left to the orphan sweep");
+                                    Vec::new()
+                                }
+                            },
+                            None => Vec::new(),
+                        };
+                        let cost = 1 + groups.iter().map(|g| g.locations.len()).sum::<usize>();
+                        if writes > 0 && writes + cost > budget {
+                            return done(replicas, writes, true);
+                        }
+                        PARTS.delete_in(&tx, &part.key);
+                        for g in &groups {
+                            replicas += log_stored_group(&tx, g, freed.unwrap_or_default());
+                        }
+                        writes += cost;
+                        after = Some(part.key.clone());
+                    }
+                    if !parts.more {
+                        break;
+                    }
+                }
+                if writes > 0 && writes + 1 > budget {
+                    return done(replicas, writes, true);
+                }
+                DROPPED_UPLOADS.delete_in(&tx, id);
+                writes += 1;
+            }
+            done(replicas, writes, dropped.more)
+        })
+    })
+    .await?;
+    Ok(committed.value)
+}
+
+/// Moves the oldest staged groups into the deletion log in one transaction: whole groups,
+/// while the rows written (log entries, and each staged row removed or rewritten) stay within
 /// `budget` (at least one group, so a group of more locations still moves); a row emptied
 /// is removed, a row left with groups is rewritten with them. A row that does not decode is
 /// dropped with a warning (its replicas are left to the orphan sweep).
-fn expand_in(txn: &WriteTransaction, budget: usize) -> Result<Expanded> {
-    let mut staged = txn.open_table(DELETED_GROUPS)?;
-    let mut log = txn.open_table(DELETION_LOG)?;
-    let (mut replicas, mut writes) = (0usize, 0usize);
-    loop {
-        let head = staged
-            .first()?
-            .map(|(k, v)| (k.value(), v.value().to_vec()));
-        let Some((key, bytes)) = head else {
-            return Ok(Expanded {
-                replicas,
-                writes,
-                more: false,
-            });
-        };
-        // The row is removed or rewritten: one write, and at least one group with it.
-        if writes > 0 && writes + 2 > budget {
-            return Ok(Expanded {
-                replicas,
-                writes,
-                more: true,
-            });
-        }
-        writes += 1;
-        let Ok(row) = pb::DeletedGroups::decode(bytes.as_slice()) else {
-            tracing::warn!(
-                freed_ms = key.0,
-                "a staged deletion row does not decode; dropped (the orphan sweep finds its replicas)"
-            );
-            staged.remove(key)?;
-            continue;
-        };
-        let mut rest = row.groups.into_iter().peekable();
-        let mut took = false;
-        while let Some(g) = rest.peek() {
-            if (took || replicas > 0) && writes + g.locations.len() > budget {
-                break;
+async fn expand(store: &MetaStore, budget: usize) -> Result<Expanded> {
+    let committed = transact(store, |tx| {
+        Box::pin(async move {
+            let staged = DELETED_GROUPS
+                .scan_in(&tx, &(), None, STAGED_ROWS_READ)
+                .await?;
+            let (mut replicas, mut writes) = (0usize, 0usize);
+            for (key, bytes) in &staged.rows {
+                // The row is removed or rewritten: one write, and at least one group with it.
+                if writes > 0 && writes + 2 > budget {
+                    return Ok::<_, OmError>(Expanded {
+                        replicas,
+                        writes,
+                        more: true,
+                    });
+                }
+                writes += 1;
+                let Ok(row) = pb::DeletedGroups::decode(bytes.0.as_slice()) else {
+                    tracing::warn!(
+                        freed_ms = key.0,
+                        "a staged deletion row does not decode; dropped (the orphan sweep finds its replicas)"
+                    );
+                    DELETED_GROUPS.delete_in(&tx, key);
+                    continue;
+                };
+                let mut rest = row.groups.into_iter().peekable();
+                let mut took = false;
+                while let Some(g) = rest.peek() {
+                    if (took || replicas > 0) && writes + g.locations.len() > budget {
+                        break;
+                    }
+                    let Some(g) = rest.next() else { break };
+                    took = true;
+                    let n = log_stored_group(&tx, &g, key.0);
+                    replicas += n;
+                    writes += n;
+                }
+                let rest: Vec<pb::BlockGroup> = rest.collect();
+                if rest.is_empty() {
+                    DELETED_GROUPS.delete_in(&tx, key);
+                } else {
+                    DELETED_GROUPS.put_in(&tx, key, &Raw(pb::DeletedGroups { groups: rest }.encode_to_vec()));
+                    return Ok(Expanded {
+                        replicas,
+                        writes,
+                        more: true,
+                    });
+                }
             }
-            let Some(g) = rest.next() else { break };
-            took = true;
-            let n = log_stored_group(&mut log, &g, key.0)?;
-            replicas += n;
-            writes += n;
-        }
-        let rest: Vec<pb::BlockGroup> = rest.collect();
-        if rest.is_empty() {
-            staged.remove(key)?;
-        } else {
-            staged.insert(
-                key,
-                pb::DeletedGroups { groups: rest }
-                    .encode_to_vec()
-                    .as_slice(),
-            )?;
-            return Ok(Expanded {
+            Ok(Expanded {
                 replicas,
                 writes,
-                more: true,
-            });
-        }
-    }
+                more: staged.more,
+            })
+        })
+    })
+    .await?;
+    Ok(committed.value)
 }
 
-/// Whether a deletion of block `block` (container id, local id) on datanode `uuid` is pending.
-pub(crate) fn is_logged(txn: &WriteTransaction, uuid: &str, block: (u64, u64)) -> Result<bool> {
-    Ok(txn
-        .open_table(DELETION_LOG)?
-        .get((uuid, block.0, block.1))?
-        .is_some())
+fn log_key(uuid: &str, block: (u64, u64)) -> (String, u64, u64) {
+    (uuid.to_string(), block.0, block.1)
 }
 
-/// [`is_logged`] in a read transaction.
-pub(crate) fn is_logged_read(
-    read: &redb::ReadTransaction,
-    uuid: &str,
-    block: (u64, u64),
-) -> Result<bool> {
-    Ok(read
-        .open_table(DELETION_LOG)?
-        .get((uuid, block.0, block.1))?
-        .is_some())
+/// Whether a deletion of block `block` (container id, local id) on datanode `uuid` is
+/// pending, as `tx` sees it.
+pub(crate) async fn is_logged_in(tx: &Transaction, uuid: &str, block: (u64, u64)) -> Result<bool> {
+    Ok(DELETION_LOG.get_in(tx, &log_key(uuid, block)).await?.is_some())
 }
 
-/// Logs the replicas of block `(container_id, local_id)` at `locations` for deletion (a
-/// location replaced by repair: its datanode may come back holding a stale copy).
-pub(crate) fn log_locations<'a>(
-    txn: &WriteTransaction,
+/// [`is_logged_in`], now.
+pub(crate) async fn is_logged(store: &MetaStore, uuid: &str, block: (u64, u64)) -> Result<bool> {
+    Ok(DELETION_LOG.get(store, &log_key(uuid, block)).await?.is_some())
+}
+
+/// Logs the replicas of block `(container_id, local_id)` at `locations` for deletion in `tx`
+/// (a location replaced by repair: its datanode may come back holding a stale copy).
+pub(crate) fn log_locations_in<'a>(
+    tx: &Transaction,
     container_id: u64,
     local_id: u64,
     locations: impl IntoIterator<Item = &'a BlockLocation>,
-) -> Result<()> {
-    let mut log = txn.open_table(DELETION_LOG)?;
+) {
     let now = crate::manager::now_ms();
     for l in locations {
-        log.insert(
-            (l.datanode.uuid.as_str(), container_id, local_id),
-            (ReplicaIndex::to_wire(l.replica_index), now),
-        )?;
+        DELETION_LOG.put_in(
+            tx,
+            &(l.datanode.uuid.to_string(), container_id, local_id),
+            &(ReplicaIndex::to_wire(l.replica_index), now),
+        );
     }
-    Ok(())
 }
 
-/// Ends session `session_id` in `txn`: its row goes, and the groups it allocated that are
+/// Ends session `session_id` in `tx`: its row goes, and the groups it allocated that are
 /// not in `committed` are staged for deletion: those of `leftovers` (what the om's memory
 /// knew) and any other the stored row holds (a group allocated while the session was ending:
 /// its allocation's transaction put it in the row, and staging it here leaves nothing to a
 /// clean-up that a crash could prevent). A row that does not decode adds nothing.
-pub(crate) fn end_session(
-    txn: &WriteTransaction,
+pub(crate) async fn end_session(
+    tx: &Transaction,
     session_id: u64,
     leftovers: &[BlockGroup],
     committed: &[BlockGroup],
 ) -> Result<()> {
     let mut freed = leftovers.to_vec();
-    let stored = {
-        let t = txn.open_table(crate::session_rows::OPEN_SESSIONS)?;
-        t.get(session_id)?
-            .map(|v| pb::OpenSessionRecord::decode(v.value()))
-    };
-    match stored {
-        Some(Ok(row)) => {
+    match crate::session_rows::get_in(tx, session_id).await {
+        Ok(Some(row)) => {
             for g in row.allocated {
                 let id = (g.container_id, g.local_id);
                 if freed
@@ -404,32 +364,22 @@ pub(crate) fn end_session(
                 }
             }
         }
-        Some(Err(e)) => {
-            tracing::warn!(session = session_id, error = %e, "an open session's row does not decode; only the groups the om knew are reclaimed");
+        Ok(None) => {}
+        Err(OmError::CorruptRecord { source, .. }) => {
+            tracing::warn!(session = session_id, error = %source, "an open session's row does not decode; only the groups the om knew are reclaimed");
         }
-        None => {}
+        Err(e) => return Err(e),
     }
-    crate::session_rows::remove(txn, session_id)?;
-    stage_groups(txn, &freed)
+    crate::session_rows::remove_in(tx, session_id);
+    stage_groups(tx, &freed).await
 }
 
-/// Logs the groups of key `bucket/key` if it exists (it is being replaced
-/// or deleted in `txn`).
-pub(crate) fn stage_key_groups(txn: &WriteTransaction, bucket: &str, key: &str) -> Result<bool> {
-    let old = {
-        let t = txn.open_table(KEYS)?;
-        let v = t.get((bucket, key))?;
-        match v {
-            Some(v) => Some(decode::<pb::KeyInfo, proto_crate::KeyInfo>(
-                v.value(),
-                "key",
-            )?),
-            None => None,
-        }
-    };
-    match old {
+/// Stages the groups of key `bucket/key` if it exists (it is being replaced or deleted in
+/// `tx`); returns whether it did.
+pub(crate) async fn stage_key_groups(tx: &Transaction, bucket: &str, key: &str) -> Result<bool> {
+    match crate::keys::key_in(tx, bucket, key).await? {
         Some(k) => {
-            stage_groups(txn, &k.block_groups)?;
+            stage_groups(tx, &k.block_groups).await?;
             Ok(true)
         }
         None => Ok(false),
@@ -439,37 +389,100 @@ pub(crate) fn stage_key_groups(txn: &WriteTransaction, bucket: &str, key: &str) 
 impl OzoneManager {
     /// Replicas waiting for deletion: in the deletion log, in staged rows not yet moved into
     /// it, and in parts of completed or aborted uploads that their completion did not keep
-    /// (0 once every datanode has acknowledged every deletion).
+    /// (0 once every datanode has acknowledged every deletion), read at one snapshot.
     ///
     /// # Errors
-    /// Database errors.
-    pub fn pending_deletions(&self) -> Result<u64> {
-        let read = self.db.begin_read()?;
-        let mut n = read.open_table(DELETION_LOG)?.len()?;
-        for entry in read.open_table(DELETED_GROUPS)?.iter()? {
-            n += staged_replicas(entry?.1.value());
+    /// Store errors.
+    pub async fn pending_deletions(&self) -> Result<u64> {
+        let snapshot = self.store.snapshot().await?;
+        let mut n = 0u64;
+        let mut after = None;
+        loop {
+            let rows = DELETION_LOG
+                .scan_at(&snapshot, &(), after.as_ref(), crate::MAX_LIST_PAGE)
+                .await?;
+            n += rows.rows.len() as u64;
+            match rows.rows.into_iter().last() {
+                Some(last) if rows.more => after = Some(last.key),
+                _ => break,
+            }
         }
-        Ok(n + dropped_replicas(&read)?)
+        let mut after = None;
+        loop {
+            let rows = DELETED_GROUPS
+                .scan_at(&snapshot, &(), after.as_ref(), crate::MAX_LIST_PAGE)
+                .await?;
+            n += rows.rows.iter().map(|r| staged_replicas(&r.value.0)).sum::<u64>();
+            match rows.rows.into_iter().last() {
+                Some(last) if rows.more => after = Some(last.key),
+                _ => break,
+            }
+        }
+        let mut after = None;
+        loop {
+            let rows = DROPPED_UPLOADS
+                .scan_at(&snapshot, &(), after.as_ref(), crate::MAX_LIST_PAGE)
+                .await?;
+            for row in &rows.rows {
+                let Ok(d) = pb::DroppedUpload::decode(row.value.0.as_slice()) else {
+                    continue;
+                };
+                let mut part_after = None;
+                loop {
+                    let parts = PARTS
+                        .scan_at(
+                            &snapshot,
+                            &(row.key.clone(),),
+                            part_after.as_ref(),
+                            crate::MAX_LIST_PAGE,
+                        )
+                        .await?;
+                    for p in &parts.rows {
+                        if d.kept_parts.contains(&p.key.1) {
+                            continue;
+                        }
+                        if let Ok(p) = pb::PartInfo::decode(p.value.0.as_slice()) {
+                            n += p
+                                .block_groups
+                                .iter()
+                                .map(|g| g.locations.len() as u64)
+                                .sum::<u64>();
+                        }
+                    }
+                    match parts.rows.into_iter().last() {
+                        Some(last) if parts.more => part_after = Some(last.key),
+                        _ => break,
+                    }
+                }
+            }
+            match rows.rows.into_iter().last() {
+                Some(last) if rows.more => after = Some(last.key),
+                _ => break,
+            }
+        }
+        Ok(n)
     }
 
     /// Rows waiting for the block deleting service to expand: staged deletions, and part
     /// rows of completed or aborted uploads.
     ///
     /// # Errors
-    /// Database errors.
-    pub fn staged_deletions(&self) -> Result<u64> {
-        let read = self.db.begin_read()?;
-        let mut n = read.open_table(DELETED_GROUPS)?.len()?;
-        let parts = read.open_table(crate::upload_rows::PARTS)?;
-        for entry in read
-            .open_table(crate::upload_rows::DROPPED_UPLOADS)?
-            .iter()?
-        {
-            let (k, _) = entry?;
-            let id = k.value();
-            n += parts.range((id, 0)..=(id, u32::MAX))?.count() as u64;
+    /// Store errors.
+    pub async fn staged_deletions(&self) -> Result<u64> {
+        let mut n = DELETED_GROUPS.count(&self.store, &()).await?;
+        let mut after = None;
+        loop {
+            let rows = DROPPED_UPLOADS
+                .scan(&self.store, &(), after.as_ref(), crate::MAX_LIST_PAGE)
+                .await?;
+            for row in &rows.rows {
+                n += PARTS.count(&self.store, &(row.key.clone(),)).await?;
+            }
+            match rows.rows.into_iter().last() {
+                Some(last) if rows.more => after = Some(last.key),
+                _ => return Ok(n),
+            }
         }
-        Ok(n)
     }
 
     /// Moves every staged deletion into the deletion log, and removes the part rows of
@@ -478,18 +491,21 @@ impl OzoneManager {
     /// between two leaves the rest for the next pass). Returns the replicas logged.
     ///
     /// # Errors
-    /// Database errors (what moved before stays moved).
-    pub fn expand_staged_deletions(&self) -> Result<u64> {
+    /// Store errors (what moved before stays moved).
+    pub async fn expand_staged_deletions(&self) -> Result<u64> {
         let mut total = 0u64;
-        for expand in [expand_in, expand_dropped_in] {
-            loop {
-                let txn = self.db.begin_write()?;
-                let step = expand(&txn, TXN_BATCH)?;
-                txn.commit()?;
-                total += step.replicas as u64;
-                if !step.more {
-                    break;
-                }
+        loop {
+            let step = expand(&self.store, TXN_BATCH).await?;
+            total += step.replicas as u64;
+            if !step.more {
+                break;
+            }
+        }
+        loop {
+            let step = expand_dropped(&self.store, TXN_BATCH).await?;
+            total += step.replicas as u64;
+            if !step.more {
+                break;
             }
         }
         Ok(total)
@@ -507,12 +523,12 @@ impl OzoneManager {
     /// the session gone also sees its deletions logged) and wakes the
     /// deleting service; called after every commit that may have added
     /// entries.
-    pub(crate) fn deletions_changed(&self) {
+    pub(crate) async fn deletions_changed(&self) {
         {
             let st = self.state();
             self.publish_sessions(&st);
         }
-        match self.pending_deletions() {
+        match self.pending_deletions().await {
             Ok(n) => {
                 self.deletions_pending.send_replace(n);
             }
@@ -528,112 +544,123 @@ impl OzoneManager {
     /// deletion is by block, whatever the index, and would take that copy too.
     ///
     /// # Errors
-    /// Database errors.
-    pub(crate) fn log_orphans(
+    /// Store errors.
+    pub(crate) async fn log_orphans(
         &self,
         owner: &crate::group_owner::GroupOwner,
         group: usize,
         block: (u64, u64),
         locations: &[BlockLocation],
     ) -> Result<()> {
-        let txn = self.db.begin_write()?;
-        {
-            let holders: Vec<DatanodeId> = match owner.group(&txn, group) {
-                Ok((_, g)) if (g.container_id, g.local_id) == block => g
-                    .pipeline
-                    .locations
+        transact(&self.store, |tx| {
+            Box::pin(async move {
+                let holders: Vec<DatanodeId> = match owner.group(&tx, group).await {
+                    Ok((_, g)) if (g.container_id, g.local_id) == block => g
+                        .pipeline
+                        .locations
+                        .iter()
+                        .map(|l| l.datanode.uuid.clone())
+                        .collect(),
+                    Ok(_)
+                    | Err(
+                        OmError::KeyNotFound { .. }
+                        | OmError::NoSuchUpload(_)
+                        | OmError::InvalidArgument(_),
+                    ) => Vec::new(),
+                    Err(e) => return Err(e),
+                };
+                let orphans = locations
                     .iter()
-                    .map(|l| l.datanode.uuid.clone())
-                    .collect(),
-                Ok(_)
-                | Err(
-                    OmError::KeyNotFound { .. }
-                    | OmError::NoSuchUpload(_)
-                    | OmError::InvalidArgument(_),
-                ) => Vec::new(),
-                Err(e) => return Err(e),
-            };
-            let orphans = locations
-                .iter()
-                .filter(|l| !holders.contains(&l.datanode.uuid));
-            log_locations(&txn, block.0, block.1, orphans)?;
-        }
-        txn.commit()?;
-        self.deletions_changed();
+                    .filter(|l| !holders.contains(&l.datanode.uuid));
+                log_locations_in(&tx, block.0, block.1, orphans);
+                Ok(())
+            })
+        })
+        .await?;
+        self.deletions_changed().await;
         Ok(())
     }
 
     /// Datanode uuids with entries logged before `before_ms` (unix ms), and
     /// up to `limit` such entries of each: (container id, local id, replica
     /// index). Also returns, per uuid, the time its oldest entry was logged.
-    fn deletion_batches(&self, limit: usize, before_ms: u64) -> Result<Vec<Batch>> {
-        let read = self.db.begin_read()?;
-        let t = read.open_table(DELETION_LOG)?;
+    async fn deletion_batches(&self, limit: usize, before_ms: u64) -> Result<Vec<Batch>> {
         let mut out: Vec<Batch> = Vec::new();
-        let mut iter = t.iter()?;
-        while let Some(entry) = iter.next() {
-            let (k, v) = entry?;
-            let (uuid, c, l) = k.value();
-            let (r, logged) = v.value();
-            let fresh = out.last().is_none_or(|b| b.uuid != uuid);
-            if fresh {
-                out.push(Batch {
-                    uuid: uuid.to_string(),
-                    blocks: Vec::new(),
-                    oldest_ms: logged,
-                });
+        let mut after: Option<(String, u64, u64)> = None;
+        loop {
+            let rows = DELETION_LOG
+                .scan(&self.store, &(), after.as_ref(), crate::MAX_LIST_PAGE)
+                .await?;
+            let mut skip_to = None;
+            for row in &rows.rows {
+                let (uuid, c, l) = &row.key;
+                let (r, logged) = row.value;
+                let fresh = out.last().is_none_or(|b| b.uuid != *uuid);
+                if fresh {
+                    out.push(Batch {
+                        uuid: uuid.clone(),
+                        blocks: Vec::new(),
+                        oldest_ms: logged,
+                    });
+                }
+                let Some(b) = out.last_mut() else { break };
+                b.oldest_ms = b.oldest_ms.min(logged);
+                if logged > before_ms {
+                    continue;
+                }
+                if b.blocks.len() < limit {
+                    b.blocks.push((*c, *l, r));
+                } else {
+                    // Skip the rest of this datanode's entries.
+                    skip_to = Some((uuid.clone(), u64::MAX, u64::MAX));
+                    break;
+                }
             }
-            let Some(b) = out.last_mut() else { break };
-            b.oldest_ms = b.oldest_ms.min(logged);
-            if logged > before_ms {
-                continue;
-            }
-            if b.blocks.len() < limit {
-                b.blocks.push((c, l, r));
-            } else {
-                // Skip the rest of this datanode's entries.
-                let next = format!("{uuid}\u{0}");
-                drop(iter);
-                iter = t.range((next.as_str(), 0, 0)..)?;
+            match (skip_to, rows.rows.into_iter().last()) {
+                (Some(skip), _) => after = Some(skip),
+                (None, Some(last)) if rows.more => after = Some(last.key),
+                _ => return Ok(out),
             }
         }
-        Ok(out)
     }
 
     /// Removes acknowledged entries of `uuid`, [`TXN_BATCH`] per transaction.
-    fn ack_deletions(&self, uuid: &str, blocks: &[Pending]) -> Result<()> {
+    async fn ack_deletions(&self, uuid: &str, blocks: &[Pending]) -> Result<()> {
         for chunk in blocks.chunks(TXN_BATCH) {
-            let txn = self.db.begin_write()?;
-            {
-                let mut t = txn.open_table(DELETION_LOG)?;
-                for &(c, l, _) in chunk {
-                    t.remove((uuid, c, l))?;
-                }
-            }
-            txn.commit()?;
+            transact(&self.store, |tx| {
+                Box::pin(async move {
+                    for &(c, l, _) in chunk {
+                        DELETION_LOG.delete_in(&tx, &log_key(uuid, (c, l)));
+                    }
+                    Ok::<(), OmError>(())
+                })
+            })
+            .await?;
         }
         Ok(())
     }
 
     /// Drops every entry of `uuid` (a datanode no longer registered), [`TXN_BATCH`] per
     /// transaction.
-    fn forget_deletions(&self, uuid: &str) -> Result<()> {
+    async fn forget_deletions(&self, uuid: &str) -> Result<()> {
         loop {
-            let txn = self.db.begin_write()?;
-            let removed = {
-                let mut t = txn.open_table(DELETION_LOG)?;
-                let batch: Vec<(u64, u64)> = t
-                    .range((uuid, 0, 0)..=(uuid, u64::MAX, u64::MAX))?
-                    .take(TXN_BATCH)
-                    .map(|e| e.map(|(k, _)| (k.value().1, k.value().2)))
-                    .collect::<std::result::Result<_, _>>()?;
-                for &(c, l) in &batch {
-                    t.remove((uuid, c, l))?;
-                }
-                batch.len()
-            };
-            txn.commit()?;
-            if removed < TXN_BATCH {
+            let rows = DELETION_LOG
+                .scan(&self.store, &(uuid.to_string(),), None, TXN_BATCH)
+                .await?;
+            if rows.rows.is_empty() {
+                return Ok(());
+            }
+            transact(&self.store, |tx| {
+                let rows = &rows;
+                Box::pin(async move {
+                    for row in &rows.rows {
+                        DELETION_LOG.delete_in(&tx, &row.key);
+                    }
+                    Ok::<(), OmError>(())
+                })
+            })
+            .await?;
+            if !rows.more {
                 return Ok(());
             }
         }
@@ -644,18 +671,14 @@ impl OzoneManager {
     /// replicas acknowledged.
     ///
     /// # Errors
-    /// Database errors (a datanode that cannot be reached is not an error:
+    /// Store errors (a datanode that cannot be reached is not an error:
     /// its entries wait for the next pass).
     pub async fn delete_blocks_once(self: &Arc<Self>) -> Result<u64> {
-        let om = Arc::clone(self);
         let grace = u64::try_from(self.config.deletion_grace.as_millis()).unwrap_or(u64::MAX);
         let now = crate::manager::now_ms();
         let due = now.saturating_sub(grace);
-        let batches = tokio::task::spawn_blocking(move || {
-            om.expand_staged_deletions()?;
-            om.deletion_batches(DELETE_BATCH, due)
-        })
-        .await??;
+        self.expand_staged_deletions().await?;
+        let batches = self.deletion_batches(DELETE_BATCH, due).await?;
         let healthy: std::collections::HashSet<DatanodeId> = self
             .datanode_statuses()
             .into_iter()
@@ -669,8 +692,7 @@ impl OzoneManager {
             let Some(dn) = self.datanode(&b.uuid) else {
                 if now.saturating_sub(b.oldest_ms) > FORGET_UNREGISTERED_MS {
                     tracing::warn!(uuid = %b.uuid, "dropping week-old deletions of a datanode no longer registered");
-                    let om = Arc::clone(self);
-                    spawn_db(move || om.forget_deletions(&b.uuid)).await?;
+                    self.forget_deletions(&b.uuid).await?;
                 }
                 continue;
             };
@@ -692,8 +714,7 @@ impl OzoneManager {
             match r {
                 Ok(()) => {
                     acked += blocks.len() as u64;
-                    let om = Arc::clone(self);
-                    spawn_db(move || om.ack_deletions(&dn.uuid, &blocks)).await?;
+                    self.ack_deletions(dn.uuid.as_str(), &blocks).await?;
                 }
                 Err(e) => {
                     tracing::debug!(datanode = %dn, error = %e, "DeleteBlocks failed; will retry");
@@ -701,14 +722,10 @@ impl OzoneManager {
             }
         }
         if acked > 0 {
-            self.deletions_changed();
+            self.deletions_changed().await;
         }
         Ok(acked)
     }
-}
-
-async fn spawn_db(f: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()> {
-    tokio::task::spawn_blocking(f).await?
 }
 
 async fn send_delete(
@@ -792,40 +809,42 @@ mod tests {
         }
     }
 
-    fn db() -> (tempfile::TempDir, redb::Database) {
+    fn store() -> (tempfile::TempDir, MetaStore) {
         let dir = tempfile::tempdir().expect("temp dir");
-        let db = redb::Database::create(dir.path().join("t.redb")).expect("db");
-        let txn = db.begin_write().expect("write");
-        txn.open_table(DELETION_LOG).expect("log");
-        txn.open_table(DELETED_GROUPS).expect("staged");
-        crate::upload_rows::create_tables(&txn).expect("upload tables");
-        txn.commit().expect("commit");
-        (dir, db)
+        let redb = meta_store::RedbStore::open(&dir.path().join("t.redb")).expect("store");
+        (dir, MetaStore::Redb(redb))
+    }
+
+    /// Stages each of `rows` as a row of its own, in one transaction.
+    async fn stage(store: &MetaStore, rows: &[Vec<BlockGroup>]) {
+        transact(store, |tx| {
+            Box::pin(async move {
+                for groups in rows {
+                    stage_groups(&tx, groups).await?;
+                }
+                Ok::<(), OmError>(())
+            })
+        })
+        .await
+        .expect("stage");
     }
 
     /// One expansion transaction of the default budget, committed.
-    fn expand_once(db: &redb::Database) -> Expanded {
-        let txn = db.begin_write().expect("write");
-        let step = expand_in(&txn, TXN_BATCH).expect("expand");
-        txn.commit().expect("commit");
-        step
+    async fn expand_once(store: &MetaStore) -> Expanded {
+        expand(store, TXN_BATCH).await.expect("expand")
     }
 
-    fn lens(db: &redb::Database) -> (u64, Vec<usize>) {
-        let read = db.begin_read().expect("read");
-        let log = read
-            .open_table(DELETION_LOG)
-            .expect("log")
-            .len()
-            .expect("len");
-        let staged = read
-            .open_table(DELETED_GROUPS)
+    /// Entries in the log, and the groups of each staged row.
+    async fn lens(store: &MetaStore) -> (u64, Vec<usize>) {
+        let log = DELETION_LOG.count(store, &()).await.expect("log");
+        let staged = DELETED_GROUPS
+            .scan(store, &(), None, 1000)
+            .await
             .expect("staged")
+            .rows
             .iter()
-            .expect("iter")
-            .map(|e| {
-                let (_, v) = e.expect("row");
-                pb::DeletedGroups::decode(v.value())
+            .map(|r| {
+                pb::DeletedGroups::decode(r.value.0.as_slice())
                     .expect("decode")
                     .groups
                     .len()
@@ -834,16 +853,14 @@ mod tests {
         (log, staged)
     }
 
-    #[test]
-    fn expansion_moves_whole_groups_within_the_budget_and_keeps_the_freeing_time() {
-        let (_dir, db) = db();
+    #[tokio::test]
+    async fn expansion_moves_whole_groups_within_the_budget_and_keeps_the_freeing_time() {
+        let (_dir, store) = store();
         let groups: Vec<BlockGroup> = (1..=60).map(|i| group(i, 5)).collect();
-        let txn = db.begin_write().expect("write");
-        stage_groups(&txn, &groups).expect("stage");
-        txn.commit().expect("commit");
-        assert_eq!(lens(&db), (0, vec![60]));
+        stage(&store, &[groups]).await;
+        assert_eq!(lens(&store).await, (0, vec![60]));
 
-        let step = expand_once(&db);
+        let step = expand_once(&store).await;
         // The row's rewrite and 19 groups of 5: 96 writes; a 20th would pass 100.
         assert_eq!(
             step,
@@ -853,10 +870,10 @@ mod tests {
                 more: true
             }
         );
-        assert_eq!(lens(&db), (95, vec![41]), "the row kept the rest");
+        assert_eq!(lens(&store).await, (95, vec![41]), "the row kept the rest");
         let mut total = step.replicas;
         loop {
-            let step = expand_once(&db);
+            let step = expand_once(&store).await;
             assert!(step.writes <= TXN_BATCH, "{step:?}");
             total += step.replicas;
             if !step.more {
@@ -864,15 +881,15 @@ mod tests {
             }
         }
         assert_eq!(total, 300);
-        assert_eq!(lens(&db), (300, vec![]));
+        assert_eq!(lens(&store).await, (300, vec![]));
 
-        let read = db.begin_read().expect("read");
-        let staged_at: Vec<u64> = read
-            .open_table(DELETION_LOG)
+        let staged_at: Vec<u64> = DELETION_LOG
+            .scan(&store, &(), None, 1000)
+            .await
             .expect("log")
+            .rows
             .iter()
-            .expect("iter")
-            .map(|e| e.expect("row").1.value().1)
+            .map(|r| r.value.1)
             .collect();
         let first = staged_at[0];
         assert!(
@@ -883,81 +900,87 @@ mod tests {
 
     /// Regression: rows removed counted against no budget, so 100 one-replica keys' rows
     /// made 200 writes in one transaction.
-    #[test]
-    fn removing_many_small_rows_stays_within_the_budget() {
-        let (_dir, db) = db();
-        let txn = db.begin_write().expect("write");
-        for i in 1..=100 {
-            stage_groups(&txn, &[group(i, 1)]).expect("stage");
-        }
-        txn.commit().expect("commit");
-        let step = expand_once(&db);
+    #[tokio::test]
+    async fn removing_many_small_rows_stays_within_the_budget() {
+        let (_dir, store) = store();
+        let rows: Vec<Vec<BlockGroup>> = (1..=100).map(|i| vec![group(i, 1)]).collect();
+        stage(&store, &rows).await;
+        let step = expand_once(&store).await;
+        // At most `STAGED_ROWS_READ` rows read a transaction: 16 rows of one replica, two
+        // writes each.
         assert_eq!(
             step,
             Expanded {
-                replicas: 50,
-                writes: 100,
+                replicas: STAGED_ROWS_READ,
+                writes: 2 * STAGED_ROWS_READ,
+                more: true
+            }
+        );
+        let step = expand(&store, 10).await.expect("expand");
+        assert_eq!(
+            step,
+            Expanded {
+                replicas: 5,
+                writes: 10,
                 more: true
             }
         );
     }
 
-    #[test]
-    fn a_group_larger_than_the_budget_moves_alone_and_bad_rows_are_dropped() {
-        let (_dir, db) = db();
-        let txn = db.begin_write().expect("write");
-        stage_groups(&txn, &[group(1, 14), group(2, 14)]).expect("stage");
-        txn.open_table(DELETED_GROUPS)
-            .expect("staged")
-            .insert((u64::MAX, 1), [0xff_u8, 0xff].as_slice())
-            .expect("garbled row, last in order");
-        txn.commit().expect("commit");
-        let txn = db.begin_write().expect("write");
-        let steps: Vec<(usize, bool)> = (0..3)
-            .map(|_| {
-                let e = expand_in(&txn, 10).expect("expand");
-                (e.replicas, e.more)
+    #[tokio::test]
+    async fn a_group_larger_than_the_budget_moves_alone_and_bad_rows_are_dropped() {
+        let (_dir, store) = store();
+        stage(&store, &[vec![group(1, 14), group(2, 14)]]).await;
+        transact(&store, |tx| {
+            Box::pin(async move {
+                // A garbled row, last in order.
+                DELETED_GROUPS.put_in(&tx, &(u64::MAX, 1), &Raw(vec![0xff, 0xff]));
+                Ok::<(), OmError>(())
             })
-            .collect();
-        txn.commit().expect("commit");
+        })
+        .await
+        .expect("garble");
+        let mut steps = Vec::new();
+        for _ in 0..3 {
+            let e = expand(&store, 10).await.expect("expand");
+            steps.push((e.replicas, e.more));
+        }
         assert_eq!(steps, [(14, true), (14, true), (0, false)]);
-        assert_eq!(lens(&db), (28, vec![]));
+        assert_eq!(lens(&store).await, (28, vec![]));
     }
 
     /// Dropped uploads without parts cost one write each (their row's removal), within the
     /// budget.
-    #[test]
-    fn dropped_uploads_are_forgotten_within_the_budget() {
-        let (_dir, db) = db();
-        let txn = db.begin_write().expect("write");
-        {
-            let mut dropped = txn
-                .open_table(crate::upload_rows::DROPPED_UPLOADS)
-                .expect("dropped");
-            for i in 0..150 {
-                dropped
-                    .insert(
-                        format!("u{i:03}").as_str(),
-                        pb::DroppedUpload::default().encode_to_vec().as_slice(),
-                    )
-                    .expect("row");
-            }
+    #[tokio::test]
+    async fn dropped_uploads_are_forgotten_within_the_budget() {
+        let (_dir, store) = store();
+        for chunk in (0..150).collect::<Vec<u32>>().chunks(50) {
+            transact(&store, |tx| {
+                Box::pin(async move {
+                    for i in chunk {
+                        DROPPED_UPLOADS.put_in(
+                            &tx,
+                            &format!("u{i:03}"),
+                            &Raw(pb::DroppedUpload::default().encode_to_vec()),
+                        );
+                    }
+                    Ok::<(), OmError>(())
+                })
+            })
+            .await
+            .expect("dropped rows");
         }
-        txn.commit().expect("commit");
-        let txn = db.begin_write().expect("write");
-        let first = expand_dropped_in(&txn, TXN_BATCH).expect("expand");
-        let second = expand_dropped_in(&txn, TXN_BATCH).expect("expand");
-        txn.commit().expect("commit");
+        let first = expand_dropped(&store, TXN_BATCH).await.expect("expand");
+        let second = expand_dropped(&store, TXN_BATCH).await.expect("expand");
         assert_eq!((first.writes, first.more), (100, true));
         assert_eq!((second.writes, second.more), (50, false));
+        assert_eq!(DROPPED_UPLOADS.count(&store, &()).await.expect("count"), 0);
     }
 
-    #[test]
-    fn nothing_freed_stages_nothing() {
-        let (_dir, db) = db();
-        let txn = db.begin_write().expect("write");
-        stage_groups(&txn, &[]).expect("stage");
-        txn.commit().expect("commit");
-        assert_eq!(lens(&db), (0, vec![]));
+    #[tokio::test]
+    async fn nothing_freed_stages_nothing() {
+        let (_dir, store) = store();
+        stage(&store, &[vec![]]).await;
+        assert_eq!(lens(&store).await, (0, vec![]));
     }
 }

@@ -5,13 +5,9 @@
 
 use std::fmt;
 
-use prost::Message;
-use proto_crate::wire::om as pb;
+use meta_store::Transaction;
 use proto_crate::{BlockGroup, KeyInfo, PartInfo, ReplicationConfig};
-use redb::{ReadableDatabase, ReadableTable, WriteTransaction};
 
-use crate::manager::{KEYS, decode};
-use crate::upload_rows::{PARTS, UPLOADS};
 use crate::{OmError, OzoneManager};
 
 /// The record holding a block group.
@@ -54,21 +50,14 @@ impl GroupOwner {
         }
     }
 
-    /// Reads the owner's record from `keys`, or `uploads` and `parts` (tables of a read or
-    /// a write transaction): its replication and groups. `None` when the record (or the
-    /// part) is gone.
-    fn fetch(
-        &self,
-        keys: &impl ReadableTable<(&'static str, &'static str), &'static [u8]>,
-        uploads: &impl ReadableTable<&'static str, &'static [u8]>,
-        parts: &impl ReadableTable<(&'static str, u32), &'static [u8]>,
-    ) -> Result<Option<Loaded>, OmError> {
+    /// Reads the owner's record as `tx` sees it: its replication and groups. `None` when the
+    /// record (or the part) is gone.
+    async fn fetch(&self, tx: &Transaction) -> Result<Option<Loaded>, OmError> {
         match self {
             Self::Key { bucket, key } => {
-                let Some(v) = keys.get((bucket.as_str(), key.as_str()))? else {
+                let Some(k) = crate::keys::key_in(tx, bucket, key).await? else {
                     return Ok(None);
                 };
-                let k: KeyInfo = decode::<pb::KeyInfo, _>(v.value(), "key")?;
                 Ok(Some(Loaded {
                     replication: k.replication,
                     groups: k.block_groups.clone(),
@@ -79,10 +68,11 @@ impl GroupOwner {
                 upload_id,
                 part_number,
             } => {
-                let Some(u) = crate::upload_rows::header(uploads, upload_id)? else {
+                let Some(u) = crate::upload_rows::header_in(tx, upload_id).await? else {
                     return Ok(None);
                 };
-                let Some(p) = crate::upload_rows::part(parts, upload_id, *part_number)? else {
+                let Some(p) = crate::upload_rows::part_in(tx, upload_id, *part_number).await?
+                else {
                     return Ok(None);
                 };
                 Ok(Some(Loaded {
@@ -94,66 +84,34 @@ impl GroupOwner {
         }
     }
 
-    fn load(&self, txn: &WriteTransaction) -> Result<Option<Loaded>, OmError> {
-        self.fetch(
-            &txn.open_table(KEYS)?,
-            &txn.open_table(UPLOADS)?,
-            &txn.open_table(PARTS)?,
-        )
-    }
-
-    /// The replication and group `group` (from 0) of the owner, read in `txn`.
+    /// The replication and group `group` (from 0) of the owner, read in `tx`.
     ///
     /// # Errors
     /// [`OmError::KeyNotFound`] / [`OmError::NoSuchUpload`] when the record is gone;
-    /// [`OmError::InvalidArgument`] for a group it does not have; database errors.
-    pub(crate) fn group(
+    /// [`OmError::InvalidArgument`] for a group it does not have; store errors.
+    pub(crate) async fn group(
         &self,
-        txn: &WriteTransaction,
+        tx: &Transaction,
         group: usize,
     ) -> Result<(ReplicationConfig, BlockGroup), OmError> {
-        self.load(txn)?
+        self.fetch(tx)
+            .await?
             .ok_or_else(|| self.gone())?
             .pick(self, group)
     }
 
-    /// Runs `change` on group `group` of the owner and writes the record back, in `txn`.
+    /// The owner's record read in `tx`, to change one group of and write back
+    /// ([`Loaded::write_back`]).
     ///
     /// # Errors
-    /// As [`group`](Self::group), and whatever `change` returns (nothing is written then);
-    /// [`OmError::Busy`] for a part of an upload a completion is reading.
-    pub(crate) fn update_group<T>(
-        &self,
-        txn: &WriteTransaction,
-        group: usize,
-        change: impl FnOnce(&mut BlockGroup) -> Result<T, OmError>,
-    ) -> Result<T, OmError> {
-        let mut loaded = self.load(txn)?.ok_or_else(|| self.gone())?;
-        // A completion reading the upload's parts holds them: the key it writes would carry
-        // the locations it read, not this change.
+    /// As [`group`](Self::group); [`OmError::Busy`] for a part of an upload a completion is
+    /// reading (the key it writes would carry the locations it read, not this change).
+    pub(crate) async fn load_for_update(&self, tx: &Transaction) -> Result<Loaded, OmError> {
+        let loaded = self.fetch(tx).await?.ok_or_else(|| self.gone())?;
         if let Record::Part(upload_id, _) = &loaded.record {
-            crate::upload_rows::parts_writable(txn, upload_id, crate::manager::now_ms())?;
+            crate::upload_rows::parts_writable(tx, upload_id, crate::manager::now_ms()).await?;
         }
-        let count = loaded.groups.len();
-        let g = loaded.groups.get_mut(group).ok_or_else(|| {
-            OmError::InvalidArgument(format!("{self} has {count} block groups, no group {group}"))
-        })?;
-        let out = change(g)?;
-        match loaded.record {
-            Record::Key(mut k) => {
-                k.block_groups = loaded.groups;
-                let (bucket, name) = (k.bucket.clone(), k.name.clone());
-                txn.open_table(KEYS)?.insert(
-                    (bucket.as_str(), name.as_str()),
-                    pb::KeyInfo::from(k).encode_to_vec().as_slice(),
-                )?;
-            }
-            Record::Part(upload_id, mut p) => {
-                p.block_groups = loaded.groups;
-                crate::upload_rows::put_part(txn, &upload_id, &p)?;
-            }
-        }
-        Ok(out)
+        Ok(loaded)
     }
 }
 
@@ -164,13 +122,46 @@ enum Record {
     Part(String, PartInfo),
 }
 
-struct Loaded {
+pub(crate) struct Loaded {
     replication: ReplicationConfig,
     groups: Vec<BlockGroup>,
     record: Record,
 }
 
 impl Loaded {
+    /// Group `group` (from 0) of `owner`'s record, to change.
+    ///
+    /// # Errors
+    /// [`OmError::InvalidArgument`] for a group the record does not have.
+    pub(crate) fn group_mut(
+        &mut self,
+        owner: &GroupOwner,
+        group: usize,
+    ) -> Result<&mut BlockGroup, OmError> {
+        let count = self.groups.len();
+        self.groups.get_mut(group).ok_or_else(|| {
+            OmError::InvalidArgument(format!("{owner} has {count} block groups, no group {group}"))
+        })
+    }
+
+    /// Writes the record back in `tx` with its groups as changed (a key keeps its generation).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub(crate) async fn write_back(self, tx: &Transaction) -> Result<(), OmError> {
+        match self.record {
+            Record::Key(mut k) => {
+                k.block_groups = self.groups;
+                crate::keys::put_key_in(tx, &k);
+            }
+            Record::Part(upload_id, mut p) => {
+                p.block_groups = self.groups;
+                crate::upload_rows::put_part_in(tx, &upload_id, &p).await?;
+            }
+        }
+        Ok(())
+    }
+
     /// The replication and group `group` (from 0) of `owner`'s record.
     fn pick(
         self,
@@ -192,20 +183,16 @@ impl OzoneManager {
     ///
     /// # Errors
     /// As [`GroupOwner::group`].
-    pub(crate) fn owned_group(
+    pub(crate) async fn owned_group(
         &self,
         owner: &GroupOwner,
         group: usize,
     ) -> Result<(ReplicationConfig, BlockGroup), OmError> {
-        let read = self.db.begin_read()?;
-        let loaded = owner
-            .fetch(
-                &read.open_table(KEYS)?,
-                &read.open_table(UPLOADS)?,
-                &read.open_table(PARTS)?,
-            )?
-            .ok_or_else(|| owner.gone())?;
-        let (replication, mut g) = loaded.pick(owner, group)?;
+        let (replication, mut g) = meta_store::transact(&self.store, |tx| {
+            Box::pin(async move { owner.group(&tx, group).await })
+        })
+        .await?
+        .value;
         self.current_addresses(std::iter::once(&mut g));
         Ok((replication, g))
     }

@@ -1,89 +1,93 @@
 //! Committed keys: lookup, listing, spare locations, deletion.
+//!
+//! A key is a row of `keys` ((bucket, key) -> `KeyInfo`). Its generation (S3's ETag for
+//! conditional writes, the object_store e_tag) is the revision of the commit that made it:
+//! unique and increasing across the store without a shared counter that every commit would
+//! contend for. A commit that makes a new generation stores 0, which reads as the row's
+//! `mod_revision`; a change that keeps the generation (metadata, a repair's locations) stores
+//! the number it read.
 
+use meta_store::codec::Raw;
+use meta_store::{Transaction, transact};
 use proto_crate::wire::om as pb;
 use proto_crate::{BlockLocation, KeyInfo};
-use redb::{ReadableDatabase, ReadableTable};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::group_owner::GroupOwner;
-use crate::manager::{KEYS, decode};
+use crate::manager::decode;
+use crate::tables::KEYS;
 use crate::{OmError, OzoneManager};
 
 type Result<T, E = OmError> = std::result::Result<T, E>;
 
-/// Key renames under way, for the ReplicationManager's scan (see
-/// `OzoneManager::renames`). A rename moves a key's groups to another place in key
-/// order, so a paged scan (one read transaction a page) that overlapped one may have
-/// missed the moved groups.
+/// The row id of `bucket/key`.
+pub(crate) fn key_id(bucket: &str, key: &str) -> (String, String) {
+    (bucket.to_string(), key.to_string())
+}
+
+/// A stored key row as a key, its generation filled in from `revision` (the row's
+/// `mod_revision`; `None`, for a row the reading transaction wrote itself, leaves 0).
 ///
-/// Two counts rather than one seqlock word: with a single odd-while-running count,
-/// two overlapping renames leave it even and a scan started between them would look
-/// clean. A scan is clean when no rename was running as it began
-/// ([`RenameTracker::start_scan`] gives `Some`) and `changes` has not moved by its end.
-#[derive(Debug, Default)]
-pub(crate) struct RenameTracker {
-    /// Renames between `begin` and the guard's drop.
-    running: AtomicU64,
-    /// Bumped when each rename begins and again when it ends.
-    changes: AtomicU64,
+/// # Errors
+/// [`OmError::CorruptRecord`].
+pub(crate) fn key_of(value: &Raw, revision: Option<u64>) -> Result<KeyInfo> {
+    let mut k: KeyInfo = decode::<pb::KeyInfo, _>(&value.0, "key")?;
+    if k.generation == 0 {
+        k.generation = revision.unwrap_or(0);
+    }
+    Ok(k)
 }
 
-impl RenameTracker {
-    /// Marks a rename as running until the returned guard drops, whichever way the
-    /// rename ends.
-    pub(crate) fn begin(&self) -> RenameInProgress<'_> {
-        self.running.fetch_add(1, Ordering::SeqCst);
-        self.changes.fetch_add(1, Ordering::SeqCst);
-        RenameInProgress(self)
-    }
-
-    /// The change count a scan starting now compares against at its end, or `None`
-    /// when a rename is running (the scan cannot be complete).
-    pub(crate) fn start_scan(&self) -> Option<u64> {
-        // `changes` first: a rename that bumps it after this load is seen at the end;
-        // one that bumped it before is still counted in `running`, which it raised first.
-        let changes = self.changes.load(Ordering::SeqCst);
-        (self.running.load(Ordering::SeqCst) == 0).then_some(changes)
-    }
-
-    /// Whether no rename began or ended since [`RenameTracker::start_scan`] gave `since`.
-    pub(crate) fn unchanged_since(&self, since: u64) -> bool {
-        self.changes.load(Ordering::SeqCst) == since
+/// Key `bucket/key` as `tx` sees it.
+///
+/// # Errors
+/// Store errors; [`OmError::CorruptRecord`].
+pub(crate) async fn key_in(tx: &Transaction, bucket: &str, key: &str) -> Result<Option<KeyInfo>> {
+    match KEYS.get_row_in(tx, &key_id(bucket, key)).await? {
+        Some((v, revision)) => Ok(Some(key_of(&v, revision)?)),
+        None => Ok(None),
     }
 }
 
-/// A running rename; see [`RenameTracker::begin`].
-pub(crate) struct RenameInProgress<'a>(&'a RenameTracker);
+/// Writes `k` in `tx` keeping its generation (a change of metadata or locations).
+pub(crate) fn put_key_in(tx: &Transaction, k: &KeyInfo) {
+    KEYS.put_in(
+        tx,
+        &key_id(&k.bucket, &k.name),
+        &Raw(prost::Message::encode_to_vec(&pb::KeyInfo::from(k.clone()))),
+    );
+}
 
-impl Drop for RenameInProgress<'_> {
-    fn drop(&mut self) {
-        self.0.changes.fetch_add(1, Ordering::SeqCst);
-        self.0.running.fetch_sub(1, Ordering::SeqCst);
-    }
+/// Writes `k` in `tx` as a new generation: the commit's revision.
+pub(crate) fn put_new_key_in(tx: &Transaction, k: &KeyInfo) {
+    put_key_in(
+        tx,
+        &KeyInfo {
+            generation: 0,
+            ..k.clone()
+        },
+    );
 }
 
 impl OzoneManager {
     /// The committed key `bucket/key`.
     ///
     /// # Errors
-    /// [`OmError::KeyNotFound`], [`OmError::BucketNotFound`] when the bucket is missing, database errors.
-    pub fn lookup_key(&self, bucket: &str, key: &str) -> Result<KeyInfo> {
-        let read = self.db.begin_read()?;
-        let t = read.open_table(KEYS)?;
-        match t.get((bucket, key))? {
-            Some(v) => {
-                let mut k: KeyInfo = decode::<pb::KeyInfo, _>(v.value(), "key")?;
+    /// [`OmError::KeyNotFound`], [`OmError::BucketNotFound`] when the bucket is missing, store errors.
+    pub async fn lookup_key(&self, bucket: &str, key: &str) -> Result<KeyInfo> {
+        match KEYS.get(&self.store, &key_id(bucket, key)).await? {
+            Some(row) => {
+                let mut k = key_of(&row.value, Some(row.mod_revision))?;
                 self.current_addresses(&mut k.block_groups);
                 Ok(k)
             }
-            None => Err(self.missing_key(bucket, key)),
+            None => Err(self.missing_key(bucket, key).await),
         }
     }
 
     /// The error for a key that is not there: `BucketNotFound` when the
     /// bucket itself is missing (as S3's NoSuchBucket), else `KeyNotFound`.
-    fn missing_key(&self, bucket: &str, key: &str) -> OmError {
-        match self.get_bucket(bucket) {
+    async fn missing_key(&self, bucket: &str, key: &str) -> OmError {
+        match self.get_bucket(bucket).await {
             Err(e) => e,
             Ok(_) => OmError::KeyNotFound {
                 bucket: bucket.to_string(),
@@ -93,44 +97,52 @@ impl OzoneManager {
     }
 
     /// Keys of `bucket` starting with `prefix`, strictly after `start_after`,
-    /// in name order, at most `max_keys` (0 = all).
+    /// in name order, at most `max_keys` (0 = all), read in pages of at most
+    /// [`crate::MAX_LIST_PAGE`] rows (all pages together are not one snapshot: a key
+    /// committed or deleted meanwhile may or may not be listed).
     ///
     /// # Errors
-    /// [`OmError::BucketNotFound`], database errors.
-    pub fn list_keys(
+    /// [`OmError::BucketNotFound`], store errors.
+    pub async fn list_keys(
         &self,
         bucket: &str,
         prefix: &str,
         start_after: &str,
         max_keys: usize,
     ) -> Result<Vec<KeyInfo>> {
-        self.get_bucket(bucket)?;
-        let read = self.db.begin_read()?;
-        let t = read.open_table(KEYS)?;
-        let from = if start_after > prefix {
-            start_after
-        } else {
-            prefix
-        };
+        self.get_bucket(bucket).await?;
         let limit = if max_keys == 0 { usize::MAX } else { max_keys };
+        let bucket_prefix = (bucket.to_string(),);
+        let mut after = (start_after >= prefix).then(|| key_id(bucket, start_after));
         let mut out = Vec::new();
-        for entry in t.range((bucket, from)..)? {
-            let (k, v) = entry?;
-            let (b, name) = k.value();
-            if b != bucket || !name.starts_with(prefix) {
-                break;
+        loop {
+            let page_size = (limit - out.len()).clamp(1, crate::MAX_LIST_PAGE);
+            let rows = match &after {
+                Some(a) => {
+                    KEYS.scan(&self.store, &bucket_prefix, Some(a), page_size)
+                        .await?
+                }
+                None => {
+                    KEYS.scan_from(&self.store, &bucket_prefix, &key_id(bucket, prefix), page_size)
+                        .await?
+                }
+            };
+            for row in &rows.rows {
+                if !row.key.1.starts_with(prefix) {
+                    return Ok(out);
+                }
+                let mut k = key_of(&row.value, Some(row.mod_revision))?;
+                self.current_addresses(&mut k.block_groups);
+                out.push(k);
+                if out.len() >= limit {
+                    return Ok(out);
+                }
             }
-            if name == start_after {
-                continue;
-            }
-            let mut k: KeyInfo = decode::<pb::KeyInfo, _>(v.value(), "key")?;
-            self.current_addresses(&mut k.block_groups);
-            out.push(k);
-            if out.len() >= limit {
-                break;
+            match rows.rows.last() {
+                Some(last) if rows.more => after = Some(last.key.clone()),
+                _ => return Ok(out),
             }
         }
-        Ok(out)
     }
 
     /// Records `location` as an extra (spare) location of group `group`
@@ -143,8 +155,8 @@ impl OzoneManager {
     /// key does not have, a group that is another block now (the key was
     /// rewritten during the copy), a datanode that already holds a block
     /// of the group or has a deletion of it pending (the deletion would take
-    /// the new copy); database errors.
-    pub fn add_location(
+    /// the new copy); store errors.
+    pub async fn add_location(
         &self,
         bucket: &str,
         key: &str,
@@ -153,6 +165,7 @@ impl OzoneManager {
         location: BlockLocation,
     ) -> Result<KeyInfo> {
         self.replace_locations(bucket, key, group, expected, &[], &[location])
+            .await
     }
 
     /// Repair's commit: removes the `removed` locations of group `group` of `bucket/key` and
@@ -165,8 +178,8 @@ impl OzoneManager {
     /// # Errors
     /// [`OmError::KeyNotFound`]; [`OmError::InvalidArgument`] when the group is gone or was
     /// rewritten, a removed location is no longer recorded, or an added datanode is refused
-    /// as above; database errors.
-    pub fn replace_locations(
+    /// as above; store errors.
+    pub async fn replace_locations(
         &self,
         bucket: &str,
         key: &str,
@@ -181,8 +194,9 @@ impl OzoneManager {
             expected,
             removed,
             added,
-        )?;
-        self.lookup_key(bucket, key)
+        )
+        .await?;
+        self.lookup_key(bucket, key).await
     }
 
     /// [`replace_locations`](Self::replace_locations) for the group of any owner: a committed
@@ -190,7 +204,7 @@ impl OzoneManager {
     ///
     /// # Errors
     /// As `replace_locations`, and [`OmError::NoSuchUpload`] for an upload or part that is gone.
-    pub(crate) fn replace_group_locations(
+    pub(crate) async fn replace_group_locations(
         &self,
         owner: &GroupOwner,
         group: usize,
@@ -198,64 +212,66 @@ impl OzoneManager {
         removed: &[BlockLocation],
         added: &[BlockLocation],
     ) -> Result<()> {
-        let txn = self.db.begin_write()?;
-        owner.update_group(&txn, group, |g| {
-            if (g.container_id, g.local_id) != expected {
-                return Err(OmError::InvalidArgument(format!(
-                    "group {group} of {owner} is now block {}:{}, not {}:{} (it was rewritten)",
-                    g.container_id, g.local_id, expected.0, expected.1
-                )));
-            }
-            let same = |a: &BlockLocation, b: &BlockLocation| {
-                a.datanode.uuid == b.datanode.uuid && a.replica_index == b.replica_index
-            };
-            if let Some(r) = removed
-                .iter()
-                .find(|r| !g.pipeline.locations.iter().any(|l| same(l, r)))
-            {
-                return Err(OmError::InvalidArgument(format!(
-                    "group {group} of {owner} no longer has a location at {}",
-                    r.datanode
-                )));
-            }
-            let (replaced, kept): (Vec<BlockLocation>, Vec<BlockLocation>) =
-                std::mem::take(&mut g.pipeline.locations)
-                    .into_iter()
-                    .partition(|l| removed.iter().any(|r| same(l, r)));
-            if let Some(r) = added
-                .iter()
-                .find(|r| kept.iter().any(|l| l.datanode.uuid == r.datanode.uuid))
-            {
-                return Err(OmError::InvalidArgument(format!(
-                    "datanode {} already holds a block of group {group} of {owner}",
-                    r.datanode
-                )));
-            }
-            // A block deletion is by (container, local id), whatever the index: a datanode
-            // with one pending for this group would lose the new block to it.
-            for r in added {
-                if crate::deletion::is_logged(&txn, r.datanode.uuid.as_str(), expected)? {
+        transact(&self.store, |tx| {
+            Box::pin(async move {
+                let mut loaded = owner.load_for_update(&tx).await?;
+                let g = loaded.group_mut(owner, group)?;
+                if (g.container_id, g.local_id) != expected {
                     return Err(OmError::InvalidArgument(format!(
-                        "datanode {} still has a deletion of group {group} of {owner} pending",
+                        "group {group} of {owner} is now block {}:{}, not {}:{} (it was rewritten)",
+                        g.container_id, g.local_id, expected.0, expected.1
+                    )));
+                }
+                let same = |a: &BlockLocation, b: &BlockLocation| {
+                    a.datanode.uuid == b.datanode.uuid && a.replica_index == b.replica_index
+                };
+                if let Some(r) = removed
+                    .iter()
+                    .find(|r| !g.pipeline.locations.iter().any(|l| same(l, r)))
+                {
+                    return Err(OmError::InvalidArgument(format!(
+                        "group {group} of {owner} no longer has a location at {}",
                         r.datanode
                     )));
                 }
-            }
-            crate::deletion::log_locations(&txn, g.container_id, g.local_id, &replaced)?;
-            if !added.is_empty() {
-                // The orphan sweep compares this counter before it logs anything.
-                let mut counters = txn.open_table(crate::manager::COUNTERS)?;
-                let n = counters
-                    .get(crate::orphans::LOCATIONS_ADDED)?
-                    .map_or(0, |v| v.value());
-                counters.insert(crate::orphans::LOCATIONS_ADDED, n + 1)?;
-            }
-            g.pipeline.locations = kept;
-            g.pipeline.locations.extend(added.iter().cloned());
-            Ok(())
-        })?;
-        txn.commit()?;
-        self.deletions_changed();
+                let (replaced, kept): (Vec<BlockLocation>, Vec<BlockLocation>) =
+                    std::mem::take(&mut g.pipeline.locations)
+                        .into_iter()
+                        .partition(|l| removed.iter().any(|r| same(l, r)));
+                if let Some(r) = added
+                    .iter()
+                    .find(|r| kept.iter().any(|l| l.datanode.uuid == r.datanode.uuid))
+                {
+                    return Err(OmError::InvalidArgument(format!(
+                        "datanode {} already holds a block of group {group} of {owner}",
+                        r.datanode
+                    )));
+                }
+                let block = (g.container_id, g.local_id);
+                g.pipeline.locations = kept;
+                g.pipeline.locations.extend(added.iter().cloned());
+                // A block deletion is by (container, local id), whatever the index: a
+                // datanode with one pending for this group would lose the new block to it.
+                for r in added {
+                    if crate::deletion::is_logged_in(&tx, r.datanode.uuid.as_str(), expected)
+                        .await?
+                    {
+                        return Err(OmError::InvalidArgument(format!(
+                            "datanode {} still has a deletion of group {group} of {owner} pending",
+                            r.datanode
+                        )));
+                    }
+                }
+                crate::deletion::log_locations_in(&tx, block.0, block.1, &replaced);
+                if !added.is_empty() {
+                    // The orphan sweep compares this counter before it logs anything.
+                    crate::orphans::count_location_added_in(&tx).await?;
+                }
+                loaded.write_back(&tx).await
+            })
+        })
+        .await?;
+        self.deletions_changed().await;
         Ok(())
     }
 
@@ -265,8 +281,8 @@ impl OzoneManager {
     ///
     /// # Errors
     /// [`OmError::KeyNotFound`]; [`OmError::InvalidArgument`] for an empty prefix or an entry
-    /// outside it; database errors.
-    pub fn set_key_metadata(
+    /// outside it; store errors.
+    pub async fn set_key_metadata(
         &self,
         bucket: &str,
         key: &str,
@@ -281,28 +297,23 @@ impl OzoneManager {
                 "metadata entry `{k}` is outside prefix `{prefix}`"
             )));
         }
-        let txn = self.db.begin_write()?;
-        let info = {
-            let mut t = txn.open_table(KEYS)?;
-            let found = match t.get((bucket, key))? {
-                Some(v) => Some(decode::<pb::KeyInfo, KeyInfo>(v.value(), "key")?),
-                None => None,
-            };
-            let Some(mut k) = found else {
-                drop(t);
-                drop(txn);
-                return Err(self.missing_key(bucket, key));
-            };
-            k.metadata.retain(|name, _| !name.starts_with(prefix));
-            k.metadata.extend(entries);
-            t.insert(
-                (bucket, key),
-                prost::Message::encode_to_vec(&pb::KeyInfo::from(k.clone())).as_slice(),
-            )?;
-            k
+        let changed = transact(&self.store, |tx| {
+            let entries = entries.clone();
+            Box::pin(async move {
+                let Some(mut k) = key_in(&tx, bucket, key).await? else {
+                    return Ok(None);
+                };
+                k.metadata.retain(|name, _| !name.starts_with(prefix));
+                k.metadata.extend(entries);
+                put_key_in(&tx, &k);
+                Ok::<_, OmError>(Some(k))
+            })
+        })
+        .await?
+        .value;
+        let Some(mut info) = changed else {
+            return Err(self.missing_key(bucket, key).await);
         };
-        txn.commit()?;
-        let mut info = info;
         self.current_addresses(&mut info.block_groups);
         Ok(info)
     }
@@ -312,9 +323,9 @@ impl OzoneManager {
     /// datanodes).
     ///
     /// # Errors
-    /// [`OmError::KeyNotFound`], [`OmError::BucketNotFound`] when the bucket is missing, database errors.
-    pub fn delete_key(&self, bucket: &str, key: &str) -> Result<()> {
-        self.delete_key_if(bucket, key, None)
+    /// [`OmError::KeyNotFound`], [`OmError::BucketNotFound`] when the bucket is missing, store errors.
+    pub async fn delete_key(&self, bucket: &str, key: &str) -> Result<()> {
+        self.delete_key_if(bucket, key, None).await
     }
 
     /// Renames `bucket/from` to `bucket/to` in one transaction (Ozone's key rename): the
@@ -325,9 +336,9 @@ impl OzoneManager {
     ///
     /// # Errors
     /// [`OmError::KeyNotFound`] for a missing `from`; [`OmError::BucketNotFound`];
-    /// [`OmError::InvalidArgument`] for a bad `to`; [`OmError::ConditionFailed`]; database
+    /// [`OmError::InvalidArgument`] for a bad `to`; [`OmError::ConditionFailed`]; store
     /// errors.
-    pub fn rename_key(
+    pub async fn rename_key(
         &self,
         bucket: &str,
         from: &str,
@@ -335,37 +346,33 @@ impl OzoneManager {
         condition: Option<proto_crate::WriteCondition>,
     ) -> Result<KeyInfo> {
         crate::manager::validate_name("key", to)?;
-        let _renaming = self.renames.begin();
-        let txn = self.db.begin_write()?;
-        let found = match txn.open_table(KEYS)?.get((bucket, from))? {
-            Some(v) => Some(decode::<pb::KeyInfo, KeyInfo>(v.value(), "key")?),
-            None => None,
+        let committed = transact(&self.store, |tx| {
+            Box::pin(async move {
+                let Some(mut info) = key_in(&tx, bucket, from).await? else {
+                    return Ok(None);
+                };
+                crate::conditions::check(&tx, bucket, to, condition).await?;
+                if from == to {
+                    return Ok(Some((info, false)));
+                }
+                let replaced = crate::deletion::stage_key_groups(&tx, bucket, to).await?;
+                info.name = to.to_string();
+                // Ozone sets a renamed key's modification time to the rename's.
+                info.created_unix_ms = crate::manager::now_ms();
+                KEYS.delete_in(&tx, &key_id(bucket, from));
+                put_new_key_in(&tx, &info);
+                Ok::<_, OmError>(Some((info, replaced)))
+            })
+        })
+        .await?;
+        let Some((mut info, replaced)) = committed.value else {
+            return Err(self.missing_key(bucket, from).await);
         };
-        let Some(mut info) = found else {
-            drop(txn);
-            return Err(self.missing_key(bucket, from));
-        };
-        crate::conditions::check(&txn, bucket, to, condition)?;
-        if from == to {
-            self.current_addresses(&mut info.block_groups);
-            return Ok(info);
+        if from != to {
+            info.generation = committed.revision.unwrap_or_default();
         }
-        let replaced = crate::deletion::stage_key_groups(&txn, bucket, to)?;
-        info.name = to.to_string();
-        info.generation = crate::conditions::next_generation(&txn)?;
-        // Ozone sets a renamed key's modification time to the rename's.
-        info.created_unix_ms = crate::manager::now_ms();
-        {
-            let mut t = txn.open_table(KEYS)?;
-            t.remove((bucket, from))?;
-            t.insert(
-                (bucket, to),
-                prost::Message::encode_to_vec(&pb::KeyInfo::from(info.clone())).as_slice(),
-            )?;
-        }
-        txn.commit()?;
         if replaced {
-            self.deletions_changed();
+            self.deletions_changed().await;
         }
         self.current_addresses(&mut info.block_groups);
         Ok(info)
@@ -377,20 +384,28 @@ impl OzoneManager {
     /// # Errors
     /// As `delete_key`, and [`OmError::ConditionFailed`] (also for a generation condition on
     /// a key that does not exist).
-    pub fn delete_key_if(
+    pub async fn delete_key_if(
         &self,
         bucket: &str,
         key: &str,
         condition: Option<proto_crate::WriteCondition>,
     ) -> Result<()> {
-        let txn = self.db.begin_write()?;
-        crate::conditions::check(&txn, bucket, key, condition)?;
-        if !crate::deletion::stage_key_groups(&txn, bucket, key)? {
-            return Err(self.missing_key(bucket, key));
+        let deleted = transact(&self.store, |tx| {
+            Box::pin(async move {
+                crate::conditions::check(&tx, bucket, key, condition).await?;
+                if !crate::deletion::stage_key_groups(&tx, bucket, key).await? {
+                    return Ok(false);
+                }
+                KEYS.delete_in(&tx, &key_id(bucket, key));
+                Ok::<_, OmError>(true)
+            })
+        })
+        .await?
+        .value;
+        if !deleted {
+            return Err(self.missing_key(bucket, key).await);
         }
-        txn.open_table(KEYS)?.remove((bucket, key))?;
-        txn.commit()?;
-        self.deletions_changed();
+        self.deletions_changed().await;
         Ok(())
     }
 }

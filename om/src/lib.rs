@@ -40,6 +40,7 @@ mod manager;
 mod multipart;
 mod nodes;
 mod observability;
+mod old_layout;
 mod orphans;
 mod placement;
 mod reconstruction;
@@ -53,6 +54,7 @@ mod service;
 mod session_rows;
 mod sessions;
 mod store_moves;
+mod tables;
 #[cfg(test)]
 mod test_oms;
 mod upload_rows;

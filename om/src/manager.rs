@@ -15,18 +15,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use prost::Message;
 use proto_crate::{BlockGroup, DatanodeDetails, DatanodeId, DirLock, ReplicationConfig};
-use redb::{Database, TableDefinition};
+use redb::Database;
 
 use crate::OmError;
 use crate::clock::{Clock, SystemClock};
-use crate::deletion::{DELETED_GROUPS, DELETION_LOG};
 use crate::nodes::{DatanodeStatus, Liveness, NodeRegistry, NodeStats};
 
 type Result<T, E = OmError> = std::result::Result<T, E>;
-
-pub(crate) const BUCKETS: TableDefinition<&str, &[u8]> = TableDefinition::new("buckets");
-pub(crate) const KEYS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("keys");
-pub(crate) const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 
 /// Blocks placed in one container before the om opens a new one on the same
 /// pipeline (a stand-in for Ozone's 5 GB container size).
@@ -270,7 +265,6 @@ pub struct OpenKey {
 #[derive(Debug)]
 pub struct OzoneManager {
     pub(crate) config: OmConfig,
-    pub(crate) db: Arc<Database>,
     /// The metadata store over the same file (`meta_kv` beside the tables
     /// above): the modules that have moved onto it keep their rows here
     /// (S3 users and keys so far; ARCHITECTURE.md, "Moving the om onto the
@@ -294,13 +288,6 @@ pub struct OzoneManager {
     pub(crate) renewals: tokio::sync::watch::Sender<u64>,
     /// Multipart uploads in progress, published after every change.
     pub(crate) uploads_open: tokio::sync::watch::Sender<u64>,
-    /// Key renames under way. A rename moves groups to another place in key
-    /// order; a ReplicationManager scan (paged, one read transaction a page)
-    /// that overlapped one may have missed the moved groups, so it does not
-    /// count as a complete pass. Completing a multipart upload needs no such
-    /// guard: the scan reads every upload in one transaction before the first
-    /// key page, so the groups are seen either as parts or as the key.
-    pub(crate) renames: crate::keys::RenameTracker,
     /// Wakes the block deleting service when the log grows.
     pub(crate) deletion_wakeup: Arc<tokio::sync::Notify>,
     /// The ReplicationManager's state.
@@ -413,20 +400,6 @@ impl OzoneManager {
             std::os::unix::fs::PermissionsExt::from_mode(0o600),
         )
         .map_err(|e| OmError::Internal(format!("restricting {}: {e}", db_path.display())))?;
-        let txn = db.begin_write()?;
-        {
-            txn.open_table(BUCKETS)?;
-            txn.open_table(KEYS)?;
-            txn.open_table(COUNTERS)?;
-            crate::upload_rows::create_tables(&txn)?;
-            crate::buckets::create_tables(&txn)?;
-            crate::session_rows::create_tables(&txn)?;
-            txn.open_table(DELETION_LOG)?;
-            txn.open_table(DELETED_GROUPS)?;
-            txn.open_table(crate::completed::COMPLETED)?;
-            txn.open_table(crate::completed::COMPLETED_BY_TIME)?;
-        }
-        txn.commit()?;
         // Old tables are copied into the om's own file only.
         let own = meta_store::RedbStore::with_database(Arc::clone(&db))?;
         let (store, own) = match shared {
@@ -445,25 +418,9 @@ impl OzoneManager {
         crate::block_tokens::move_onto_store(&db, own.as_ref())?;
         crate::decommission::move_onto_store(&db, own.as_ref())?;
         crate::registrations::move_onto_store(&db, own.as_ref())?;
-        let indexed = crate::buckets::index_owners(&db)?;
-        if indexed > 0 {
-            tracing::info!(buckets = indexed, "indexed buckets by owner");
-        }
-        let split = crate::upload_rows::split_parts_into_rows(&db)?;
-        if split > 0 {
-            tracing::info!(
-                uploads = split,
-                "stored the parts of multipart uploads as rows of their own"
-            );
-        }
+        crate::old_layout::move_onto_store(&db, own.as_ref())?;
         let now = config.clock.now();
-        let (sessions, lost) = crate::session_rows::load(&db, now)?;
-        if lost > 0 {
-            tracing::info!(
-                groups = lost,
-                "logged blocks of writes lost in the last om stop for deletion"
-            );
-        }
+        let sessions = crate::session_rows::load(&store, now).await?;
         if !sessions.is_empty() {
             tracing::info!(
                 sessions = sessions.len(),
@@ -493,7 +450,6 @@ impl OzoneManager {
             tokens,
             cluster_id,
             config,
-            db,
             store,
             state: Mutex::new(state),
             id_ranges: Mutex::default(),
@@ -503,7 +459,6 @@ impl OzoneManager {
             other_cluster_refusals: tokio::sync::watch::Sender::new(0),
             renewals: tokio::sync::watch::Sender::new(0),
             uploads_open: tokio::sync::watch::Sender::new(0),
-            renames: crate::keys::RenameTracker::default(),
             deletion_wakeup: Arc::new(tokio::sync::Notify::new()),
             repair: crate::replication_manager::RepairState::default(),
             block_reports: Arc::default(),
@@ -511,9 +466,18 @@ impl OzoneManager {
             registry_writes: tokio::sync::Mutex::new(()),
             _lock: lock,
         };
-        om.deletions_changed();
-        om.publish_uploads();
+        om.deletions_changed().await;
+        om.publish_uploads().await;
         Ok(om)
+    }
+
+    /// The om's own redb file, when its store is that file (tests look at its tables).
+    #[cfg(test)]
+    pub(crate) fn own_file(&self) -> Arc<Database> {
+        match &self.store {
+            meta_store::MetaStore::Redb(r) => Arc::clone(r.database()),
+            meta_store::MetaStore::Etcd(_) => panic!("the om's store is etcd"),
+        }
     }
 
     /// The cluster id (`CID-` and 32 hex digits), made with the metadata

@@ -11,19 +11,17 @@
 
 use std::collections::BTreeMap;
 
-use prost::Message;
-use proto_crate::wire::om as pb;
+use meta_store::transact;
 use proto_crate::{
     KeyInfo, MULTIPART_PART_SIZES_KEY, MultipartUpload, PartInfo, ReplicationConfig,
 };
-use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
 use crate::deletion::{end_session, stage_groups, stage_key_groups};
-use crate::manager::{KEYS, OpenKey, SessionTarget, decode, now_ms};
+use crate::manager::{OpenKey, SessionTarget, now_ms};
 use crate::sessions::ANONYMOUS_CLIENT;
 use crate::upload_rows::{
-    MAX_LIST_PAGE, PARTS, UPLOADS, UPLOADS_BY_BUCKET, UploadsMarker, header, insert_upload,
-    parts_after, put_part, remove_upload, uploads_page,
+    COMPLETING, MAX_LIST_PAGE, UPLOADS, UploadsMarker, header, header_in, insert_upload_in,
+    put_part_in, remove_upload_in, uploads_page,
 };
 use crate::{OmError, OzoneManager};
 
@@ -38,27 +36,10 @@ fn trim_etag(e: &str) -> &str {
 
 impl OzoneManager {
     /// The header of upload `upload_id` (its `parts` empty).
-    fn load_upload(&self, upload_id: &str) -> Result<MultipartUpload> {
-        let read = self.db.begin_read()?;
-        header(&read.open_table(UPLOADS)?, upload_id)?
+    async fn load_upload(&self, upload_id: &str) -> Result<MultipartUpload> {
+        header(&self.store, upload_id)
+            .await?
             .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()))
-    }
-
-    /// Stores a new upload, checking in the same transaction that its
-    /// bucket still exists (a concurrent DeleteBucket may have won).
-    fn store_upload(&self, u: &MultipartUpload) -> Result<()> {
-        let txn = self.db.begin_write()?;
-        if txn
-            .open_table(crate::manager::BUCKETS)?
-            .get(u.bucket.as_str())?
-            .is_none()
-        {
-            return Err(OmError::BucketNotFound(u.bucket.clone()));
-        }
-        insert_upload(&txn, u)?;
-        txn.commit()?;
-        self.publish_uploads();
-        Ok(())
     }
 
     /// A receiver of the number of multipart uploads in progress (initiated, neither completed
@@ -68,14 +49,9 @@ impl OzoneManager {
         self.uploads_open.subscribe()
     }
 
-    /// Publishes the number of uploads in progress (read from the database).
-    pub(crate) fn publish_uploads(&self) {
-        let count = self
-            .db
-            .begin_read()
-            .map_err(OmError::from)
-            .and_then(|r| Ok(r.open_table(UPLOADS)?.len()?));
-        match count {
+    /// Publishes the number of uploads in progress (read from the store).
+    pub(crate) async fn publish_uploads(&self) {
+        match UPLOADS.count(&self.store, &()).await {
             Ok(n) => {
                 self.uploads_open.send_replace(n);
             }
@@ -83,11 +59,13 @@ impl OzoneManager {
         }
     }
 
-    /// Starts a multipart upload of `bucket/key`; returns its id.
+    /// Starts a multipart upload of `bucket/key`; returns its id. The upload is stored in a
+    /// transaction that checks its bucket still exists (a concurrent DeleteBucket may have
+    /// won).
     ///
     /// # Errors
-    /// [`OmError::BucketNotFound`], database errors.
-    pub fn initiate_multipart_upload(
+    /// [`OmError::BucketNotFound`], store errors.
+    pub async fn initiate_multipart_upload(
         &self,
         bucket: &str,
         key: &str,
@@ -97,7 +75,7 @@ impl OzoneManager {
         if let Some(r) = &replication {
             crate::manager::check_replication(r)?;
         }
-        let b = self.get_bucket(bucket)?;
+        let b = self.get_bucket(bucket).await?;
         let initiated_unix_ms = now_ms();
         let upload = MultipartUpload {
             upload_id: crate::upload_rows::new_upload_id(initiated_unix_ms),
@@ -108,7 +86,18 @@ impl OzoneManager {
             parts: Vec::new(),
             metadata,
         };
-        self.store_upload(&upload)?;
+        transact(&self.store, |tx| {
+            let u = &upload;
+            Box::pin(async move {
+                if crate::buckets::bucket_in(&tx, &u.bucket).await?.is_none() {
+                    return Err(OmError::BucketNotFound(u.bucket.clone()));
+                }
+                insert_upload_in(&tx, u);
+                Ok(())
+            })
+        })
+        .await?;
+        self.publish_uploads().await;
         Ok(upload.upload_id)
     }
 
@@ -117,8 +106,9 @@ impl OzoneManager {
     ///
     /// # Errors
     /// As [`open_part_as`](Self::open_part_as).
-    pub fn open_part(&self, upload_id: &str, part_number: u32) -> Result<OpenKey> {
+    pub async fn open_part(&self, upload_id: &str, part_number: u32) -> Result<OpenKey> {
         self.open_part_as(ANONYMOUS_CLIENT, upload_id, part_number)
+            .await
     }
 
     /// Opens a session that writes part `part_number` (1..=10000) of an
@@ -127,13 +117,18 @@ impl OzoneManager {
     /// # Errors
     /// [`OmError::NoSuchUpload`], [`OmError::InvalidArgument`] for a part
     /// number out of range, [`OmError::TooManyOpenSessions`].
-    pub fn open_part_as(&self, client: &str, upload_id: &str, part_number: u32) -> Result<OpenKey> {
+    pub async fn open_part_as(
+        &self,
+        client: &str,
+        upload_id: &str,
+        part_number: u32,
+    ) -> Result<OpenKey> {
         if !(1..=MAX_PART_NUMBER).contains(&part_number) {
             return Err(OmError::InvalidArgument(format!(
                 "part number {part_number} is outside 1..={MAX_PART_NUMBER}"
             )));
         }
-        let u = self.load_upload(upload_id)?;
+        let u = self.load_upload(upload_id).await?;
         self.open_session(
             client,
             &u.bucket,
@@ -144,17 +139,18 @@ impl OzoneManager {
                 part_number,
             },
         )
+        .await
     }
 
     /// Commits a part session: records the part (replacing an earlier one of
-    /// the same number) with its groups, length and ETag. The replaced part's
+    /// the same number).await with its groups, length and ETag. The replaced part's
     /// groups and the session's uncommitted groups are logged for deletion
     /// in the same transaction.
     ///
     /// # Errors
     /// [`OmError::NoSuchSession`], [`OmError::NoSuchUpload`] (aborted
     /// meanwhile), [`OmError::InvalidArgument`] as for `commit_key`.
-    pub fn commit_part(
+    pub async fn commit_part(
         &self,
         session_id: u64,
         groups: &[proto_crate::BlockGroup],
@@ -162,6 +158,7 @@ impl OzoneManager {
         etag: &str,
     ) -> Result<PartInfo> {
         self.commit_part_with(session_id, groups, length, etag, BTreeMap::new())
+            .await
     }
 
     /// [`commit_part`](Self::commit_part) with part `metadata` (kept with the part and listed
@@ -169,7 +166,7 @@ impl OzoneManager {
     ///
     /// # Errors
     /// As `commit_part`.
-    pub fn commit_part_with(
+    pub async fn commit_part_with(
         &self,
         session_id: u64,
         groups: &[proto_crate::BlockGroup],
@@ -181,14 +178,15 @@ impl OzoneManager {
             upload_id: String::new(),
             part_number: 0,
         };
-        let (s, committed, leftovers) =
-            self.take_session(session_id, groups, length, &placeholder)?;
+        let (s, committed, leftovers) = self
+            .take_session(session_id, groups, length, &placeholder)
+            .await?;
         let SessionTarget::Part {
             upload_id,
             part_number,
         } = s.target.clone()
         else {
-            self.reclaim_session(session_id, &s.allocated)?;
+            self.reclaim_session(session_id, &s.allocated).await?;
             return Err(OmError::InvalidArgument(format!(
                 "session {session_id} is not a part"
             )));
@@ -203,46 +201,54 @@ impl OzoneManager {
         };
         // One part row: parts of one upload commit concurrently (aws-cli uploads them in
         // parallel), each reading and writing only its own row and the upload's header.
-        let txn = self.db.begin_write()?;
-        let outcome = (|| {
-            if header(&txn.open_table(UPLOADS)?, &upload_id)?.is_none() {
-                return Err(OmError::NoSuchUpload(upload_id.clone()));
-            }
-            crate::upload_rows::parts_writable(&txn, &upload_id, now_ms())?;
-            let replaced = put_part(&txn, &upload_id, &part)?;
-            stage_groups(&txn, replaced.iter().flat_map(|p| &p.block_groups))?;
-            end_session(&txn, session_id, &leftovers, &part.block_groups)
-        })();
+        let outcome = transact(&self.store, |tx| {
+            let (part, upload_id, leftovers) = (&part, &upload_id, &leftovers);
+            Box::pin(async move {
+                if header_in(&tx, upload_id).await?.is_none() {
+                    return Err(OmError::NoSuchUpload(upload_id.clone()));
+                }
+                crate::upload_rows::parts_writable(&tx, upload_id, now_ms()).await?;
+                let replaced = put_part_in(&tx, upload_id, part).await?;
+                stage_groups(&tx, replaced.iter().flat_map(|p| &p.block_groups)).await?;
+                end_session(&tx, session_id, leftovers, &part.block_groups).await
+            })
+        })
+        .await;
         // The upload may be gone (aborted meanwhile): then nothing
         // references the session's groups.
-        self.commit_or_reclaim(txn, outcome, session_id, &s.allocated)?;
+        self.commit_or_reclaim(outcome, session_id, &s.allocated)
+            .await?;
         let mut part = part;
         self.current_addresses(&mut part.block_groups);
         Ok(part)
     }
 
     /// The upload `upload_id` with its parts numbered above `after`, ascending, at most
-    /// `limit` of them (and at most [`MAX_LIST_PAGE`]; 0: the header alone), read in one
-    /// transaction; and whether more parts follow (S3's ListParts with part-number-marker
-    /// and max-parts).
+    /// `limit` of them (and at most [`MAX_LIST_PAGE`]; 0: the header alone), read at one
+    /// snapshot; and whether more parts follow (S3's ListParts with part-number-marker and
+    /// max-parts).
     ///
     /// # Errors
-    /// [`OmError::NoSuchUpload`], database errors.
-    pub fn list_parts(
+    /// [`OmError::NoSuchUpload`], store errors.
+    pub async fn list_parts(
         &self,
         upload_id: &str,
         after: u32,
         limit: usize,
     ) -> Result<(MultipartUpload, bool)> {
-        let read = self.db.begin_read()?;
-        let mut u = header(&read.open_table(UPLOADS)?, upload_id)?
+        let snapshot = self.store.snapshot().await?;
+        let mut u = crate::upload_rows::header_at(&snapshot, upload_id)
+            .await?
             .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()))?;
-        let (parts, more) = parts_after(
-            &read.open_table(PARTS)?,
-            upload_id,
-            after,
-            limit.min(MAX_LIST_PAGE),
-        )?;
+        let limit = limit.min(MAX_LIST_PAGE);
+        if limit == 0 {
+            // The header alone; whether any part follows `after`.
+            let (first, _) =
+                crate::upload_rows::parts_after(&snapshot, upload_id, after, 1).await?;
+            return Ok((u, !first.is_empty()));
+        }
+        let (parts, more) =
+            crate::upload_rows::parts_after(&snapshot, upload_id, after, limit).await?;
         u.parts = parts;
         self.current_addresses(u.parts.iter_mut().flat_map(|p| &mut p.block_groups));
         Ok((u, more))
@@ -250,35 +256,34 @@ impl OzoneManager {
 
     /// Uploads in progress in `bucket` for keys starting with `prefix`, after `marker`, by
     /// key, then initiation time, then id (S3's ListMultipartUploads order), at most `limit`
-    /// (and at most [`MAX_LIST_PAGE`]); parts are left out. Also whether more follow. One
-    /// read transaction and one index range: the cost is the page's, whatever the number of
-    /// uploads in the om.
+    /// (and at most [`MAX_LIST_PAGE`]); parts are left out. Also whether more follow. Read at
+    /// one snapshot, from the index: the cost is the page's, whatever the number of uploads
+    /// in the om.
     ///
     /// # Errors
-    /// [`OmError::BucketNotFound`], database errors.
-    pub fn list_multipart_uploads(
+    /// [`OmError::BucketNotFound`], store errors.
+    pub async fn list_multipart_uploads(
         &self,
         bucket: &str,
         prefix: &str,
         marker: &UploadsMarker,
         limit: usize,
     ) -> Result<(Vec<MultipartUpload>, bool)> {
-        let read = self.db.begin_read()?;
-        if read
-            .open_table(crate::manager::BUCKETS)?
-            .get(bucket)?
+        let snapshot = self.store.snapshot().await?;
+        if crate::tables::BUCKETS
+            .get_at(&snapshot, &bucket.to_string())
+            .await?
             .is_none()
         {
             return Err(OmError::BucketNotFound(bucket.to_string()));
         }
-        uploads_page(
-            &read.open_table(UPLOADS)?,
-            &read.open_table(UPLOADS_BY_BUCKET)?,
-            bucket,
-            prefix,
-            marker,
-            limit.min(MAX_LIST_PAGE),
-        )
+        let limit = limit.min(MAX_LIST_PAGE);
+        if limit == 0 {
+            // Whether any upload follows the marker.
+            let (first, _) = uploads_page(&snapshot, bucket, prefix, marker, 1).await?;
+            return Ok((Vec::new(), !first.is_empty()));
+        }
+        uploads_page(&snapshot, bucket, prefix, marker, limit).await
     }
 
     /// Abandons an upload and its parts: the upload goes, and its parts' rows and groups
@@ -286,14 +291,18 @@ impl OzoneManager {
     /// transaction, however many parts).
     ///
     /// # Errors
-    /// [`OmError::NoSuchUpload`], database errors.
-    pub fn abort_multipart_upload(&self, upload_id: &str) -> Result<()> {
-        let txn = self.db.begin_write()?;
-        remove_upload(&txn, upload_id, &[])?
-            .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()))?;
-        txn.commit()?;
-        self.deletions_changed();
-        self.publish_uploads();
+    /// [`OmError::NoSuchUpload`], store errors.
+    pub async fn abort_multipart_upload(&self, upload_id: &str) -> Result<()> {
+        transact(&self.store, |tx| {
+            Box::pin(async move {
+                remove_upload_in(&tx, upload_id, &[])
+                    .await?
+                    .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()))
+            })
+        })
+        .await?;
+        self.deletions_changed().await;
+        self.publish_uploads().await;
         Ok(())
     }
 
@@ -307,7 +316,7 @@ impl OzoneManager {
     /// numbers do not ascend; [`OmError::InvalidPart`] for an unknown part
     /// or ETag mismatch (or an empty list); [`OmError::EntityTooSmall`] for
     /// a non-last part under `min_part_size` bytes.
-    pub fn complete_multipart_upload(
+    pub async fn complete_multipart_upload(
         &self,
         upload_id: &str,
         parts: &[(u32, String)],
@@ -315,23 +324,24 @@ impl OzoneManager {
         metadata: BTreeMap<String, String>,
     ) -> Result<KeyInfo> {
         self.complete_multipart_upload_if(upload_id, parts, min_part_size, metadata, None)
+            .await
     }
 
     /// [`complete_multipart_upload`](Self::complete_multipart_upload), provided `condition`
     /// (if any) holds for the key as it is when the completion's transaction runs; when it
     /// does not, nothing changes (the upload stays, as Amazon keeps it for a retry).
     ///
-    /// Three steps (`upload_rows.rs`, `COMPLETING`): the upload is marked, so part commits
-    /// and repairs of its parts wait; the listed parts are read and checked outside a write
-    /// transaction; the key is committed and the upload removed in one transaction, only if
-    /// the mark is still this call's. A later completion of the same upload takes the mark
+    /// Three steps (`upload_rows.rs`, `multipart_completing`): the upload is marked, so part
+    /// commits and repairs of its parts wait; the listed parts are read and checked outside a
+    /// write transaction; the key is committed and the upload removed in one transaction, only
+    /// if the mark is still this call's. A later completion of the same upload takes the mark
     /// over (this one then fails retryably, and its retry gets the key that completion made
     /// if the parts are the same); a failed check releases it.
     ///
     /// # Errors
     /// As `complete_multipart_upload`; [`OmError::ConditionFailed`]; [`OmError::Busy`] when
     /// another call took the upload over meanwhile.
-    pub fn complete_multipart_upload_if(
+    pub async fn complete_multipart_upload_if(
         &self,
         upload_id: &str,
         parts: &[(u32, String)],
@@ -339,17 +349,19 @@ impl OzoneManager {
         metadata: BTreeMap<String, String>,
         condition: Option<proto_crate::WriteCondition>,
     ) -> Result<KeyInfo> {
-        let mark = match self.mark_completion(upload_id, parts)? {
+        let mark = match self.mark_completion(upload_id, parts).await? {
             Marked::Done(info) => return Ok(info),
             Marked::Mark(mark) => mark,
         };
-        let outcome = self
-            .read_listed_parts(upload_id, parts, min_part_size)
-            .and_then(|listed| {
+        let outcome = match self.read_listed_parts(upload_id, parts, min_part_size).await {
+            Ok(listed) => {
                 self.finish_completion(upload_id, mark, parts, listed, metadata, condition)
-            });
+                    .await
+            }
+            Err(e) => Err(e),
+        };
         if outcome.is_err() {
-            self.release_mark(upload_id, mark);
+            self.release_mark(upload_id, mark).await;
         }
         outcome
     }
@@ -357,56 +369,81 @@ impl OzoneManager {
     /// Step 1 of a completion: marks `upload_id` with a new mark (replacing any other's),
     /// after checking the list's shape; or, for an upload already completed with these
     /// parts, answers with the key it made.
-    pub(crate) fn mark_completion(
+    pub(crate) async fn mark_completion(
         &self,
         upload_id: &str,
         parts: &[(u32, String)],
     ) -> Result<Marked> {
-        let txn = self.db.begin_write()?;
-        if header(&txn.open_table(UPLOADS)?, upload_id)?.is_none() {
-            // A retry of a completion that succeeded gets the same answer.
-            let mut info = crate::completed::answer(&txn, upload_id, parts)?
-                .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()))?;
-            self.current_addresses(&mut info.block_groups);
-            return Ok(Marked::Done(info));
-        }
-        if parts.is_empty() {
-            return Err(OmError::InvalidPart("the part list is empty".into()));
-        }
-        for w in parts.windows(2) {
-            if w[1].0 <= w[0].0 {
-                return Err(OmError::InvalidPartOrder(format!(
-                    "part {} listed after part {}",
-                    w[1].0, w[0].0
-                )));
-            }
-        }
         let mark = loop {
             let m: u64 = rand::random();
             if m != 0 {
                 break m;
             }
         };
-        txn.open_table(crate::upload_rows::COMPLETING)?
-            .insert(upload_id, (mark, now_ms()))?;
-        txn.commit()?;
-        Ok(Marked::Mark(mark))
+        let marked = transact(&self.store, |tx| {
+            Box::pin(async move {
+                if header_in(&tx, upload_id).await?.is_none() {
+                    // A retry of a completion that succeeded gets the same answer.
+                    let info = crate::completed::answer(&tx, upload_id, parts)
+                        .await?
+                        .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()))?;
+                    return Ok(Marked::Done(info));
+                }
+                if parts.is_empty() {
+                    return Err(OmError::InvalidPart("the part list is empty".into()));
+                }
+                for w in parts.windows(2) {
+                    if w[1].0 <= w[0].0 {
+                        return Err(OmError::InvalidPartOrder(format!(
+                            "part {} listed after part {}",
+                            w[1].0, w[0].0
+                        )));
+                    }
+                }
+                COMPLETING.put_in(&tx, &upload_id.to_string(), &(mark, now_ms()));
+                Ok(Marked::Mark(mark))
+            })
+        })
+        .await?
+        .value;
+        Ok(match marked {
+            Marked::Done(mut info) => {
+                self.current_addresses(&mut info.block_groups);
+                Marked::Done(info)
+            }
+            m @ Marked::Mark(_) => m,
+        })
     }
 
-    /// Step 2: the listed parts, read in one read transaction and checked (known, ETags
-    /// matching, every part but the last at least `min_part_size`).
-    pub(crate) fn read_listed_parts(
+    /// Step 2: the listed parts, read at one snapshot (a page of the upload's part rows at a
+    /// time) and checked (known, ETags matching, every part but the last at least
+    /// `min_part_size`).
+    pub(crate) async fn read_listed_parts(
         &self,
         upload_id: &str,
         parts: &[(u32, String)],
         min_part_size: u64,
     ) -> Result<Listed> {
-        let read = self.db.begin_read()?;
-        let stored = read.open_table(PARTS)?;
+        let snapshot = self.store.snapshot().await?;
         let mut listed = Listed::default();
         let mut sizes = Vec::with_capacity(parts.len());
+        let mut page: std::collections::VecDeque<PartInfo> = std::collections::VecDeque::new();
+        let mut read_to = 0u32;
+        let mut more = true;
         for (i, (number, etag)) in parts.iter().enumerate() {
-            let Some(p) = crate::upload_rows::part(&stored, upload_id, *number)? else {
+            // Parts are listed ascending: read the upload's rows forward until `number`.
+            while page.back().is_none_or(|p| p.part_number < *number) && more {
+                let (next, m) =
+                    crate::upload_rows::parts_after(&snapshot, upload_id, read_to, MAX_LIST_PAGE)
+                        .await?;
+                more = m;
+                read_to = next.last().map_or(u32::MAX, |p| p.part_number);
+                page.extend(next);
+            }
+            while page.front().is_some_and(|p| p.part_number < *number) {
+                page.pop_front();
+            }
+            let Some(p) = page.front().filter(|p| p.part_number == *number).cloned() else {
                 return Err(OmError::InvalidPart(format!(
                     "part {number} was not uploaded"
                 )));
@@ -437,7 +474,7 @@ impl OzoneManager {
 
     /// Step 3: commits the key from `listed` and removes the upload, in one transaction,
     /// provided `mark` still holds the upload.
-    pub(crate) fn finish_completion(
+    pub(crate) async fn finish_completion(
         &self,
         upload_id: &str,
         mark: u64,
@@ -446,83 +483,86 @@ impl OzoneManager {
         metadata: BTreeMap<String, String>,
         condition: Option<proto_crate::WriteCondition>,
     ) -> Result<KeyInfo> {
-        let txn = self.db.begin_write()?;
-        let held = txn
-            .open_table(crate::upload_rows::COMPLETING)?
-            .get(upload_id)?
-            .map(|v| v.value().0);
-        let Some(u) = header(&txn.open_table(UPLOADS)?, upload_id)? else {
-            // Completed (or aborted) by another call meanwhile.
-            let mut info = crate::completed::answer(&txn, upload_id, parts)?
-                .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()))?;
-            self.current_addresses(&mut info.block_groups);
-            return Ok(info);
-        };
-        if held != Some(mark) {
-            return Err(OmError::Busy(format!(
-                "upload {upload_id} was taken over by another completion or a part commit; \
-                 retry"
-            )));
+        let committed = transact(&self.store, |tx| {
+            let (listed, metadata) = (&listed, &metadata);
+            Box::pin(async move {
+                let held = COMPLETING
+                    .get_in(&tx, &upload_id.to_string())
+                    .await?
+                    .map(|(m, _)| m);
+                let Some(u) = header_in(&tx, upload_id).await? else {
+                    // Completed (or aborted) by another call meanwhile.
+                    let info = crate::completed::answer(&tx, upload_id, parts)
+                        .await?
+                        .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()))?;
+                    return Ok((info, false));
+                };
+                if held != Some(mark) {
+                    return Err(OmError::Busy(format!(
+                        "upload {upload_id} was taken over by another completion or a part \
+                         commit; retry"
+                    )));
+                }
+                let mut meta = u.metadata.clone();
+                meta.extend(metadata.clone());
+                meta.insert(MULTIPART_PART_SIZES_KEY.to_string(), listed.sizes.clone());
+                let block_size = crate::buckets::bucket_in(&tx, &u.bucket)
+                    .await?
+                    .ok_or_else(|| OmError::BucketNotFound(u.bucket.clone()))?
+                    .block_size;
+                crate::conditions::check(&tx, &u.bucket, &u.key, condition).await?;
+                let info = KeyInfo {
+                    bucket: u.bucket.clone(),
+                    name: u.key.clone(),
+                    length: listed.length,
+                    replication: u.replication,
+                    block_groups: listed.groups.clone(),
+                    block_size,
+                    created_unix_ms: now_ms(),
+                    metadata: meta,
+                    generation: 0,
+                };
+                // The key appears and the upload disappears together; the replaced key's
+                // groups are staged for deletion, and the part rows (with the groups of parts
+                // left out of the completion) are left to the block deleting service.
+                let numbers: Vec<u32> = parts.iter().map(|(n, _)| *n).collect();
+                remove_upload_in(&tx, upload_id, &numbers)
+                    .await?
+                    .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()))?;
+                crate::completed::record_in(&tx, upload_id, &info, parts);
+                stage_key_groups(&tx, &info.bucket, &info.name).await?;
+                crate::keys::put_new_key_in(&tx, &info);
+                Ok((info, true))
+            })
+        })
+        .await?;
+        let (mut info, made) = committed.value;
+        if made {
+            info.generation = committed.revision.unwrap_or_default();
+            self.deletions_changed().await;
+            self.publish_uploads().await;
         }
-        let mut meta = u.metadata.clone();
-        meta.extend(metadata);
-        meta.insert(MULTIPART_PART_SIZES_KEY.to_string(), listed.sizes);
-        let block_size = {
-            let t = txn.open_table(crate::manager::BUCKETS)?;
-            let v = t
-                .get(u.bucket.as_str())?
-                .ok_or_else(|| OmError::BucketNotFound(u.bucket.clone()))?;
-            decode::<pb::BucketInfo, proto_crate::BucketInfo>(v.value(), "bucket")?.block_size
-        };
-        crate::conditions::check(&txn, &u.bucket, &u.key, condition)?;
-        let info = KeyInfo {
-            bucket: u.bucket.clone(),
-            name: u.key.clone(),
-            length: listed.length,
-            replication: u.replication,
-            block_groups: listed.groups,
-            block_size,
-            created_unix_ms: now_ms(),
-            metadata: meta,
-            generation: crate::conditions::next_generation(&txn)?,
-        };
-        // The key appears and the upload disappears together; the replaced key's groups
-        // are staged for deletion, and the part rows (with the groups of parts left out of
-        // the completion) are left to the block deleting service.
-        {
-            let listed: Vec<u32> = parts.iter().map(|(n, _)| *n).collect();
-            remove_upload(&txn, upload_id, &listed)?
-                .ok_or_else(|| OmError::NoSuchUpload(upload_id.to_string()))?;
-            crate::completed::record(&txn, upload_id, &info, parts)?;
-            stage_key_groups(&txn, &info.bucket, &info.name)?;
-            txn.open_table(KEYS)?.insert(
-                (info.bucket.as_str(), info.name.as_str()),
-                pb::KeyInfo::from(info.clone()).encode_to_vec().as_slice(),
-            )?;
-        }
-        txn.commit()?;
-        self.deletions_changed();
-        self.publish_uploads();
-        let mut info = info;
         self.current_addresses(&mut info.block_groups);
         Ok(info)
     }
 
     /// Removes `mark` from `upload_id` if it is still there (a completion that failed);
     /// failing to is logged (the mark lapses after [`COMPLETION_HOLD_MS`](crate::COMPLETION_HOLD_MS)).
-    fn release_mark(&self, upload_id: &str, mark: u64) {
-        let released = (|| {
-            let txn = self.db.begin_write()?;
-            {
-                let mut t = txn.open_table(crate::upload_rows::COMPLETING)?;
-                let ours = t.get(upload_id)?.is_some_and(|v| v.value().0 == mark);
-                if ours {
-                    t.remove(upload_id)?;
+    async fn release_mark(&self, upload_id: &str, mark: u64) {
+        let released = transact(&self.store, |tx| {
+            Box::pin(async move {
+                let key = upload_id.to_string();
+                if COMPLETING
+                    .get_in(&tx, &key)
+                    .await?
+                    .is_some_and(|(m, _)| m == mark)
+                {
+                    COMPLETING.delete_in(&tx, &key);
                 }
-            }
-            txn.commit()?;
-            Ok::<(), OmError>(())
-        })();
+                Ok::<(), OmError>(())
+            })
+        })
+        .await;
         if let Err(e) = released {
             tracing::warn!(upload = upload_id, error = %e, "releasing a failed completion's mark; it lapses on its own");
         }
@@ -560,16 +600,28 @@ mod tests {
     }
 
     /// Step 1 of a completion of `id` with `parts`, which must mark the upload.
-    fn marked(om: &OzoneManager, id: &str, parts: &[(u32, String)]) -> u64 {
-        match om.mark_completion(id, parts).expect("mark") {
+    /// Sets upload `id`'s completion mark to `mark`, made at `since_ms`.
+    async fn set_mark(om: &OzoneManager, id: &str, mark: u64, since_ms: u64) {
+        transact(&om.store, |tx| {
+            Box::pin(async move {
+                COMPLETING.put_in(&tx, &id.to_string(), &(mark, since_ms));
+                Ok::<(), OmError>(())
+            })
+        })
+        .await
+        .expect("set the mark");
+    }
+
+    async fn marked(om: &OzoneManager, id: &str, parts: &[(u32, String)]) -> u64 {
+        match om.mark_completion(id, parts).await.expect("mark") {
             Marked::Mark(mark) => mark,
             Marked::Done(_) => panic!("not completed yet"),
         }
     }
 
     /// Writes a part of `len` bytes in one group.
-    fn part(om: &OzoneManager, upload: &str, n: u32, len: u64, etag: &str) -> BlockGroup {
-        crate::test_oms::commit_part(om, upload, n, len, etag)
+    async fn part(om: &OzoneManager, upload: &str, n: u32, len: u64, etag: &str) -> BlockGroup {
+        crate::test_oms::commit_part(om, upload, n, len, etag).await
     }
 
     /// The steps of a completion, interleaved with what may run between them: a part commit
@@ -581,22 +633,22 @@ mod tests {
     async fn completion_steps_hold_the_parts_they_read() {
         let dir = tempfile::tempdir().expect("tempdir");
         let om = om(dir.path()).await;
-        om.create_bucket("b", None, None).expect("bucket");
+        om.create_bucket("b", None, None).await.expect("bucket");
         let list =
             |n: u32| -> Vec<(u32, String)> { (1..=n).map(|i| (i, format!("e{i}"))).collect() };
 
         // A part commit and a repair of a part wait while the mark holds.
         let id = om
-            .initiate_multipart_upload("b", "k", None, BTreeMap::new())
+            .initiate_multipart_upload("b", "k", None, BTreeMap::new()).await
             .expect("initiate");
-        let g1 = part(&om, &id, 1, 10, "e1");
-        part(&om, &id, 2, 10, "e2");
-        let mark = marked(&om, &id, &list(2));
-        let s = om.open_part(&id, 3).expect("open part");
+        let g1 = part(&om, &id, 1, 10, "e1").await;
+        part(&om, &id, 2, 10, "e2").await;
+        let mark = marked(&om, &id, &list(2)).await;
+        let s = om.open_part(&id, 3).await.expect("open part");
         let g = om
-            .allocate_block_group(s.session_id, &[])
+            .allocate_block_group(s.session_id, &[]).await
             .expect("allocate");
-        let refused = om.commit_part(s.session_id, &[BlockGroup { length: 1, ..g }], 1, "e3");
+        let refused = om.commit_part(s.session_id, &[BlockGroup { length: 1, ..g }], 1, "e3").await;
         assert!(matches!(refused, Err(OmError::Busy(_))), "{refused:?}");
         let owner = crate::group_owner::GroupOwner::Part {
             upload_id: id.clone(),
@@ -608,109 +660,92 @@ mod tests {
             (g1.container_id, g1.local_id),
             &g1.pipeline.locations[..1],
             &[],
-        );
+        ).await;
         assert!(matches!(repair, Err(OmError::Busy(_))), "{repair:?}");
-        let listed = om.read_listed_parts(&id, &list(2), 0).expect("read");
+        let listed = om.read_listed_parts(&id, &list(2), 0).await.expect("read");
         let key = om
-            .finish_completion(&id, mark, &list(2), listed, BTreeMap::new(), None)
+            .finish_completion(&id, mark, &list(2), listed, BTreeMap::new(), None).await
             .expect("finish");
         assert_eq!(key.length, 20);
         assert_eq!(key.block_groups[0], g1, "the parts as read");
 
         // A later completion takes over; the earlier one's finish gets the key it made.
         let id = om
-            .initiate_multipart_upload("b", "k2", None, BTreeMap::new())
+            .initiate_multipart_upload("b", "k2", None, BTreeMap::new()).await
             .expect("initiate");
-        part(&om, &id, 1, 10, "e1");
-        let first = marked(&om, &id, &list(1));
-        let listed = om.read_listed_parts(&id, &list(1), 0).expect("read");
+        part(&om, &id, 1, 10, "e1").await;
+        let first = marked(&om, &id, &list(1)).await;
+        let listed = om.read_listed_parts(&id, &list(1), 0).await.expect("read");
         let winner = om
-            .complete_multipart_upload(&id, &list(1), 0, BTreeMap::new())
+            .complete_multipart_upload(&id, &list(1), 0, BTreeMap::new()).await
             .expect("the later completion");
         let late = om
-            .finish_completion(&id, first, &list(1), listed, BTreeMap::new(), None)
+            .finish_completion(&id, first, &list(1), listed, BTreeMap::new(), None).await
             .expect("answered with the key made");
         assert_eq!(late, winner);
 
         // A failed check releases the mark: parts commit again.
         let id = om
-            .initiate_multipart_upload("b", "k3", None, BTreeMap::new())
+            .initiate_multipart_upload("b", "k3", None, BTreeMap::new()).await
             .expect("initiate");
-        part(&om, &id, 1, 10, "e1");
+        part(&om, &id, 1, 10, "e1").await;
         assert!(matches!(
-            om.complete_multipart_upload(&id, &[(1, "wrong".into())], 0, BTreeMap::new()),
+            om.complete_multipart_upload(&id, &[(1, "wrong".into())], 0, BTreeMap::new()).await,
             Err(OmError::InvalidPart(_))
         ));
-        part(&om, &id, 2, 10, "e2");
+        part(&om, &id, 2, 10, "e2").await;
 
         // An abort between the steps.
-        let mark = marked(&om, &id, &list(2));
-        let listed = om.read_listed_parts(&id, &list(2), 0).expect("read");
-        om.abort_multipart_upload(&id).expect("abort");
+        let mark = marked(&om, &id, &list(2)).await;
+        let listed = om.read_listed_parts(&id, &list(2), 0).await.expect("read");
+        om.abort_multipart_upload(&id).await.expect("abort");
         assert!(matches!(
-            om.finish_completion(&id, mark, &list(2), listed, BTreeMap::new(), None),
+            om.finish_completion(&id, mark, &list(2), listed, BTreeMap::new(), None).await,
             Err(OmError::NoSuchUpload(_))
         ));
 
         // A stale mark gives way to a part commit; its completion fails retryably.
         let id = om
-            .initiate_multipart_upload("b", "k4", None, BTreeMap::new())
+            .initiate_multipart_upload("b", "k4", None, BTreeMap::new()).await
             .expect("initiate");
-        part(&om, &id, 1, 10, "e1");
-        let mark = marked(&om, &id, &list(1));
-        let listed = om.read_listed_parts(&id, &list(1), 0).expect("read");
-        {
-            let txn = om.db.begin_write().expect("write");
-            txn.open_table(crate::upload_rows::COMPLETING)
-                .expect("table")
-                .insert(id.as_str(), (mark, now_ms() - crate::COMPLETION_HOLD_MS))
-                .expect("age the mark");
-            txn.commit().expect("commit");
-        }
-        part(&om, &id, 1, 12, "e1b");
+        part(&om, &id, 1, 10, "e1").await;
+        let mark = marked(&om, &id, &list(1)).await;
+        let listed = om.read_listed_parts(&id, &list(1), 0).await.expect("read");
+        set_mark(&om, &id, mark, now_ms() - crate::COMPLETION_HOLD_MS).await;
+        part(&om, &id, 1, 12, "e1b").await;
         assert!(matches!(
-            om.finish_completion(&id, mark, &list(1), listed, BTreeMap::new(), None),
+            om.finish_completion(&id, mark, &list(1), listed, BTreeMap::new(), None).await,
             Err(OmError::Busy(_))
         ));
         let key = om
-            .complete_multipart_upload(&id, &[(1, "e1b".into())], 0, BTreeMap::new())
+            .complete_multipart_upload(&id, &[(1, "e1b".into())], 0, BTreeMap::new()).await
             .expect("the retry");
         assert_eq!(key.length, 12);
 
         // A mark dated far ahead (the clock stepped back since) does not hold either.
         let id = om
-            .initiate_multipart_upload("b", "k5", None, BTreeMap::new())
+            .initiate_multipart_upload("b", "k5", None, BTreeMap::new()).await
             .expect("initiate");
-        part(&om, &id, 1, 10, "e1");
-        let mark = marked(&om, &id, &list(1));
-        {
-            let txn = om.db.begin_write().expect("write");
-            txn.open_table(crate::upload_rows::COMPLETING)
-                .expect("table")
-                .insert(
-                    id.as_str(),
-                    (mark, now_ms() + 2 * crate::COMPLETION_HOLD_MS),
-                )
-                .expect("date the mark ahead");
-            txn.commit().expect("commit");
-        }
-        part(&om, &id, 1, 12, "e1b");
+        part(&om, &id, 1, 10, "e1").await;
+        let mark = marked(&om, &id, &list(1)).await;
+        set_mark(&om, &id, mark, now_ms() + 2 * crate::COMPLETION_HOLD_MS).await;
+        part(&om, &id, 1, 12, "e1b").await;
     }
 
     #[tokio::test]
     async fn complete_stitches_parts_without_copying() {
         let dir = tempfile::tempdir().expect("tempdir");
         let om = om(dir.path()).await;
-        om.create_bucket("b", None, None).expect("bucket");
+        om.create_bucket("b", None, None).await.expect("bucket");
         let mut meta = BTreeMap::new();
         meta.insert("content-type".to_string(), "text/plain".to_string());
         let id = om
-            .initiate_multipart_upload("b", "k", None, meta)
+            .initiate_multipart_upload("b", "k", None, meta).await
             .expect("initiate");
-        let g1 = part(&om, &id, 1, 100, "\"aaa\"");
-        part(&om, &id, 2, 5, "old");
-        let g2 = part(&om, &id, 2, 50, "bbb"); // replaces the first part 2
-        let (listed, more) = om.list_parts(&id, 0, 1000).expect("list");
+        let g1 = part(&om, &id, 1, 100, "\"aaa\"").await;
+        part(&om, &id, 2, 5, "old").await;
+        let g2 = part(&om, &id, 2, 50, "bbb").await; // replaces the first part 2
+        let (listed, more) = om.list_parts(&id, 0, 1000).await.expect("list");
         assert!(!more);
         assert_eq!(
             listed
@@ -721,7 +756,7 @@ mod tests {
             vec![(1, 100), (2, 50)]
         );
         assert_eq!(
-            om.list_multipart_uploads("b", "", &UploadsMarker::default(), 1000)
+            om.list_multipart_uploads("b", "", &UploadsMarker::default(), 1000).await
                 .expect("uploads")
                 .0
                 .len(),
@@ -735,19 +770,19 @@ mod tests {
                 &[(2, "bbb".into()), (1, "aaa".into())],
                 0,
                 BTreeMap::new()
-            ),
+            ).await,
             Err(OmError::InvalidPartOrder(_))
         ));
         assert!(matches!(
-            om.complete_multipart_upload(&id, &[(1, "zzz".into())], 0, BTreeMap::new()),
+            om.complete_multipart_upload(&id, &[(1, "zzz".into())], 0, BTreeMap::new()).await,
             Err(OmError::InvalidPart(_))
         ));
         assert!(matches!(
-            om.complete_multipart_upload(&id, &[(3, "aaa".into())], 0, BTreeMap::new()),
+            om.complete_multipart_upload(&id, &[(3, "aaa".into())], 0, BTreeMap::new()).await,
             Err(OmError::InvalidPart(_))
         ));
         assert!(matches!(
-            om.complete_multipart_upload(&id, &two, 101, BTreeMap::new()),
+            om.complete_multipart_upload(&id, &two, 101, BTreeMap::new()).await,
             Err(OmError::EntityTooSmall(_))
         ));
         // Reopen: the upload survives an om restart.
@@ -756,7 +791,7 @@ mod tests {
             .await
             .expect("reopen");
         let key = om
-            .complete_multipart_upload(&id, &two, 100, BTreeMap::new())
+            .complete_multipart_upload(&id, &two, 100, BTreeMap::new()).await
             .expect("complete");
         assert_eq!(key.length, 150);
         assert_eq!(key.block_groups, vec![g1, g2]);
@@ -764,9 +799,9 @@ mod tests {
             key.metadata.get("content-type").map(String::as_str),
             Some("text/plain")
         );
-        assert_eq!(om.lookup_key("b", "k").expect("lookup"), key);
+        assert_eq!(om.lookup_key("b", "k").await.expect("lookup"), key);
         assert!(matches!(
-            om.list_parts(&id, 0, 1000),
+            om.list_parts(&id, 0, 1000).await,
             Err(OmError::NoSuchUpload(_))
         ));
     }
@@ -775,33 +810,33 @@ mod tests {
     async fn abort_and_session_kinds() {
         let dir = tempfile::tempdir().expect("tempdir");
         let om = om(dir.path()).await;
-        om.create_bucket("b", None, None).expect("bucket");
+        om.create_bucket("b", None, None).await.expect("bucket");
         let id = om
-            .initiate_multipart_upload("b", "k", None, BTreeMap::new())
+            .initiate_multipart_upload("b", "k", None, BTreeMap::new()).await
             .expect("initiate");
-        assert!(om.open_part(&id, 0).is_err());
-        assert!(om.open_part(&id, MAX_PART_NUMBER + 1).is_err());
-        let s = om.open_part(&id, 1).expect("open");
+        assert!(om.open_part(&id, 0).await.is_err());
+        assert!(om.open_part(&id, MAX_PART_NUMBER + 1).await.is_err());
+        let s = om.open_part(&id, 1).await.expect("open");
         assert!(matches!(
-            om.commit_key(s.session_id, &[], 0, BTreeMap::new()),
+            om.commit_key(s.session_id, &[], 0, BTreeMap::new()).await,
             Err(OmError::InvalidArgument(_))
         ));
-        let k = om.open_key("b", "plain", None).expect("open key");
+        let k = om.open_key("b", "plain", None).await.expect("open key");
         assert!(matches!(
-            om.commit_part(k.session_id, &[], 0, "e"),
+            om.commit_part(k.session_id, &[], 0, "e").await,
             Err(OmError::InvalidArgument(_))
         ));
-        om.abort_multipart_upload(&id).expect("abort");
+        om.abort_multipart_upload(&id).await.expect("abort");
         assert!(matches!(
-            om.abort_multipart_upload(&id),
+            om.abort_multipart_upload(&id).await,
             Err(OmError::NoSuchUpload(_))
         ));
         assert!(matches!(
-            om.open_part(&id, 1),
+            om.open_part(&id, 1).await,
             Err(OmError::NoSuchUpload(_))
         ));
         assert!(
-            om.lookup_key("b", "k").is_err(),
+            om.lookup_key("b", "k").await.is_err(),
             "an aborted upload leaves no key"
         );
     }

@@ -89,15 +89,15 @@ impl Collector for OmCollector {
             "Key and part writes neither committed nor aborted",
             om.open_sessions() as u64,
         )?;
-        // A database error leaves the gauge out of this scrape rather than failing it.
-        if let Ok(n) = om.pending_deletions() {
-            gauge(
-                &mut e,
-                "om_pending_deletions",
-                "Replicas in the deletion log, not yet deleted",
-                n,
-            )?;
-        }
+        // As last published (after every change that may add deletions, and every pass of
+        // the deleting service): a scrape reads no rows.
+        gauge(
+            &mut e,
+            "om_pending_deletions",
+            "Replicas waiting for deletion: in the deletion log, staged, and in parts of \
+             completed or aborted uploads that were not kept",
+            *om.watch_pending_deletions().borrow(),
+        )?;
         let r = om.repair_status();
         gauge(
             &mut e,

@@ -6,7 +6,7 @@
 //!
 //! A replica is an orphan when two consecutive sweeps each find it unreferenced. One sweep
 //! reads the keys, the parts of multipart uploads in progress, the groups of open sessions,
-//! staged deletions and the deletion log in one read transaction (one consistent snapshot), against reports all
+//! staged deletions and the deletion log at one store snapshot (`MetaStore::snapshot`), against reports all
 //! received before that snapshot began: a replica in such a report was on its datanode before
 //! the snapshot, so if nothing referenced it then, only a write already under way could still
 //! record it — an open session's (in the snapshot) or a repair's (excluded: groups being
@@ -30,12 +30,12 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use meta_store::codec::Raw;
+use meta_store::{Snapshot, Table, Transaction, transact};
 use proto_crate::wire::om as pb;
 use proto_crate::{BlockGroup, BlockLocation, DatanodeId, ReplicaIndex};
-use redb::{ReadableDatabase, ReadableTable};
 
-use crate::deletion::{DELETED_GROUPS, DELETION_LOG};
-use crate::manager::{COUNTERS, KEYS, decode};
+use crate::tables::{COUNTERS, DELETED_GROUPS, DELETION_LOG, KEYS, OPEN_SESSIONS, PARTS};
 use crate::{OmError, OzoneManager};
 
 use crate::block_reports::Replica;
@@ -45,9 +45,16 @@ pub const MAX_ORPHANS_PER_SWEEP: usize = 10_000;
 /// Counter (in the `counters` table) of location additions by repair and `add_replica`.
 pub(crate) const LOCATIONS_ADDED: &str = "locations_added";
 
-/// A counter's value in a table of the `counters` kind (0 when unset).
-fn counter(t: &impl ReadableTable<&'static str, u64>, name: &str) -> Result<u64, OmError> {
-    Ok(t.get(name)?.map_or(0, |v| v.value()))
+/// Counts a location addition in `tx` (a repair's or `add_replica`'s commit): a sweep whose
+/// snapshot is older logs nothing more.
+///
+/// # Errors
+/// Store errors.
+pub(crate) async fn count_location_added_in(tx: &Transaction) -> Result<(), OmError> {
+    let name = LOCATIONS_ADDED.to_string();
+    let n = COUNTERS.get_in(tx, &name).await?.unwrap_or(0);
+    COUNTERS.put_in(tx, &name, &(n + 1));
+    Ok(())
 }
 
 /// A stored message `bytes` of kind `what`.
@@ -78,13 +85,44 @@ fn mark_group(g: &BlockGroup, mark: &mut impl FnMut(&str, (u64, u64))) {
     }
 }
 
+/// Calls `visit` on every row of `table` as of `snapshot`, a page at a time.
+pub(crate) async fn each_row<K, V>(
+    snapshot: &Snapshot,
+    table: Table<K, V>,
+    mut visit: impl FnMut(K, V) -> Result<(), OmError>,
+) -> Result<(), OmError>
+where
+    K: meta_store::codec::Codec + Clone,
+    V: meta_store::codec::Codec,
+{
+    let mut after: Option<K> = None;
+    loop {
+        let rows = table
+            .scan_at(snapshot, &(), after.as_ref(), crate::MAX_LIST_PAGE)
+            .await?;
+        let more = rows.more;
+        let mut last = None;
+        for row in rows.rows {
+            last = Some(row.key.clone());
+            visit(row.key, row.value)?;
+        }
+        match last {
+            Some(k) if more => after = Some(k),
+            _ => return Ok(()),
+        }
+    }
+}
+
 impl OzoneManager {
     /// One orphan sweep (see the module documentation). `repairing` are the groups being
     /// repaired when the calling pass began. Returns the replicas logged for deletion.
     ///
     /// # Errors
     /// Database errors (nothing is logged then).
-    pub(crate) fn sweep_orphans(&self, repairing: &BTreeSet<(u64, u64)>) -> Result<usize, OmError> {
+    pub(crate) async fn sweep_orphans(
+        &self,
+        repairing: &BTreeSet<(u64, u64)>,
+    ) -> Result<usize, OmError> {
         let reports = self.block_reports.snapshot();
         if reports.is_empty() {
             return Ok(0);
@@ -101,45 +139,58 @@ impl OzoneManager {
                 m[i] = true;
             }
         };
-        let (added_before, next_local_id) = {
-            let read = self.db.begin_read()?;
-            let counters = read.open_table(COUNTERS)?;
-            let added = counter(&counters, LOCATIONS_ADDED)?;
-            let next_local = counter(&counters, "next_local_id")?;
-            for entry in read.open_table(KEYS)?.iter()? {
-                let (_, v) = entry?;
-                let k = decode::<pb::KeyInfo, proto_crate::KeyInfo>(v.value(), "key")?;
-                k.block_groups.iter().for_each(|g| mark_group(g, &mut mark));
+        let snapshot = self.store.snapshot().await?;
+        let counter = |name: &str| {
+            let name = name.to_string();
+            let snapshot = &snapshot;
+            async move {
+                Ok::<u64, OmError>(
+                    COUNTERS
+                        .get_at(snapshot, &name)
+                        .await?
+                        .map_or(0, |r| r.value),
+                )
             }
-            for entry in read.open_table(crate::upload_rows::PARTS)?.iter()? {
-                let (_, v) = entry?;
-                let p = decode::<pb::PartInfo, proto_crate::PartInfo>(v.value(), "multipart part")?;
-                p.block_groups.iter().for_each(|g| mark_group(g, &mut mark));
-            }
-            for entry in read
-                .open_table(crate::session_rows::OPEN_SESSIONS)?
-                .iter()?
-            {
-                let (_, v) = entry?;
-                let s = decode_pb::<pb::OpenSessionRecord>(v.value(), "open session")?;
-                for g in groups_of(s.allocated)? {
-                    mark_group(&g, &mut mark);
-                }
-            }
-            for entry in read.open_table(DELETED_GROUPS)?.iter()? {
-                let (_, v) = entry?;
-                let staged = decode_pb::<pb::DeletedGroups>(v.value(), "staged deletion")?;
-                for g in groups_of(staged.groups)? {
-                    mark_group(&g, &mut mark);
-                }
-            }
-            for entry in read.open_table(DELETION_LOG)?.iter()? {
-                let (k, _) = entry?;
-                let (uuid, c, l) = k.value();
-                mark(uuid, (c, l));
-            }
-            (added, next_local)
         };
+        let added_before = counter(LOCATIONS_ADDED).await?;
+        let next_local_id = counter("next_local_id").await?;
+        each_row(&snapshot, KEYS, |_, v: Raw| {
+            let k = crate::keys::key_of(&v, None)?;
+            k.block_groups.iter().for_each(|g| mark_group(g, &mut mark));
+            Ok(())
+        })
+        .await?;
+        each_row(&snapshot, PARTS, |_, v: Raw| {
+            let p = crate::manager::decode::<pb::PartInfo, proto_crate::PartInfo>(
+                &v.0,
+                "multipart part",
+            )?;
+            p.block_groups.iter().for_each(|g| mark_group(g, &mut mark));
+            Ok(())
+        })
+        .await?;
+        each_row(&snapshot, OPEN_SESSIONS, |_, v: Raw| {
+            let s = decode_pb::<pb::OpenSessionRecord>(&v.0, "open session")?;
+            for g in groups_of(s.allocated)? {
+                mark_group(&g, &mut mark);
+            }
+            Ok(())
+        })
+        .await?;
+        each_row(&snapshot, DELETED_GROUPS, |_, v: Raw| {
+            let staged = decode_pb::<pb::DeletedGroups>(&v.0, "staged deletion")?;
+            for g in groups_of(staged.groups)? {
+                mark_group(&g, &mut mark);
+            }
+            Ok(())
+        })
+        .await?;
+        each_row(&snapshot, DELETION_LOG, |(uuid, c, l), _| {
+            mark(&uuid, (c, l));
+            Ok(())
+        })
+        .await?;
+        drop(snapshot);
         let repairing_now = self.repair.running_blocks();
         let mut unreferenced: Vec<(Replica, std::time::Instant)> = Vec::new();
         let mut index_of: HashMap<Replica, u32> = HashMap::new();
@@ -196,33 +247,55 @@ impl OzoneManager {
         // A bounded number per transaction; each checks that no location was added since the
         // snapshot (a repair, add_replica: it may name one of these), or logs nothing more.
         for chunk in orphans.chunks(crate::deletion::TXN_BATCH) {
-            let txn = self.db.begin_write()?;
-            if counter(&txn.open_table(COUNTERS)?, LOCATIONS_ADDED)? != added_before {
+            let locations: Vec<(u64, u64, BlockLocation)> = chunk
+                .iter()
+                .filter_map(|replica| {
+                    let ((c, l), d) = replica;
+                    let details = self.datanode(d.as_str())?;
+                    Some((
+                        *c,
+                        *l,
+                        BlockLocation {
+                            datanode: details,
+                            replica_index: index_of
+                                .get(replica)
+                                .and_then(|ri| ReplicaIndex::from_wire(*ri)),
+                        },
+                    ))
+                })
+                .collect();
+            let went_on = transact(&self.store, |tx| {
+                let locations = &locations;
+                Box::pin(async move {
+                    let added = COUNTERS
+                        .get_in(&tx, &LOCATIONS_ADDED.to_string())
+                        .await?
+                        .unwrap_or(0);
+                    if added != added_before {
+                        return Ok(false);
+                    }
+                    for (c, l, location) in locations {
+                        crate::deletion::log_locations_in(&tx, *c, *l, std::slice::from_ref(location));
+                    }
+                    Ok::<_, OmError>(true)
+                })
+            })
+            .await?
+            .value;
+            if !went_on {
                 break;
             }
-            for replica in chunk {
-                let ((c, l), d) = replica;
-                let Some(details) = self.datanode(d.as_str()) else {
-                    continue;
-                };
-                let location = BlockLocation {
-                    datanode: details,
-                    replica_index: index_of
-                        .get(replica)
-                        .and_then(|ri| ReplicaIndex::from_wire(*ri)),
-                };
+            for (c, l, location) in &locations {
                 tracing::warn!(datanode = %location.datanode, container = c, local = l,
                     "orphan replica: no key, part or open session references it; deleting");
-                crate::deletion::log_locations(&txn, *c, *l, std::slice::from_ref(&location))?;
-                logged += 1;
             }
-            txn.commit()?;
+            logged += locations.len();
         }
         if logged == 0 {
             return Ok(0);
         }
         self.block_reports.orphans_logged(logged as u64);
-        self.deletions_changed();
+        self.deletions_changed().await;
         Ok(logged)
     }
 }

@@ -61,7 +61,7 @@ pub async fn reconstruct_ec_indexes(
 ) -> Result<KeyInfo, OmError> {
     reconstruct_group(om, &GroupOwner::key(bucket, key), group, targets).await?;
     // The key as a client would see it: with READ tokens when security is on.
-    om.with_read_tokens(om.lookup_key(bucket, key)?, "om")
+    om.with_read_tokens(om.lookup_key(bucket, key).await?, "om")
 }
 
 /// [`reconstruct_ec_indexes`] for group `group` of any owner: a committed key or a part of a
@@ -76,7 +76,7 @@ pub(crate) async fn reconstruct_group(
     group: usize,
     targets: &[(ReplicaIndex, DatanodeId)],
 ) -> Result<(), OmError> {
-    let (replication, g) = om.owned_group(owner, group)?;
+    let (replication, g) = om.owned_group(owner, group).await?;
     let ReplicationConfig::Ec(ec) = replication else {
         return Err(OmError::InvalidArgument(format!(
             "{owner} is {replication}, not EC"
@@ -145,12 +145,13 @@ pub(crate) async fn reconstruct_group(
                 .cloned()
                 .collect();
             om.replace_group_locations(owner, group, block, &removed, &placed)
+                .await
         }
         Err(e) => Err(e),
     };
     if outcome.is_err() {
         // Targets may hold partial or committed but unreferenced blocks: free them.
-        if let Err(e) = om.log_orphans(owner, group, block, &placed) {
+        if let Err(e) = om.log_orphans(owner, group, block, &placed).await {
             tracing::warn!(error = %e, "logging a failed rebuild's targets for deletion");
         }
     }

@@ -156,7 +156,7 @@ pub async fn add_replica(
     replica_index: Option<ReplicaIndex>,
     target: &str,
 ) -> Result<u64, OmError> {
-    let info = om.lookup_key(bucket, key)?;
+    let info = om.lookup_key(bucket, key).await?;
     let g = info.block_groups.get(group).ok_or_else(|| {
         OmError::InvalidArgument(format!(
             "{bucket}/{key} has {} block groups, no group {group}",
@@ -187,6 +187,7 @@ pub async fn add_replica(
             datanode: target,
             replica_index,
         },
-    )?;
+    )
+    .await?;
     Ok(size)
 }

@@ -26,10 +26,9 @@ use std::time::{Duration, Instant};
 use proto_crate::wire::admin as admin_pb;
 use proto_crate::wire::om as pb;
 use proto_crate::{BlockLocation, DatanodeDetails, DatanodeId, KeyInfo, ReplicaIndex};
-use redb::{ReadableDatabase, ReadableTable};
 
 use crate::group_owner::GroupOwner;
-use crate::manager::{KEYS, decode};
+use crate::manager::decode;
 use crate::repair_plan::{Deficit, Lack, assess_groups};
 use crate::{NodeState, OmError, OperationalState, OzoneManager};
 
@@ -280,56 +279,50 @@ impl OzoneManager {
         self.repair.passes.subscribe()
     }
 
-    /// Multipart uploads in progress, with their uploaded parts, in one read transaction.
-    fn uploads(&self) -> Result<Vec<proto_crate::MultipartUpload>, OmError> {
-        let read = self.db.begin_read()?;
+    /// Multipart uploads in progress, with their uploaded parts, as of `snapshot`.
+    async fn uploads(
+        &self,
+        snapshot: &meta_store::Snapshot,
+    ) -> Result<Vec<proto_crate::MultipartUpload>, OmError> {
         let mut out = std::collections::BTreeMap::new();
-        for entry in read.open_table(crate::upload_rows::UPLOADS)?.iter()? {
-            let (k, v) = entry?;
+        crate::orphans::each_row(snapshot, crate::tables::UPLOADS, |id, v| {
             let u: proto_crate::MultipartUpload =
-                decode::<pb::MultipartUploadInfo, _>(v.value(), "multipart upload")?;
-            out.insert(k.value().to_string(), u);
-        }
-        for entry in read.open_table(crate::upload_rows::PARTS)?.iter()? {
-            let (k, v) = entry?;
-            let (id, _) = k.value();
-            if let Some(u) = out.get_mut(id) {
+                decode::<pb::MultipartUploadInfo, _>(&v.0, "multipart upload")?;
+            out.insert(id, u);
+            Ok(())
+        })
+        .await?;
+        crate::orphans::each_row(snapshot, crate::tables::PARTS, |(id, _), v| {
+            if let Some(u) = out.get_mut(&id) {
                 let mut p: proto_crate::PartInfo =
-                    decode::<pb::PartInfo, _>(v.value(), "multipart part")?;
+                    decode::<pb::PartInfo, _>(&v.0, "multipart part")?;
                 self.current_addresses(&mut p.block_groups);
                 u.parts.push(p);
             }
-        }
+            Ok(())
+        })
+        .await?;
         Ok(out.into_values().collect())
     }
 
-    /// Committed keys after `after` (bucket, key), at most `limit`, in one read transaction.
-    fn keys_page(
+    /// Committed keys after `after` (bucket, key), at most `limit`, as of `snapshot`.
+    async fn keys_page(
         &self,
+        snapshot: &meta_store::Snapshot,
         after: Option<&(String, String)>,
         limit: usize,
     ) -> Result<Vec<KeyInfo>, OmError> {
-        let read = self.db.begin_read()?;
-        let t = read.open_table(KEYS)?;
-        let mut out = Vec::new();
-        let range = match after {
-            Some((b, k)) => t.range((b.as_str(), k.as_str())..)?,
-            None => t.range::<(&str, &str)>(..)?,
-        };
-        for entry in range {
-            let (k, v) = entry?;
-            let (b, name) = k.value();
-            if after.is_some_and(|(ab, ak)| ab == b && ak == name) {
-                continue;
-            }
-            let mut k: KeyInfo = decode::<pb::KeyInfo, _>(v.value(), "key")?;
-            self.current_addresses(&mut k.block_groups);
-            out.push(k);
-            if out.len() >= limit {
-                break;
-            }
-        }
-        Ok(out)
+        let rows = crate::tables::KEYS
+            .scan_at(snapshot, &(), after, limit)
+            .await?;
+        rows.rows
+            .iter()
+            .map(|r| {
+                let mut k = crate::keys::key_of(&r.value, Some(r.mod_revision))?;
+                self.current_addresses(&mut k.block_groups);
+                Ok(k)
+            })
+            .collect()
     }
 
     /// One ReplicationManager pass: scans, counts and starts repairs (which run on their own
@@ -419,9 +412,12 @@ impl OzoneManager {
         let resume_from = self.repair.lock().resume.take();
         let om = Arc::clone(self);
         let readable = live.clone();
-        let scan = tokio::task::spawn_blocking(move || {
+        // One snapshot: every upload before the first key page, and every key page, see one
+        // state of the store, so a key renamed or an upload completed meanwhile is seen once,
+        // in one place or the other.
+        let snapshot = self.store.snapshot().await?;
+        let scan = async {
             let mut scan = Scan::default();
-            let renames_before = om.renames.start_scan();
             let lost =
                 |d: &DatanodeId, b: (u64, u64)| missing.get(&b).is_some_and(|s| s.contains(d));
             // One key or part: its locations against the block reports, then its deficits.
@@ -469,7 +465,7 @@ impl OzoneManager {
                 }
             };
             if resume_from.is_none() {
-                for u in om.uploads()? {
+                for u in om.uploads(&snapshot).await? {
                     for p in &u.parts {
                         let owner = GroupOwner::Part {
                             upload_id: u.upload_id.clone(),
@@ -482,7 +478,7 @@ impl OzoneManager {
             let resumed = resume_from.is_some();
             let mut after = resume_from;
             loop {
-                let page = om.keys_page(after.as_ref(), SCAN_PAGE)?;
+                let page = om.keys_page(&snapshot, after.as_ref(), SCAN_PAGE).await?;
                 for k in &page {
                     let owner = GroupOwner::key(&k.bucket, &k.name);
                     visit(&mut scan, owner, k.replication, &k.block_groups);
@@ -497,13 +493,12 @@ impl OzoneManager {
                     return Ok::<_, OmError>(scan);
                 }
             }
-            // Complete only when one pass saw every part and key, and no rename ran
-            // meanwhile (it could have moved a key behind the scan's cursor).
-            scan.complete =
-                !resumed && renames_before.is_some_and(|c| om.renames.unchanged_since(c));
-            Ok(scan)
-        })
-        .await??;
+            // Complete only when one pass saw every part and key.
+            scan.complete = !resumed;
+            Ok::<_, OmError>(scan)
+        }
+        .await?;
+        drop(snapshot);
         let Scan {
             mut deficits,
             actionable: _,
@@ -522,9 +517,7 @@ impl OzoneManager {
             if self.block_reports.sweep_due(now, gap) {
                 // Before this pass starts repairs: every repair that could commit during
                 // the sweep is in `running` already.
-                let om = Arc::clone(self);
-                let repairing = running.clone();
-                tokio::task::spawn_blocking(move || om.sweep_orphans(&repairing)).await??;
+                self.sweep_orphans(&running).await?;
             }
         }
         let checks_pending = !candidates.is_empty();
@@ -554,7 +547,7 @@ impl OzoneManager {
             for t in &healthy {
                 if d.holders.contains(&t.uuid)
                     || busy.get(&t.uuid).copied().unwrap_or(0) >= cfg.max_per_datanode
-                    || self.deletion_pending(&t.uuid, d.block)?
+                    || crate::deletion::is_logged(&self.store, t.uuid.as_str(), d.block).await?
                 {
                     continue;
                 }
@@ -641,12 +634,6 @@ impl OzoneManager {
         });
     }
 
-    /// Whether a deletion of `block` on `uuid` is logged (a target then would lose the repair).
-    fn deletion_pending(&self, uuid: &DatanodeId, block: (u64, u64)) -> Result<bool, OmError> {
-        let read = self.db.begin_read()?;
-        crate::deletion::is_logged_read(&read, uuid.as_str(), block)
-    }
-
     /// Runs one repair to its commit. `attempt` counts earlier failed attempts: a retry reads
     /// from the next source first, and rebuilds an EC index whose copy failed.
     async fn repair(
@@ -698,10 +685,11 @@ impl OzoneManager {
                             std::slice::from_ref(from),
                             &added,
                         )
+                        .await
                     }
                     .await;
                     if let Err(e) = outcome {
-                        self.free_targets(d, &added);
+                        self.free_targets(d, &added).await;
                         return Err(e);
                     }
                 }
@@ -750,10 +738,11 @@ impl OzoneManager {
                     let removed: Vec<BlockLocation> =
                         retire.iter().take(added.len()).cloned().collect();
                     self.replace_group_locations(&d.owner, d.group, d.block, &removed, &added)
+                        .await
                 }
                 .await;
                 if let Err(e) = outcome {
-                    self.free_targets(d, &added);
+                    self.free_targets(d, &added).await;
                     return Err(e);
                 }
             }
@@ -762,8 +751,8 @@ impl OzoneManager {
     }
 
     /// Logs the targets of a failed copy for deletion (they may hold part of a block).
-    fn free_targets(&self, d: &Deficit, added: &[BlockLocation]) {
-        if let Err(e) = self.log_orphans(&d.owner, d.group, d.block, added) {
+    async fn free_targets(&self, d: &Deficit, added: &[BlockLocation]) {
+        if let Err(e) = self.log_orphans(&d.owner, d.group, d.block, added).await {
             tracing::warn!(error = %e, "logging a failed copy's targets for deletion");
         }
     }
@@ -842,67 +831,5 @@ pub async fn run_replication_manager(
             () = om.repair.wakeup.notified() => {}
             () = tokio::time::sleep(interval) => {}
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::OmConfig;
-
-    fn dn(i: u128) -> DatanodeDetails {
-        DatanodeDetails {
-            uuid: DatanodeId::from_u128(i),
-            address: format!("127.0.0.1:{}", 40_000 + i),
-        }
-    }
-
-    /// A decommission finishes only after complete scans. A scan that ran
-    /// while a rename was under way may have missed the renamed key (it
-    /// moved behind the scan's cursor), so it must not count: otherwise the
-    /// datanode holding that key's only replicas could leave the cluster.
-    #[tokio::test]
-    async fn a_scan_during_a_rename_is_not_a_complete_pass() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let om = Arc::new(
-            OzoneManager::open(OmConfig::new(dir.path()))
-                .await
-                .expect("om opens"),
-        );
-        for i in 0..6 {
-            om.register_datanode(dn(i)).await.expect("register");
-        }
-        let leaving = dn(5).uuid;
-        om.decommission(&leaving).await.expect("decommission");
-        {
-            let _renaming = om.renames.begin();
-            for _ in 0..3 {
-                om.repair_once().await.expect("pass");
-            }
-            assert_eq!(
-                om.operational_state(&leaving),
-                OperationalState::Decommissioning,
-                "passes that overlapped a rename finished a decommission"
-            );
-            // A second rename that overlaps the first (a single odd-while-running
-            // count would read even here).
-            let _second = om.renames.begin();
-            for _ in 0..3 {
-                om.repair_once().await.expect("pass");
-            }
-            assert_eq!(
-                om.operational_state(&leaving),
-                OperationalState::Decommissioning,
-                "passes during two overlapping renames finished a decommission"
-            );
-        }
-        for _ in 0..2 {
-            om.repair_once().await.expect("pass");
-        }
-        assert_eq!(
-            om.operational_state(&leaving),
-            OperationalState::Decommissioned,
-            "two complete passes after the rename finish it"
-        );
     }
 }

@@ -57,17 +57,13 @@ async fn every<F, Fut>(
 /// Aborts sessions whose lease ran out and prunes old completed-upload
 /// records.
 async fn reap_leases(om: Arc<OzoneManager>) {
-    let om2 = Arc::clone(&om);
-    match tokio::task::spawn_blocking(move || om2.expire_sessions(om2.config().clock.now())).await {
-        Ok(Ok(0)) => {}
-        Ok(Ok(n)) => tracing::info!(sessions = n, "expired open-key sessions"),
-        Ok(Err(e)) => tracing::warn!(error = %e, "expiring open-key sessions failed"),
-        Err(e) => tracing::warn!(error = %e, "lease reaper task failed"),
+    match om.expire_sessions(om.config().clock.now()).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(sessions = n, "expired open-key sessions"),
+        Err(e) => tracing::warn!(error = %e, "expiring open-key sessions failed"),
     }
-    match tokio::task::spawn_blocking(move || om.prune_completed_uploads()).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => tracing::warn!(error = %e, "pruning completed uploads failed"),
-        Err(e) => tracing::warn!(error = %e, "completed-upload pruning task failed"),
+    if let Err(e) = om.prune_completed_uploads().await {
+        tracing::warn!(error = %e, "pruning completed uploads failed");
     }
 }
 

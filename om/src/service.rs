@@ -58,22 +58,28 @@ impl OmGrpcService {
         ))))
     }
 
-    async fn run<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&OzoneManager) -> Result<T, OmError> + Send + 'static,
-    ) -> Result<T, Status> {
-        on_blocking_pool(&self.om, f).await
+    async fn run<T, F>(&self, f: impl FnOnce(Arc<OzoneManager>) -> F) -> Result<T, Status>
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = Result<T, OmError>> + Send + 'static,
+    {
+        run_to_completion(&self.om, f).await
     }
 }
 
-/// Runs `f` (database work) on the blocking pool, off the async threads;
-/// its error becomes the status the client sees.
-pub(crate) async fn on_blocking_pool<T: Send + 'static>(
+/// Runs the operation `f` makes on a task of its own, so that a client that cancels its
+/// call (or whose connection drops) does not cut an operation off between its steps (a
+/// session taken from memory before its row is removed); its error becomes the status the
+/// client sees.
+pub(crate) async fn run_to_completion<T, F>(
     om: &Arc<OzoneManager>,
-    f: impl FnOnce(&OzoneManager) -> Result<T, OmError> + Send + 'static,
-) -> Result<T, Status> {
-    let om = Arc::clone(om);
-    tokio::task::spawn_blocking(move || f(&om))
+    f: impl FnOnce(Arc<OzoneManager>) -> F,
+) -> Result<T, Status>
+where
+    T: Send + 'static,
+    F: std::future::Future<Output = Result<T, OmError>> + Send + 'static,
+{
+    tokio::spawn(f(Arc::clone(om)))
         .await
         .map_err(|e| Status::from(OmError::Task(e)))?
         .map_err(Status::from)
@@ -200,7 +206,7 @@ impl OzoneManagerService for OmGrpcService {
         }
         let d = datanode.ok_or_else(|| bad(ProtocolError::MissingField("datanode")))?;
         let n = self
-            .run(move |om| om.record_block_report(&d, blocks))
+            .run(move |om| async move { om.record_block_report(&d, blocks) })
             .await?;
         Ok(Response::new(pb::BlockReportResponse { blocks: n as u64 }))
     }
@@ -214,7 +220,7 @@ impl OzoneManagerService for OmGrpcService {
         let size = (req.block_size > 0).then_some(req.block_size);
         let acl = CannedAcl::parse(&req.acl).map_err(bad)?;
         let b = self
-            .run(move |om| om.create_bucket_as(&req.name, r, size, &req.owner, acl))
+            .run(move |om| async move { om.create_bucket_as(&req.name, r, size, &req.owner, acl).await })
             .await?;
         Ok(Response::new(pb::CreateBucketResponse {
             bucket: Some(b.into()),
@@ -226,7 +232,7 @@ impl OzoneManagerService for OmGrpcService {
         req: Request<pb::GetBucketRequest>,
     ) -> Result<Response<pb::GetBucketResponse>, Status> {
         let name = req.into_inner().name;
-        let b = self.run(move |om| om.get_bucket(&name)).await?;
+        let b = self.run(move |om| async move { om.get_bucket(&name).await }).await?;
         Ok(Response::new(pb::GetBucketResponse {
             bucket: Some(b.into()),
         }))
@@ -247,7 +253,7 @@ impl OzoneManagerService for OmGrpcService {
             n => usize::try_from(n).unwrap_or(usize::MAX),
         };
         let (b, truncated) = self
-            .run(move |om| om.list_buckets_page(&filter, limit))
+            .run(move |om| async move { om.list_buckets_page(&filter, limit).await })
             .await?;
         Ok(Response::new(pb::ListBucketsResponse {
             buckets: b.into_iter().map(Into::into).collect(),
@@ -260,7 +266,7 @@ impl OzoneManagerService for OmGrpcService {
         req: Request<pb::DeleteBucketRequest>,
     ) -> Result<Response<pb::DeleteBucketResponse>, Status> {
         let name = req.into_inner().name;
-        self.run(move |om| om.delete_bucket(&name)).await?;
+        self.run(move |om| async move { om.delete_bucket(&name).await }).await?;
         Ok(Response::new(pb::DeleteBucketResponse {}))
     }
 
@@ -271,7 +277,7 @@ impl OzoneManagerService for OmGrpcService {
         let req = req.into_inner();
         let acl = CannedAcl::parse(&req.acl).map_err(bad)?;
         let b = self
-            .run(move |om| om.set_bucket_acl(&req.name, acl))
+            .run(move |om| async move { om.set_bucket_acl(&req.name, acl).await })
             .await?;
         Ok(Response::new(pb::SetBucketAclResponse {
             bucket: Some(b.into()),
@@ -305,7 +311,7 @@ impl OzoneManagerService for OmGrpcService {
         let req = req.into_inner();
         let r = replication(&req.replication)?;
         let k = self
-            .run(move |om| om.open_key_as(&req.client_id, &req.bucket, &req.key, r))
+            .run(move |om| async move { om.open_key_as(&req.client_id, &req.bucket, &req.key, r).await })
             .await?;
         Ok(Response::new(pb::OpenKeyResponse {
             session_id: k.session_id,
@@ -333,8 +339,8 @@ impl OzoneManagerService for OmGrpcService {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let g = self
-            .run(move |om| {
-                let g = om.allocate_block_group(req.session_id, &exclude)?;
+            .run(move |om| async move {
+                let g = om.allocate_block_group(req.session_id, &exclude).await?;
                 om.with_session_token(req.session_id, g)
             })
             .await?;
@@ -356,14 +362,14 @@ impl OzoneManagerService for OmGrpcService {
             .map_err(bad)?;
         let condition = condition(req.condition)?;
         let k = self
-            .run(move |om| {
+            .run(move |om| async move {
                 let k = om.commit_key_if(
                     req.session_id,
                     &groups,
                     req.length,
                     req.metadata.into_iter().collect(),
                     condition,
-                )?;
+                ).await?;
                 om.with_read_tokens(k, "")
             })
             .await?;
@@ -377,7 +383,7 @@ impl OzoneManagerService for OmGrpcService {
         req: Request<pb::AbortKeyRequest>,
     ) -> Result<Response<pb::AbortKeyResponse>, Status> {
         let id = req.into_inner().session_id;
-        self.run(move |om| om.abort_key(id)).await?;
+        self.run(move |om| async move { om.abort_key(id).await }).await?;
         Ok(Response::new(pb::AbortKeyResponse {}))
     }
 
@@ -397,7 +403,7 @@ impl OzoneManagerService for OmGrpcService {
     ) -> Result<Response<pb::LookupKeyResponse>, Status> {
         let req = req.into_inner();
         let k = self
-            .run(move |om| om.with_read_tokens(om.lookup_key(&req.bucket, &req.key)?, ""))
+            .run(move |om| async move { om.with_read_tokens(om.lookup_key(&req.bucket, &req.key).await?, "") })
             .await?;
         Ok(Response::new(pb::LookupKeyResponse {
             key: Some(k.into()),
@@ -410,13 +416,13 @@ impl OzoneManagerService for OmGrpcService {
     ) -> Result<Response<pb::ListKeysResponse>, Status> {
         let req = req.into_inner();
         let keys = self
-            .run(move |om| {
+            .run(move |om| async move {
                 om.list_keys(
                     &req.bucket,
                     &req.prefix,
                     &req.start_after,
                     req.max_keys as usize,
-                )?
+                ).await?
                 .into_iter()
                 .map(|k| om.with_read_tokens(k, ""))
                 .collect::<Result<Vec<_>, _>>()
@@ -433,7 +439,7 @@ impl OzoneManagerService for OmGrpcService {
     ) -> Result<Response<pb::DeleteKeyResponse>, Status> {
         let req = req.into_inner();
         let condition = condition(req.condition)?;
-        self.run(move |om| om.delete_key_if(&req.bucket, &req.key, condition))
+        self.run(move |om| async move { om.delete_key_if(&req.bucket, &req.key, condition).await })
             .await?;
         Ok(Response::new(pb::DeleteKeyResponse {}))
     }
@@ -445,8 +451,8 @@ impl OzoneManagerService for OmGrpcService {
         let req = req.into_inner();
         let condition = condition(req.condition)?;
         let k = self
-            .run(move |om| {
-                let k = om.rename_key(&req.bucket, &req.from_key, &req.to_key, condition)?;
+            .run(move |om| async move {
+                let k = om.rename_key(&req.bucket, &req.from_key, &req.to_key, condition).await?;
                 om.with_read_tokens(k, "")
             })
             .await?;
@@ -461,13 +467,13 @@ impl OzoneManagerService for OmGrpcService {
     ) -> Result<Response<pb::SetKeyMetadataResponse>, Status> {
         let req = req.into_inner();
         let k = self
-            .run(move |om| {
+            .run(move |om| async move {
                 let k = om.set_key_metadata(
                     &req.bucket,
                     &req.key,
                     &req.prefix,
                     req.entries.into_iter().collect(),
-                )?;
+                ).await?;
                 om.with_read_tokens(k, "")
             })
             .await?;
@@ -490,7 +496,7 @@ impl OzoneManagerService for OmGrpcService {
             None => return Err(bad(ProtocolError::MissingField("owner"))),
         };
         let token = self
-            .run(move |om| om.block_token_for(&owner, req.container_id, req.local_id))
+            .run(move |om| async move { om.block_token_for(&owner, req.container_id, req.local_id).await })
             .await?;
         Ok(Response::new(pb::GetBlockTokenResponse {
             token: token.map(|t| t.as_bytes().clone()).unwrap_or_default(),
@@ -504,13 +510,13 @@ impl OzoneManagerService for OmGrpcService {
         let req = req.into_inner();
         let r = replication(&req.replication)?;
         let upload_id = self
-            .run(move |om| {
+            .run(move |om| async move {
                 om.initiate_multipart_upload(
                     &req.bucket,
                     &req.key,
                     r,
                     req.metadata.into_iter().collect(),
-                )
+                ).await
             })
             .await?;
         Ok(Response::new(pb::InitiateMultipartUploadResponse {
@@ -524,7 +530,7 @@ impl OzoneManagerService for OmGrpcService {
     ) -> Result<Response<pb::OpenKeyResponse>, Status> {
         let req = req.into_inner();
         let k = self
-            .run(move |om| om.open_part_as(&req.client_id, &req.upload_id, req.part_number))
+            .run(move |om| async move { om.open_part_as(&req.client_id, &req.upload_id, req.part_number).await })
             .await?;
         Ok(Response::new(pb::OpenKeyResponse {
             session_id: k.session_id,
@@ -547,14 +553,14 @@ impl OzoneManagerService for OmGrpcService {
             .collect::<Result<Vec<_>, _>>()
             .map_err(bad)?;
         let p = self
-            .run(move |om| {
+            .run(move |om| async move {
                 om.commit_part_with(
                     req.session_id,
                     &groups,
                     req.length,
                     &req.etag,
                     req.metadata.into_iter().collect(),
-                )
+                ).await
             })
             .await?;
         Ok(Response::new(pb::CommitPartResponse {
@@ -569,7 +575,7 @@ impl OzoneManagerService for OmGrpcService {
         let req = req.into_inner();
         let limit = usize::try_from(req.max_parts).unwrap_or(usize::MAX);
         let (u, truncated) = self
-            .run(move |om| om.list_parts(&req.upload_id, req.part_number_marker, limit))
+            .run(move |om| async move { om.list_parts(&req.upload_id, req.part_number_marker, limit).await })
             .await?;
         Ok(Response::new(pb::ListPartsResponse {
             upload: Some(u.into()),
@@ -592,7 +598,7 @@ impl OzoneManagerService for OmGrpcService {
             n => usize::try_from(n).unwrap_or(usize::MAX),
         };
         let (uploads, truncated) = self
-            .run(move |om| om.list_multipart_uploads(&req.bucket, &req.prefix, &marker, limit))
+            .run(move |om| async move { om.list_multipart_uploads(&req.bucket, &req.prefix, &marker, limit).await })
             .await?;
         Ok(Response::new(pb::ListMultipartUploadsResponse {
             uploads: uploads.into_iter().map(Into::into).collect(),
@@ -612,14 +618,14 @@ impl OzoneManagerService for OmGrpcService {
             .collect();
         let condition = condition(req.condition)?;
         let k = self
-            .run(move |om| {
+            .run(move |om| async move {
                 let k = om.complete_multipart_upload_if(
                     &req.upload_id,
                     &parts,
                     req.min_part_size,
                     req.metadata.into_iter().collect(),
                     condition,
-                )?;
+                ).await?;
                 om.with_read_tokens(k, "")
             })
             .await?;
@@ -633,7 +639,7 @@ impl OzoneManagerService for OmGrpcService {
         req: Request<pb::AbortMultipartUploadRequest>,
     ) -> Result<Response<pb::AbortMultipartUploadResponse>, Status> {
         let id = req.into_inner().upload_id;
-        self.run(move |om| om.abort_multipart_upload(&id)).await?;
+        self.run(move |om| async move { om.abort_multipart_upload(&id).await }).await?;
         Ok(Response::new(pb::AbortMultipartUploadResponse {}))
     }
 }

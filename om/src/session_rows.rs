@@ -12,35 +12,20 @@
 //! when the om stopped goes on (allocations and commit name its session id), and one that is
 //! gone expires one lease later.
 //!
-//! Files from before this layout kept a row per group in a table `open_groups`; at open its
-//! rows move into their sessions' rows, those of no session are staged for deletion, and the
-//! table is dropped, in the transaction that loads the sessions.
+//! Files from before the metadata store kept a row per group in a redb table `open_groups`;
+//! at open they are moved into their sessions' rows (`old_layout.rs`).
 
-use std::collections::HashMap;
-
+use meta_store::codec::Raw;
+use meta_store::{MetaStore, Transaction, transact};
 use prost::Message;
 use proto_crate::BlockGroup;
 use proto_crate::wire::om as pb;
-use redb::{ReadableTable, TableDefinition, TableHandle, WriteTransaction};
 
 use crate::OmError;
-use crate::deletion::stage_groups;
 use crate::manager::{OpenKeySession, SessionTarget};
+use crate::tables::OPEN_SESSIONS;
 
 type Result<T, E = OmError> = std::result::Result<T, E>;
-
-/// Open sessions: session id -> encoded `OpenSessionRecord`.
-pub(crate) const OPEN_SESSIONS: TableDefinition<u64, &[u8]> = TableDefinition::new("open_sessions");
-/// The old layout's groups of open sessions: (session id, container id, local id) -> encoded
-/// `BlockGroup`; read once at open, then dropped.
-const OLD_OPEN_GROUPS: TableDefinition<(u64, u64, u64), &[u8]> =
-    TableDefinition::new("open_groups");
-
-/// Creates the table (inside `txn`, with the om's other tables at open).
-pub(crate) fn create_tables(txn: &WriteTransaction) -> Result<()> {
-    txn.open_table(OPEN_SESSIONS)?;
-    Ok(())
-}
 
 /// What is stored of session `s` (all but its lease).
 pub(crate) fn record(s: &OpenKeySession) -> pb::OpenSessionRecord {
@@ -63,23 +48,20 @@ pub(crate) fn record(s: &OpenKeySession) -> pb::OpenSessionRecord {
     }
 }
 
-/// Writes session `id`'s row (`r`, from [`record`]) in `txn`.
-pub(crate) fn insert(txn: &WriteTransaction, id: u64, r: &pb::OpenSessionRecord) -> Result<()> {
-    txn.open_table(OPEN_SESSIONS)?
-        .insert(id, r.encode_to_vec().as_slice())?;
-    Ok(())
+/// Writes session `id`'s row (`r`, from [`record`]) in `tx`.
+pub(crate) fn put_in(tx: &Transaction, id: u64, r: &pb::OpenSessionRecord) {
+    OPEN_SESSIONS.put_in(tx, &id, &Raw(r.encode_to_vec()));
 }
 
-/// Session `id`'s stored record in `txn`, if its row exists.
+/// Session `id`'s stored record as `tx` sees it, if its row exists.
 ///
 /// # Errors
-/// Database errors; [`OmError::CorruptRecord`] for a row that does not decode.
-pub(crate) fn get(txn: &WriteTransaction, id: u64) -> Result<Option<pb::OpenSessionRecord>> {
-    let t = txn.open_table(OPEN_SESSIONS)?;
-    let Some(v) = t.get(id)? else {
+/// Store errors; [`OmError::CorruptRecord`] for a row that does not decode.
+pub(crate) async fn get_in(tx: &Transaction, id: u64) -> Result<Option<pb::OpenSessionRecord>> {
+    let Some(v) = OPEN_SESSIONS.get_in(tx, &id).await? else {
         return Ok(None);
     };
-    pb::OpenSessionRecord::decode(v.value())
+    pb::OpenSessionRecord::decode(v.0.as_slice())
         .map(Some)
         .map_err(|e| OmError::CorruptRecord {
             what: "open session".into(),
@@ -87,10 +69,9 @@ pub(crate) fn get(txn: &WriteTransaction, id: u64) -> Result<Option<pb::OpenSess
         })
 }
 
-/// Removes session `id`'s row in `txn` (none: fine).
-pub(crate) fn remove(txn: &WriteTransaction, id: u64) -> Result<()> {
-    txn.open_table(OPEN_SESSIONS)?.remove(id)?;
-    Ok(())
+/// Removes session `id`'s row in `tx` (none: fine).
+pub(crate) fn remove_in(tx: &Transaction, id: u64) {
+    OPEN_SESSIONS.delete_in(tx, &id);
 }
 
 /// A decoded record, its replication parsed, and its groups.
@@ -140,97 +121,46 @@ fn session_of(
     }
 }
 
-/// Reads every session back with its allocated groups, its lease starting at `now`; in the
-/// same transaction, drops rows that do not decode (with a warning), and moves the old
-/// layout's `open_groups` rows into their sessions' rows (staging those of no session for
-/// deletion) and drops that table. Returns the sessions and how many groups were staged.
-pub(crate) fn load(
-    db: &redb::Database,
+/// Reads every session back with its allocated groups, its lease starting at `now`, a page
+/// at a time; rows that do not decode are removed (with a warning; their writes are given up,
+/// and their replicas left to the orphan sweep), a bounded number per transaction.
+pub(crate) async fn load(
+    store: &MetaStore,
     now: std::time::Instant,
-) -> Result<(Vec<(u64, OpenKeySession)>, usize)> {
-    let txn = db.begin_write()?;
-    let mut sessions: HashMap<u64, OpenKeySession> = HashMap::new();
+) -> Result<Vec<(u64, OpenKeySession)>> {
+    let mut sessions = Vec::new();
     let mut unreadable = Vec::new();
-    for entry in txn.open_table(OPEN_SESSIONS)?.iter()? {
-        let (k, v) = entry?;
-        let id = k.value();
-        match decode_record(v.value()) {
-            Ok((r, groups)) => {
-                sessions.insert(id, session_of(r, groups, now));
-            }
-            Err(why) => {
-                // One bad row must not keep the om from starting: that write is lost (its
-                // replicas are left to the orphan sweep), the rest go on.
-                tracing::warn!(session = id, error = %why, "an open session's row does not decode; its write is given up");
-                unreadable.push(id);
-            }
-        }
-    }
-    {
-        let mut t = txn.open_table(OPEN_SESSIONS)?;
-        for id in &unreadable {
-            t.remove(id)?;
-        }
-    }
-    let orphans = move_old_open_groups(&txn, &mut sessions)?;
-    stage_groups(&txn, &orphans)?;
-    txn.commit()?;
-    let mut out: Vec<(u64, OpenKeySession)> = sessions.into_iter().collect();
-    out.sort_by_key(|(id, _)| *id);
-    Ok((out, orphans.len()))
-}
-
-/// Moves the rows of the old layout's `open_groups` table (when the file has one) into the
-/// rows of their `sessions` (in (container, local) order after the groups the row already
-/// has) and drops the table; returns the groups of no session. A row that does not decode
-/// is dropped with a warning: its locations are unknown, so its replicas are left to the
-/// orphan sweep.
-fn move_old_open_groups(
-    txn: &WriteTransaction,
-    sessions: &mut HashMap<u64, OpenKeySession>,
-) -> Result<Vec<BlockGroup>> {
-    if !txn
-        .list_tables()?
-        .any(|t| t.name() == OLD_OPEN_GROUPS.name())
-    {
-        return Ok(Vec::new());
-    }
-    let mut orphans = Vec::new();
-    let mut grown = std::collections::BTreeSet::new();
-    for entry in txn.open_table(OLD_OPEN_GROUPS)?.iter()? {
-        let (k, v) = entry?;
-        let (session, container, local) = k.value();
-        let g = match crate::manager::decode::<pb::BlockGroup, BlockGroup>(v.value(), "open group")
-        {
-            Ok(g) => g,
-            Err(e) => {
-                tracing::warn!(session, container, local, error = %e, "an open group's row does not decode; dropped");
-                continue;
-            }
-        };
-        match sessions.get_mut(&session) {
-            Some(s) => {
-                if !s
-                    .allocated
-                    .iter()
-                    .any(|a| (a.container_id, a.local_id) == (container, local))
-                {
-                    s.allocated.push(g);
-                    grown.insert(session);
+    let mut after = None;
+    loop {
+        let rows = OPEN_SESSIONS
+            .scan(store, &(), after.as_ref(), crate::MAX_LIST_PAGE)
+            .await?;
+        for row in &rows.rows {
+            match decode_record(&row.value.0) {
+                Ok((r, groups)) => sessions.push((row.key, session_of(r, groups, now))),
+                Err(why) => {
+                    // One bad row must not keep the om from starting: that write is lost, the
+                    // rest go on.
+                    tracing::warn!(session = row.key, error = %why, "an open session's row does not decode; its write is given up");
+                    unreadable.push(row.key);
                 }
             }
-            None => orphans.push(g),
+        }
+        match rows.rows.last() {
+            Some(last) if rows.more => after = Some(last.key),
+            _ => break,
         }
     }
-    for id in grown {
-        if let Some(s) = sessions.get(&id) {
-            insert(txn, id, &record(s))?;
-        }
+    for chunk in unreadable.chunks(crate::deletion::TXN_BATCH) {
+        transact(store, |tx| {
+            Box::pin(async move {
+                for id in chunk {
+                    remove_in(&tx, *id);
+                }
+                Ok::<(), OmError>(())
+            })
+        })
+        .await?;
     }
-    txn.delete_table(OLD_OPEN_GROUPS)?;
-    tracing::info!(
-        sessions = sessions.len(),
-        "moved the groups of open sessions into their sessions' rows"
-    );
-    Ok(orphans)
+    Ok(sessions)
 }

@@ -14,16 +14,14 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use prost::Message;
-use proto_crate::wire::om as pb;
+use meta_store::{Transaction, transact};
 use proto_crate::{BlockGroup, DatanodeId, KeyInfo, Pipeline, ReplicationConfig};
-use redb::ReadableTable;
 
 use crate::deletion::{end_session, stage_groups, stage_key_groups};
 use crate::manager::{
-    BLOCKS_PER_CONTAINER, BUCKETS, COUNTERS, KEYS, OpenKey, OpenKeySession, SessionTarget, now_ms,
-    validate_name,
+    BLOCKS_PER_CONTAINER, OpenKey, OpenKeySession, SessionTarget, now_ms, validate_name,
 };
+use crate::tables::COUNTERS;
 use crate::{OmError, OzoneManager};
 
 type Result<T, E = OmError> = std::result::Result<T, E>;
@@ -102,25 +100,26 @@ impl IdRanges {
 
 impl OzoneManager {
     /// The next id of `kind`: from this om's reserved range, or (when it is used up) the
-    /// first of a new range reserved by advancing the stored counter in `txn`; the rest of
-    /// that range goes into `reserved`, for [`install_ids`](Self::install_ids) once `txn`
+    /// first of a new range reserved by advancing the stored counter in `tx`; the rest of
+    /// that range goes into `reserved`, for [`install_ids`](Self::install_ids) once `tx`
     /// has committed (a range whose reservation did not commit is never used: another om,
-    /// or this one restarted, may reserve it again).
-    fn take_id(
+    /// or this one restarted, may reserve it again). An id taken from memory by a body that
+    /// then runs again is skipped (a gap, never a repeat).
+    async fn take_id(
         &self,
-        txn: &redb::WriteTransaction,
+        tx: &Transaction,
         kind: IdKind,
         reserved: &mut Vec<(IdKind, std::ops::Range<u64>)>,
     ) -> Result<u64> {
         if let Some(id) = self.id_ranges().of(kind).next() {
             return Ok(id);
         }
-        let mut counters = txn.open_table(COUNTERS)?;
-        let start = counters.get(kind.counter())?.map_or(1, |g| g.value());
+        let name = kind.counter().to_string();
+        let start = COUNTERS.get_in(tx, &name).await?.unwrap_or(1);
         let end = start
             .checked_add(kind.batch())
             .ok_or_else(|| OmError::Internal(format!("{} overflows", kind.counter())))?;
-        counters.insert(kind.counter(), end)?;
+        COUNTERS.put_in(tx, &name, &end);
         reserved.push((kind, start + 1..end));
         Ok(start)
     }
@@ -146,13 +145,14 @@ impl OzoneManager {
     ///
     /// # Errors
     /// As [`open_key_as`](Self::open_key_as).
-    pub fn open_key(
+    pub async fn open_key(
         &self,
         bucket: &str,
         key: &str,
         replication: Option<ReplicationConfig>,
     ) -> Result<OpenKey> {
         self.open_key_as(ANONYMOUS_CLIENT, bucket, key, replication)
+            .await
     }
 
     /// Opens a key for writing on behalf of client `client`.
@@ -161,7 +161,7 @@ impl OzoneManager {
     /// [`OmError::BucketNotFound`], [`OmError::InvalidArgument`] for a bad
     /// key name, [`OmError::TooManyOpenSessions`]; [`OmError::Busy`] (retry) when the new
     /// session's lease ran out while its row was being written.
-    pub fn open_key_as(
+    pub async fn open_key_as(
         &self,
         client: &str,
         bucket: &str,
@@ -169,9 +169,10 @@ impl OzoneManager {
         replication: Option<ReplicationConfig>,
     ) -> Result<OpenKey> {
         self.open_session(client, bucket, key, replication, SessionTarget::Key)
+            .await
     }
 
-    pub(crate) fn open_session(
+    pub(crate) async fn open_session(
         &self,
         client: &str,
         bucket: &str,
@@ -180,54 +181,59 @@ impl OzoneManager {
         target: SessionTarget,
     ) -> Result<OpenKey> {
         validate_name("key", key)?;
-        let b = self.get_bucket(bucket)?;
+        let b = self.get_bucket(bucket).await?;
         let replication = replication.unwrap_or(b.default_replication);
         crate::manager::check_replication(&replication)?;
         let limit = self.config.max_sessions_per_client;
-        let mut st = self.state();
-        // Client ids are the clients' own word: a global bound too.
-        if st.sessions.len() >= MAX_OPEN_SESSIONS {
-            return Err(OmError::TooManyOpenSessions {
-                client: "(all clients)".to_string(),
-                limit: MAX_OPEN_SESSIONS,
-            });
-        }
-        let held = st.sessions_by_client.get(client).copied().unwrap_or(0);
-        if held >= limit {
-            return Err(OmError::TooManyOpenSessions {
+        let (session_id, row) = {
+            let mut st = self.state();
+            // Client ids are the clients' own word: a global bound too.
+            if st.sessions.len() >= MAX_OPEN_SESSIONS {
+                return Err(OmError::TooManyOpenSessions {
+                    client: "(all clients)".to_string(),
+                    limit: MAX_OPEN_SESSIONS,
+                });
+            }
+            let held = st.sessions_by_client.get(client).copied().unwrap_or(0);
+            if held >= limit {
+                return Err(OmError::TooManyOpenSessions {
+                    client: client.to_string(),
+                    limit,
+                });
+            }
+            let session_id = new_session_id(&st.sessions);
+            let session = OpenKeySession {
                 client: client.to_string(),
-                limit,
-            });
-        }
-        let session_id = new_session_id(&st.sessions);
-        let session = OpenKeySession {
-            client: client.to_string(),
-            last_active: self.config.clock.now(),
-            bucket: bucket.to_string(),
-            key: key.to_string(),
-            replication,
-            block_size: b.block_size,
-            allocated: Vec::new(),
-            target,
+                last_active: self.config.clock.now(),
+                bucket: bucket.to_string(),
+                key: key.to_string(),
+                replication,
+                block_size: b.block_size,
+                allocated: Vec::new(),
+                target,
+            };
+            // Reserved in memory (counted against the bounds; no one else knows the id
+            // yet), then its row written durably, without the state lock held: the id is
+            // handed out only once a restarted om would find the session again (Ozone's
+            // OpenKey is a replicated transaction for the same reason).
+            let row = crate::session_rows::record(&session);
+            *st.sessions_by_client.entry(client.to_string()).or_default() += 1;
+            st.sessions.insert(session_id, session);
+            (session_id, row)
         };
-        // Reserved in memory (counted against the bounds; no one else knows the id yet),
-        // then its row written durably, without the state lock held: the id is handed out
-        // only once a restarted om would find the session again (Ozone's OpenKey is a
-        // replicated transaction for the same reason).
-        let row = crate::session_rows::record(&session);
-        *st.sessions_by_client.entry(client.to_string()).or_default() += 1;
-        st.sessions.insert(session_id, session);
-        drop(st);
-        let written = (|| {
-            let txn = self.db.begin_write()?;
-            crate::session_rows::insert(&txn, session_id, &row)?;
-            txn.commit()?;
-            Ok::<(), OmError>(())
-        })();
-        let st = self.state();
-        self.publish_sessions(&st);
-        let ended = !st.sessions.contains_key(&session_id);
-        drop(st);
+        let written = transact(&self.store, |tx| {
+            let row = &row;
+            Box::pin(async move {
+                crate::session_rows::put_in(&tx, session_id, row);
+                Ok::<(), OmError>(())
+            })
+        })
+        .await;
+        let ended = {
+            let st = self.state();
+            self.publish_sessions(&st);
+            !st.sessions.contains_key(&session_id)
+        };
         if let Err(e) = written {
             let mut st = self.state();
             st.remove_session(session_id);
@@ -238,9 +244,13 @@ impl OzoneManager {
             // Ended (expired) while its row was written: whoever ended it may have removed
             // the row before it existed, so it goes here too (removing it twice is fine),
             // or a restart would resurrect the session.
-            let txn = self.db.begin_write()?;
-            crate::session_rows::remove(&txn, session_id)?;
-            txn.commit()?;
+            transact(&self.store, |tx| {
+                Box::pin(async move {
+                    crate::session_rows::remove_in(&tx, session_id);
+                    Ok::<(), OmError>(())
+                })
+            })
+            .await?;
             // The caller never saw this session: nothing of theirs is lost, so a retry.
             return Err(OmError::Busy(format!(
                 "the new session {session_id} expired while it was being recorded; open again"
@@ -263,8 +273,8 @@ impl OzoneManager {
     ///
     /// # Errors
     /// [`OmError::NoSuchSession`], [`OmError::NotEnoughDatanodes`] (naming
-    /// how many datanodes are healthy), database errors.
-    pub fn allocate_block_group(
+    /// how many datanodes are healthy), store errors.
+    pub async fn allocate_block_group(
         &self,
         session_id: u64,
         exclude: &[DatanodeId],
@@ -303,65 +313,83 @@ impl OzoneManager {
         };
         // Ids (from this om's reserved ranges, a new range reserved in this transaction when
         // one runs out) and the session row with the group commit in one transaction.
-        let txn = self.db.begin_write()?;
-        let mut reserved = Vec::new();
-        let local_id = self.take_id(&txn, IdKind::Local, &mut reserved)?;
-        let container_id = match open_container {
-            Some(cid) => cid,
-            None => self.take_id(&txn, IdKind::Container, &mut reserved)?,
-        };
-        let group = BlockGroup {
-            container_id,
-            local_id,
-            length: 0,
-            pipeline: Pipeline { locations },
-            token: None,
-        };
-        let recorded = match crate::session_rows::get(&txn, session_id)? {
-            Some(mut row) => {
-                row.allocated.push(group.clone().into());
-                crate::session_rows::insert(&txn, session_id, &row)?;
-                true
+        let committed = transact(&self.store, |tx| {
+            let locations = locations.clone();
+            Box::pin(async move {
+                let mut reserved = Vec::new();
+                let local_id = self.take_id(&tx, IdKind::Local, &mut reserved).await?;
+                let container_id = match open_container {
+                    Some(cid) => cid,
+                    None => self.take_id(&tx, IdKind::Container, &mut reserved).await?,
+                };
+                let group = BlockGroup {
+                    container_id,
+                    local_id,
+                    length: 0,
+                    pipeline: Pipeline { locations },
+                    token: None,
+                };
+                let recorded = match crate::session_rows::get_in(&tx, session_id).await? {
+                    Some(mut row) => {
+                        row.allocated.push(group.clone().into());
+                        crate::session_rows::put_in(&tx, session_id, &row);
+                        true
+                    }
+                    // Its row is gone: the session ended (its end's transaction ran first).
+                    None => {
+                        stage_groups(&tx, std::slice::from_ref(&group)).await?;
+                        false
+                    }
+                };
+                Ok::<_, OmError>((group, recorded, reserved))
+            })
+        })
+        .await?;
+        let (group, recorded, reserved) = committed.value;
+        self.install_ids(reserved);
+        let known = {
+            let mut st = self.state();
+            if open_container.is_none() {
+                st.open_containers
+                    .insert(pipeline_key, (group.container_id, 1));
             }
-            // Its row is gone: the session ended (its end's transaction ran first).
-            None => {
-                stage_groups(&txn, std::slice::from_ref(&group))?;
+            if recorded {
+                match st.sessions.get_mut(&session_id) {
+                    Some(s) => {
+                        s.allocated.push(group.clone());
+                        true
+                    }
+                    None => false,
+                }
+            } else {
                 false
             }
         };
-        txn.commit()?;
-        self.install_ids(reserved);
-        let mut st = self.state();
-        if open_container.is_none() {
-            st.open_containers
-                .insert(pipeline_key, (group.container_id, 1));
-        }
         if !recorded {
-            drop(st);
-            self.deletions_changed();
+            self.deletions_changed().await;
             return Err(OmError::NoSuchSession(session_id));
         }
-        match st.sessions.get_mut(&session_id) {
-            Some(s) => s.allocated.push(group.clone()),
-            None => {
-                // Ended (aborted, expired, or committing) while this group was being
-                // allocated: nothing can reference it (a commit names only groups the
-                // session knew). If the end's transaction has run, it found the group in
-                // the row and staged it; if not, the group leaves the row here and is
-                // staged now. Either way once.
-                drop(st);
-                let txn = self.db.begin_write()?;
-                if let Some(mut row) = crate::session_rows::get(&txn, session_id)? {
-                    row.allocated.retain(|g| {
-                        (g.container_id, g.local_id) != (group.container_id, group.local_id)
-                    });
-                    crate::session_rows::insert(&txn, session_id, &row)?;
-                    stage_groups(&txn, std::slice::from_ref(&group))?;
-                }
-                txn.commit()?;
-                self.deletions_changed();
-                return Err(OmError::NoSuchSession(session_id));
-            }
+        if !known {
+            // Ended (aborted, expired, or committing) while this group was being allocated:
+            // nothing can reference it (a commit names only groups the session knew). If the
+            // end's transaction has run, it found the group in the row and staged it; if not,
+            // the group leaves the row here and is staged now. Either way once.
+            transact(&self.store, |tx| {
+                let group = &group;
+                Box::pin(async move {
+                    if let Some(mut row) = crate::session_rows::get_in(&tx, session_id).await? {
+                        row.allocated.retain(|g| {
+                            (g.container_id, g.local_id) != (group.container_id, group.local_id)
+                        });
+                        crate::session_rows::put_in(&tx, session_id, &row);
+                        stage_groups(&tx, std::slice::from_ref(group)).await?;
+                    }
+                    Ok::<(), OmError>(())
+                })
+            })
+            .await?;
+            self.deletions_changed().await;
+            return Err(OmError::NoSuchSession(session_id));
         }
         Ok(group)
     }
@@ -376,8 +404,8 @@ impl OzoneManager {
     /// # Errors
     /// [`OmError::NoSuchSession`], [`OmError::InvalidArgument`] for unknown
     /// groups or a length mismatch, [`OmError::BucketNotFound`] when the
-    /// bucket was deleted meanwhile, database errors.
-    pub fn commit_key(
+    /// bucket was deleted meanwhile, store errors.
+    pub async fn commit_key(
         &self,
         session_id: u64,
         groups: &[BlockGroup],
@@ -385,6 +413,7 @@ impl OzoneManager {
         metadata: BTreeMap<String, String>,
     ) -> Result<KeyInfo> {
         self.commit_key_if(session_id, groups, length, metadata, None)
+            .await
     }
 
     /// [`commit_key`](Self::commit_key), provided `condition` (if any) holds for the key as
@@ -393,7 +422,7 @@ impl OzoneManager {
     ///
     /// # Errors
     /// As `commit_key`, and [`OmError::ConditionFailed`].
-    pub fn commit_key_if(
+    pub async fn commit_key_if(
         &self,
         session_id: u64,
         groups: &[BlockGroup],
@@ -401,8 +430,9 @@ impl OzoneManager {
         metadata: BTreeMap<String, String>,
         condition: Option<proto_crate::WriteCondition>,
     ) -> Result<KeyInfo> {
-        let (s, committed, leftovers) =
-            self.take_session(session_id, groups, length, &SessionTarget::Key)?;
+        let (s, committed, leftovers) = self
+            .take_session(session_id, groups, length, &SessionTarget::Key)
+            .await?;
         let mut info = KeyInfo {
             bucket: s.bucket.clone(),
             name: s.key.clone(),
@@ -414,57 +444,47 @@ impl OzoneManager {
             metadata,
             generation: 0,
         };
-        let txn = self.db.begin_write()?;
-        let outcome = (|| {
-            if txn
-                .open_table(BUCKETS)?
-                .get(info.bucket.as_str())?
-                .is_none()
-            {
-                return Err(OmError::BucketNotFound(info.bucket.clone()));
-            }
-            crate::conditions::check(&txn, &info.bucket, &info.name, condition)?;
-            info.generation = crate::conditions::next_generation(&txn)?;
-            stage_key_groups(&txn, &info.bucket, &info.name)?;
-            txn.open_table(KEYS)?.insert(
-                (info.bucket.as_str(), info.name.as_str()),
-                pb::KeyInfo::from(info.clone()).encode_to_vec().as_slice(),
-            )?;
-            end_session(&txn, session_id, &leftovers, &info.block_groups)
-        })();
-        self.commit_or_reclaim(txn, outcome, session_id, &s.allocated)?;
+        let outcome = transact(&self.store, |tx| {
+            let (info, leftovers) = (&info, &leftovers);
+            Box::pin(async move {
+                if crate::buckets::bucket_in(&tx, &info.bucket).await?.is_none() {
+                    return Err(OmError::BucketNotFound(info.bucket.clone()));
+                }
+                crate::conditions::check(&tx, &info.bucket, &info.name, condition).await?;
+                stage_key_groups(&tx, &info.bucket, &info.name).await?;
+                crate::keys::put_new_key_in(&tx, info);
+                end_session(&tx, session_id, leftovers, &info.block_groups).await
+            })
+        })
+        .await;
+        let revision = self
+            .commit_or_reclaim(outcome, session_id, &s.allocated)
+            .await?;
+        info.generation = revision;
         self.current_addresses(&mut info.block_groups);
         Ok(info)
     }
 
-    /// Ends a session's commit: commits `txn` when `outcome` is fine;
-    /// otherwise drops it and reclaims every group the session allocated
-    /// (the session is gone, so nothing references them) before returning
-    /// the error.
-    pub(crate) fn commit_or_reclaim(
+    /// Ends a session's commit: on success returns the commit's revision (the new
+    /// generation); otherwise reclaims every group the session allocated (the session is
+    /// gone, so nothing references them) before returning the error.
+    pub(crate) async fn commit_or_reclaim(
         &self,
-        txn: redb::WriteTransaction,
-        outcome: Result<()>,
+        outcome: Result<meta_store::Committed<()>>,
         session_id: u64,
         allocated: &[BlockGroup],
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let failed = match outcome {
-            Ok(()) => match txn.commit() {
-                Ok(()) => {
-                    self.deletions_changed();
-                    return Ok(());
-                }
-                Err(e) => OmError::from(e),
-            },
-            Err(e) => {
-                drop(txn);
-                e
+            Ok(c) => {
+                self.deletions_changed().await;
+                return Ok(c.revision.unwrap_or_default());
             }
+            Err(e) => e,
         };
-        // Reclaiming can fail too (the database is failing): the session's
-        // row then stays, the next start loads the session
-        // back, and it expires one lease later with its groups logged.
-        if let Err(e) = self.reclaim_session(session_id, allocated) {
+        // Reclaiming can fail too (the store is failing): the session's row then stays, the
+        // next start loads the session back, and it expires one lease later with its groups
+        // logged.
+        if let Err(e) = self.reclaim_session(session_id, allocated).await {
             tracing::warn!(session = session_id, error = %e, "reclaiming a failed commit's groups failed; the session expires one lease after the next om start");
         }
         Err(failed)
@@ -472,11 +492,16 @@ impl OzoneManager {
 
     /// Stages all of `allocated` (and any other group the session's row holds) for deletion
     /// and removes session `session_id`'s row, in one transaction.
-    pub(crate) fn reclaim_session(&self, session_id: u64, allocated: &[BlockGroup]) -> Result<()> {
-        let txn = self.db.begin_write()?;
-        end_session(&txn, session_id, allocated, &[])?;
-        txn.commit()?;
-        self.deletions_changed();
+    pub(crate) async fn reclaim_session(
+        &self,
+        session_id: u64,
+        allocated: &[BlockGroup],
+    ) -> Result<()> {
+        transact(&self.store, |tx| {
+            Box::pin(async move { end_session(&tx, session_id, allocated, &[]).await })
+        })
+        .await?;
+        self.deletions_changed().await;
         Ok(())
     }
 
@@ -486,7 +511,7 @@ impl OzoneManager {
     /// of length 0 dropped), and the allocated groups not committed. A
     /// session whose commit is refused for bad groups is ended too (its
     /// groups reclaimed), as the writer cannot retry it.
-    pub(crate) fn take_session(
+    pub(crate) async fn take_session(
         &self,
         session_id: u64,
         groups: &[BlockGroup],
@@ -523,7 +548,7 @@ impl OzoneManager {
                 Ok((s, committed, leftovers))
             }
             Err(e) => {
-                self.reclaim_session(session_id, &s.allocated)?;
+                self.reclaim_session(session_id, &s.allocated).await?;
                 Err(e)
             }
         }
@@ -561,14 +586,14 @@ impl OzoneManager {
     /// logged for deletion. Unknown sessions are fine (already ended).
     ///
     /// # Errors
-    /// Database errors.
-    pub fn abort_key(&self, session_id: u64) -> Result<()> {
+    /// Store errors.
+    pub async fn abort_key(&self, session_id: u64) -> Result<()> {
         let s = {
             let mut st = self.state();
             st.remove_session(session_id)
         };
         match s {
-            Some(s) => self.reclaim_session(session_id, &s.allocated),
+            Some(s) => self.reclaim_session(session_id, &s.allocated).await,
             None => Ok(()),
         }
     }
@@ -578,9 +603,9 @@ impl OzoneManager {
     /// for deletion. Returns how many were aborted.
     ///
     /// # Errors
-    /// Database errors (the sessions are gone from memory; their rows stay,
+    /// Store errors (the sessions are gone from memory; their rows stay,
     /// and the next om start loads them back to expire one lease later).
-    pub fn expire_sessions(&self, now: Instant) -> Result<usize> {
+    pub async fn expire_sessions(&self, now: Instant) -> Result<usize> {
         let lease = self.config.open_key_lease;
         let expired: Vec<(u64, OpenKeySession)> = {
             let mut st = self.state();
@@ -597,16 +622,23 @@ impl OzoneManager {
         if expired.is_empty() {
             return Ok(0);
         }
-        // Two rows a session (its row, its staged groups): a bounded number per transaction.
+        // Two rows a session (its row, its staged groups), and one read each: a bounded
+        // number per transaction.
         for chunk in expired.chunks(crate::deletion::TXN_BATCH / 2) {
-            let txn = self.db.begin_write()?;
             for (id, s) in chunk {
                 tracing::info!(session = id, bucket = %s.bucket, key = %s.key, client = %s.client, "open-key lease expired; aborting");
-                end_session(&txn, *id, &s.allocated, &[])?;
             }
-            txn.commit()?;
+            transact(&self.store, |tx| {
+                Box::pin(async move {
+                    for (id, s) in chunk {
+                        end_session(&tx, *id, &s.allocated, &[]).await?;
+                    }
+                    Ok::<(), OmError>(())
+                })
+            })
+            .await?;
         }
-        self.deletions_changed();
+        self.deletions_changed().await;
         Ok(expired.len())
     }
 }
@@ -659,14 +691,14 @@ fn committed_groups(
 
 #[cfg(test)]
 mod tests {
-    use redb::ReadableDatabase;
-
     use super::*;
 
-    fn counter(om: &OzoneManager, name: &str) -> Option<u64> {
-        let read = om.db.begin_read().expect("read");
-        let t = read.open_table(COUNTERS).expect("counters");
-        t.get(name).expect("get").map(|v| v.value())
+    async fn counter(om: &OzoneManager, name: &str) -> Option<u64> {
+        COUNTERS
+            .get(&om.store, &name.to_string())
+            .await
+            .expect("get")
+            .map(|r| r.value)
     }
 
     /// A group the session's row holds but the om's memory does not (its allocation's
@@ -676,14 +708,14 @@ mod tests {
     async fn ending_a_session_frees_the_groups_its_row_holds() {
         let dir = tempfile::tempdir().expect("tempdir");
         let om = crate::test_oms::with_five_datanodes(dir.path()).await;
-        om.create_bucket("b", None, None).expect("bucket");
+        om.create_bucket("b", None, None).await.expect("bucket");
         for end in ["abort", "commit"] {
-            let s = om.open_key("b", end, None).expect("open");
+            let s = om.open_key("b", end, None).await.expect("open");
             let known = om
-                .allocate_block_group(s.session_id, &[])
+                .allocate_block_group(s.session_id, &[]).await
                 .expect("allocate");
             let unknown = om
-                .allocate_block_group(s.session_id, &[])
+                .allocate_block_group(s.session_id, &[]).await
                 .expect("allocate");
             // Memory forgets the second group: as if its allocation had not yet returned.
             {
@@ -691,15 +723,15 @@ mod tests {
                 let session = st.sessions.get_mut(&s.session_id).expect("open");
                 session.allocated.retain(|g| g.local_id != unknown.local_id);
             }
-            let before = om.pending_deletions().expect("pending");
+            let before = om.pending_deletions().await.expect("pending");
             match end {
-                "abort" => om.abort_key(s.session_id).expect("abort"),
+                "abort" => om.abort_key(s.session_id).await.expect("abort"),
                 _ => {
                     let g = BlockGroup {
                         length: 1,
                         ..known.clone()
                     };
-                    om.commit_key(s.session_id, &[g], 1, BTreeMap::new())
+                    om.commit_key(s.session_id, &[g], 1, BTreeMap::new()).await
                         .expect("commit");
                 }
             }
@@ -708,7 +740,7 @@ mod tests {
                 _ => 1,
             };
             assert_eq!(
-                om.pending_deletions().expect("pending") - before,
+                om.pending_deletions().await.expect("pending") - before,
                 freed * 5,
                 "{end}: the row's group is staged too"
             );
@@ -722,17 +754,19 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let first: Vec<BlockGroup> = {
             let om = crate::test_oms::with_five_datanodes(dir.path()).await;
-            om.create_bucket("b", None, None).expect("bucket");
-            let s = om.open_key("b", "k", None).expect("open");
-            let groups: Vec<BlockGroup> = (0..3)
-                .map(|_| {
+            om.create_bucket("b", None, None).await.expect("bucket");
+            let s = om.open_key("b", "k", None).await.expect("open");
+            let mut groups: Vec<BlockGroup> = Vec::new();
+            for _ in 0..3 {
+                groups.push(
                     om.allocate_block_group(s.session_id, &[])
-                        .expect("allocate")
-                })
-                .collect();
-            assert_eq!(counter(&om, "next_local_id"), Some(1 + LOCAL_ID_BATCH));
+                        .await
+                        .expect("allocate"),
+                );
+            }
+            assert_eq!(counter(&om, "next_local_id").await, Some(1 + LOCAL_ID_BATCH));
             assert_eq!(
-                counter(&om, "next_container_id"),
+                counter(&om, "next_container_id").await,
                 Some(1 + CONTAINER_ID_BATCH)
             );
             groups
@@ -740,9 +774,9 @@ mod tests {
         let locals: Vec<u64> = first.iter().map(|g| g.local_id).collect();
         assert_eq!(locals, [1, 2, 3]);
         let om = crate::test_oms::with_five_datanodes(dir.path()).await;
-        let s = om.open_key("b", "k2", None).expect("open");
+        let s = om.open_key("b", "k2", None).await.expect("open");
         let g = om
-            .allocate_block_group(s.session_id, &[])
+            .allocate_block_group(s.session_id, &[]).await
             .expect("allocate");
         assert_eq!(
             g.local_id,
@@ -750,6 +784,6 @@ mod tests {
             "the rest of the first range is skipped"
         );
         assert_eq!(g.container_id, 1 + CONTAINER_ID_BATCH);
-        assert_eq!(counter(&om, "next_local_id"), Some(1 + 2 * LOCAL_ID_BATCH));
+        assert_eq!(counter(&om, "next_local_id").await, Some(1 + 2 * LOCAL_ID_BATCH));
     }
 }

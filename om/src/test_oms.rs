@@ -139,19 +139,19 @@ pub(crate) async fn with_five_datanodes(dir: &std::path::Path) -> OzoneManager {
 
 /// Writes part `n` of `upload` as one group of `len` bytes with ETag `etag`; returns the
 /// group.
-pub(crate) fn commit_part(
+pub(crate) async fn commit_part(
     om: &OzoneManager,
     upload: &str,
     n: u32,
     len: u64,
     etag: &str,
 ) -> proto_crate::BlockGroup {
-    let s = om.open_part(upload, n).expect("open part");
+    let s = om.open_part(upload, n).await.expect("open part");
     let g = om
-        .allocate_block_group(s.session_id, &[])
+        .allocate_block_group(s.session_id, &[]).await
         .expect("allocate");
     let g = proto_crate::BlockGroup { length: len, ..g };
-    om.commit_part(s.session_id, std::slice::from_ref(&g), len, etag)
+    om.commit_part(s.session_id, std::slice::from_ref(&g), len, etag).await
         .expect("commit part");
     g
 }

@@ -20,53 +20,37 @@
 //! Om files written before this layout kept the parts inside the upload's value; they are
 //! rewritten into this layout at open ([`split_parts_into_rows`]), in one transaction.
 
+use meta_store::codec::Raw;
+use meta_store::{MetaStore, Snapshot, Transaction};
 use prost::Message;
 use proto_crate::wire::om as pb;
 use proto_crate::{MultipartUpload, PartInfo};
-use redb::{ReadableTable, TableDefinition, WriteTransaction};
 
 use crate::OmError;
-use crate::manager::{COUNTERS, decode};
+use crate::manager::decode;
+pub(crate) use crate::tables::{COMPLETING, DROPPED_UPLOADS, PARTS, UPLOADS, UPLOADS_BY_BUCKET};
 
 type Result<T, E = OmError> = std::result::Result<T, E>;
-
-/// Uploads in progress: upload id -> encoded `MultipartUploadInfo` without its parts.
-pub(crate) const UPLOADS: TableDefinition<&str, &[u8]> = TableDefinition::new("multipart_uploads");
-/// Uploaded parts: (upload id, part number) -> encoded `PartInfo`.
-pub(crate) const PARTS: TableDefinition<(&str, u32), &[u8]> =
-    TableDefinition::new("multipart_parts");
-/// Uploads by (bucket, key, initiation ms, upload id): S3's listing order.
-pub(crate) const UPLOADS_BY_BUCKET: TableDefinition<(&str, &str, u64, &str), ()> =
-    TableDefinition::new("multipart_uploads_by_bucket");
-
-/// Uploads completed or aborted whose part rows remain: upload id -> encoded `DroppedUpload`.
-pub(crate) const DROPPED_UPLOADS: TableDefinition<&str, &[u8]> =
-    TableDefinition::new("dropped_uploads");
-
-/// Completions under way: upload id -> (mark, since unix ms). A completion marks its upload,
-/// reads the listed parts outside its writing transaction, and commits only if its mark is
-/// still there; while a mark is fresh, part commits and repairs of the upload's parts are
-/// refused ([`OmError::Busy`], retryable), so the parts it read are the parts it commits.
-/// Its reads are then not part of any transaction (a completion of 10,000 parts would pass
-/// the metadata store's bound on what one transaction reads).
-pub(crate) const COMPLETING: TableDefinition<&str, (u64, u64)> =
-    TableDefinition::new("multipart_completing");
 
 /// How long a completion's mark holds an upload's parts, ms: a completion whose om stopped
 /// between its steps releases the upload after this (the next part commit removes the mark).
 pub const COMPLETION_HOLD_MS: u64 = 60_000;
 
-/// Refuses, in `txn`, a change to upload `id`'s parts while a completion's mark made within
+/// Refuses, in `tx`, a change to upload `id`'s parts while a completion's mark made within
 /// [`COMPLETION_HOLD_MS`] of `now_ms` (either way: a clock stepped back, or another om's a
 /// little ahead, does not make a mark hold for longer) holds them; removes a mark further
-/// off (its completion then finds it gone and fails, retryably).
+/// off (its completion then finds it gone and fails, retryably). Completions under way are
+/// rows of `multipart_completing` (upload id -> (mark, since unix ms)): a completion marks its
+/// upload, reads the listed parts outside its writing transaction, and commits only if its
+/// mark is still there, so the parts it read are the parts it commits; its reads are then not
+/// part of any transaction (a completion of 10,000 parts would pass the metadata store's bound
+/// on what one transaction reads).
 ///
 /// # Errors
-/// [`OmError::Busy`]; database errors.
-pub(crate) fn parts_writable(txn: &WriteTransaction, id: &str, now_ms: u64) -> Result<()> {
-    let mut t = txn.open_table(COMPLETING)?;
-    let mark = t.get(id)?.map(|v| v.value());
-    match mark {
+/// [`OmError::Busy`]; store errors.
+pub(crate) async fn parts_writable(tx: &Transaction, id: &str, now_ms: u64) -> Result<()> {
+    let key = id.to_string();
+    match COMPLETING.get_in(tx, &key).await? {
         Some((_, since)) if now_ms.abs_diff(since) < COMPLETION_HOLD_MS => {
             Err(OmError::Busy(format!(
                 "upload {id} is being completed, so its parts cannot change now; upload the \
@@ -74,16 +58,12 @@ pub(crate) fn parts_writable(txn: &WriteTransaction, id: &str, now_ms: u64) -> R
             )))
         }
         Some(_) => {
-            t.remove(id)?;
+            COMPLETING.delete_in(tx, &key);
             Ok(())
         }
         None => Ok(()),
     }
 }
-
-/// `COUNTERS` row recording that uploads are stored as rows (value 2).
-const LAYOUT: &str = "layout/multipart";
-const LAYOUT_PART_ROWS: u64 = 2;
 
 /// Most uploads or parts one listing call returns (S3's own page maximum).
 pub const MAX_LIST_PAGE: usize = 1000;
@@ -105,141 +85,140 @@ fn initiated_ms_of(upload_id: &str) -> Option<u64> {
         .flatten()
 }
 
-/// Creates the tables (inside `txn`, with the om's other tables at open).
-pub(crate) fn create_tables(txn: &WriteTransaction) -> Result<()> {
-    txn.open_table(UPLOADS)?;
-    txn.open_table(PARTS)?;
-    txn.open_table(UPLOADS_BY_BUCKET)?;
-    txn.open_table(DROPPED_UPLOADS)?;
-    txn.open_table(COMPLETING)?;
-    Ok(())
+fn decode_header(v: &Raw) -> Result<MultipartUpload> {
+    decode::<pb::MultipartUploadInfo, _>(&v.0, "multipart upload")
 }
 
-/// The header of upload `id` (its `parts` empty), from `uploads`.
-pub(crate) fn header(
-    uploads: &impl ReadableTable<&'static str, &'static [u8]>,
-    id: &str,
-) -> Result<Option<MultipartUpload>> {
-    match uploads.get(id)? {
-        Some(v) => Ok(Some(decode::<pb::MultipartUploadInfo, _>(
-            v.value(),
-            "multipart upload",
-        )?)),
-        None => Ok(None),
-    }
+fn decode_part(v: &Raw) -> Result<PartInfo> {
+    decode::<pb::PartInfo, _>(&v.0, "multipart part")
 }
 
-/// Part `number` of upload `id`, from `parts`.
-pub(crate) fn part(
-    parts: &impl ReadableTable<(&'static str, u32), &'static [u8]>,
-    id: &str,
-    number: u32,
-) -> Result<Option<PartInfo>> {
-    match parts.get((id, number))? {
-        Some(v) => Ok(Some(decode::<pb::PartInfo, _>(
-            v.value(),
-            "multipart part",
-        )?)),
-        None => Ok(None),
-    }
+/// The header of upload `id` (its `parts` empty), as `tx` sees it.
+pub(crate) async fn header_in(tx: &Transaction, id: &str) -> Result<Option<MultipartUpload>> {
+    UPLOADS
+        .get_in(tx, &id.to_string())
+        .await?
+        .map(|v| decode_header(&v))
+        .transpose()
 }
 
-/// Parts of upload `id` numbered above `after`, ascending, at most `limit`; and whether
-/// more follow.
-pub(crate) fn parts_after(
-    parts: &impl ReadableTable<(&'static str, u32), &'static [u8]>,
+/// The header of upload `id` (its `parts` empty), now.
+pub(crate) async fn header(store: &MetaStore, id: &str) -> Result<Option<MultipartUpload>> {
+    UPLOADS
+        .get(store, &id.to_string())
+        .await?
+        .map(|r| decode_header(&r.value))
+        .transpose()
+}
+
+/// The header of upload `id` as of `snapshot`.
+pub(crate) async fn header_at(snapshot: &Snapshot, id: &str) -> Result<Option<MultipartUpload>> {
+    UPLOADS
+        .get_at(snapshot, &id.to_string())
+        .await?
+        .map(|r| decode_header(&r.value))
+        .transpose()
+}
+
+/// Part `number` of upload `id`, as `tx` sees it.
+pub(crate) async fn part_in(tx: &Transaction, id: &str, number: u32) -> Result<Option<PartInfo>> {
+    PARTS
+        .get_in(tx, &(id.to_string(), number))
+        .await?
+        .map(|v| decode_part(&v))
+        .transpose()
+}
+
+/// Parts of upload `id` numbered above `after`, ascending, at most `limit` (at least 1), as of
+/// `snapshot`; and whether more follow.
+pub(crate) async fn parts_after(
+    snapshot: &Snapshot,
     id: &str,
     after: u32,
     limit: usize,
 ) -> Result<(Vec<PartInfo>, bool)> {
-    let mut out = Vec::new();
-    let Some(first) = after.checked_add(1) else {
-        return Ok((out, false));
-    };
-    for entry in parts.range((id, first)..=(id, u32::MAX))? {
-        let (_, v) = entry?;
-        if out.len() == limit {
-            return Ok((out, true));
-        }
-        out.push(decode::<pb::PartInfo, _>(v.value(), "multipart part")?);
-    }
-    Ok((out, false))
+    let rows = PARTS
+        .scan_at(
+            snapshot,
+            &(id.to_string(),),
+            Some(&(id.to_string(), after)),
+            limit.max(1),
+        )
+        .await?;
+    let parts = rows
+        .rows
+        .iter()
+        .map(|r| decode_part(&r.value))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((parts, rows.more))
 }
 
-fn encode_header(u: &MultipartUpload) -> Vec<u8> {
+fn encode_header(u: &MultipartUpload) -> Raw {
     let mut m = pb::MultipartUploadInfo::from(u.clone());
     m.parts.clear();
-    m.encode_to_vec()
+    Raw(m.encode_to_vec())
 }
 
-/// Records a new upload (header and index row) in `txn`; `u.parts` are not stored.
-pub(crate) fn insert_upload(txn: &WriteTransaction, u: &MultipartUpload) -> Result<()> {
-    txn.open_table(UPLOADS)?
-        .insert(u.upload_id.as_str(), encode_header(u).as_slice())?;
-    txn.open_table(UPLOADS_BY_BUCKET)?.insert(
-        (
-            u.bucket.as_str(),
-            u.key.as_str(),
-            u.initiated_unix_ms,
-            u.upload_id.as_str(),
-        ),
-        (),
-    )?;
-    Ok(())
+fn index_key(u: &MultipartUpload) -> (String, String, u64, String) {
+    (
+        u.bucket.clone(),
+        u.key.clone(),
+        u.initiated_unix_ms,
+        u.upload_id.clone(),
+    )
 }
 
-/// Stores `p` as part `p.part_number` of upload `id` in `txn`, returning the part it
+/// Records a new upload (header and index row) in `tx`; `u.parts` are not stored.
+pub(crate) fn insert_upload_in(tx: &Transaction, u: &MultipartUpload) {
+    UPLOADS.put_in(tx, &u.upload_id, &encode_header(u));
+    UPLOADS_BY_BUCKET.put_in(tx, &index_key(u), &());
+}
+
+/// Stores `p` as part `p.part_number` of upload `id` in `tx`, returning the part it
 /// replaces.
-pub(crate) fn put_part(txn: &WriteTransaction, id: &str, p: &PartInfo) -> Result<Option<PartInfo>> {
-    let mut t = txn.open_table(PARTS)?;
-    let old = match t.insert(
-        (id, p.part_number),
-        pb::PartInfo::from(p.clone()).encode_to_vec().as_slice(),
-    )? {
-        Some(v) => Some(decode::<pb::PartInfo, _>(v.value(), "multipart part")?),
-        None => None,
-    };
+pub(crate) async fn put_part_in(
+    tx: &Transaction,
+    id: &str,
+    p: &PartInfo,
+) -> Result<Option<PartInfo>> {
+    let old = part_in(tx, id, p.part_number).await?;
+    PARTS.put_in(
+        tx,
+        &(id.to_string(), p.part_number),
+        &Raw(pb::PartInfo::from(p.clone()).encode_to_vec()),
+    );
     Ok(old)
 }
 
-/// Removes upload `id` (header and index row) in `txn` and records it as dropped, keeping
+/// Removes upload `id` (header and index row) in `tx` and records it as dropped, keeping
 /// parts `kept` (a completion's, whose groups the key now holds); its part rows go later
 /// (`deletion.rs`). Returns its header, or `None` when there is no such upload.
-pub(crate) fn remove_upload(
-    txn: &WriteTransaction,
+pub(crate) async fn remove_upload_in(
+    tx: &Transaction,
     id: &str,
     kept: &[u32],
 ) -> Result<Option<MultipartUpload>> {
-    let Some(u) = header(&txn.open_table(UPLOADS)?, id)? else {
+    let Some(u) = header_in(tx, id).await? else {
         return Ok(None);
     };
-    txn.open_table(UPLOADS)?.remove(id)?;
-    txn.open_table(UPLOADS_BY_BUCKET)?.remove((
-        u.bucket.as_str(),
-        u.key.as_str(),
-        u.initiated_unix_ms,
-        id,
-    ))?;
+    let key = id.to_string();
+    UPLOADS.delete_in(tx, &key);
+    UPLOADS_BY_BUCKET.delete_in(tx, &index_key(&u));
     let dropped = pb::DroppedUpload {
         dropped_unix_ms: crate::manager::now_ms(),
         kept_parts: kept.to_vec(),
     };
-    txn.open_table(DROPPED_UPLOADS)?
-        .insert(id, dropped.encode_to_vec().as_slice())?;
-    txn.open_table(COMPLETING)?.remove(id)?;
+    DROPPED_UPLOADS.put_in(tx, &key, &Raw(dropped.encode_to_vec()));
+    COMPLETING.delete_in(tx, &key);
     Ok(Some(u))
 }
 
-/// Whether `bucket` holds an upload in progress (one index read).
-pub(crate) fn bucket_has_uploads(
-    index: &impl ReadableTable<(&'static str, &'static str, u64, &'static str), ()>,
-    bucket: &str,
-) -> Result<bool> {
-    Ok(index
-        .range((bucket, "", 0, "")..)?
-        .next()
-        .transpose()?
-        .is_some_and(|(k, _)| k.value().0 == bucket))
+/// Whether `bucket` holds an upload in progress, as `tx` sees it (one index row read).
+pub(crate) async fn bucket_has_uploads_in(tx: &Transaction, bucket: &str) -> Result<bool> {
+    let rows = UPLOADS_BY_BUCKET
+        .scan_in(tx, &(bucket.to_string(),), None, 1)
+        .await?;
+    Ok(!rows.rows.is_empty())
 }
 
 /// Where a listing of uploads resumes (S3's key-marker and upload-id-marker).
@@ -260,23 +239,23 @@ pub struct UploadsMarker {
 }
 
 /// One page of uploads of `bucket` whose keys start with `prefix`, after `marker`, in S3's
-/// order (key, then initiation time, then id), at most `limit`; and whether more follow.
-/// Headers only (`parts` empty).
-pub(crate) fn uploads_page(
-    uploads: &impl ReadableTable<&'static str, &'static [u8]>,
-    index: &impl ReadableTable<(&'static str, &'static str, u64, &'static str), ()>,
+/// order (key, then initiation time, then id), at most `limit` (at least 1), as of `snapshot`;
+/// and whether more follow. Headers only (`parts` empty).
+pub(crate) async fn uploads_page(
+    snapshot: &Snapshot,
     bucket: &str,
     prefix: &str,
     marker: &UploadsMarker,
     limit: usize,
 ) -> Result<(Vec<MultipartUpload>, bool)> {
+    let limit = limit.max(1);
     // A marker before the prefix is before every key listed.
     let marker_applies = !marker.key.is_empty() && marker.key.as_str() >= prefix;
     // Resume strictly after the marker upload when it is still there; else after every
     // upload of the marker key.
     let resume = match (&marker.upload_id, marker.initiated_unix_ms) {
         (Some(id), Some(ms)) if marker_applies => Some((ms, id.clone())),
-        (Some(id), None) if marker_applies => match header(uploads, id)? {
+        (Some(id), None) if marker_applies => match header_at(snapshot, id).await? {
             Some(u) => (u.bucket == bucket && u.key == marker.key)
                 .then(|| (u.initiated_unix_ms, id.clone())),
             // Gone since: its id still tells when it was initiated.
@@ -284,69 +263,59 @@ pub(crate) fn uploads_page(
         },
         _ => None,
     };
-    let from = match &resume {
-        Some((ms, id)) => (bucket, marker.key.as_str(), *ms, id.as_str()),
-        None if marker_applies => (bucket, marker.key.as_str(), u64::MAX, ""),
-        None => (bucket, prefix, 0, ""),
+    let b = bucket.to_string();
+    let mut from = match &resume {
+        Some((ms, id)) => (b.clone(), marker.key.clone(), *ms, id.clone()),
+        None if marker_applies => (b.clone(), marker.key.clone(), u64::MAX, String::new()),
+        None => (b.clone(), prefix.to_string(), 0, String::new()),
     };
     let mut out = Vec::new();
-    for entry in index.range(from..)? {
-        let (k, _) = entry?;
-        let (b, key, ms, id) = k.value();
-        if b != bucket || !key.starts_with(prefix) {
-            break;
-        }
-        if marker_applies {
-            let past = match &resume {
-                Some((rms, rid)) => (key, ms, id) > (marker.key.as_str(), *rms, rid.as_str()),
-                None => key > marker.key.as_str(),
-            };
-            if !past {
-                continue;
+    loop {
+        let rows = UPLOADS_BY_BUCKET
+            .scan_from_at(snapshot, &(b.clone(),), &from, MAX_LIST_PAGE)
+            .await?;
+        for row in &rows.rows {
+            let (_, key, ms, id) = &row.key;
+            if !key.starts_with(prefix) {
+                return Ok((out, false));
             }
+            if marker_applies {
+                let past = match &resume {
+                    Some((rms, rid)) => {
+                        (key.as_str(), *ms, id.as_str())
+                            > (marker.key.as_str(), *rms, rid.as_str())
+                    }
+                    None => key.as_str() > marker.key.as_str(),
+                };
+                if !past {
+                    continue;
+                }
+            }
+            if out.len() == limit {
+                return Ok((out, true));
+            }
+            // Index and header change in one transaction; a row without its header (an
+            // older om aborted the upload after an upgrade: downgrades are not supported) is
+            // skipped.
+            let Some(u) = header_at(snapshot, id).await? else {
+                tracing::warn!(
+                    upload = %id,
+                    "the upload index names an upload that does not exist; skipped"
+                );
+                continue;
+            };
+            out.push(u);
         }
-        if out.len() == limit {
-            return Ok((out, true));
-        }
-        // Index and header change in one transaction; a row without its header (an older
-        // om aborted the upload after an upgrade: downgrades are not supported) is skipped.
-        let Some(u) = header(uploads, id)? else {
-            tracing::warn!(
-                upload = id,
-                "the upload index names an upload that does not exist; skipped"
-            );
-            continue;
-        };
-        out.push(u);
-    }
-    Ok((out, false))
-}
-
-/// Rewrites uploads stored the old way (parts inside the upload's value) into header, part
-/// and index rows, once: a `COUNTERS` row records that it is done. One transaction, so a
-/// crash leaves either layout whole.
-pub(crate) fn split_parts_into_rows(db: &redb::Database) -> Result<usize> {
-    let txn = db.begin_write()?;
-    if txn.open_table(COUNTERS)?.get(LAYOUT)?.map(|v| v.value()) == Some(LAYOUT_PART_ROWS) {
-        return Ok(0);
-    }
-    let mut old = Vec::new();
-    for entry in txn.open_table(UPLOADS)?.iter()? {
-        let (_, v) = entry?;
-        old.push(decode::<pb::MultipartUploadInfo, MultipartUpload>(
-            v.value(),
-            "multipart upload",
-        )?);
-    }
-    for u in &old {
-        insert_upload(&txn, u)?;
-        for p in &u.parts {
-            put_part(&txn, &u.upload_id, p)?;
+        match rows.rows.last() {
+            Some(last) if rows.more => {
+                // Strictly after the last row: its id with a 0 byte appended sorts next.
+                let mut next = last.key.clone();
+                next.3.push('\0');
+                from = next;
+            }
+            _ => return Ok((out, false)),
         }
     }
-    txn.open_table(COUNTERS)?.insert(LAYOUT, LAYOUT_PART_ROWS)?;
-    txn.commit()?;
-    Ok(old.len())
 }
 
 #[cfg(test)]
@@ -354,25 +323,37 @@ mod tests {
     use std::collections::BTreeMap;
 
     use proto_crate::BlockGroup;
-    use redb::{ReadableDatabase, ReadableTableMetadata};
 
     use super::*;
-    use crate::{OmConfig, OzoneManager};
+    use crate::OzoneManager;
 
     async fn om(dir: &std::path::Path) -> OzoneManager {
         let om = crate::test_oms::with_five_datanodes(dir).await;
-        om.create_bucket("b", None, None).expect("bucket");
+        om.create_bucket("b", None, None).await.expect("bucket");
         om
     }
 
-    fn commit_part(om: &OzoneManager, upload: &str, n: u32, len: u64) -> BlockGroup {
-        crate::test_oms::commit_part(om, upload, n, len, &format!("e{n}"))
+    async fn commit_part(om: &OzoneManager, upload: &str, n: u32, len: u64) -> BlockGroup {
+        crate::test_oms::commit_part(om, upload, n, len, &format!("e{n}")).await
     }
 
-    fn header_bytes(om: &OzoneManager, id: &str) -> usize {
-        let read = om.db.begin_read().expect("read");
-        let t = read.open_table(UPLOADS).expect("table");
-        t.get(id).expect("get").expect("row").value().len()
+    async fn header_bytes(om: &OzoneManager, id: &str) -> usize {
+        UPLOADS
+            .get(&om.store, &id.to_string())
+            .await
+            .expect("get")
+            .expect("row")
+            .value
+            .0
+            .len()
+    }
+
+    /// Rows of `table`.
+    async fn count<K: meta_store::codec::Codec, V: meta_store::codec::Codec>(
+        om: &OzoneManager,
+        table: meta_store::Table<K, V>,
+    ) -> u64 {
+        table.count(&om.store, &()).await.expect("count")
     }
 
     /// Completing or aborting an upload of many parts writes a few rows (the part rows are
@@ -388,54 +369,44 @@ mod tests {
             .map(|n| (n, format!("e{n}")))
             .collect();
         let complete = om
-            .initiate_multipart_upload("b", "k", None, BTreeMap::new())
+            .initiate_multipart_upload("b", "k", None, BTreeMap::new()).await
             .expect("initiate");
         let abort = om
-            .initiate_multipart_upload("b", "a", None, BTreeMap::new())
+            .initiate_multipart_upload("b", "a", None, BTreeMap::new()).await
             .expect("initiate");
         for n in 1..=parts {
-            commit_part(&om, &complete, n, 10);
+            commit_part(&om, &complete, n, 10).await;
             if n <= 40 {
-                commit_part(&om, &abort, n, 10);
+                commit_part(&om, &abort, n, 10).await;
             }
         }
-        assert_eq!(om.pending_deletions().expect("pending"), 0);
+        assert_eq!(om.pending_deletions().await.expect("pending"), 0);
         let key = om
-            .complete_multipart_upload(&complete, &kept, 0, BTreeMap::new())
+            .complete_multipart_upload(&complete, &kept, 0, BTreeMap::new()).await
             .expect("complete");
         assert_eq!(key.block_groups.len(), kept.len());
-        om.abort_multipart_upload(&abort).expect("abort");
+        om.abort_multipart_upload(&abort).await.expect("abort");
         let replicas = 5u64;
         let freed = u64::from(parts) - kept.len() as u64 + 40;
         assert_eq!(
-            om.staged_deletions().expect("staged"),
+            om.staged_deletions().await.expect("staged"),
             u64::from(parts) + 40
         );
-        assert_eq!(om.pending_deletions().expect("pending"), freed * replicas);
+        assert_eq!(om.pending_deletions().await.expect("pending"), freed * replicas);
         assert!(matches!(
-            om.list_parts(&complete, 0, 10),
+            om.list_parts(&complete, 0, 10).await,
             Err(OmError::NoSuchUpload(_))
         ));
         assert_eq!(
-            om.expand_staged_deletions().expect("expand"),
+            om.expand_staged_deletions().await.expect("expand"),
             freed * replicas
         );
-        assert_eq!(om.staged_deletions().expect("staged"), 0);
-        assert_eq!(om.pending_deletions().expect("pending"), freed * replicas);
-        let read = om.db.begin_read().expect("read");
+        assert_eq!(om.staged_deletions().await.expect("staged"), 0);
+        assert_eq!(om.pending_deletions().await.expect("pending"), freed * replicas);
+        assert_eq!(count(&om, PARTS).await, 0);
+        assert_eq!(count(&om, DROPPED_UPLOADS).await, 0);
         assert_eq!(
-            read.open_table(PARTS).expect("parts").len().expect("len"),
-            0
-        );
-        assert_eq!(
-            read.open_table(DROPPED_UPLOADS)
-                .expect("dropped")
-                .len()
-                .expect("len"),
-            0
-        );
-        assert_eq!(
-            om.lookup_key("b", "k").expect("key").block_groups,
+            om.lookup_key("b", "k").await.expect("key").block_groups,
             key.block_groups
         );
     }
@@ -448,18 +419,14 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let om = om(dir.path()).await;
         let id = om
-            .initiate_multipart_upload("b", "k", None, BTreeMap::new())
+            .initiate_multipart_upload("b", "k", None, BTreeMap::new()).await
             .expect("initiate");
-        let empty = header_bytes(&om, &id);
+        let empty = header_bytes(&om, &id).await;
         for n in 1..=30 {
-            commit_part(&om, &id, n, 10);
+            commit_part(&om, &id, n, 10).await;
         }
-        assert_eq!(header_bytes(&om, &id), empty);
-        let read = om.db.begin_read().expect("read");
-        assert_eq!(
-            read.open_table(PARTS).expect("parts").len().expect("len"),
-            30
-        );
+        assert_eq!(header_bytes(&om, &id).await, empty);
+        assert_eq!(count(&om, PARTS).await, 30);
     }
 
     /// ListParts pages by part number: 30 parts in pages of 7, then the header alone.
@@ -468,15 +435,15 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let om = om(dir.path()).await;
         let id = om
-            .initiate_multipart_upload("b", "k", None, BTreeMap::new())
+            .initiate_multipart_upload("b", "k", None, BTreeMap::new()).await
             .expect("initiate");
         for n in (2..=60).step_by(2) {
-            commit_part(&om, &id, n, u64::from(n));
+            commit_part(&om, &id, n, u64::from(n)).await;
         }
         let mut seen = Vec::new();
         let mut after = 0;
         loop {
-            let (u, more) = om.list_parts(&id, after, 7).expect("page");
+            let (u, more) = om.list_parts(&id, after, 7).await.expect("page");
             assert!(u.parts.len() <= 7);
             assert_eq!((u.bucket.as_str(), u.key.as_str()), ("b", "k"));
             seen.extend(u.parts.iter().map(|p| (p.part_number, p.size)));
@@ -489,21 +456,21 @@ mod tests {
         assert_eq!(seen, want);
         // A marker between parts, past the last, and at the top of the range.
         assert_eq!(
-            om.list_parts(&id, 3, 1).expect("page").0.parts[0].part_number,
+            om.list_parts(&id, 3, 1).await.expect("page").0.parts[0].part_number,
             4
         );
         assert_eq!(
-            om.list_parts(&id, 60, 10).expect("page"),
-            (om.list_parts(&id, 0, 0).expect("header").0, false)
+            om.list_parts(&id, 60, 10).await.expect("page"),
+            (om.list_parts(&id, 0, 0).await.expect("header").0, false)
         );
         assert!(
-            om.list_parts(&id, u32::MAX, 10)
+            om.list_parts(&id, u32::MAX, 10).await
                 .expect("page")
                 .0
                 .parts
                 .is_empty()
         );
-        let (header, more) = om.list_parts(&id, 0, 0).expect("header");
+        let (header, more) = om.list_parts(&id, 0, 0).await.expect("header");
         assert!(header.parts.is_empty() && more);
     }
 
@@ -514,30 +481,39 @@ mod tests {
     async fn uploads_page_in_key_then_initiation_order() {
         let dir = tempfile::tempdir().expect("tempdir");
         let om = om(dir.path()).await;
-        om.create_bucket("other", None, None).expect("bucket");
+        om.create_bucket("other", None, None).await.expect("bucket");
         let mut ids = Vec::new();
         for key in ["p/a", "p/b", "p/b", "p/b", "p/c", "q", "p/a"] {
             let id = om
-                .initiate_multipart_upload("b", key, None, BTreeMap::new())
+                .initiate_multipart_upload("b", key, None, BTreeMap::new()).await
                 .expect("initiate");
             ids.push((key.to_string(), id));
         }
-        om.initiate_multipart_upload("other", "p/a", None, BTreeMap::new())
+        om.initiate_multipart_upload("other", "p/a", None, BTreeMap::new()).await
             .expect("other bucket");
         // S3's order: by key, then initiation time, then id (uploads of one millisecond).
-        let initiated = |id: &str| om.list_parts(id, 0, 0).expect("header").0.initiated_unix_ms;
+        let mut initiated = std::collections::HashMap::new();
+        for (_, id) in &ids {
+            let at = om
+                .list_parts(id, 0, 0)
+                .await
+                .expect("header")
+                .0
+                .initiated_unix_ms;
+            initiated.insert(id.clone(), at);
+        }
         let mut want: Vec<(String, String)> = ids
             .iter()
             .filter(|(k, _)| k.starts_with("p/"))
             .cloned()
             .collect();
-        want.sort_by_key(|(k, id)| (k.clone(), initiated(id), id.clone()));
+        want.sort_by_key(|(k, id)| (k.clone(), initiated[id], id.clone()));
         for limit in 1..=7 {
             let mut marker = UploadsMarker::default();
             let mut seen = Vec::new();
             loop {
                 let (page, more) = om
-                    .list_multipart_uploads("b", "p/", &marker, limit)
+                    .list_multipart_uploads("b", "p/", &marker, limit).await
                     .expect("page");
                 assert!(page.len() <= limit);
                 seen.extend(page.iter().map(|u| (u.key.clone(), u.upload_id.clone())));
@@ -565,7 +541,7 @@ mod tests {
                     ..UploadsMarker::default()
                 },
                 10,
-            )
+            ).await
             .expect("page");
         assert_eq!(
             page.iter().map(|u| u.key.as_str()).collect::<Vec<_>>(),
@@ -579,19 +555,19 @@ mod tests {
             .1
             .clone();
         let first_b_ms = om
-            .list_parts(&first_b, 0, 0)
+            .list_parts(&first_b, 0, 0).await
             .expect("header")
             .0
             .initiated_unix_ms;
-        om.abort_multipart_upload(&first_b).expect("abort");
+        om.abort_multipart_upload(&first_b).await.expect("abort");
         let marker = |initiated_unix_ms| UploadsMarker {
             key: "p/b".into(),
             upload_id: Some(first_b.clone()),
             initiated_unix_ms,
         };
-        let keys = |marker: &UploadsMarker| {
+        let keys = async |marker: &UploadsMarker| {
             let (page, _) = om
-                .list_multipart_uploads("b", "", marker, 10)
+                .list_multipart_uploads("b", "", marker, 10).await
                 .expect("page");
             page.into_iter().map(|u| u.key).collect::<Vec<_>>()
         };
@@ -599,15 +575,15 @@ mod tests {
         // time its id carries or the one given, so the uploads of its key initiated later are
         // listed (without it, an upload completed between two pages hid the rest of its
         // key's uploads).
-        assert_eq!(keys(&marker(None)), ["p/b", "p/b", "p/c", "q"]);
-        assert_eq!(keys(&marker(Some(first_b_ms))), ["p/b", "p/b", "p/c", "q"]);
+        assert_eq!(keys(&marker(None)).await, ["p/b", "p/b", "p/c", "q"]);
+        assert_eq!(keys(&marker(Some(first_b_ms))).await, ["p/b", "p/b", "p/c", "q"]);
         // An id that carries no time (made before ids did) resumes after its key.
         let old_style = UploadsMarker {
             key: "p/b".into(),
             upload_id: Some("0123456789abcdef0123456789abcdef".into()),
             initiated_unix_ms: None,
         };
-        assert_eq!(keys(&old_style), ["p/c", "q"]);
+        assert_eq!(keys(&old_style).await, ["p/c", "q"]);
         assert_eq!(initiated_ms_of(&first_b), Some(first_b_ms));
         // A marker before the prefix lists the whole prefix.
         let (page, more) = om
@@ -619,121 +595,12 @@ mod tests {
                     ..UploadsMarker::default()
                 },
                 10,
-            )
+            ).await
             .expect("page");
         assert_eq!((page.len(), more), (1, false));
         assert!(matches!(
-            om.list_multipart_uploads("gone", "", &UploadsMarker::default(), 10),
+            om.list_multipart_uploads("gone", "", &UploadsMarker::default(), 10).await,
             Err(OmError::BucketNotFound(_))
         ));
-    }
-
-    /// An om file from before this layout (parts inside the upload's value) opens with its
-    /// uploads whole: parts listed, completion works, the bucket counts as not empty; and
-    /// the rewrite runs once.
-    #[tokio::test]
-    async fn an_old_file_is_rewritten_into_part_rows_once() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (id, groups) = {
-            let om = om(dir.path()).await;
-            let id = om
-                .initiate_multipart_upload("b", "k", None, BTreeMap::new())
-                .expect("initiate");
-            let groups = vec![commit_part(&om, &id, 1, 7), commit_part(&om, &id, 2, 5)];
-            (id, groups)
-        };
-        // Rewrite the file into the old layout: parts inside the upload's value, no
-        // index, no layout row.
-        {
-            let db = redb::Database::create(dir.path().join("om.redb")).expect("db");
-            let txn = db.begin_write().expect("write");
-            let mut u = header(&txn.open_table(UPLOADS).expect("uploads"), &id)
-                .expect("read")
-                .expect("there");
-            u.parts = txn
-                .open_table(PARTS)
-                .expect("parts")
-                .extract_from_if((id.as_str(), 0)..=(id.as_str(), u32::MAX), |_, _| true)
-                .expect("extract")
-                .map(|e| {
-                    decode::<pb::PartInfo, _>(e.expect("row").1.value(), "part").expect("part")
-                })
-                .collect();
-            txn.open_table(UPLOADS_BY_BUCKET)
-                .expect("index")
-                .retain(|_, ()| false)
-                .expect("clear");
-            txn.open_table(UPLOADS)
-                .expect("uploads")
-                .insert(
-                    id.as_str(),
-                    pb::MultipartUploadInfo::from(u).encode_to_vec().as_slice(),
-                )
-                .expect("insert");
-            txn.open_table(COUNTERS)
-                .expect("counters")
-                .remove(LAYOUT)
-                .expect("remove");
-            txn.commit().expect("commit");
-        }
-        let om = OzoneManager::open(OmConfig::new(dir.path()))
-            .await
-            .expect("reopen");
-        let (u, _) = om.list_parts(&id, 0, 10).expect("parts");
-        assert_eq!(
-            u.parts
-                .iter()
-                .map(|p| (p.part_number, p.size))
-                .collect::<Vec<_>>(),
-            [(1, 7), (2, 5)]
-        );
-        assert!(matches!(
-            om.delete_bucket("b"),
-            Err(OmError::BucketNotEmpty(_))
-        ));
-        assert_eq!(
-            om.list_multipart_uploads("b", "", &UploadsMarker::default(), 10)
-                .expect("uploads")
-                .0
-                .len(),
-            1
-        );
-        assert_eq!(
-            split_parts_into_rows(&om.db).expect("again"),
-            0,
-            "done once"
-        );
-        let key = om
-            .complete_multipart_upload(
-                &id,
-                &[(1, "e1".into()), (2, "e2".into())],
-                0,
-                BTreeMap::new(),
-            )
-            .expect("complete");
-        assert_eq!(key.block_groups, groups);
-        assert_eq!(
-            om.staged_deletions().expect("staged"),
-            2,
-            "the two part rows"
-        );
-        om.expand_staged_deletions().expect("expand");
-        assert_eq!(
-            om.pending_deletions().expect("pending"),
-            0,
-            "both parts kept"
-        );
-        let read = om.db.begin_read().expect("read");
-        assert_eq!(
-            read.open_table(PARTS).expect("parts").len().expect("len"),
-            0
-        );
-        assert_eq!(
-            read.open_table(UPLOADS_BY_BUCKET)
-                .expect("index")
-                .len()
-                .expect("len"),
-            0
-        );
     }
 }

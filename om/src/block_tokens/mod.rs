@@ -500,7 +500,7 @@ impl OzoneManager {
     /// [`OmError::BucketNotFound`] for an owner that is not there;
     /// [`OmError::InvalidArgument`] when the group is not the owner's;
     /// [`OmError::Internal`] as [`service_token`](Self::service_token).
-    pub fn block_token_for(
+    pub async fn block_token_for(
         &self,
         owner: &TokenOwner,
         container_id: u64,
@@ -530,7 +530,7 @@ impl OzoneManager {
                 self.mint(scope, AccessModes::READ_WRITE, &client)
             }
             TokenOwner::Key { bucket, key } => {
-                let k = self.lookup_key(bucket, key)?;
+                let k = self.lookup_key(bucket, key).await?;
                 if !k.block_groups.iter().any(is) {
                     return Err(OmError::InvalidArgument(format!(
                         "block group {container_id}:{local_id} is not part of key {bucket}/{key}"

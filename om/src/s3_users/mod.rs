@@ -27,11 +27,10 @@
 use meta_store::{RedbStore, Table, transact};
 use prost::Message;
 use proto_crate::wire::om as pb;
-use proto_crate::{BucketInfo, CannedAcl};
 use rand::Rng;
-use redb::{Database, ReadableTable, TableDefinition};
+use redb::{Database, TableDefinition};
 
-use crate::manager::{BUCKETS, decode, now_ms};
+use crate::manager::now_ms;
 use crate::{OmError, OzoneManager};
 
 type Result<T, E = OmError> = std::result::Result<T, E>;
@@ -332,34 +331,6 @@ impl OzoneManager {
             .ok_or_else(|| OmError::AccessKeyNotFound(access_key.to_string()))?;
         let r = decode_key(&row.value)?;
         Ok((r.user, r.secret_key))
-    }
-
-    /// Replaces bucket `name`'s canned ACL (S3 PutBucketAcl), in one
-    /// transaction.
-    ///
-    /// # Errors
-    /// [`OmError::BucketNotFound`], database errors.
-    pub fn set_bucket_acl(&self, name: &str, acl: CannedAcl) -> Result<BucketInfo> {
-        let txn = self.db.begin_write()?;
-        let info = {
-            let mut t = txn.open_table(BUCKETS)?;
-            let mut info: BucketInfo = {
-                let v = t
-                    .get(name)?
-                    .ok_or_else(|| OmError::BucketNotFound(name.to_string()))?;
-                decode::<pb::BucketInfo, _>(v.value(), "bucket")?
-            };
-            info.acl = acl;
-            t.insert(
-                name,
-                pb::BucketInfo::from(info.clone())
-                    .encode_to_vec()
-                    .as_slice(),
-            )?;
-            info
-        };
-        txn.commit()?;
-        Ok(info)
     }
 }
 

@@ -6,6 +6,7 @@
 use redb::{ReadableDatabase, TableError};
 
 use super::*;
+use proto_crate::CannedAcl;
 use crate::OmConfig;
 use crate::test_oms::{BACKENDS, TestOm};
 
@@ -182,7 +183,7 @@ async fn an_older_om_file_has_its_users_moved_onto_the_store() {
             om.create_s3_key("dave").await,
             Err(OmError::LimitExceeded(_))
         ));
-        let read = om.db.begin_read().expect("read");
+        let read = om.own_file().begin_read().expect("read");
         assert!(matches!(
             read.open_table(OLD_USERS),
             Err(TableError::TableDoesNotExist(_))
@@ -243,15 +244,15 @@ async fn bucket_acls_are_stored_with_the_owner() {
 
 async fn bucket_acls_are_stored_with_the_owner_on(om: TestOm) {
     let b = om
-        .create_bucket_as("b1", None, None, "alice", CannedAcl::Private)
+        .create_bucket_as("b1", None, None, "alice", CannedAcl::Private).await
         .expect("the om call");
     assert_eq!((b.owner.as_str(), b.acl), ("alice", CannedAcl::Private));
-    om.set_bucket_acl("b1", CannedAcl::PublicRead)
+    om.set_bucket_acl("b1", CannedAcl::PublicRead).await
         .expect("the om call");
-    let b = om.get_bucket("b1").expect("the om call");
+    let b = om.get_bucket("b1").await.expect("the om call");
     assert_eq!((b.owner.as_str(), b.acl), ("alice", CannedAcl::PublicRead));
     assert!(matches!(
-        om.set_bucket_acl("nope", CannedAcl::PublicRead),
+        om.set_bucket_acl("nope", CannedAcl::PublicRead).await,
         Err(OmError::BucketNotFound(_))
     ));
 }

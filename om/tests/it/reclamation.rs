@@ -27,8 +27,8 @@ async fn om_with(dir: &std::path::Path, config: impl FnOnce(OmConfig) -> OmConfi
     for i in 0..5 {
         om.register_datanode(dn(i)).await.expect("register");
     }
-    if om.get_bucket("b").is_err() {
-        om.create_bucket("b", Some(ReplicationConfig::default()), Some(1 << 20))
+    if om.get_bucket("b").await.is_err() {
+        om.create_bucket("b", Some(ReplicationConfig::default()), Some(1 << 20)).await
             .expect("bucket");
     }
     om
@@ -38,25 +38,27 @@ async fn om(dir: &std::path::Path) -> OzoneManager {
     om_with(dir, |c| c).await
 }
 
-fn pending(om: &OzoneManager) -> u64 {
-    om.pending_deletions().expect("deletion log")
+async fn pending(om: &OzoneManager) -> u64 {
+    om.pending_deletions().await.expect("deletion log")
 }
 
 /// Opens `key`, allocates `groups` groups and commits the last one with
 /// `len` bytes (the others are left behind, as after a failover).
-fn put(om: &OzoneManager, key: &str, groups: usize, len: u64) -> Vec<BlockGroup> {
-    let s = om.open_key("b", key, None).expect("open");
-    let allocated: Vec<BlockGroup> = (0..groups)
-        .map(|_| {
+async fn put(om: &OzoneManager, key: &str, groups: usize, len: u64) -> Vec<BlockGroup> {
+    let s = om.open_key("b", key, None).await.expect("open");
+    let mut allocated: Vec<BlockGroup> = Vec::new();
+    for _ in 0..groups {
+        allocated.push(
             om.allocate_block_group(s.session_id, &[])
-                .expect("allocate")
-        })
-        .collect();
+                .await
+                .expect("allocate"),
+        );
+    }
     let last = BlockGroup {
         length: len,
         ..allocated.last().expect("a group").clone()
     };
-    om.commit_key(s.session_id, &[last], len, BTreeMap::new())
+    om.commit_key(s.session_id, &[last], len, BTreeMap::new()).await
         .expect("commit");
     allocated
 }
@@ -65,53 +67,53 @@ fn put(om: &OzoneManager, key: &str, groups: usize, len: u64) -> Vec<BlockGroup>
 async fn every_freeing_change_logs_each_replica_once() {
     let dir = tempfile::tempdir().expect("temp dir");
     let om = om(dir.path()).await;
-    put(&om, "k", 1, 100);
-    assert_eq!(pending(&om), 0, "a clean write frees nothing");
-    put(&om, "k", 1, 100);
+    put(&om, "k", 1, 100).await;
+    assert_eq!(pending(&om).await, 0, "a clean write frees nothing");
+    put(&om, "k", 1, 100).await;
     assert_eq!(
-        pending(&om),
+        pending(&om).await,
         REPLICAS,
         "overwrite frees the old key's group"
     );
-    put(&om, "k", 3, 100);
+    put(&om, "k", 3, 100).await;
     assert_eq!(
-        pending(&om),
+        pending(&om).await,
         REPLICAS * 4,
         "the two groups left behind on failover, and the overwritten group"
     );
-    om.delete_key("b", "k").expect("delete");
-    assert_eq!(pending(&om), REPLICAS * 5, "delete frees the key's group");
+    om.delete_key("b", "k").await.expect("delete");
+    assert_eq!(pending(&om).await, REPLICAS * 5, "delete frees the key's group");
     assert!(matches!(
-        om.delete_key("b", "k"),
+        om.delete_key("b", "k").await,
         Err(OmError::KeyNotFound { .. })
     ));
-    assert_eq!(pending(&om), REPLICAS * 5, "a failed delete logs nothing");
+    assert_eq!(pending(&om).await, REPLICAS * 5, "a failed delete logs nothing");
 
-    let s = om.open_key("b", "aborted", None).expect("open");
-    om.allocate_block_group(s.session_id, &[])
+    let s = om.open_key("b", "aborted", None).await.expect("open");
+    om.allocate_block_group(s.session_id, &[]).await
         .expect("allocate");
-    om.allocate_block_group(s.session_id, &[])
+    om.allocate_block_group(s.session_id, &[]).await
         .expect("allocate");
-    om.abort_key(s.session_id).expect("abort");
+    om.abort_key(s.session_id).await.expect("abort");
     assert_eq!(
-        pending(&om),
+        pending(&om).await,
         REPLICAS * 7,
         "abort frees every allocated group"
     );
 
     // A commit refused for a bad length ends the session and frees its groups.
-    let s = om.open_key("b", "bad", None).expect("open");
+    let s = om.open_key("b", "bad", None).await.expect("open");
     let g = om
-        .allocate_block_group(s.session_id, &[])
+        .allocate_block_group(s.session_id, &[]).await
         .expect("allocate");
     let refused = om.commit_key(
         s.session_id,
         &[BlockGroup { length: 10, ..g }],
         11,
         BTreeMap::new(),
-    );
+    ).await;
     assert!(matches!(refused, Err(OmError::InvalidArgument(_))));
-    assert_eq!(pending(&om), REPLICAS * 8);
+    assert_eq!(pending(&om).await, REPLICAS * 8);
     assert_eq!(om.open_sessions(), 0);
 }
 
@@ -119,49 +121,49 @@ async fn every_freeing_change_logs_each_replica_once() {
 async fn multipart_frees_replaced_unlisted_and_aborted_parts() {
     let dir = tempfile::tempdir().expect("temp dir");
     let om = om(dir.path()).await;
-    let part = |upload: &str, n: u32, etag: &str| {
-        let s = om.open_part(upload, n).expect("open part");
+    let part = async |upload: &str, n: u32, etag: &str| {
+        let s = om.open_part(upload, n).await.expect("open part");
         let g = om
-            .allocate_block_group(s.session_id, &[])
+            .allocate_block_group(s.session_id, &[]).await
             .expect("allocate");
-        om.commit_part(s.session_id, &[BlockGroup { length: 10, ..g }], 10, etag)
+        om.commit_part(s.session_id, &[BlockGroup { length: 10, ..g }], 10, etag).await
             .expect("commit part");
     };
     let up = om
-        .initiate_multipart_upload("b", "mp", None, BTreeMap::new())
+        .initiate_multipart_upload("b", "mp", None, BTreeMap::new()).await
         .expect("initiate");
-    part(&up, 1, "a");
-    part(&up, 2, "b");
-    part(&up, 3, "c");
-    assert_eq!(pending(&om), 0);
-    part(&up, 2, "b2");
-    assert_eq!(pending(&om), REPLICAS, "a replaced part is freed");
+    part(&up, 1, "a").await;
+    part(&up, 2, "b").await;
+    part(&up, 3, "c").await;
+    assert_eq!(pending(&om).await, 0);
+    part(&up, 2, "b2").await;
+    assert_eq!(pending(&om).await, REPLICAS, "a replaced part is freed");
     om.complete_multipart_upload(
         &up,
         &[(1, "a".into()), (2, "b2".into())],
         0,
         BTreeMap::new(),
-    )
+    ).await
     .expect("complete");
-    assert_eq!(pending(&om), REPLICAS * 2, "part 3, left out, is freed");
-    assert_eq!(om.lookup_key("b", "mp").expect("key").block_groups.len(), 2);
+    assert_eq!(pending(&om).await, REPLICAS * 2, "part 3, left out, is freed");
+    assert_eq!(om.lookup_key("b", "mp").await.expect("key").block_groups.len(), 2);
 
     let up = om
-        .initiate_multipart_upload("b", "mp2", None, BTreeMap::new())
+        .initiate_multipart_upload("b", "mp2", None, BTreeMap::new()).await
         .expect("initiate");
-    part(&up, 1, "x");
-    part(&up, 2, "y");
-    om.abort_multipart_upload(&up).expect("abort");
-    assert_eq!(pending(&om), REPLICAS * 4, "abort frees every part");
+    part(&up, 1, "x").await;
+    part(&up, 2, "y").await;
+    om.abort_multipart_upload(&up).await.expect("abort");
+    assert_eq!(pending(&om).await, REPLICAS * 4, "abort frees every part");
 
     // Completing over an existing key frees that key's groups.
     let up = om
-        .initiate_multipart_upload("b", "mp", None, BTreeMap::new())
+        .initiate_multipart_upload("b", "mp", None, BTreeMap::new()).await
         .expect("initiate");
-    part(&up, 1, "z");
-    om.complete_multipart_upload(&up, &[(1, "z".into())], 0, BTreeMap::new())
+    part(&up, 1, "z").await;
+    om.complete_multipart_upload(&up, &[(1, "z".into())], 0, BTreeMap::new()).await
         .expect("complete");
-    assert_eq!(pending(&om), REPLICAS * 6, "the two groups of the old mp");
+    assert_eq!(pending(&om).await, REPLICAS * 6, "the two groups of the old mp");
 }
 
 #[tokio::test]
@@ -172,32 +174,32 @@ async fn sessions_expire_after_their_lease_and_are_bounded_per_client() {
             .with_max_sessions_per_client(2)
     })
     .await;
-    let a = om.open_key_as("client-a", "b", "k1", None).expect("open");
-    om.allocate_block_group(a.session_id, &[])
+    let a = om.open_key_as("client-a", "b", "k1", None).await.expect("open");
+    om.allocate_block_group(a.session_id, &[]).await
         .expect("allocate");
-    om.open_key_as("client-a", "b", "k2", None).expect("open");
-    let third = om.open_key_as("client-a", "b", "k3", None);
+    om.open_key_as("client-a", "b", "k2", None).await.expect("open");
+    let third = om.open_key_as("client-a", "b", "k3", None).await;
     assert!(
         matches!(third, Err(OmError::TooManyOpenSessions { ref client, limit: 2 }) if client == "client-a"),
         "{third:?}"
     );
-    om.open_key_as("client-b", "b", "k3", None)
+    om.open_key_as("client-b", "b", "k3", None).await
         .expect("another client has its own allowance");
 
-    assert_eq!(om.expire_sessions(Instant::now()).expect("expire"), 0);
+    assert_eq!(om.expire_sessions(Instant::now()).await.expect("expire"), 0);
     let later = Instant::now() + Duration::from_secs(61);
-    assert_eq!(om.expire_sessions(later).expect("expire"), 3);
+    assert_eq!(om.expire_sessions(later).await.expect("expire"), 3);
     assert_eq!(om.open_sessions(), 0);
     assert_eq!(
-        pending(&om),
+        pending(&om).await,
         REPLICAS,
         "the expired session's group is freed"
     );
     assert!(matches!(
-        om.commit_key(a.session_id, &[], 0, BTreeMap::new()),
+        om.commit_key(a.session_id, &[], 0, BTreeMap::new()).await,
         Err(OmError::NoSuchSession(_))
     ));
-    om.open_key_as("client-a", "b", "k1", None)
+    om.open_key_as("client-a", "b", "k1", None).await
         .expect("expired sessions no longer count");
 }
 
@@ -208,14 +210,14 @@ async fn a_renewed_session_outlives_its_lease() {
         c.with_open_key_lease(Duration::from_secs(60))
     })
     .await;
-    let s = om.open_key("b", "k", None).expect("open");
+    let s = om.open_key("b", "k", None).await.expect("open");
     let g = om
-        .allocate_block_group(s.session_id, &[])
+        .allocate_block_group(s.session_id, &[]).await
         .expect("allocate");
     om.renew_key(s.session_id).expect("renew");
     let renewed_at = Instant::now();
     assert_eq!(
-        om.expire_sessions(renewed_at + Duration::from_secs(59))
+        om.expire_sessions(renewed_at + Duration::from_secs(59)).await
             .expect("expire"),
         0,
         "within the renewed lease"
@@ -225,7 +227,7 @@ async fn a_renewed_session_outlives_its_lease() {
         &[BlockGroup { length: 9, ..g }],
         9,
         BTreeMap::new(),
-    )
+    ).await
     .expect("the renewed session commits");
     assert!(matches!(
         om.renew_key(s.session_id),
@@ -243,22 +245,22 @@ async fn open_writes_survive_a_restart_and_commit() {
     let (key_session, first_group, part_session, upload) = {
         let first = om(dir.path()).await;
         let om = &first;
-        let s = om.open_key_as("writer-1", "b", "k", None).expect("open");
+        let s = om.open_key_as("writer-1", "b", "k", None).await.expect("open");
         let g = om
-            .allocate_block_group(s.session_id, &[])
+            .allocate_block_group(s.session_id, &[]).await
             .expect("allocate");
         let upload = om
-            .initiate_multipart_upload("b", "mpu", None, BTreeMap::new())
+            .initiate_multipart_upload("b", "mpu", None, BTreeMap::new()).await
             .expect("initiate");
-        let p = om.open_part(&upload, 3).expect("open part");
-        put(om, "done", 1, 5);
+        let p = om.open_part(&upload, 3).await.expect("open part");
+        put(om, "done", 1, 5).await;
         (s.session_id, g, p.session_id, upload)
     };
     let second = om(dir.path()).await;
-    assert_eq!(pending(&second), 0, "nothing reclaimed");
+    assert_eq!(pending(&second).await, 0, "nothing reclaimed");
     assert_eq!(second.open_sessions(), 2, "both writes are still open");
     let g2 = second
-        .allocate_block_group(key_session, &[])
+        .allocate_block_group(key_session, &[]).await
         .expect("the writer goes on allocating");
     let info = second
         .commit_key(
@@ -272,28 +274,28 @@ async fn open_writes_survive_a_restart_and_commit() {
             ],
             7,
             BTreeMap::new(),
-        )
+        ).await
         .expect("and commits");
-    assert_eq!(second.lookup_key("b", "k").expect("visible"), info);
+    assert_eq!(second.lookup_key("b", "k").await.expect("visible"), info);
     let pg = second
-        .allocate_block_group(part_session, &[])
+        .allocate_block_group(part_session, &[]).await
         .expect("the part writer too");
     second
-        .commit_part(part_session, &[BlockGroup { length: 2, ..pg }], 2, "e3")
+        .commit_part(part_session, &[BlockGroup { length: 2, ..pg }], 2, "e3").await
         .expect("part commits");
-    let (u, _) = second.list_parts(&upload, 0, 10).expect("parts");
+    let (u, _) = second.list_parts(&upload, 0, 10).await.expect("parts");
     assert_eq!(u.parts.len(), 1);
-    assert_eq!(pending(&second), 0, "every group is referenced");
-    assert_eq!(second.lookup_key("b", "done").expect("kept").length, 5);
+    assert_eq!(pending(&second).await, 0, "every group is referenced");
+    assert_eq!(second.lookup_key("b", "done").await.expect("kept").length, 5);
     // A session ended before a restart stays ended.
     assert!(matches!(
-        second.commit_key(key_session, &[], 0, BTreeMap::new()),
+        second.commit_key(key_session, &[], 0, BTreeMap::new()).await,
         Err(OmError::NoSuchSession(_))
     ));
     drop(second);
     let third = om(dir.path()).await;
     assert_eq!(third.open_sessions(), 0);
-    assert_eq!(pending(&third), 0);
+    assert_eq!(pending(&third).await, 0);
 }
 
 /// A resumed session counts against its client's bound and expires one lease after the
@@ -310,153 +312,26 @@ async fn resumed_sessions_keep_their_bounds_and_expire_from_the_restart() {
     };
     let stale = {
         let om = om_with(dir.path(), config).await;
-        let a = om.open_key_as("c", "b", "x", None).expect("open");
-        om.allocate_block_group(a.session_id, &[])
+        let a = om.open_key_as("c", "b", "x", None).await.expect("open");
+        om.allocate_block_group(a.session_id, &[]).await
             .expect("allocate");
-        om.open_key_as("c", "b", "y", None).expect("open");
+        om.open_key_as("c", "b", "y", None).await.expect("open");
         clock.advance(lease - Duration::from_secs(1));
         a.session_id
     };
     let om = om_with(dir.path(), config).await;
     assert!(matches!(
-        om.open_key_as("c", "b", "z", None),
+        om.open_key_as("c", "b", "z", None).await,
         Err(OmError::TooManyOpenSessions { .. })
     ));
-    let fresh = om.open_key("b", "k", None).expect("another client");
+    let fresh = om.open_key("b", "k", None).await.expect("another client");
     assert_ne!(fresh.session_id, stale);
     // The lease runs from the restart, not from the first om's last allocation.
     clock.advance(Duration::from_secs(2));
-    assert_eq!(om.expire_sessions(clock.now()).expect("expire"), 0);
+    assert_eq!(om.expire_sessions(clock.now()).await.expect("expire"), 0);
     clock.advance(lease);
-    assert_eq!(om.expire_sessions(clock.now()).expect("expire"), 3);
-    assert_eq!(pending(&om), REPLICAS, "the one allocated group");
-}
-
-/// Rows of `table` (an om's own, read after it closed).
-fn rows<K: redb::Key + 'static>(dir: &std::path::Path, table: &str) -> u64 {
-    use redb::{ReadableDatabase, ReadableTableMetadata};
-    let db = redb::Database::create(dir.join("om.redb")).expect("db");
-    let read = db.begin_read().expect("read");
-    read.open_table(redb::TableDefinition::<K, &[u8]>::new(table))
-        .expect("table")
-        .len()
-        .expect("len")
-}
-
-/// A file of the old layout (the groups of open sessions as rows of `open_groups`) converts
-/// at open: a session's groups move into its row, and it commits them after the restart;
-/// groups of no session are staged for deletion; the table is dropped.
-#[tokio::test]
-async fn an_old_files_open_groups_move_into_their_sessions_at_open() {
-    use prost::Message;
-    use proto_crate::wire::om as pb;
-    let open_sessions = redb::TableDefinition::<u64, &[u8]>::new("open_sessions");
-    let open_groups = redb::TableDefinition::<(u64, u64, u64), &[u8]>::new("open_groups");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let (kept, kept_groups) = {
-        let om = om(dir.path()).await;
-        let kept = om.open_key("b", "k", None).expect("open");
-        let groups: Vec<BlockGroup> = (0..2)
-            .map(|_| {
-                om.allocate_block_group(kept.session_id, &[])
-                    .expect("allocate")
-            })
-            .collect();
-        let gone = om.open_key("b", "gone", None).expect("open");
-        om.allocate_block_group(gone.session_id, &[])
-            .expect("allocate");
-        (kept.session_id, groups)
-    };
-    {
-        // Rewrite into the old layout: session rows without their groups, a row per group.
-        let db = redb::Database::create(dir.path().join("om.redb")).expect("db");
-        let txn = db.begin_write().expect("write");
-        {
-            let mut sessions = txn.open_table(open_sessions).expect("table");
-            let mut groups = txn.open_table(open_groups).expect("table");
-            let rows: Vec<(u64, pb::OpenSessionRecord)> = redb::ReadableTable::iter(&sessions)
-                .expect("iter")
-                .map(|e| {
-                    let (k, v) = e.expect("row");
-                    (
-                        k.value(),
-                        pb::OpenSessionRecord::decode(v.value()).expect("decode"),
-                    )
-                })
-                .collect();
-            assert_eq!(rows.len(), 2);
-            for (id, mut row) in rows {
-                for g in std::mem::take(&mut row.allocated) {
-                    groups
-                        .insert(
-                            (id, g.container_id, g.local_id),
-                            g.encode_to_vec().as_slice(),
-                        )
-                        .expect("group row");
-                }
-                if id == kept {
-                    sessions
-                        .insert(id, row.encode_to_vec().as_slice())
-                        .expect("old row");
-                } else {
-                    sessions.remove(id).expect("no session");
-                }
-            }
-        }
-        txn.commit().expect("commit");
-    }
-    let om2 = om(dir.path()).await;
-    assert_eq!(om2.open_sessions(), 1);
-    assert_eq!(pending(&om2), REPLICAS, "the group of no session is staged");
-    let committed: Vec<BlockGroup> = kept_groups
-        .iter()
-        .map(|g| BlockGroup {
-            length: 3,
-            ..g.clone()
-        })
-        .collect();
-    om2.commit_key(kept, &committed, 6, BTreeMap::new())
-        .expect("the resumed session commits its groups from the old rows");
-    assert_eq!(om2.lookup_key("b", "k").expect("key").block_groups.len(), 2);
-    drop(om2);
-    let db = redb::Database::create(dir.path().join("om.redb")).expect("db");
-    let read = redb::ReadableDatabase::begin_read(&db).expect("read");
-    assert!(
-        read.open_table(open_groups).is_err(),
-        "the old table is dropped"
-    );
-}
-
-/// A session row that does not decode is given up (with a warning) instead of keeping the om
-/// from starting; its groups are unknown, so they are left to the orphan sweep.
-#[tokio::test]
-async fn an_unreadable_session_row_is_given_up_at_open() {
-    let open_sessions = redb::TableDefinition::<u64, &[u8]>::new("open_sessions");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let id = {
-        let om = om(dir.path()).await;
-        let s = om.open_key("b", "k", None).expect("open");
-        om.allocate_block_group(s.session_id, &[])
-            .expect("allocate");
-        s.session_id
-    };
-    {
-        let db = redb::Database::create(dir.path().join("om.redb")).expect("db");
-        let txn = db.begin_write().expect("write");
-        txn.open_table(open_sessions)
-            .expect("table")
-            .insert(id, [0xff_u8, 0xff, 0xff].as_slice())
-            .expect("garble");
-        txn.commit().expect("commit");
-    }
-    let om2 = om(dir.path()).await;
-    assert_eq!(om2.open_sessions(), 0);
-    assert!(matches!(
-        om2.commit_key(id, &[], 0, BTreeMap::new()),
-        Err(OmError::NoSuchSession(_))
-    ));
-    drop(om2);
-    assert_eq!(rows::<u64>(dir.path(), "open_sessions"), 0);
+    assert_eq!(om.expire_sessions(clock.now()).await.expect("expire"), 3);
+    assert_eq!(pending(&om).await, REPLICAS, "the one allocated group");
 }
 
 /// Freeing groups writes one staged row whatever their number, so every om transaction stays
@@ -468,13 +343,15 @@ async fn freeing_many_groups_stages_one_row() {
     let om = om(dir.path()).await;
     let groups = 60u64;
     let allocated = {
-        let s = om.open_key("b", "big", None).expect("open");
-        let all: Vec<BlockGroup> = (0..groups)
-            .map(|_| {
+        let s = om.open_key("b", "big", None).await.expect("open");
+        let mut all: Vec<BlockGroup> = Vec::new();
+        for _ in 0..groups {
+            all.push(
                 om.allocate_block_group(s.session_id, &[])
-                    .expect("allocate")
-            })
-            .collect();
+                    .await
+                    .expect("allocate"),
+            );
+        }
         let committed: Vec<BlockGroup> = all
             .iter()
             .map(|g| BlockGroup {
@@ -482,22 +359,22 @@ async fn freeing_many_groups_stages_one_row() {
                 ..g.clone()
             })
             .collect();
-        om.commit_key(s.session_id, &committed, groups, BTreeMap::new())
+        om.commit_key(s.session_id, &committed, groups, BTreeMap::new()).await
             .expect("commit");
         all
     };
     assert_eq!(allocated.len() as u64, groups);
-    om.delete_key("b", "big").expect("delete");
+    om.delete_key("b", "big").await.expect("delete");
     assert_eq!(
-        om.staged_deletions().expect("staged"),
+        om.staged_deletions().await.expect("staged"),
         1,
         "one row for 60 groups"
     );
-    assert_eq!(pending(&om), groups * REPLICAS, "counted before they move");
-    let moved = om.expand_staged_deletions().expect("expand");
+    assert_eq!(pending(&om).await, groups * REPLICAS, "counted before they move");
+    let moved = om.expand_staged_deletions().await.expect("expand");
     assert_eq!(moved, groups * REPLICAS);
-    assert_eq!(om.staged_deletions().expect("staged"), 0);
-    assert_eq!(pending(&om), groups * REPLICAS, "and after");
+    assert_eq!(om.staged_deletions().await.expect("staged"), 0);
+    assert_eq!(pending(&om).await, groups * REPLICAS, "and after");
 }
 
 #[tokio::test]
@@ -537,8 +414,8 @@ async fn only_healthy_datanodes_get_new_groups() {
         states.iter().filter(|s| **s == NodeState::Healthy).count(),
         4
     );
-    let s = om.open_key("b", "k", None).expect("open");
-    match om.allocate_block_group(s.session_id, &[]) {
+    let s = om.open_key("b", "k", None).await.expect("open");
+    match om.allocate_block_group(s.session_id, &[]).await {
         Err(e @ OmError::NotEnoughDatanodes { .. }) => {
             let msg = e.to_string();
             assert!(
@@ -559,7 +436,7 @@ async fn only_healthy_datanodes_get_new_groups() {
     .await
     .expect("heartbeat");
     let g = om
-        .allocate_block_group(s.session_id, &[])
+        .allocate_block_group(s.session_id, &[]).await
         .expect("all five healthy");
     assert_eq!(g.pipeline.locations.len(), 5);
     let st = om
@@ -598,26 +475,26 @@ async fn a_new_id_at_a_known_address_replaces_the_old_entry_durably() {
 async fn a_bucket_with_an_upload_in_progress_is_not_empty() {
     let dir = tempfile::tempdir().expect("temp dir");
     let om = om(dir.path()).await;
-    om.create_bucket("mpb", None, None).expect("bucket");
+    om.create_bucket("mpb", None, None).await.expect("bucket");
     let up = om
-        .initiate_multipart_upload("mpb", "k", None, BTreeMap::new())
+        .initiate_multipart_upload("mpb", "k", None, BTreeMap::new()).await
         .expect("initiate");
     assert!(matches!(
-        om.delete_bucket("mpb"),
+        om.delete_bucket("mpb").await,
         Err(OmError::BucketNotEmpty(_))
     ));
-    om.abort_multipart_upload(&up).expect("abort");
-    om.delete_bucket("mpb").expect("empty now");
-    om.create_bucket("mpb", None, None).expect("created again");
+    om.abort_multipart_upload(&up).await.expect("abort");
+    om.delete_bucket("mpb").await.expect("empty now");
+    om.create_bucket("mpb", None, None).await.expect("created again");
     assert!(
-        om.list_multipart_uploads("mpb", "", &om::UploadsMarker::default(), 1000)
+        om.list_multipart_uploads("mpb", "", &om::UploadsMarker::default(), 1000).await
             .expect("uploads")
             .0
             .is_empty(),
         "a bucket created again inherits nothing"
     );
     assert!(matches!(
-        om.initiate_multipart_upload("gone", "k", None, BTreeMap::new()),
+        om.initiate_multipart_upload("gone", "k", None, BTreeMap::new()).await,
         Err(OmError::BucketNotFound(_))
     ));
 }
@@ -630,13 +507,15 @@ async fn a_bucket_with_an_upload_in_progress_is_not_empty() {
 async fn session_ids_are_not_guessable_from_each_other() {
     let dir = tempfile::tempdir().expect("tempdir");
     let om = om_with(dir.path(), |c| c.with_max_sessions_per_client(100)).await;
-    let ids: Vec<u64> = (0..64)
-        .map(|i| {
+    let mut ids: Vec<u64> = Vec::new();
+    for i in 0..64 {
+        ids.push(
             om.open_key("b", &format!("k{i}"), None)
+                .await
                 .expect("open")
-                .session_id
-        })
-        .collect();
+                .session_id,
+        );
+    }
     assert!(ids.iter().all(|&id| id != 0));
     for w in ids.windows(2) {
         assert!(

@@ -1,0 +1,49 @@
+//! The om's tables in the metadata store (`meta_store::Table`: rows of one ordered keyspace,
+//! on redb in the om's own file or on etcd): buckets, keys, open sessions, multipart uploads,
+//! staged deletions and the deletion log, completed uploads, and the counters they use. Values
+//! of the `Raw` kind are encoded protobuf messages (`proto_crate::wire::om`). Every om change
+//! is one `meta_store::transact` body over these rows, so it is atomic and guarded on what it
+//! read, whichever store holds them. The modules that moved earlier (S3 users, block-token
+//! keys, the datanode registry and operational states, the cluster id) keep their own tables.
+
+use meta_store::Table;
+use meta_store::codec::Raw;
+
+/// Buckets: name -> `BucketInfo`.
+pub(crate) const BUCKETS: Table<String, Raw> = Table::new("buckets");
+/// Buckets by (owner, name); buckets without an owner are not indexed.
+pub(crate) const BUCKETS_BY_OWNER: Table<(String, String), ()> = Table::new("buckets_by_owner");
+/// Buckets each owner holds: owner -> count (owners without buckets have no row).
+pub(crate) const BUCKETS_PER_OWNER: Table<String, u64> = Table::new("buckets_per_owner");
+/// Committed keys: (bucket, key) -> `KeyInfo`. A stored generation of 0 stands for the
+/// revision of the commit that wrote the row (`keys.rs`).
+pub(crate) const KEYS: Table<(String, String), Raw> = Table::new("keys");
+/// Counters: `next_local_id` and `next_container_id` (the end of the last reserved id range,
+/// `sessions.rs`), `locations_added` (`orphans.rs`).
+pub(crate) const COUNTERS: Table<String, u64> = Table::new("counters");
+/// Open sessions: session id -> `OpenSessionRecord` (`session_rows.rs`).
+pub(crate) const OPEN_SESSIONS: Table<u64, Raw> = Table::new("open_sessions");
+/// Uploads in progress: upload id -> `MultipartUploadInfo` without its parts.
+pub(crate) const UPLOADS: Table<String, Raw> = Table::new("multipart_uploads");
+/// Uploaded parts: (upload id, part number) -> `PartInfo`.
+pub(crate) const PARTS: Table<(String, u32), Raw> = Table::new("multipart_parts");
+/// Uploads by (bucket, key, initiation ms, upload id): S3's listing order.
+pub(crate) const UPLOADS_BY_BUCKET: Table<(String, String, u64, String), ()> =
+    Table::new("multipart_uploads_by_bucket");
+/// Uploads completed or aborted whose part rows remain: upload id -> `DroppedUpload`.
+pub(crate) const DROPPED_UPLOADS: Table<String, Raw> = Table::new("dropped_uploads");
+/// Completions under way: upload id -> (mark, since unix ms) (`upload_rows.rs`).
+pub(crate) const COMPLETING: Table<String, (u64, u64)> = Table::new("multipart_completing");
+/// Completed uploads: upload id -> (bucket, key, generation the completion gave the key or
+/// 0 for the revision of this row, completion unix ms, the part list as `number:etag,...`).
+pub(crate) const COMPLETED: Table<String, (String, String, u64, u64, String)> =
+    Table::new("completed_uploads");
+/// (completion unix ms, upload id) -> (): the pruning order of `COMPLETED`.
+pub(crate) const COMPLETED_BY_TIME: Table<(u64, String), ()> =
+    Table::new("completed_uploads_by_time");
+/// Staged deletions (Ozone OM's deletedTable): (freed unix ms, random id) -> `DeletedGroups`.
+pub(crate) const DELETED_GROUPS: Table<(u64, u64), Raw> = Table::new("deleted_groups");
+/// Replicas to delete: (datanode uuid, container id, local id) -> (replica index, freed unix
+/// ms).
+pub(crate) const DELETION_LOG: Table<(String, u64, u64), (u32, u64)> =
+    Table::new("deletion_log");
