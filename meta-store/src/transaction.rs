@@ -141,7 +141,10 @@ impl Transaction {
     ///
     /// # Errors
     /// As [`get`](Self::get).
-    pub async fn get_entry(&self, key: &[u8]) -> Result<Option<(Vec<u8>, Option<u64>)>, StoreError> {
+    pub async fn get_entry(
+        &self,
+        key: &[u8],
+    ) -> Result<Option<(Vec<u8>, Option<u64>)>, StoreError> {
         let Some(value) = self.get(key).await? else {
             return Ok(None);
         };

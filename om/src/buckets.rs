@@ -316,10 +316,7 @@ impl OzoneManager {
                 BUCKETS.delete_in(&tx, &name.to_string());
                 if !b.owner.is_empty() {
                     BUCKETS_BY_OWNER.delete_in(&tx, &(b.owner.clone(), name.to_string()));
-                    let owned = BUCKETS_PER_OWNER
-                        .get_in(&tx, &b.owner)
-                        .await?
-                        .unwrap_or(0);
+                    let owned = BUCKETS_PER_OWNER.get_in(&tx, &b.owner).await?.unwrap_or(0);
                     if owned <= 1 {
                         BUCKETS_PER_OWNER.delete_in(&tx, &b.owner);
                     } else {
@@ -377,7 +374,8 @@ mod tests {
             ("a-3", "alice"),
             ("x-1", "alice"),
         ] {
-            om.create_bucket_as(name, None, None, owner, CannedAcl::Private).await
+            om.create_bucket_as(name, None, None, owner, CannedAcl::Private)
+                .await
                 .expect("create");
         }
         om
@@ -404,16 +402,25 @@ mod tests {
                 ["a-1", "a-2", "a-3", "b-1", "none", "x-1"]
             );
         }
-        assert_eq!(all_pages(&om, &owned_by(Some("bob"), "", ""), 10).await, ["b-1"]);
-        assert!(all_pages(&om, &owned_by(Some("carol"), "", ""), 10).await.is_empty());
+        assert_eq!(
+            all_pages(&om, &owned_by(Some("bob"), "", ""), 10).await,
+            ["b-1"]
+        );
+        assert!(
+            all_pages(&om, &owned_by(Some("carol"), "", ""), 10)
+                .await
+                .is_empty()
+        );
         // A start-after before the prefix lists the whole prefix.
         let (page, more) = om
-            .list_buckets_page(&owned_by(Some("alice"), "x", "a-9"), 10).await
+            .list_buckets_page(&owned_by(Some("alice"), "x", "a-9"), 10)
+            .await
             .expect("page");
         assert_eq!((names(&page), more), (vec!["x-1"], false));
         // Deleting a bucket takes it out of its owner's listing; its name may go to another.
         om.delete_bucket("a-2").await.expect("delete");
-        om.create_bucket_as("a-2", None, None, "bob", CannedAcl::Private).await
+        om.create_bucket_as("a-2", None, None, "bob", CannedAcl::Private)
+            .await
             .expect("taken by bob");
         assert_eq!(
             all_pages(&om, &owned_by(Some("alice"), "", ""), 2).await,
@@ -443,11 +450,14 @@ mod tests {
             Err(OmError::InvalidArgument(_))
         ));
         assert!(matches!(
-            om.initiate_multipart_upload("a-1", "k", Some(two), Default::default()).await,
+            om.initiate_multipart_upload("a-1", "k", Some(two), Default::default())
+                .await,
             Err(OmError::InvalidArgument(_))
         ));
         let three = ReplicationConfig::Replicated { factor: 3 };
-        om.create_bucket("three", Some(three), None).await.expect("THREE");
+        om.create_bucket("three", Some(three), None)
+            .await
+            .expect("THREE");
     }
 
     /// The per-owner bound is counted per owner: other owners' buckets do not count, a
@@ -458,20 +468,25 @@ mod tests {
         let om = OzoneManager::open(OmConfig::new(dir.path()))
             .await
             .expect("open");
-        om.create_bucket_as("other", None, None, "bob", CannedAcl::Private).await
+        om.create_bucket_as("other", None, None, "bob", CannedAcl::Private)
+            .await
             .expect("bob's");
         for i in 0..crate::MAX_BUCKETS_PER_OWNER {
-            om.create_bucket_as(&format!("b{i:04}"), None, None, "alice", CannedAcl::Private).await
+            om.create_bucket_as(&format!("b{i:04}"), None, None, "alice", CannedAcl::Private)
+                .await
                 .expect("within the bound");
         }
         assert!(matches!(
-            om.create_bucket_as("one-more", None, None, "alice", CannedAcl::Private).await,
+            om.create_bucket_as("one-more", None, None, "alice", CannedAcl::Private)
+                .await,
             Err(OmError::LimitExceeded(_))
         ));
-        om.create_bucket_as("bobs-second", None, None, "bob", CannedAcl::Private).await
+        om.create_bucket_as("bobs-second", None, None, "bob", CannedAcl::Private)
+            .await
             .expect("bob is under the bound");
         om.delete_bucket("b0000").await.expect("delete");
-        om.create_bucket_as("one-more", None, None, "alice", CannedAcl::Private).await
+        om.create_bucket_as("one-more", None, None, "alice", CannedAcl::Private)
+            .await
             .expect("a freed place");
     }
 
@@ -514,13 +529,17 @@ mod tests {
                 None,
                 owner,
                 CannedAcl::Private,
-            ).await
+            )
+            .await
             .expect("create");
         }
         assert_eq!(counts(&om).await, owner_counts(&om).await);
         for b in om.list_buckets().await.expect("list") {
             om.delete_bucket(&b.name).await.expect("delete");
         }
-        assert!(counts(&om).await.is_empty(), "no rows for owners without buckets");
+        assert!(
+            counts(&om).await.is_empty(),
+            "no rows for owners without buckets"
+        );
     }
 }

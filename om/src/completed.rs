@@ -35,7 +35,13 @@ pub(crate) fn record_in(tx: &Transaction, upload_id: &str, key: &KeyInfo, parts:
     COMPLETED.put_in(
         tx,
         &upload_id.to_string(),
-        &(key.bucket.clone(), key.name.clone(), 0, at, signature(parts)),
+        &(
+            key.bucket.clone(),
+            key.name.clone(),
+            0,
+            at,
+            signature(parts),
+        ),
     );
     COMPLETED_BY_TIME.put_in(tx, &(at, upload_id.to_string()), &());
 }

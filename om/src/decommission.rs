@@ -374,7 +374,8 @@ mod tests {
         om.create_bucket("b", None, None).await.expect("bucket");
         let s = om.open_key("b", "k", None).await.expect("open key");
         let g = om
-            .allocate_block_group(s.session_id, &[]).await
+            .allocate_block_group(s.session_id, &[])
+            .await
             .expect("allocate");
         assert!(
             g.pipeline

@@ -307,12 +307,18 @@ fn log_key(uuid: &str, block: (u64, u64)) -> (String, u64, u64) {
 /// Whether a deletion of block `block` (container id, local id) on datanode `uuid` is
 /// pending, as `tx` sees it.
 pub(crate) async fn is_logged_in(tx: &Transaction, uuid: &str, block: (u64, u64)) -> Result<bool> {
-    Ok(DELETION_LOG.get_in(tx, &log_key(uuid, block)).await?.is_some())
+    Ok(DELETION_LOG
+        .get_in(tx, &log_key(uuid, block))
+        .await?
+        .is_some())
 }
 
 /// [`is_logged_in`], now.
 pub(crate) async fn is_logged(store: &MetaStore, uuid: &str, block: (u64, u64)) -> Result<bool> {
-    Ok(DELETION_LOG.get(store, &log_key(uuid, block)).await?.is_some())
+    Ok(DELETION_LOG
+        .get(store, &log_key(uuid, block))
+        .await?
+        .is_some())
 }
 
 /// Logs the replicas of block `(container_id, local_id)` at `locations` for deletion in `tx`
@@ -412,7 +418,11 @@ impl OzoneManager {
             let rows = DELETED_GROUPS
                 .scan_at(&snapshot, &(), after.as_ref(), crate::MAX_LIST_PAGE)
                 .await?;
-            n += rows.rows.iter().map(|r| staged_replicas(&r.value.0)).sum::<u64>();
+            n += rows
+                .rows
+                .iter()
+                .map(|r| staged_replicas(&r.value.0))
+                .sum::<u64>();
             match rows.rows.into_iter().last() {
                 Some(last) if rows.more => after = Some(last.key),
                 _ => break,

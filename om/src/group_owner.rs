@@ -140,7 +140,9 @@ impl Loaded {
     ) -> Result<&mut BlockGroup, OmError> {
         let count = self.groups.len();
         self.groups.get_mut(group).ok_or_else(|| {
-            OmError::InvalidArgument(format!("{owner} has {count} block groups, no group {group}"))
+            OmError::InvalidArgument(format!(
+                "{owner} has {count} block groups, no group {group}"
+            ))
         })
     }
 

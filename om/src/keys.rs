@@ -123,8 +123,13 @@ impl OzoneManager {
                         .await?
                 }
                 None => {
-                    KEYS.scan_from(&self.store, &bucket_prefix, &key_id(bucket, prefix), page_size)
-                        .await?
+                    KEYS.scan_from(
+                        &self.store,
+                        &bucket_prefix,
+                        &key_id(bucket, prefix),
+                        page_size,
+                    )
+                    .await?
                 }
             };
             for row in &rows.rows {

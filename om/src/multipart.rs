@@ -353,7 +353,10 @@ impl OzoneManager {
             Marked::Done(info) => return Ok(info),
             Marked::Mark(mark) => mark,
         };
-        let outcome = match self.read_listed_parts(upload_id, parts, min_part_size).await {
+        let outcome = match self
+            .read_listed_parts(upload_id, parts, min_part_size)
+            .await
+        {
             Ok(listed) => {
                 self.finish_completion(upload_id, mark, parts, listed, metadata, condition)
                     .await
@@ -639,58 +642,70 @@ mod tests {
 
         // A part commit and a repair of a part wait while the mark holds.
         let id = om
-            .initiate_multipart_upload("b", "k", None, BTreeMap::new()).await
+            .initiate_multipart_upload("b", "k", None, BTreeMap::new())
+            .await
             .expect("initiate");
         let g1 = part(&om, &id, 1, 10, "e1").await;
         part(&om, &id, 2, 10, "e2").await;
         let mark = marked(&om, &id, &list(2)).await;
         let s = om.open_part(&id, 3).await.expect("open part");
         let g = om
-            .allocate_block_group(s.session_id, &[]).await
+            .allocate_block_group(s.session_id, &[])
+            .await
             .expect("allocate");
-        let refused = om.commit_part(s.session_id, &[BlockGroup { length: 1, ..g }], 1, "e3").await;
+        let refused = om
+            .commit_part(s.session_id, &[BlockGroup { length: 1, ..g }], 1, "e3")
+            .await;
         assert!(matches!(refused, Err(OmError::Busy(_))), "{refused:?}");
         let owner = crate::group_owner::GroupOwner::Part {
             upload_id: id.clone(),
             part_number: 1,
         };
-        let repair = om.replace_group_locations(
-            &owner,
-            0,
-            (g1.container_id, g1.local_id),
-            &g1.pipeline.locations[..1],
-            &[],
-        ).await;
+        let repair = om
+            .replace_group_locations(
+                &owner,
+                0,
+                (g1.container_id, g1.local_id),
+                &g1.pipeline.locations[..1],
+                &[],
+            )
+            .await;
         assert!(matches!(repair, Err(OmError::Busy(_))), "{repair:?}");
         let listed = om.read_listed_parts(&id, &list(2), 0).await.expect("read");
         let key = om
-            .finish_completion(&id, mark, &list(2), listed, BTreeMap::new(), None).await
+            .finish_completion(&id, mark, &list(2), listed, BTreeMap::new(), None)
+            .await
             .expect("finish");
         assert_eq!(key.length, 20);
         assert_eq!(key.block_groups[0], g1, "the parts as read");
 
         // A later completion takes over; the earlier one's finish gets the key it made.
         let id = om
-            .initiate_multipart_upload("b", "k2", None, BTreeMap::new()).await
+            .initiate_multipart_upload("b", "k2", None, BTreeMap::new())
+            .await
             .expect("initiate");
         part(&om, &id, 1, 10, "e1").await;
         let first = marked(&om, &id, &list(1)).await;
         let listed = om.read_listed_parts(&id, &list(1), 0).await.expect("read");
         let winner = om
-            .complete_multipart_upload(&id, &list(1), 0, BTreeMap::new()).await
+            .complete_multipart_upload(&id, &list(1), 0, BTreeMap::new())
+            .await
             .expect("the later completion");
         let late = om
-            .finish_completion(&id, first, &list(1), listed, BTreeMap::new(), None).await
+            .finish_completion(&id, first, &list(1), listed, BTreeMap::new(), None)
+            .await
             .expect("answered with the key made");
         assert_eq!(late, winner);
 
         // A failed check releases the mark: parts commit again.
         let id = om
-            .initiate_multipart_upload("b", "k3", None, BTreeMap::new()).await
+            .initiate_multipart_upload("b", "k3", None, BTreeMap::new())
+            .await
             .expect("initiate");
         part(&om, &id, 1, 10, "e1").await;
         assert!(matches!(
-            om.complete_multipart_upload(&id, &[(1, "wrong".into())], 0, BTreeMap::new()).await,
+            om.complete_multipart_upload(&id, &[(1, "wrong".into())], 0, BTreeMap::new())
+                .await,
             Err(OmError::InvalidPart(_))
         ));
         part(&om, &id, 2, 10, "e2").await;
@@ -700,13 +715,15 @@ mod tests {
         let listed = om.read_listed_parts(&id, &list(2), 0).await.expect("read");
         om.abort_multipart_upload(&id).await.expect("abort");
         assert!(matches!(
-            om.finish_completion(&id, mark, &list(2), listed, BTreeMap::new(), None).await,
+            om.finish_completion(&id, mark, &list(2), listed, BTreeMap::new(), None)
+                .await,
             Err(OmError::NoSuchUpload(_))
         ));
 
         // A stale mark gives way to a part commit; its completion fails retryably.
         let id = om
-            .initiate_multipart_upload("b", "k4", None, BTreeMap::new()).await
+            .initiate_multipart_upload("b", "k4", None, BTreeMap::new())
+            .await
             .expect("initiate");
         part(&om, &id, 1, 10, "e1").await;
         let mark = marked(&om, &id, &list(1)).await;
@@ -714,17 +731,20 @@ mod tests {
         set_mark(&om, &id, mark, now_ms() - crate::COMPLETION_HOLD_MS).await;
         part(&om, &id, 1, 12, "e1b").await;
         assert!(matches!(
-            om.finish_completion(&id, mark, &list(1), listed, BTreeMap::new(), None).await,
+            om.finish_completion(&id, mark, &list(1), listed, BTreeMap::new(), None)
+                .await,
             Err(OmError::Busy(_))
         ));
         let key = om
-            .complete_multipart_upload(&id, &[(1, "e1b".into())], 0, BTreeMap::new()).await
+            .complete_multipart_upload(&id, &[(1, "e1b".into())], 0, BTreeMap::new())
+            .await
             .expect("the retry");
         assert_eq!(key.length, 12);
 
         // A mark dated far ahead (the clock stepped back since) does not hold either.
         let id = om
-            .initiate_multipart_upload("b", "k5", None, BTreeMap::new()).await
+            .initiate_multipart_upload("b", "k5", None, BTreeMap::new())
+            .await
             .expect("initiate");
         part(&om, &id, 1, 10, "e1").await;
         let mark = marked(&om, &id, &list(1)).await;
@@ -740,7 +760,8 @@ mod tests {
         let mut meta = BTreeMap::new();
         meta.insert("content-type".to_string(), "text/plain".to_string());
         let id = om
-            .initiate_multipart_upload("b", "k", None, meta).await
+            .initiate_multipart_upload("b", "k", None, meta)
+            .await
             .expect("initiate");
         let g1 = part(&om, &id, 1, 100, "\"aaa\"").await;
         part(&om, &id, 2, 5, "old").await;
@@ -756,7 +777,8 @@ mod tests {
             vec![(1, 100), (2, 50)]
         );
         assert_eq!(
-            om.list_multipart_uploads("b", "", &UploadsMarker::default(), 1000).await
+            om.list_multipart_uploads("b", "", &UploadsMarker::default(), 1000)
+                .await
                 .expect("uploads")
                 .0
                 .len(),
@@ -770,19 +792,23 @@ mod tests {
                 &[(2, "bbb".into()), (1, "aaa".into())],
                 0,
                 BTreeMap::new()
-            ).await,
+            )
+            .await,
             Err(OmError::InvalidPartOrder(_))
         ));
         assert!(matches!(
-            om.complete_multipart_upload(&id, &[(1, "zzz".into())], 0, BTreeMap::new()).await,
+            om.complete_multipart_upload(&id, &[(1, "zzz".into())], 0, BTreeMap::new())
+                .await,
             Err(OmError::InvalidPart(_))
         ));
         assert!(matches!(
-            om.complete_multipart_upload(&id, &[(3, "aaa".into())], 0, BTreeMap::new()).await,
+            om.complete_multipart_upload(&id, &[(3, "aaa".into())], 0, BTreeMap::new())
+                .await,
             Err(OmError::InvalidPart(_))
         ));
         assert!(matches!(
-            om.complete_multipart_upload(&id, &two, 101, BTreeMap::new()).await,
+            om.complete_multipart_upload(&id, &two, 101, BTreeMap::new())
+                .await,
             Err(OmError::EntityTooSmall(_))
         ));
         // Reopen: the upload survives an om restart.
@@ -791,7 +817,8 @@ mod tests {
             .await
             .expect("reopen");
         let key = om
-            .complete_multipart_upload(&id, &two, 100, BTreeMap::new()).await
+            .complete_multipart_upload(&id, &two, 100, BTreeMap::new())
+            .await
             .expect("complete");
         assert_eq!(key.length, 150);
         assert_eq!(key.block_groups, vec![g1, g2]);
@@ -812,7 +839,8 @@ mod tests {
         let om = om(dir.path()).await;
         om.create_bucket("b", None, None).await.expect("bucket");
         let id = om
-            .initiate_multipart_upload("b", "k", None, BTreeMap::new()).await
+            .initiate_multipart_upload("b", "k", None, BTreeMap::new())
+            .await
             .expect("initiate");
         assert!(om.open_part(&id, 0).await.is_err());
         assert!(om.open_part(&id, MAX_PART_NUMBER + 1).await.is_err());

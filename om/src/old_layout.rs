@@ -202,10 +202,15 @@ fn copy_tables(db: &Database, own: Option<&meta_store::RedbStore>) -> Result<()>
             Ok(())
         },
     )?;
-    move_old_table(db, own, COMPLETED_BY_TIME, |(at, id), (), rows: &mut Rows| {
-        rows.push(new::COMPLETED_BY_TIME.row_bytes(&(at, id.to_string()), &()));
-        Ok(())
-    })?;
+    move_old_table(
+        db,
+        own,
+        COMPLETED_BY_TIME,
+        |(at, id), (), rows: &mut Rows| {
+            rows.push(new::COMPLETED_BY_TIME.row_bytes(&(at, id.to_string()), &()));
+            Ok(())
+        },
+    )?;
     // Last: the layout steps above read their done marks here.
     let generation = std::cell::Cell::new(0);
     crate::store_moves::move_old_table_then(
@@ -375,8 +380,10 @@ fn move_open_groups(db: &Database) -> Result<usize> {
             groups: orphans.clone(),
         }
         .encode_to_vec();
-        txn.open_table(DELETED_GROUPS)?
-            .insert((crate::manager::now_ms(), rand::random::<u64>()), row.as_slice())?;
+        txn.open_table(DELETED_GROUPS)?.insert(
+            (crate::manager::now_ms(), rand::random::<u64>()),
+            row.as_slice(),
+        )?;
     }
     txn.delete_table(OPEN_GROUPS)?;
     txn.commit()?;

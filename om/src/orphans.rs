@@ -275,7 +275,12 @@ impl OzoneManager {
                         return Ok(false);
                     }
                     for (c, l, location) in locations {
-                        crate::deletion::log_locations_in(&tx, *c, *l, std::slice::from_ref(location));
+                        crate::deletion::log_locations_in(
+                            &tx,
+                            *c,
+                            *l,
+                            std::slice::from_ref(location),
+                        );
                     }
                     Ok::<_, OmError>(true)
                 })

@@ -220,7 +220,10 @@ impl OzoneManagerService for OmGrpcService {
         let size = (req.block_size > 0).then_some(req.block_size);
         let acl = CannedAcl::parse(&req.acl).map_err(bad)?;
         let b = self
-            .run(move |om| async move { om.create_bucket_as(&req.name, r, size, &req.owner, acl).await })
+            .run(move |om| async move {
+                om.create_bucket_as(&req.name, r, size, &req.owner, acl)
+                    .await
+            })
             .await?;
         Ok(Response::new(pb::CreateBucketResponse {
             bucket: Some(b.into()),
@@ -232,7 +235,9 @@ impl OzoneManagerService for OmGrpcService {
         req: Request<pb::GetBucketRequest>,
     ) -> Result<Response<pb::GetBucketResponse>, Status> {
         let name = req.into_inner().name;
-        let b = self.run(move |om| async move { om.get_bucket(&name).await }).await?;
+        let b = self
+            .run(move |om| async move { om.get_bucket(&name).await })
+            .await?;
         Ok(Response::new(pb::GetBucketResponse {
             bucket: Some(b.into()),
         }))
@@ -266,7 +271,8 @@ impl OzoneManagerService for OmGrpcService {
         req: Request<pb::DeleteBucketRequest>,
     ) -> Result<Response<pb::DeleteBucketResponse>, Status> {
         let name = req.into_inner().name;
-        self.run(move |om| async move { om.delete_bucket(&name).await }).await?;
+        self.run(move |om| async move { om.delete_bucket(&name).await })
+            .await?;
         Ok(Response::new(pb::DeleteBucketResponse {}))
     }
 
@@ -311,7 +317,10 @@ impl OzoneManagerService for OmGrpcService {
         let req = req.into_inner();
         let r = replication(&req.replication)?;
         let k = self
-            .run(move |om| async move { om.open_key_as(&req.client_id, &req.bucket, &req.key, r).await })
+            .run(move |om| async move {
+                om.open_key_as(&req.client_id, &req.bucket, &req.key, r)
+                    .await
+            })
             .await?;
         Ok(Response::new(pb::OpenKeyResponse {
             session_id: k.session_id,
@@ -363,13 +372,15 @@ impl OzoneManagerService for OmGrpcService {
         let condition = condition(req.condition)?;
         let k = self
             .run(move |om| async move {
-                let k = om.commit_key_if(
-                    req.session_id,
-                    &groups,
-                    req.length,
-                    req.metadata.into_iter().collect(),
-                    condition,
-                ).await?;
+                let k = om
+                    .commit_key_if(
+                        req.session_id,
+                        &groups,
+                        req.length,
+                        req.metadata.into_iter().collect(),
+                        condition,
+                    )
+                    .await?;
                 om.with_read_tokens(k, "")
             })
             .await?;
@@ -383,7 +394,8 @@ impl OzoneManagerService for OmGrpcService {
         req: Request<pb::AbortKeyRequest>,
     ) -> Result<Response<pb::AbortKeyResponse>, Status> {
         let id = req.into_inner().session_id;
-        self.run(move |om| async move { om.abort_key(id).await }).await?;
+        self.run(move |om| async move { om.abort_key(id).await })
+            .await?;
         Ok(Response::new(pb::AbortKeyResponse {}))
     }
 
@@ -403,7 +415,9 @@ impl OzoneManagerService for OmGrpcService {
     ) -> Result<Response<pb::LookupKeyResponse>, Status> {
         let req = req.into_inner();
         let k = self
-            .run(move |om| async move { om.with_read_tokens(om.lookup_key(&req.bucket, &req.key).await?, "") })
+            .run(move |om| async move {
+                om.with_read_tokens(om.lookup_key(&req.bucket, &req.key).await?, "")
+            })
             .await?;
         Ok(Response::new(pb::LookupKeyResponse {
             key: Some(k.into()),
@@ -422,7 +436,8 @@ impl OzoneManagerService for OmGrpcService {
                     &req.prefix,
                     &req.start_after,
                     req.max_keys as usize,
-                ).await?
+                )
+                .await?
                 .into_iter()
                 .map(|k| om.with_read_tokens(k, ""))
                 .collect::<Result<Vec<_>, _>>()
@@ -452,7 +467,9 @@ impl OzoneManagerService for OmGrpcService {
         let condition = condition(req.condition)?;
         let k = self
             .run(move |om| async move {
-                let k = om.rename_key(&req.bucket, &req.from_key, &req.to_key, condition).await?;
+                let k = om
+                    .rename_key(&req.bucket, &req.from_key, &req.to_key, condition)
+                    .await?;
                 om.with_read_tokens(k, "")
             })
             .await?;
@@ -468,12 +485,14 @@ impl OzoneManagerService for OmGrpcService {
         let req = req.into_inner();
         let k = self
             .run(move |om| async move {
-                let k = om.set_key_metadata(
-                    &req.bucket,
-                    &req.key,
-                    &req.prefix,
-                    req.entries.into_iter().collect(),
-                ).await?;
+                let k = om
+                    .set_key_metadata(
+                        &req.bucket,
+                        &req.key,
+                        &req.prefix,
+                        req.entries.into_iter().collect(),
+                    )
+                    .await?;
                 om.with_read_tokens(k, "")
             })
             .await?;
@@ -496,7 +515,10 @@ impl OzoneManagerService for OmGrpcService {
             None => return Err(bad(ProtocolError::MissingField("owner"))),
         };
         let token = self
-            .run(move |om| async move { om.block_token_for(&owner, req.container_id, req.local_id).await })
+            .run(move |om| async move {
+                om.block_token_for(&owner, req.container_id, req.local_id)
+                    .await
+            })
             .await?;
         Ok(Response::new(pb::GetBlockTokenResponse {
             token: token.map(|t| t.as_bytes().clone()).unwrap_or_default(),
@@ -516,7 +538,8 @@ impl OzoneManagerService for OmGrpcService {
                     &req.key,
                     r,
                     req.metadata.into_iter().collect(),
-                ).await
+                )
+                .await
             })
             .await?;
         Ok(Response::new(pb::InitiateMultipartUploadResponse {
@@ -530,7 +553,10 @@ impl OzoneManagerService for OmGrpcService {
     ) -> Result<Response<pb::OpenKeyResponse>, Status> {
         let req = req.into_inner();
         let k = self
-            .run(move |om| async move { om.open_part_as(&req.client_id, &req.upload_id, req.part_number).await })
+            .run(move |om| async move {
+                om.open_part_as(&req.client_id, &req.upload_id, req.part_number)
+                    .await
+            })
             .await?;
         Ok(Response::new(pb::OpenKeyResponse {
             session_id: k.session_id,
@@ -560,7 +586,8 @@ impl OzoneManagerService for OmGrpcService {
                     req.length,
                     &req.etag,
                     req.metadata.into_iter().collect(),
-                ).await
+                )
+                .await
             })
             .await?;
         Ok(Response::new(pb::CommitPartResponse {
@@ -575,7 +602,10 @@ impl OzoneManagerService for OmGrpcService {
         let req = req.into_inner();
         let limit = usize::try_from(req.max_parts).unwrap_or(usize::MAX);
         let (u, truncated) = self
-            .run(move |om| async move { om.list_parts(&req.upload_id, req.part_number_marker, limit).await })
+            .run(move |om| async move {
+                om.list_parts(&req.upload_id, req.part_number_marker, limit)
+                    .await
+            })
             .await?;
         Ok(Response::new(pb::ListPartsResponse {
             upload: Some(u.into()),
@@ -598,7 +628,10 @@ impl OzoneManagerService for OmGrpcService {
             n => usize::try_from(n).unwrap_or(usize::MAX),
         };
         let (uploads, truncated) = self
-            .run(move |om| async move { om.list_multipart_uploads(&req.bucket, &req.prefix, &marker, limit).await })
+            .run(move |om| async move {
+                om.list_multipart_uploads(&req.bucket, &req.prefix, &marker, limit)
+                    .await
+            })
             .await?;
         Ok(Response::new(pb::ListMultipartUploadsResponse {
             uploads: uploads.into_iter().map(Into::into).collect(),
@@ -619,13 +652,15 @@ impl OzoneManagerService for OmGrpcService {
         let condition = condition(req.condition)?;
         let k = self
             .run(move |om| async move {
-                let k = om.complete_multipart_upload_if(
-                    &req.upload_id,
-                    &parts,
-                    req.min_part_size,
-                    req.metadata.into_iter().collect(),
-                    condition,
-                ).await?;
+                let k = om
+                    .complete_multipart_upload_if(
+                        &req.upload_id,
+                        &parts,
+                        req.min_part_size,
+                        req.metadata.into_iter().collect(),
+                        condition,
+                    )
+                    .await?;
                 om.with_read_tokens(k, "")
             })
             .await?;
@@ -639,7 +674,8 @@ impl OzoneManagerService for OmGrpcService {
         req: Request<pb::AbortMultipartUploadRequest>,
     ) -> Result<Response<pb::AbortMultipartUploadResponse>, Status> {
         let id = req.into_inner().upload_id;
-        self.run(move |om| async move { om.abort_multipart_upload(&id).await }).await?;
+        self.run(move |om| async move { om.abort_multipart_upload(&id).await })
+            .await?;
         Ok(Response::new(pb::AbortMultipartUploadResponse {}))
     }
 }

@@ -447,7 +447,10 @@ impl OzoneManager {
         let outcome = transact(&self.store, |tx| {
             let (info, leftovers) = (&info, &leftovers);
             Box::pin(async move {
-                if crate::buckets::bucket_in(&tx, &info.bucket).await?.is_none() {
+                if crate::buckets::bucket_in(&tx, &info.bucket)
+                    .await?
+                    .is_none()
+                {
                     return Err(OmError::BucketNotFound(info.bucket.clone()));
                 }
                 crate::conditions::check(&tx, &info.bucket, &info.name, condition).await?;
@@ -712,10 +715,12 @@ mod tests {
         for end in ["abort", "commit"] {
             let s = om.open_key("b", end, None).await.expect("open");
             let known = om
-                .allocate_block_group(s.session_id, &[]).await
+                .allocate_block_group(s.session_id, &[])
+                .await
                 .expect("allocate");
             let unknown = om
-                .allocate_block_group(s.session_id, &[]).await
+                .allocate_block_group(s.session_id, &[])
+                .await
                 .expect("allocate");
             // Memory forgets the second group: as if its allocation had not yet returned.
             {
@@ -731,7 +736,8 @@ mod tests {
                         length: 1,
                         ..known.clone()
                     };
-                    om.commit_key(s.session_id, &[g], 1, BTreeMap::new()).await
+                    om.commit_key(s.session_id, &[g], 1, BTreeMap::new())
+                        .await
                         .expect("commit");
                 }
             }
@@ -764,7 +770,10 @@ mod tests {
                         .expect("allocate"),
                 );
             }
-            assert_eq!(counter(&om, "next_local_id").await, Some(1 + LOCAL_ID_BATCH));
+            assert_eq!(
+                counter(&om, "next_local_id").await,
+                Some(1 + LOCAL_ID_BATCH)
+            );
             assert_eq!(
                 counter(&om, "next_container_id").await,
                 Some(1 + CONTAINER_ID_BATCH)
@@ -776,7 +785,8 @@ mod tests {
         let om = crate::test_oms::with_five_datanodes(dir.path()).await;
         let s = om.open_key("b", "k2", None).await.expect("open");
         let g = om
-            .allocate_block_group(s.session_id, &[]).await
+            .allocate_block_group(s.session_id, &[])
+            .await
             .expect("allocate");
         assert_eq!(
             g.local_id,
@@ -784,6 +794,9 @@ mod tests {
             "the rest of the first range is skipped"
         );
         assert_eq!(g.container_id, 1 + CONTAINER_ID_BATCH);
-        assert_eq!(counter(&om, "next_local_id").await, Some(1 + 2 * LOCAL_ID_BATCH));
+        assert_eq!(
+            counter(&om, "next_local_id").await,
+            Some(1 + 2 * LOCAL_ID_BATCH)
+        );
     }
 }

@@ -45,5 +45,4 @@ pub(crate) const COMPLETED_BY_TIME: Table<(u64, String), ()> =
 pub(crate) const DELETED_GROUPS: Table<(u64, u64), Raw> = Table::new("deleted_groups");
 /// Replicas to delete: (datanode uuid, container id, local id) -> (replica index, freed unix
 /// ms).
-pub(crate) const DELETION_LOG: Table<(String, u64, u64), (u32, u64)> =
-    Table::new("deletion_log");
+pub(crate) const DELETION_LOG: Table<(String, u64, u64), (u32, u64)> = Table::new("deletion_log");

@@ -148,10 +148,12 @@ pub(crate) async fn commit_part(
 ) -> proto_crate::BlockGroup {
     let s = om.open_part(upload, n).await.expect("open part");
     let g = om
-        .allocate_block_group(s.session_id, &[]).await
+        .allocate_block_group(s.session_id, &[])
+        .await
         .expect("allocate");
     let g = proto_crate::BlockGroup { length: len, ..g };
-    om.commit_part(s.session_id, std::slice::from_ref(&g), len, etag).await
+    om.commit_part(s.session_id, std::slice::from_ref(&g), len, etag)
+        .await
         .expect("commit part");
     g
 }

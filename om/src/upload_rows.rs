@@ -282,8 +282,7 @@ pub(crate) async fn uploads_page(
             if marker_applies {
                 let past = match &resume {
                     Some((rms, rid)) => {
-                        (key.as_str(), *ms, id.as_str())
-                            > (marker.key.as_str(), *rms, rid.as_str())
+                        (key.as_str(), *ms, id.as_str()) > (marker.key.as_str(), *rms, rid.as_str())
                     }
                     None => key.as_str() > marker.key.as_str(),
                 };
@@ -369,10 +368,12 @@ mod tests {
             .map(|n| (n, format!("e{n}")))
             .collect();
         let complete = om
-            .initiate_multipart_upload("b", "k", None, BTreeMap::new()).await
+            .initiate_multipart_upload("b", "k", None, BTreeMap::new())
+            .await
             .expect("initiate");
         let abort = om
-            .initiate_multipart_upload("b", "a", None, BTreeMap::new()).await
+            .initiate_multipart_upload("b", "a", None, BTreeMap::new())
+            .await
             .expect("initiate");
         for n in 1..=parts {
             commit_part(&om, &complete, n, 10).await;
@@ -382,7 +383,8 @@ mod tests {
         }
         assert_eq!(om.pending_deletions().await.expect("pending"), 0);
         let key = om
-            .complete_multipart_upload(&complete, &kept, 0, BTreeMap::new()).await
+            .complete_multipart_upload(&complete, &kept, 0, BTreeMap::new())
+            .await
             .expect("complete");
         assert_eq!(key.block_groups.len(), kept.len());
         om.abort_multipart_upload(&abort).await.expect("abort");
@@ -392,7 +394,10 @@ mod tests {
             om.staged_deletions().await.expect("staged"),
             u64::from(parts) + 40
         );
-        assert_eq!(om.pending_deletions().await.expect("pending"), freed * replicas);
+        assert_eq!(
+            om.pending_deletions().await.expect("pending"),
+            freed * replicas
+        );
         assert!(matches!(
             om.list_parts(&complete, 0, 10).await,
             Err(OmError::NoSuchUpload(_))
@@ -402,7 +407,10 @@ mod tests {
             freed * replicas
         );
         assert_eq!(om.staged_deletions().await.expect("staged"), 0);
-        assert_eq!(om.pending_deletions().await.expect("pending"), freed * replicas);
+        assert_eq!(
+            om.pending_deletions().await.expect("pending"),
+            freed * replicas
+        );
         assert_eq!(count(&om, PARTS).await, 0);
         assert_eq!(count(&om, DROPPED_UPLOADS).await, 0);
         assert_eq!(
@@ -419,7 +427,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let om = om(dir.path()).await;
         let id = om
-            .initiate_multipart_upload("b", "k", None, BTreeMap::new()).await
+            .initiate_multipart_upload("b", "k", None, BTreeMap::new())
+            .await
             .expect("initiate");
         let empty = header_bytes(&om, &id).await;
         for n in 1..=30 {
@@ -435,7 +444,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let om = om(dir.path()).await;
         let id = om
-            .initiate_multipart_upload("b", "k", None, BTreeMap::new()).await
+            .initiate_multipart_upload("b", "k", None, BTreeMap::new())
+            .await
             .expect("initiate");
         for n in (2..=60).step_by(2) {
             commit_part(&om, &id, n, u64::from(n)).await;
@@ -464,7 +474,8 @@ mod tests {
             (om.list_parts(&id, 0, 0).await.expect("header").0, false)
         );
         assert!(
-            om.list_parts(&id, u32::MAX, 10).await
+            om.list_parts(&id, u32::MAX, 10)
+                .await
                 .expect("page")
                 .0
                 .parts
@@ -485,11 +496,13 @@ mod tests {
         let mut ids = Vec::new();
         for key in ["p/a", "p/b", "p/b", "p/b", "p/c", "q", "p/a"] {
             let id = om
-                .initiate_multipart_upload("b", key, None, BTreeMap::new()).await
+                .initiate_multipart_upload("b", key, None, BTreeMap::new())
+                .await
                 .expect("initiate");
             ids.push((key.to_string(), id));
         }
-        om.initiate_multipart_upload("other", "p/a", None, BTreeMap::new()).await
+        om.initiate_multipart_upload("other", "p/a", None, BTreeMap::new())
+            .await
             .expect("other bucket");
         // S3's order: by key, then initiation time, then id (uploads of one millisecond).
         let mut initiated = std::collections::HashMap::new();
@@ -513,7 +526,8 @@ mod tests {
             let mut seen = Vec::new();
             loop {
                 let (page, more) = om
-                    .list_multipart_uploads("b", "p/", &marker, limit).await
+                    .list_multipart_uploads("b", "p/", &marker, limit)
+                    .await
                     .expect("page");
                 assert!(page.len() <= limit);
                 seen.extend(page.iter().map(|u| (u.key.clone(), u.upload_id.clone())));
@@ -541,7 +555,8 @@ mod tests {
                     ..UploadsMarker::default()
                 },
                 10,
-            ).await
+            )
+            .await
             .expect("page");
         assert_eq!(
             page.iter().map(|u| u.key.as_str()).collect::<Vec<_>>(),
@@ -555,7 +570,8 @@ mod tests {
             .1
             .clone();
         let first_b_ms = om
-            .list_parts(&first_b, 0, 0).await
+            .list_parts(&first_b, 0, 0)
+            .await
             .expect("header")
             .0
             .initiated_unix_ms;
@@ -567,7 +583,8 @@ mod tests {
         };
         let keys = async |marker: &UploadsMarker| {
             let (page, _) = om
-                .list_multipart_uploads("b", "", marker, 10).await
+                .list_multipart_uploads("b", "", marker, 10)
+                .await
                 .expect("page");
             page.into_iter().map(|u| u.key).collect::<Vec<_>>()
         };
@@ -576,7 +593,10 @@ mod tests {
         // listed (without it, an upload completed between two pages hid the rest of its
         // key's uploads).
         assert_eq!(keys(&marker(None)).await, ["p/b", "p/b", "p/c", "q"]);
-        assert_eq!(keys(&marker(Some(first_b_ms))).await, ["p/b", "p/b", "p/c", "q"]);
+        assert_eq!(
+            keys(&marker(Some(first_b_ms))).await,
+            ["p/b", "p/b", "p/c", "q"]
+        );
         // An id that carries no time (made before ids did) resumes after its key.
         let old_style = UploadsMarker {
             key: "p/b".into(),
@@ -595,11 +615,13 @@ mod tests {
                     ..UploadsMarker::default()
                 },
                 10,
-            ).await
+            )
+            .await
             .expect("page");
         assert_eq!((page.len(), more), (1, false));
         assert!(matches!(
-            om.list_multipart_uploads("gone", "", &UploadsMarker::default(), 10).await,
+            om.list_multipart_uploads("gone", "", &UploadsMarker::default(), 10)
+                .await,
             Err(OmError::BucketNotFound(_))
         ));
     }

@@ -505,7 +505,11 @@ mod tests {
             .await
             .expect("connect");
         for server in &servers {
-            server.om().create_bucket("b", None, None).expect("bucket");
+            server
+                .om()
+                .create_bucket("b", None, None)
+                .await
+                .expect("bucket");
         }
         let opened = client.open_key("b", "k", None).await.expect("open on a");
         assert_eq!(opened.om.oms.len(), 1);

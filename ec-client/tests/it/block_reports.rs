@@ -238,9 +238,10 @@ async fn unreferenced_replicas_are_deleted_but_not_an_open_sessions() {
     let info = client.put_key("b", "k", None, &src).await.expect("put");
 
     let om = cluster.om();
-    let open = om.open_key("b", "pending", None).expect("open");
+    let open = om.open_key("b", "pending", None).await.expect("open");
     let g = om
         .allocate_block_group(open.session_id, &[])
+        .await
         .expect("allocate");
     let first = &g.pipeline.locations[0];
     let pending = g.block_id(first.replica_index);

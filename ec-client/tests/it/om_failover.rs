@@ -24,8 +24,8 @@ fn refused() -> String {
     l.local_addr().expect("addr").to_string()
 }
 
-fn names(om: &OmServer) -> Vec<String> {
-    let buckets = om.om().list_buckets().expect("list");
+async fn names(om: &OmServer) -> Vec<String> {
+    let buckets = om.om().list_buckets().await.expect("list");
     buckets.into_iter().map(|b| b.name).collect()
 }
 
@@ -44,7 +44,7 @@ async fn a_client_skips_a_dead_om_and_fails_over_when_its_om_goes() {
     c.create_bucket("first", BucketOptions::default())
         .await
         .expect("create");
-    assert_eq!(names(&a), ["first"]);
+    assert_eq!(names(&a).await, ["first"]);
 
     // Two clients connected to a while b stands by; a goes away.
     let list = format!("{a_addr},{b_addr}");
@@ -68,9 +68,10 @@ async fn a_client_skips_a_dead_om_and_fails_over_when_its_om_goes() {
         .create_bucket("second", BucketOptions::default())
         .await
         .expect("create fails over to b");
-    assert_eq!(names(&b), ["second"]);
+    assert_eq!(names(&b).await, ["second"]);
     let on_a: Vec<String> = a_om
         .list_buckets()
+        .await
         .expect("list")
         .into_iter()
         .map(|b| b.name)
@@ -196,6 +197,7 @@ async fn a_read_moves_past_an_om_that_stopped_answering() {
     let b = om(&dir.path().join("b")).await;
     b.om()
         .create_bucket("on-b", None, None)
+        .await
         .expect("bucket on b");
     let relay = FreezableRelay::start(a.address()).await;
     let list = format!("{},{}", relay.address, b.address());
@@ -206,7 +208,7 @@ async fn a_read_moves_past_an_om_that_stopped_answering() {
     c.create_bucket("on-a", BucketOptions::default())
         .await
         .expect("create through the relay");
-    assert_eq!(names(&a), ["on-a"]);
+    assert_eq!(names(&a).await, ["on-a"]);
     let changer = Client::connect(&list, config).await.expect("connect");
     assert_eq!(changer.list_buckets().await.expect("list on a").len(), 1);
 
@@ -225,7 +227,7 @@ async fn a_read_moves_past_an_om_that_stopped_answering() {
     c.create_bucket("second", BucketOptions::default())
         .await
         .expect("create on b");
-    assert_eq!(names(&b), ["on-b", "second"]);
+    assert_eq!(names(&b).await, ["on-b", "second"]);
 }
 
 /// An om that is slow, not gone: the read is sent on to the next om after
@@ -239,6 +241,7 @@ async fn a_slow_oms_late_answer_still_counts() {
     let a = om(&dir.path().join("a")).await;
     a.om()
         .create_bucket("on-a", None, None)
+        .await
         .expect("bucket on a");
     let relay = FreezableRelay::start(a.address()).await;
     // b accepts and hangs up at once, and says when it was tried.

@@ -27,7 +27,13 @@ async fn rename_moves_the_record_not_the_bytes() {
     let b = data(2_000, 2);
     let put_a = client.put_key("b", "a", None, &a).await.expect("a");
     client.put_key("b", "b", None, &b).await.expect("b");
-    let pending = || cluster.om().pending_deletions().expect("deletion log");
+    let pending = async || {
+        cluster
+            .om()
+            .pending_deletions()
+            .await
+            .expect("deletion log")
+    };
 
     // To a free name: nothing freed, nothing read or written on a datanode.
     let before = client.metrics();
@@ -45,7 +51,7 @@ async fn rename_moves_the_record_not_the_bytes() {
             .sum::<u64>(),
         0
     );
-    assert_eq!(pending(), 0);
+    assert_eq!(pending().await, 0);
     assert_eq!(moved.name, "c");
     assert_eq!(moved.block_groups, put_a.block_groups, "the same blocks");
     assert!(moved.generation > put_a.generation, "a new generation");
@@ -72,7 +78,7 @@ async fn rename_moves_the_record_not_the_bytes() {
     // replicas are logged for deletion.
     client.rename_key("b", "c", "b").await.expect("replace");
     assert_eq!(read_all(&client, "b", "b").await, a);
-    assert_eq!(pending(), 5);
+    assert_eq!(pending().await, 5);
 
     // A missing source; a bad destination name.
     let err = client

@@ -157,7 +157,7 @@ async fn too_few_sources_fail_and_change_nothing() {
     // The failed rebuild's target is logged for deletion (it may hold part of a block); until
     // that deletion is done, no copy of the group may be registered there: the deletion is by
     // block and would take it.
-    assert!(cluster.om().pending_deletions().expect("log") >= 1);
+    assert!(cluster.om().pending_deletions().await.expect("log") >= 1);
     let err = om::add_replica(cluster.om(), "b", "k", 0, Some(ri(3)), &spare)
         .await
         .unwrap_err();
@@ -209,6 +209,7 @@ async fn a_source_that_does_not_fit_the_group_is_skipped() {
         let with_spare = cluster
             .om()
             .add_location("b", &key, 0, (g.container_id, g.local_id), spare)
+            .await
             .expect("spare recorded");
         // The true index 1 answers nothing.
         let first = node_of(&cluster, &info, 0, 1);

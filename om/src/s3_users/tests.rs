@@ -6,9 +6,9 @@
 use redb::{ReadableDatabase, TableError};
 
 use super::*;
-use proto_crate::CannedAcl;
 use crate::OmConfig;
 use crate::test_oms::{BACKENDS, TestOm};
+use proto_crate::CannedAcl;
 
 #[tokio::test]
 async fn keys_are_issued_listed_looked_up_and_revoked() {
@@ -244,10 +244,12 @@ async fn bucket_acls_are_stored_with_the_owner() {
 
 async fn bucket_acls_are_stored_with_the_owner_on(om: TestOm) {
     let b = om
-        .create_bucket_as("b1", None, None, "alice", CannedAcl::Private).await
+        .create_bucket_as("b1", None, None, "alice", CannedAcl::Private)
+        .await
         .expect("the om call");
     assert_eq!((b.owner.as_str(), b.acl), ("alice", CannedAcl::Private));
-    om.set_bucket_acl("b1", CannedAcl::PublicRead).await
+    om.set_bucket_acl("b1", CannedAcl::PublicRead)
+        .await
         .expect("the om call");
     let b = om.get_bucket("b1").await.expect("the om call");
     assert_eq!((b.owner.as_str(), b.acl), ("alice", CannedAcl::PublicRead));

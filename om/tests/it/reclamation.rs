@@ -28,7 +28,8 @@ async fn om_with(dir: &std::path::Path, config: impl FnOnce(OmConfig) -> OmConfi
         om.register_datanode(dn(i)).await.expect("register");
     }
     if om.get_bucket("b").await.is_err() {
-        om.create_bucket("b", Some(ReplicationConfig::default()), Some(1 << 20)).await
+        om.create_bucket("b", Some(ReplicationConfig::default()), Some(1 << 20))
+            .await
             .expect("bucket");
     }
     om
@@ -58,7 +59,8 @@ async fn put(om: &OzoneManager, key: &str, groups: usize, len: u64) -> Vec<Block
         length: len,
         ..allocated.last().expect("a group").clone()
     };
-    om.commit_key(s.session_id, &[last], len, BTreeMap::new()).await
+    om.commit_key(s.session_id, &[last], len, BTreeMap::new())
+        .await
         .expect("commit");
     allocated
 }
@@ -82,17 +84,27 @@ async fn every_freeing_change_logs_each_replica_once() {
         "the two groups left behind on failover, and the overwritten group"
     );
     om.delete_key("b", "k").await.expect("delete");
-    assert_eq!(pending(&om).await, REPLICAS * 5, "delete frees the key's group");
+    assert_eq!(
+        pending(&om).await,
+        REPLICAS * 5,
+        "delete frees the key's group"
+    );
     assert!(matches!(
         om.delete_key("b", "k").await,
         Err(OmError::KeyNotFound { .. })
     ));
-    assert_eq!(pending(&om).await, REPLICAS * 5, "a failed delete logs nothing");
+    assert_eq!(
+        pending(&om).await,
+        REPLICAS * 5,
+        "a failed delete logs nothing"
+    );
 
     let s = om.open_key("b", "aborted", None).await.expect("open");
-    om.allocate_block_group(s.session_id, &[]).await
+    om.allocate_block_group(s.session_id, &[])
+        .await
         .expect("allocate");
-    om.allocate_block_group(s.session_id, &[]).await
+    om.allocate_block_group(s.session_id, &[])
+        .await
         .expect("allocate");
     om.abort_key(s.session_id).await.expect("abort");
     assert_eq!(
@@ -104,14 +116,17 @@ async fn every_freeing_change_logs_each_replica_once() {
     // A commit refused for a bad length ends the session and frees its groups.
     let s = om.open_key("b", "bad", None).await.expect("open");
     let g = om
-        .allocate_block_group(s.session_id, &[]).await
+        .allocate_block_group(s.session_id, &[])
+        .await
         .expect("allocate");
-    let refused = om.commit_key(
-        s.session_id,
-        &[BlockGroup { length: 10, ..g }],
-        11,
-        BTreeMap::new(),
-    ).await;
+    let refused = om
+        .commit_key(
+            s.session_id,
+            &[BlockGroup { length: 10, ..g }],
+            11,
+            BTreeMap::new(),
+        )
+        .await;
     assert!(matches!(refused, Err(OmError::InvalidArgument(_))));
     assert_eq!(pending(&om).await, REPLICAS * 8);
     assert_eq!(om.open_sessions(), 0);
@@ -124,13 +139,16 @@ async fn multipart_frees_replaced_unlisted_and_aborted_parts() {
     let part = async |upload: &str, n: u32, etag: &str| {
         let s = om.open_part(upload, n).await.expect("open part");
         let g = om
-            .allocate_block_group(s.session_id, &[]).await
+            .allocate_block_group(s.session_id, &[])
+            .await
             .expect("allocate");
-        om.commit_part(s.session_id, &[BlockGroup { length: 10, ..g }], 10, etag).await
+        om.commit_part(s.session_id, &[BlockGroup { length: 10, ..g }], 10, etag)
+            .await
             .expect("commit part");
     };
     let up = om
-        .initiate_multipart_upload("b", "mp", None, BTreeMap::new()).await
+        .initiate_multipart_upload("b", "mp", None, BTreeMap::new())
+        .await
         .expect("initiate");
     part(&up, 1, "a").await;
     part(&up, 2, "b").await;
@@ -143,13 +161,26 @@ async fn multipart_frees_replaced_unlisted_and_aborted_parts() {
         &[(1, "a".into()), (2, "b2".into())],
         0,
         BTreeMap::new(),
-    ).await
+    )
+    .await
     .expect("complete");
-    assert_eq!(pending(&om).await, REPLICAS * 2, "part 3, left out, is freed");
-    assert_eq!(om.lookup_key("b", "mp").await.expect("key").block_groups.len(), 2);
+    assert_eq!(
+        pending(&om).await,
+        REPLICAS * 2,
+        "part 3, left out, is freed"
+    );
+    assert_eq!(
+        om.lookup_key("b", "mp")
+            .await
+            .expect("key")
+            .block_groups
+            .len(),
+        2
+    );
 
     let up = om
-        .initiate_multipart_upload("b", "mp2", None, BTreeMap::new()).await
+        .initiate_multipart_upload("b", "mp2", None, BTreeMap::new())
+        .await
         .expect("initiate");
     part(&up, 1, "x").await;
     part(&up, 2, "y").await;
@@ -158,12 +189,18 @@ async fn multipart_frees_replaced_unlisted_and_aborted_parts() {
 
     // Completing over an existing key frees that key's groups.
     let up = om
-        .initiate_multipart_upload("b", "mp", None, BTreeMap::new()).await
+        .initiate_multipart_upload("b", "mp", None, BTreeMap::new())
+        .await
         .expect("initiate");
     part(&up, 1, "z").await;
-    om.complete_multipart_upload(&up, &[(1, "z".into())], 0, BTreeMap::new()).await
+    om.complete_multipart_upload(&up, &[(1, "z".into())], 0, BTreeMap::new())
+        .await
         .expect("complete");
-    assert_eq!(pending(&om).await, REPLICAS * 6, "the two groups of the old mp");
+    assert_eq!(
+        pending(&om).await,
+        REPLICAS * 6,
+        "the two groups of the old mp"
+    );
 }
 
 #[tokio::test]
@@ -174,16 +211,23 @@ async fn sessions_expire_after_their_lease_and_are_bounded_per_client() {
             .with_max_sessions_per_client(2)
     })
     .await;
-    let a = om.open_key_as("client-a", "b", "k1", None).await.expect("open");
-    om.allocate_block_group(a.session_id, &[]).await
+    let a = om
+        .open_key_as("client-a", "b", "k1", None)
+        .await
+        .expect("open");
+    om.allocate_block_group(a.session_id, &[])
+        .await
         .expect("allocate");
-    om.open_key_as("client-a", "b", "k2", None).await.expect("open");
+    om.open_key_as("client-a", "b", "k2", None)
+        .await
+        .expect("open");
     let third = om.open_key_as("client-a", "b", "k3", None).await;
     assert!(
         matches!(third, Err(OmError::TooManyOpenSessions { ref client, limit: 2 }) if client == "client-a"),
         "{third:?}"
     );
-    om.open_key_as("client-b", "b", "k3", None).await
+    om.open_key_as("client-b", "b", "k3", None)
+        .await
         .expect("another client has its own allowance");
 
     assert_eq!(om.expire_sessions(Instant::now()).await.expect("expire"), 0);
@@ -199,7 +243,8 @@ async fn sessions_expire_after_their_lease_and_are_bounded_per_client() {
         om.commit_key(a.session_id, &[], 0, BTreeMap::new()).await,
         Err(OmError::NoSuchSession(_))
     ));
-    om.open_key_as("client-a", "b", "k1", None).await
+    om.open_key_as("client-a", "b", "k1", None)
+        .await
         .expect("expired sessions no longer count");
 }
 
@@ -212,12 +257,14 @@ async fn a_renewed_session_outlives_its_lease() {
     .await;
     let s = om.open_key("b", "k", None).await.expect("open");
     let g = om
-        .allocate_block_group(s.session_id, &[]).await
+        .allocate_block_group(s.session_id, &[])
+        .await
         .expect("allocate");
     om.renew_key(s.session_id).expect("renew");
     let renewed_at = Instant::now();
     assert_eq!(
-        om.expire_sessions(renewed_at + Duration::from_secs(59)).await
+        om.expire_sessions(renewed_at + Duration::from_secs(59))
+            .await
             .expect("expire"),
         0,
         "within the renewed lease"
@@ -227,7 +274,8 @@ async fn a_renewed_session_outlives_its_lease() {
         &[BlockGroup { length: 9, ..g }],
         9,
         BTreeMap::new(),
-    ).await
+    )
+    .await
     .expect("the renewed session commits");
     assert!(matches!(
         om.renew_key(s.session_id),
@@ -245,12 +293,17 @@ async fn open_writes_survive_a_restart_and_commit() {
     let (key_session, first_group, part_session, upload) = {
         let first = om(dir.path()).await;
         let om = &first;
-        let s = om.open_key_as("writer-1", "b", "k", None).await.expect("open");
+        let s = om
+            .open_key_as("writer-1", "b", "k", None)
+            .await
+            .expect("open");
         let g = om
-            .allocate_block_group(s.session_id, &[]).await
+            .allocate_block_group(s.session_id, &[])
+            .await
             .expect("allocate");
         let upload = om
-            .initiate_multipart_upload("b", "mpu", None, BTreeMap::new()).await
+            .initiate_multipart_upload("b", "mpu", None, BTreeMap::new())
+            .await
             .expect("initiate");
         let p = om.open_part(&upload, 3).await.expect("open part");
         put(om, "done", 1, 5).await;
@@ -260,7 +313,8 @@ async fn open_writes_survive_a_restart_and_commit() {
     assert_eq!(pending(&second).await, 0, "nothing reclaimed");
     assert_eq!(second.open_sessions(), 2, "both writes are still open");
     let g2 = second
-        .allocate_block_group(key_session, &[]).await
+        .allocate_block_group(key_session, &[])
+        .await
         .expect("the writer goes on allocating");
     let info = second
         .commit_key(
@@ -274,22 +328,30 @@ async fn open_writes_survive_a_restart_and_commit() {
             ],
             7,
             BTreeMap::new(),
-        ).await
+        )
+        .await
         .expect("and commits");
     assert_eq!(second.lookup_key("b", "k").await.expect("visible"), info);
     let pg = second
-        .allocate_block_group(part_session, &[]).await
+        .allocate_block_group(part_session, &[])
+        .await
         .expect("the part writer too");
     second
-        .commit_part(part_session, &[BlockGroup { length: 2, ..pg }], 2, "e3").await
+        .commit_part(part_session, &[BlockGroup { length: 2, ..pg }], 2, "e3")
+        .await
         .expect("part commits");
     let (u, _) = second.list_parts(&upload, 0, 10).await.expect("parts");
     assert_eq!(u.parts.len(), 1);
     assert_eq!(pending(&second).await, 0, "every group is referenced");
-    assert_eq!(second.lookup_key("b", "done").await.expect("kept").length, 5);
+    assert_eq!(
+        second.lookup_key("b", "done").await.expect("kept").length,
+        5
+    );
     // A session ended before a restart stays ended.
     assert!(matches!(
-        second.commit_key(key_session, &[], 0, BTreeMap::new()).await,
+        second
+            .commit_key(key_session, &[], 0, BTreeMap::new())
+            .await,
         Err(OmError::NoSuchSession(_))
     ));
     drop(second);
@@ -313,7 +375,8 @@ async fn resumed_sessions_keep_their_bounds_and_expire_from_the_restart() {
     let stale = {
         let om = om_with(dir.path(), config).await;
         let a = om.open_key_as("c", "b", "x", None).await.expect("open");
-        om.allocate_block_group(a.session_id, &[]).await
+        om.allocate_block_group(a.session_id, &[])
+            .await
             .expect("allocate");
         om.open_key_as("c", "b", "y", None).await.expect("open");
         clock.advance(lease - Duration::from_secs(1));
@@ -359,7 +422,8 @@ async fn freeing_many_groups_stages_one_row() {
                 ..g.clone()
             })
             .collect();
-        om.commit_key(s.session_id, &committed, groups, BTreeMap::new()).await
+        om.commit_key(s.session_id, &committed, groups, BTreeMap::new())
+            .await
             .expect("commit");
         all
     };
@@ -370,7 +434,11 @@ async fn freeing_many_groups_stages_one_row() {
         1,
         "one row for 60 groups"
     );
-    assert_eq!(pending(&om).await, groups * REPLICAS, "counted before they move");
+    assert_eq!(
+        pending(&om).await,
+        groups * REPLICAS,
+        "counted before they move"
+    );
     let moved = om.expand_staged_deletions().await.expect("expand");
     assert_eq!(moved, groups * REPLICAS);
     assert_eq!(om.staged_deletions().await.expect("staged"), 0);
@@ -436,7 +504,8 @@ async fn only_healthy_datanodes_get_new_groups() {
     .await
     .expect("heartbeat");
     let g = om
-        .allocate_block_group(s.session_id, &[]).await
+        .allocate_block_group(s.session_id, &[])
+        .await
         .expect("all five healthy");
     assert_eq!(g.pipeline.locations.len(), 5);
     let st = om
@@ -477,7 +546,8 @@ async fn a_bucket_with_an_upload_in_progress_is_not_empty() {
     let om = om(dir.path()).await;
     om.create_bucket("mpb", None, None).await.expect("bucket");
     let up = om
-        .initiate_multipart_upload("mpb", "k", None, BTreeMap::new()).await
+        .initiate_multipart_upload("mpb", "k", None, BTreeMap::new())
+        .await
         .expect("initiate");
     assert!(matches!(
         om.delete_bucket("mpb").await,
@@ -485,16 +555,20 @@ async fn a_bucket_with_an_upload_in_progress_is_not_empty() {
     ));
     om.abort_multipart_upload(&up).await.expect("abort");
     om.delete_bucket("mpb").await.expect("empty now");
-    om.create_bucket("mpb", None, None).await.expect("created again");
+    om.create_bucket("mpb", None, None)
+        .await
+        .expect("created again");
     assert!(
-        om.list_multipart_uploads("mpb", "", &om::UploadsMarker::default(), 1000).await
+        om.list_multipart_uploads("mpb", "", &om::UploadsMarker::default(), 1000)
+            .await
             .expect("uploads")
             .0
             .is_empty(),
         "a bucket created again inherits nothing"
     );
     assert!(matches!(
-        om.initiate_multipart_upload("gone", "k", None, BTreeMap::new()).await,
+        om.initiate_multipart_upload("gone", "k", None, BTreeMap::new())
+            .await,
         Err(OmError::BucketNotFound(_))
     ));
 }

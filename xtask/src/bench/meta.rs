@@ -83,18 +83,9 @@ async fn om_backend(dir: &std::path::Path) -> anyhow::Result<Arc<om::OzoneManage
         .await?;
     }
     for bucket in ["bench", "bench-mt"] {
-        om.create_bucket(bucket, None, None)?;
+        om.create_bucket(bucket, None, None).await?;
     }
     Ok(Arc::new(om))
-}
-
-/// Runs `f` on the om off the async threads (its calls wait for redb's fsyncs).
-async fn on_om<T: Send + 'static>(
-    om: &Arc<om::OzoneManager>,
-    f: impl FnOnce(&om::OzoneManager) -> Result<T, om::OmError> + Send + 'static,
-) -> anyhow::Result<T> {
-    let om = Arc::clone(om);
-    Ok(tokio::task::spawn_blocking(move || f(&om)).await??)
 }
 
 /// Opens, allocates one group for and commits key `name` of `bucket` on the om.
@@ -103,15 +94,12 @@ async fn om_open_commit(
     bucket: &str,
     name: &str,
 ) -> anyhow::Result<()> {
-    let (bucket, name) = (bucket.to_string(), name.to_string());
-    on_om(om, move |om| {
-        let s = om.open_key(&bucket, &name, None)?;
-        let g = om.allocate_block_group(s.session_id, &[])?;
-        let g = proto_crate::BlockGroup { length: 1, ..g };
-        om.commit_key(s.session_id, &[g], 1, std::collections::BTreeMap::new())?;
-        Ok(())
-    })
-    .await
+    let s = om.open_key(bucket, name, None).await?;
+    let g = om.allocate_block_group(s.session_id, &[]).await?;
+    let g = proto_crate::BlockGroup { length: 1, ..g };
+    om.commit_key(s.session_id, &[g], 1, std::collections::BTreeMap::new())
+        .await?;
+    Ok(())
 }
 
 /// The om workloads, as the store's below.
@@ -135,7 +123,7 @@ async fn om_rows(s: &Settings, dir: &std::path::Path, ops: u64) -> anyhow::Resul
                 let om = Arc::clone(&om);
                 async move {
                     let key = format!("k{:08}", i % ops);
-                    on_om(&om, move |om| om.lookup_key("bench", &key)).await?;
+                    om.lookup_key("bench", &key).await?;
                     Ok(())
                 }
             })
@@ -148,7 +136,7 @@ async fn om_rows(s: &Settings, dir: &std::path::Path, ops: u64) -> anyhow::Resul
             let om = Arc::clone(&om);
             async move {
                 let after = format!("k{:08}", (i * 37) % ops);
-                let page = on_om(&om, move |om| om.list_keys("bench", "", &after, 100)).await?;
+                let page = om.list_keys("bench", "", &after, 100).await?;
                 anyhow::ensure!(
                     !page.is_empty() || (i * 37) % ops + 1 >= ops,
                     "an empty page"

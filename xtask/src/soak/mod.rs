@@ -287,7 +287,7 @@ pub(crate) async fn run(args: SoakArgs) -> anyhow::Result<()> {
             peak_inflight_bytes: peak,
             disk_bytes: du(cluster.base_dir()),
             rss_bytes: rss_bytes(),
-            pending_deletions: cluster.om().pending_deletions().unwrap_or(0),
+            pending_deletions: cluster.om().pending_deletions().await.unwrap_or(0),
             down: down.map(|(n, _)| n),
         };
         last_ops = ops;
