@@ -332,7 +332,7 @@ impl OzoneManager {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
 
     use super::*;
     use crate::OmConfig;

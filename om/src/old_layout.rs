@@ -393,3 +393,315 @@ fn move_open_groups(db: &Database) -> Result<usize> {
     );
     Ok(orphans.len())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use proto_crate::{
+        BlockGroup, BlockLocation, CannedAcl, DatanodeDetails, DatanodeId, KeyInfo, PartInfo,
+        Pipeline, ReplicaIndex, ReplicationConfig, WriteCondition,
+    };
+    use redb::ReadableDatabase;
+
+    use super::*;
+    use crate::{OmError, OzoneManager};
+
+    /// An rs-3-2 group on the datanodes `with_five_datanodes` registers.
+    fn group(container_id: u64, local_id: u64, length: u64) -> BlockGroup {
+        BlockGroup {
+            container_id,
+            local_id,
+            length,
+            pipeline: Pipeline {
+                locations: (0..5u32)
+                    .map(|i| BlockLocation {
+                        datanode: DatanodeDetails {
+                            uuid: DatanodeId::from_u128(u128::from(i)),
+                            address: format!("127.0.0.1:{}", 10_000 + i),
+                        },
+                        replica_index: ReplicaIndex::from_wire(i + 1),
+                    })
+                    .collect(),
+            },
+            token: None,
+        }
+    }
+
+    fn bucket(name: &str, owner: &str) -> Vec<u8> {
+        pb::BucketInfo::from(BucketInfo {
+            name: name.into(),
+            default_replication: ReplicationConfig::default(),
+            block_size: 1 << 20,
+            created_unix_ms: 1,
+            owner: owner.into(),
+            acl: CannedAcl::Private,
+        })
+        .encode_to_vec()
+    }
+
+    fn key(name: &str, generation: u64, groups: Vec<BlockGroup>) -> KeyInfo {
+        KeyInfo {
+            bucket: "b".into(),
+            name: name.into(),
+            length: groups.iter().map(|g| g.length).sum(),
+            replication: ReplicationConfig::default(),
+            block_groups: groups,
+            block_size: 1 << 20,
+            created_unix_ms: 1,
+            metadata: BTreeMap::new(),
+            generation,
+        }
+    }
+
+    /// Writes an om file of the last layout before the metadata store, but with the older
+    /// layouts' steps still to run: buckets without the owner index, an upload with its parts
+    /// inside its value, the groups of an open session as `open_groups` rows (and one of no
+    /// session), keys with counter generations, a deletion-log entry and a completed upload.
+    fn write_old_file(dir: &std::path::Path) {
+        let db = Database::create(dir.join("om.redb")).expect("db");
+        let txn = db.begin_write().expect("write");
+        {
+            let mut buckets = txn.open_table(BUCKETS).expect("buckets");
+            buckets
+                .insert("b", bucket("b", "alice").as_slice())
+                .expect("b");
+            buckets.insert("c", bucket("c", "").as_slice()).expect("c");
+            let k = key("k", 7, vec![group(3, 40, 10)]);
+            txn.open_table(KEYS)
+                .expect("keys")
+                .insert(("b", "k"), pb::KeyInfo::from(k).encode_to_vec().as_slice())
+                .expect("k");
+            let mut counters = txn.open_table(COUNTERS).expect("counters");
+            counters.insert(GENERATION, 7).expect("generation");
+            counters.insert("next_local_id", 43).expect("local");
+            counters.insert("next_container_id", 4).expect("container");
+            let upload = MultipartUpload {
+                upload_id: "u1".into(),
+                bucket: "b".into(),
+                key: "m".into(),
+                replication: ReplicationConfig::default(),
+                initiated_unix_ms: 5,
+                parts: (1..=2u32)
+                    .map(|n| PartInfo {
+                        part_number: n,
+                        etag: format!("e{n}"),
+                        size: 10,
+                        block_groups: vec![group(3, 40 + u64::from(n), 10)],
+                        modified_unix_ms: 5,
+                        metadata: BTreeMap::new(),
+                    })
+                    .collect(),
+                metadata: BTreeMap::new(),
+            };
+            txn.open_table(UPLOADS)
+                .expect("uploads")
+                .insert(
+                    "u1",
+                    pb::MultipartUploadInfo::from(upload)
+                        .encode_to_vec()
+                        .as_slice(),
+                )
+                .expect("u1");
+            let session = pb::OpenSessionRecord {
+                client: String::new(),
+                bucket: "b".into(),
+                key: "w".into(),
+                replication: ReplicationConfig::default().to_string(),
+                block_size: 1 << 20,
+                upload_id: String::new(),
+                part_number: 0,
+                allocated: Vec::new(),
+            };
+            txn.open_table(OPEN_SESSIONS)
+                .expect("sessions")
+                .insert(99, session.encode_to_vec().as_slice())
+                .expect("session");
+            let mut groups = txn.open_table(OPEN_GROUPS).expect("open groups");
+            for (session, local) in [(99u64, 1u64), (1234, 2)] {
+                groups
+                    .insert(
+                        (session, 9, local),
+                        pb::BlockGroup::from(group(9, local, 0))
+                            .encode_to_vec()
+                            .as_slice(),
+                    )
+                    .expect("group");
+            }
+            txn.open_table(DELETION_LOG)
+                .expect("log")
+                .insert(("gone-datanode", 1, 2), (1, 123))
+                .expect("log entry");
+            txn.open_table(COMPLETED)
+                .expect("completed")
+                .insert("u0", ("b", "k", 7, crate::manager::now_ms(), "1:e"))
+                .expect("completed");
+        }
+        txn.commit().expect("commit");
+    }
+
+    /// Names of the old tables left in the file.
+    fn old_tables_left(om: &OzoneManager) -> Vec<String> {
+        let read = om.own_file().begin_read().expect("read");
+        let old = [
+            "buckets",
+            "keys",
+            "counters",
+            "buckets_by_owner",
+            "buckets_per_owner",
+            "multipart_uploads",
+            "multipart_parts",
+            "multipart_uploads_by_bucket",
+            "dropped_uploads",
+            "multipart_completing",
+            "open_sessions",
+            "open_groups",
+            "deleted_groups",
+            "deletion_log",
+            "completed_uploads",
+            "completed_uploads_by_time",
+        ];
+        read.list_tables()
+            .expect("tables")
+            .map(|t| t.name().to_string())
+            .filter(|n| old.contains(&n.as_str()))
+            .collect()
+    }
+
+    /// An om file from before the metadata store opens with everything in it: each older
+    /// layout step runs (owner index, part rows, open groups into their sessions), every row
+    /// moves into the store and the old tables are dropped; keys keep their generations, and
+    /// generations made after stay above them; reserved id ranges go on from the counters.
+    #[tokio::test]
+    async fn an_old_file_moves_onto_the_store_whole() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write_old_file(dir.path());
+        let om = crate::test_oms::with_five_datanodes(dir.path()).await;
+        assert!(old_tables_left(&om).is_empty());
+
+        let k = om.lookup_key("b", "k").await.expect("key");
+        assert_eq!(
+            (k.generation, k.block_groups[0].local_id),
+            (7, 40),
+            "a key keeps its generation"
+        );
+        let filter = crate::BucketFilter {
+            owner: Some("alice".into()),
+            ..crate::BucketFilter::default()
+        };
+        let (owned, _) = om.list_buckets_page(&filter, 10).await.expect("owned");
+        assert_eq!(owned.len(), 1, "the owner index was made");
+        assert_eq!(
+            crate::buckets::tests::counts(&om).await,
+            [("alice".to_string(), 1)]
+        );
+        let (u, _) = om.list_parts("u1", 0, 10).await.expect("parts");
+        assert_eq!(u.parts.len(), 2, "parts became rows");
+        assert!(matches!(
+            om.delete_bucket("b").await,
+            Err(OmError::BucketNotEmpty(_))
+        ));
+        // The log entry, and the open group of no session (staged).
+        assert_eq!(om.pending_deletions().await.expect("pending"), 1 + 5);
+        assert_eq!(om.open_sessions(), 1, "the session resumed");
+        om.commit_key(99, &[group(9, 1, 3)], 3, BTreeMap::new())
+            .await
+            .expect("the resumed session commits the group of its old row");
+        assert_eq!(
+            om.complete_multipart_upload("u0", &[(1, "e".into())], 0, BTreeMap::new())
+                .await
+                .expect("a completed upload's retry is answered")
+                .generation,
+            7
+        );
+
+        let s = om.open_key("b", "new", None).await.expect("open");
+        let g = om
+            .allocate_block_group(s.session_id, &[])
+            .await
+            .expect("allocate");
+        assert!(g.local_id >= 43 && g.container_id >= 4, "{g:?}");
+        let overwritten = om
+            .commit_key_if(
+                s.session_id,
+                &[BlockGroup { length: 1, ..g }],
+                1,
+                BTreeMap::new(),
+                None,
+            )
+            .await
+            .expect("commit");
+        assert!(overwritten.generation > 7);
+        let s = om.open_key("b", "k", None).await.expect("open");
+        let g = om
+            .allocate_block_group(s.session_id, &[])
+            .await
+            .expect("allocate");
+        let k2 = om
+            .commit_key_if(
+                s.session_id,
+                &[BlockGroup { length: 1, ..g }],
+                1,
+                BTreeMap::new(),
+                Some(WriteCondition::Generation(7)),
+            )
+            .await
+            .expect("a conditional write on the old generation");
+        assert!(k2.generation > overwritten.generation);
+        drop(om);
+
+        let om = crate::test_oms::with_five_datanodes(dir.path()).await;
+        assert_eq!(
+            om.lookup_key("b", "k").await.expect("key").generation,
+            k2.generation,
+            "reopened: nothing moves again"
+        );
+        assert_eq!(om.open_sessions(), 0);
+    }
+
+    /// A file with the owner index but no counts (layout 1) gets its counts at open, from the
+    /// buckets.
+    #[tokio::test]
+    async fn owner_counts_are_made_for_a_file_with_only_the_index() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let db = Database::create(dir.path().join("om.redb")).expect("db");
+            let txn = db.begin_write().expect("write");
+            {
+                let mut buckets = txn.open_table(BUCKETS).expect("buckets");
+                let mut index = txn.open_table(BUCKETS_BY_OWNER).expect("index");
+                for (name, owner) in [("a1", "alice"), ("a2", "alice"), ("b1", "bob")] {
+                    buckets
+                        .insert(name, bucket(name, owner).as_slice())
+                        .expect("bucket");
+                    index.insert((owner, name), ()).expect("index");
+                }
+                txn.open_table(COUNTERS)
+                    .expect("counters")
+                    .insert(LAYOUT_OWNERS.0, 1)
+                    .expect("layout 1");
+            }
+            txn.commit().expect("commit");
+        }
+        let om = crate::test_oms::with_five_datanodes(dir.path()).await;
+        assert_eq!(
+            crate::buckets::tests::counts(&om).await,
+            [("alice".to_string(), 2), ("bob".to_string(), 1)]
+        );
+    }
+
+    /// Old rows are copied into the om's own file only: an om whose store is elsewhere
+    /// refuses to open over a file that holds them.
+    #[tokio::test]
+    async fn old_rows_are_not_left_behind_by_a_store_elsewhere() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write_old_file(dir.path());
+        let elsewhere = meta_store::MetaStore::Redb(
+            meta_store::RedbStore::open(&dir.path().join("other.redb")).expect("store"),
+        );
+        let err = OzoneManager::open_on(crate::OmConfig::new(dir.path()), Some(elsewhere))
+            .await
+            .expect_err("the old rows would be stranded");
+        assert!(matches!(err, OmError::Internal(_)), "{err}");
+    }
+}

@@ -164,3 +164,46 @@ pub(crate) async fn load(
     }
     Ok(sessions)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::OmError;
+
+    /// A session row that does not decode is given up (with a warning) instead of keeping the
+    /// om from starting; its groups are unknown, so they are left to the orphan sweep.
+    #[tokio::test]
+    async fn an_unreadable_session_row_is_given_up_at_open() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let id = {
+            let om = crate::test_oms::with_five_datanodes(dir.path()).await;
+            om.create_bucket("b", None, None).await.expect("bucket");
+            let s = om.open_key("b", "k", None).await.expect("open");
+            om.allocate_block_group(s.session_id, &[])
+                .await
+                .expect("allocate");
+            transact(&om.store, |tx| {
+                Box::pin(async move {
+                    OPEN_SESSIONS.put_in(&tx, &s.session_id, &Raw(vec![0xff, 0xff, 0xff]));
+                    Ok::<(), OmError>(())
+                })
+            })
+            .await
+            .expect("garble");
+            s.session_id
+        };
+        let om = crate::test_oms::with_five_datanodes(dir.path()).await;
+        assert_eq!(om.open_sessions(), 0);
+        assert!(matches!(
+            om.commit_key(id, &[], 0, BTreeMap::new()).await,
+            Err(OmError::NoSuchSession(_))
+        ));
+        assert_eq!(
+            OPEN_SESSIONS.count(&om.store, &()).await.expect("count"),
+            0,
+            "the row is gone"
+        );
+    }
+}
