@@ -341,17 +341,20 @@ pub(crate) fn log_locations_in<'a>(
 
 /// Ends session `session_id` in `tx`: its row goes, and the groups it allocated that are
 /// not in `committed` are staged for deletion: those of `leftovers` (what the om's memory
-/// knew) and any other the stored row holds (a group allocated while the session was ending:
+/// knew; nothing when the row is gone already, as whoever removed it staged them) and any
+/// other the stored row holds (a group allocated while the session was ending:
 /// its allocation's transaction put it in the row, and staging it here leaves nothing to a
-/// clean-up that a crash could prevent). A row that does not decode adds nothing.
+/// clean-up that a crash could prevent). A row that does not decode adds nothing. Returns
+/// whether the session's row was there: a commit of a session whose row is gone (another om
+/// expired it, or it ended meanwhile) must fail, since its groups may be staged already.
 pub(crate) async fn end_session(
     tx: &Transaction,
     session_id: u64,
     leftovers: &[BlockGroup],
     committed: &[BlockGroup],
-) -> Result<()> {
+) -> Result<bool> {
     let mut freed = leftovers.to_vec();
-    match crate::session_rows::get_in(tx, session_id).await {
+    let present = match crate::session_rows::get_in(tx, session_id).await {
         Ok(Some(row)) => {
             for g in row.allocated {
                 let id = (g.container_id, g.local_id);
@@ -369,15 +372,23 @@ pub(crate) async fn end_session(
                     }
                 }
             }
+            true
         }
-        Ok(None) => {}
+        // Whoever removed the row staged what it held: every group the session allocated
+        // (each allocation writes the row).
+        Ok(None) => {
+            freed.clear();
+            false
+        }
         Err(OmError::CorruptRecord { source, .. }) => {
             tracing::warn!(session = session_id, error = %source, "an open session's row does not decode; only the groups the om knew are reclaimed");
+            true
         }
         Err(e) => return Err(e),
-    }
+    };
     crate::session_rows::remove_in(tx, session_id);
-    stage_groups(tx, &freed).await
+    stage_groups(tx, &freed).await?;
+    Ok(present)
 }
 
 /// Stages the groups of key `bucket/key` if it exists (it is being replaced or deleted in

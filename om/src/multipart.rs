@@ -210,7 +210,10 @@ impl OzoneManager {
                 crate::upload_rows::parts_writable(&tx, upload_id, now_ms()).await?;
                 let replaced = put_part_in(&tx, upload_id, part).await?;
                 stage_groups(&tx, replaced.iter().flat_map(|p| &p.block_groups)).await?;
-                end_session(&tx, session_id, leftovers, &part.block_groups).await
+                if !end_session(&tx, session_id, leftovers, &part.block_groups).await? {
+                    return Err(OmError::NoSuchSession(session_id));
+                }
+                Ok(())
             })
         })
         .await;

@@ -456,7 +456,10 @@ impl OzoneManager {
                 crate::conditions::check(&tx, &info.bucket, &info.name, condition).await?;
                 stage_key_groups(&tx, &info.bucket, &info.name).await?;
                 crate::keys::put_new_key_in(&tx, info);
-                end_session(&tx, session_id, leftovers, &info.block_groups).await
+                if !end_session(&tx, session_id, leftovers, &info.block_groups).await? {
+                    return Err(OmError::NoSuchSession(session_id));
+                }
+                Ok(())
             })
         })
         .await;
@@ -501,7 +504,10 @@ impl OzoneManager {
         allocated: &[BlockGroup],
     ) -> Result<()> {
         transact(&self.store, |tx| {
-            Box::pin(async move { end_session(&tx, session_id, allocated, &[]).await })
+            Box::pin(async move {
+                end_session(&tx, session_id, allocated, &[]).await?;
+                Ok::<(), OmError>(())
+            })
         })
         .await?;
         self.deletions_changed().await;
@@ -702,6 +708,44 @@ mod tests {
             .await
             .expect("get")
             .map(|r| r.value)
+    }
+
+    /// A commit whose session's row another writer ended (another om expiring it, on a
+    /// shared store) fails and commits nothing: the groups are staged for deletion already.
+    /// Before the commit checked the row, the key was committed onto groups on their way to
+    /// deletion.
+    #[tokio::test]
+    async fn a_commit_whose_session_row_was_ended_elsewhere_fails() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let om = crate::test_oms::with_five_datanodes(dir.path()).await;
+        om.create_bucket("b", None, None).await.expect("bucket");
+        let s = om.open_key("b", "k", None).await.expect("open");
+        let g = om
+            .allocate_block_group(s.session_id, &[])
+            .await
+            .expect("allocate");
+        transact(&om.store, |tx| {
+            Box::pin(async move {
+                end_session(&tx, s.session_id, &[], &[]).await?;
+                Ok::<(), OmError>(())
+            })
+        })
+        .await
+        .expect("ended elsewhere");
+        let g = BlockGroup { length: 1, ..g };
+        assert!(matches!(
+            om.commit_key(s.session_id, &[g], 1, BTreeMap::new()).await,
+            Err(OmError::NoSuchSession(_))
+        ));
+        assert!(matches!(
+            om.lookup_key("b", "k").await,
+            Err(OmError::KeyNotFound { .. })
+        ));
+        assert_eq!(
+            om.pending_deletions().await.expect("pending"),
+            5,
+            "the group is staged once"
+        );
     }
 
     /// A group the session's row holds but the om's memory does not (its allocation's
