@@ -54,6 +54,8 @@ mod service;
 mod session_rows;
 mod sessions;
 mod store_moves;
+#[cfg(test)]
+mod store_suite;
 mod tables;
 #[cfg(test)]
 mod test_oms;
