@@ -7,7 +7,7 @@
 //! [`MAX_BUCKETS_PER_OWNER`](crate::MAX_BUCKETS_PER_OWNER) bounds, kept in the same
 //! transaction as the index row, so CreateBucket reads one row for the bound (before, up to
 //! 1,000 index rows: more than the metadata store lets a transaction read). Om files
-//! written before either get them at open, once ([`index_owners`]).
+//! written before either get them at open, once (`old_layout.rs`).
 
 use meta_store::codec::Raw;
 use meta_store::{Transaction, transact};
@@ -189,7 +189,7 @@ impl OzoneManager {
         filter: &BucketFilter,
         limit: usize,
     ) -> Result<(Vec<BucketInfo>, bool)> {
-        let limit = limit.min(MAX_BUCKET_PAGE).max(1);
+        let limit = limit.min(MAX_BUCKET_PAGE);
         let snapshot = self.store.snapshot().await?;
         let start = if filter.after.as_str() >= filter.prefix.as_str() {
             filter.after.clone()

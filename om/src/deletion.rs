@@ -6,7 +6,7 @@
 //! leaving it out of a completion, aborting or abandoning a write, the groups
 //! a writer left behind on failover) stages them as one row of
 //! `deleted_groups` — (freed unix ms, random id) -> the groups — in the same
-//! write transaction as the metadata change, so a crash can neither lose a
+//! transaction as the metadata change, so a crash can neither lose a
 //! deletion nor delete a block the metadata still references. A block group
 //! is referenced by at most one key, part or open write at a time (copies
 //! copy bytes), so "the last reference" is "the reference". The change writes
@@ -14,7 +14,7 @@
 //! deleted by a transaction of a few rows (Ozone's OM moves a deleted key to
 //! its deletedTable the same way, and its KeyDeletingService hands the blocks
 //! on later). That keeps every om transaction within the metadata store's
-//! bounds (`meta_store::MAX_TXN_OPS`), which the move onto the store needs.
+//! bounds (`meta_store::MAX_TXN_OPS`).
 //!
 //! The service below first moves staged rows into the per-replica deletion
 //! log — (datanode uuid, container id, local id) -> (replica index, freed

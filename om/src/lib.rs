@@ -2,8 +2,8 @@
 //!
 //! - [`OzoneManager`]: datanode registry, buckets with default replication and
 //!   block size, keys (open, allocate block groups honouring an exclude list,
-//!   commit with final lengths, lookup, list, delete), persisted in redb
-//!   (the modules already moved in the metadata store over the same file).
+//!   commit with final lengths, lookup, list, delete), persisted in the
+//!   metadata store (`meta_store`: redb in the om's own file, or etcd).
 //!   Usable in-process.
 //! - Datanode liveness ([`NodeState`]: heartbeats make HEALTHY, silence
 //!   STALE then DEAD; only HEALTHY datanodes get new groups).

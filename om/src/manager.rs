@@ -1,8 +1,9 @@
 //! [`OzoneManager`]: the metadata service as an in-process library.
 //!
 //! Holds the datanode registry (SCM's role) and buckets and keys (OM's role)
-//! in one redb database; open-key sessions live in memory and as rows with
-//! their allocated groups (`session_rows.rs`: a key being written when the om
+//! as rows of the metadata store (`tables.rs`; redb in the om's own
+//! `om.redb`, or etcd), every change one guarded transaction; open-key
+//! sessions live in memory and as rows with their allocated groups (`session_rows.rs`: a key being written when the om
 //! restarts is written on after it, and never half-visible). Keys become
 //! visible only at commit, as in Ozone's open-key / allocate / commit flow.
 //! Sessions are in `sessions.rs`, the registry's liveness in `nodes.rs`,
@@ -351,12 +352,12 @@ pub(crate) fn validate_name(kind: &str, name: &str) -> Result<()> {
 impl OzoneManager {
     /// Opens (or creates) the om's database under `config.data_dir`, taking
     /// the directory's lock, and loads the datanode registry and the open
-    /// sessions (each lease starting again, `session_rows.rs`); an older
-    /// file's groups of no session are staged for deletion.
+    /// sessions (each lease starting again, `session_rows.rs`). A file from
+    /// before the metadata store has its tables moved into it first
+    /// (`old_layout.rs`).
     ///
-    /// Async because the block token keys are read (and rotated) through
-    /// the metadata store; the redb work at open runs on the caller's
-    /// thread.
+    /// The redb work at open (creating the file, moving old tables) runs on
+    /// the caller's thread.
     ///
     /// # Errors
     /// [`OmError::DataDirInUse`] when another process owns the directory;
@@ -365,18 +366,16 @@ impl OzoneManager {
         Self::open_on(config, None).await
     }
 
-    /// [`open`](Self::open), with the modules already on the metadata
-    /// store (S3 users, block-token keys, operational states, the datanode
-    /// registry) keeping their rows in `shared` instead of the om's own
-    /// file when given: the om's operation-level tests run them on etcd
-    /// this way. The remaining tables stay in `om.redb`, so several oms
-    /// cannot share one `shared` store yet (ARCHITECTURE.md, "Moving the om
-    /// onto the store").
+    /// [`open`](Self::open), keeping every row in `shared` instead of the
+    /// om's own file when given: the om's operation-level tests run on etcd
+    /// this way. Open sessions' leases and per-client counts are still this
+    /// om's memory, so several oms cannot share one `shared` store yet
+    /// (ARCHITECTURE.md, "Moving the om onto the store").
     ///
     /// # Errors
     /// As [`open`](Self::open); [`OmError::Internal`] when `om.redb` holds
-    /// rows of a moved module (in an old table, or in its own store's
-    /// table): they are copied only into the om's own file.
+    /// rows of its own (in an old table, or in its own store's table): they
+    /// are copied only into the om's own file.
     pub(crate) async fn open_on(
         config: OmConfig,
         shared: Option<meta_store::MetaStore>,

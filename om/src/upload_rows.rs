@@ -4,8 +4,8 @@
 //!
 //! Parts are rows of their own so that committing part `n` reads and writes that part
 //! only (with all parts in one value, the 10,000th part rewrote the 9,999 before it), and
-//! so that the move onto the metadata store fits etcd's value size (1.5 MiB: 10,000 parts
-//! of several groups each would not). The index answers "does this bucket hold uploads"
+//! so that an upload fits etcd's value size (1.5 MiB: 10,000 parts of several groups each
+//! would not). The index answers "does this bucket hold uploads"
 //! and a page of S3's ListMultipartUploads (ordered by key, then initiation time) with one
 //! range read each, instead of decoding every upload of every bucket.
 //!
@@ -17,8 +17,9 @@
 //! part rows of a dropped upload are read by nothing but that service and the orphan sweep
 //! (every reader finds parts through the header).
 //!
-//! Om files written before this layout kept the parts inside the upload's value; they are
-//! rewritten into this layout at open ([`split_parts_into_rows`]), in one transaction.
+//! Listings read at one store snapshot (`MetaStore::snapshot`), so a page's index rows and
+//! headers agree. Om files written before this layout kept the parts inside the upload's
+//! value; they are rewritten into it at open (`old_layout.rs`).
 
 use meta_store::codec::Raw;
 use meta_store::{MetaStore, Snapshot, Transaction};

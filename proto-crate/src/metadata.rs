@@ -27,8 +27,11 @@ pub struct KeyInfo {
     pub created_unix_ms: u64,
     /// Free-form object metadata (etag, content type, user metadata).
     pub metadata: BTreeMap<String, String>,
-    /// Changes at every commit of the key (Ozone's `updateID`; 0 for keys committed before
-    /// the om kept it): what [`WriteCondition::Generation`] compares.
+    /// Changes at every commit of the key (Ozone's `updateID`): the metadata store's
+    /// revision of the commit that made it, unique and increasing across all keys (keys
+    /// committed before the om kept the store keep the counter value they had, all below
+    /// every later one). What [`WriteCondition::Generation`] compares; 0 only inside the om,
+    /// before a commit has its revision.
     pub generation: u64,
 }
 
