@@ -30,9 +30,13 @@
 //! [`codec`] so that tuple keys keep their order), as redb's
 //! `TableDefinition`s do for the om today.
 //!
-//! Both back ends enforce etcd's default limits (see [`MAX_TXN_OPS`],
-//! [`MAX_REQUEST_BYTES`]) and its rules (no empty key, a key at most once
-//! among one transaction's ops), so code that runs on redb runs on etcd.
+//! Both back ends enforce etcd's default limit on a transaction's compares
+//! and ops ([`MAX_TXN_OPS`]) and its rules (no empty key, a key at most once
+//! among one transaction's ops), so the shapes of the transactions that run
+//! on redb run on etcd. The size of a request ([`MAX_REQUEST_BYTES`]) is
+//! etcd's alone: on redb one machine's om keeps what it kept before the
+//! store (a key of any number of block groups), and what is larger than
+//! etcd's limit is refused only there.
 //! What happens when a store is full, and how space comes back, is in
 //! [`space`].
 
@@ -317,17 +321,31 @@ impl Txn {
         compares + ops
     }
 
+    /// Checks etcd's rules: [`validate_shape`](Self::validate_shape) and at
+    /// most [`MAX_REQUEST_BYTES`].
+    ///
+    /// # Errors
+    /// As [`validate_shape`](Self::validate_shape);
+    /// [`StoreError::RequestTooLarge`].
+    pub fn validate(&self) -> Result<(), StoreError> {
+        self.validate_shape()?;
+        let bytes = self.request_bytes();
+        if bytes > MAX_REQUEST_BYTES {
+            return Err(StoreError::RequestTooLarge { bytes });
+        }
+        Ok(())
+    }
+
     /// Checks the rules both back ends share: no empty key, at most
-    /// [`MAX_TXN_OPS`] compares and ops, at most [`MAX_REQUEST_BYTES`] (etcd's
-    /// rules); each key at most once among the ops (stricter than etcd,
-    /// which allows deleting one key twice); no compare on revision 0 (etcd
-    /// would read it as "absent", redb as "never").
+    /// [`MAX_TXN_OPS`] compares and ops (etcd's rules); each key at most
+    /// once among the ops (stricter than etcd, which allows deleting one key
+    /// twice); no compare on revision 0 (etcd would read it as "absent",
+    /// redb as "never").
     ///
     /// # Errors
     /// [`StoreError::EmptyKey`], [`StoreError::TooManyOps`],
-    /// [`StoreError::RequestTooLarge`], [`StoreError::DuplicateKey`],
-    /// [`StoreError::ZeroRevision`].
-    pub fn validate(&self) -> Result<(), StoreError> {
+    /// [`StoreError::DuplicateKey`], [`StoreError::ZeroRevision`].
+    pub fn validate_shape(&self) -> Result<(), StoreError> {
         if self.compares.iter().any(|c| c.key().is_empty())
             || self.ops.iter().any(|o| o.key().is_empty())
         {
@@ -339,10 +357,6 @@ impl Txn {
                 compares: self.compares.len(),
                 ops: self.ops.len(),
             });
-        }
-        let bytes = self.request_bytes();
-        if bytes > MAX_REQUEST_BYTES {
-            return Err(StoreError::RequestTooLarge { bytes });
         }
         if let Some(Compare::ModRevision(k, _)) = self
             .compares
@@ -480,14 +494,20 @@ impl MetaStore {
     /// Applies `txn` atomically if its compares hold.
     ///
     /// # Errors
-    /// The rules of [`Txn::validate`]; the back end's errors. A commit whose
+    /// The rules of [`Txn::validate`] on etcd, of [`Txn::validate_shape`] on
+    /// redb; the back end's errors. A commit whose
     /// answer was lost (etcd unreachable after sending) is an error, and
     /// may or may not have been applied: callers re-read and retry.
     pub async fn commit(&self, txn: Txn) -> Result<Outcome, StoreError> {
-        txn.validate()?;
         match self {
-            Self::Redb(s) => s.commit(txn).await,
-            Self::Etcd(s) => s.commit(txn).await,
+            Self::Redb(s) => {
+                txn.validate_shape()?;
+                s.commit(txn).await
+            }
+            Self::Etcd(s) => {
+                txn.validate()?;
+                s.commit(txn).await
+            }
         }
     }
 

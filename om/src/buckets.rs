@@ -179,7 +179,7 @@ impl OzoneManager {
     }
 
     /// The buckets `filter` selects, by name, at most `limit` (and at most
-    /// [`MAX_BUCKET_PAGE`]), read in one transaction; and whether more follow. An owner's
+    /// [`MAX_BUCKET_PAGE`]), read at one snapshot; and whether more follow. An owner's
     /// buckets are one range of the owner index: the cost is the page's.
     ///
     /// # Errors

@@ -243,7 +243,7 @@ impl OzoneManager {
     }
 
     /// Datanodes being decommissioned that no committed key or multipart part (`referenced`,
-    /// from a complete scan).await and no open write references, in this pass and the one before
+    /// from a complete scan) and no open write references, in this pass and the one before
     /// (a key whose commit straddled one scan shows up in the next): they become
     /// DECOMMISSIONED.
     pub(crate) async fn finish_decommissions(

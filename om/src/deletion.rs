@@ -161,7 +161,7 @@ struct Expanded {
 /// `budget` (at least one part, so a part of more locations still goes); a dropped upload
 /// with no part rows left is forgotten. A dropped row that does not decode is treated as
 /// keeping every part (its rows go, nothing is logged: a part it did not keep is left to the
-/// orphan sweep, and a kept one is never deleted).await.
+/// orphan sweep, and a kept one is never deleted).
 ///
 /// Its reads are plain reads, not guards: a dropped upload's rows and its parts no longer
 /// change (a part commit or repair reads the upload's header in its transaction, and the
@@ -197,19 +197,44 @@ async fn expand_dropped(store: &MetaStore, budget: usize) -> Result<Expanded> {
                             .ok()
                             .filter(|d| !d.kept_parts.contains(&number))
                             .map(|d| d.dropped_unix_ms);
-                        let groups = match freed {
+                        let stored = match freed {
                             Some(_) => match pb::PartInfo::decode(part.value.0.as_slice()) {
-                                Ok(p) => p.block_groups,
+                                Ok(p) => Some(p),
                                 Err(e) => {
                                     tracing::warn!(upload = %id, part = number, error = %e, "a dropped part's row does not decode; its replicas are left to the orphan sweep");
-                                    Vec::new()
+                                    None
                                 }
                             },
-                            None => Vec::new(),
+                            None => None,
                         };
+                        let groups = stored
+                            .as_ref()
+                            .map(|p| p.block_groups.clone())
+                            .unwrap_or_default();
                         let cost = 1 + groups.iter().map(|g| g.locations.len()).sum::<usize>();
-                        if writes > 0 && writes + cost > budget {
-                            return done(replicas, writes, true);
+                        if writes + cost > budget {
+                            if writes > 0 {
+                                return done(replicas, writes, true);
+                            }
+                            // A part larger than the budget on its own: whole groups within
+                            // it go, and the row is rewritten with the rest (it no longer
+                            // changes otherwise, so the next transaction goes on from it).
+                            let mut rest = groups.into_iter().peekable();
+                            let mut took = false;
+                            while let Some(g) = rest.peek() {
+                                if took && writes + 1 + g.locations.len() > budget {
+                                    break;
+                                }
+                                let Some(g) = rest.next() else { break };
+                                took = true;
+                                let n = log_stored_group(&tx, &g, freed.unwrap_or_default());
+                                replicas += n;
+                                writes += n;
+                            }
+                            let mut left = stored.unwrap_or_default();
+                            left.block_groups = rest.collect();
+                            PARTS.put_in(&tx, &part.key, &Raw(left.encode_to_vec()));
+                            return done(replicas, writes + 1, true);
                         }
                         PARTS.delete_in(&tx, &part.key);
                         for g in &groups {
@@ -532,30 +557,37 @@ impl OzoneManager {
         Ok(total)
     }
 
-    /// A receiver of [`pending_deletions`](Self::pending_deletions),
-    /// republished after every change of the log (to wait on without polling).
+    /// A receiver of [`pending_deletions`](Self::pending_deletions), published at open and
+    /// by every pass of the block deleting service, which every freeing change wakes (to wait
+    /// on without polling; an om without the service publishes only at open).
     #[must_use]
     pub fn watch_pending_deletions(&self) -> tokio::sync::watch::Receiver<u64> {
         self.deletions_pending.subscribe()
     }
 
-    /// Publishes the log's size (and the number of open sessions: a session
-    /// ends with the transaction that logs its groups, so a watcher that sees
-    /// the session gone also sees its deletions logged) and wakes the
-    /// deleting service; called after every commit that may have added
-    /// entries.
-    pub(crate) async fn deletions_changed(&self) {
+    /// Publishes the number of open sessions (a session ends with the transaction that
+    /// stages its groups, so a watcher that sees the session gone finds its deletions staged)
+    /// and wakes the deleting service, which publishes
+    /// [`pending_deletions`](Self::pending_deletions) on its pass: called after every commit
+    /// that may have freed groups. The count is not read here: it reads the whole backlog,
+    /// which a commit should not pay for (a datanode down for days keeps its entries).
+    pub(crate) fn deletions_changed(&self) {
         {
             let st = self.state();
             self.publish_sessions(&st);
         }
+        self.deletion_wakeup.notify_one();
+    }
+
+    /// Reads [`pending_deletions`](Self::pending_deletions) and publishes it to
+    /// [`watch_pending_deletions`](Self::watch_pending_deletions).
+    pub(crate) async fn publish_pending_deletions(&self) {
         match self.pending_deletions().await {
             Ok(n) => {
                 self.deletions_pending.send_replace(n);
             }
             Err(e) => tracing::warn!(error = %e, "reading the deletion log size"),
         }
-        self.deletion_wakeup.notify_one();
     }
 
     /// Logs the replicas of block `block` (container id, local id) at `locations` for
@@ -598,7 +630,7 @@ impl OzoneManager {
             })
         })
         .await?;
-        self.deletions_changed().await;
+        self.deletions_changed();
         Ok(())
     }
 
@@ -699,6 +731,7 @@ impl OzoneManager {
         let now = crate::manager::now_ms();
         let due = now.saturating_sub(grace);
         self.expand_staged_deletions().await?;
+        self.publish_pending_deletions().await;
         let batches = self.deletion_batches(DELETE_BATCH, due).await?;
         let healthy: std::collections::HashSet<DatanodeId> = self
             .datanode_statuses()
@@ -743,7 +776,7 @@ impl OzoneManager {
             }
         }
         if acked > 0 {
-            self.deletions_changed().await;
+            self.publish_pending_deletions().await;
         }
         Ok(acked)
     }
@@ -996,6 +1029,50 @@ mod tests {
         assert_eq!((first.writes, first.more), (100, true));
         assert_eq!((second.writes, second.more), (50, false));
         assert_eq!(DROPPED_UPLOADS.count(&store, &()).await.expect("count"), 0);
+    }
+
+    /// Regression: a dropped part of more replicas than one transaction may write stopped
+    /// the deleting service (every pass failed on it). Now its groups go a budget at a time.
+    #[tokio::test]
+    async fn a_dropped_part_larger_than_the_budget_goes_in_pieces() {
+        let (_dir, store) = store();
+        let part = pb::PartInfo {
+            part_number: 1,
+            block_groups: (1..=40).map(|i| group(i, 5).into()).collect(),
+            ..pb::PartInfo::default()
+        };
+        transact(&store, |tx| {
+            let part = &part;
+            Box::pin(async move {
+                DROPPED_UPLOADS.put_in(
+                    &tx,
+                    &"u".to_string(),
+                    &Raw(pb::DroppedUpload {
+                        dropped_unix_ms: 7,
+                        kept_parts: Vec::new(),
+                    }
+                    .encode_to_vec()),
+                );
+                PARTS.put_in(&tx, &("u".to_string(), 1), &Raw(part.encode_to_vec()));
+                Ok::<(), OmError>(())
+            })
+        })
+        .await
+        .expect("a dropped upload of one large part");
+        let mut total = 0;
+        let mut passes = 0;
+        loop {
+            let step = expand_dropped(&store, TXN_BATCH).await.expect("expand");
+            assert!(step.writes <= TXN_BATCH, "{step:?}");
+            total += step.replicas;
+            passes += 1;
+            if !step.more {
+                break;
+            }
+        }
+        assert_eq!((total, passes), (200, 3));
+        assert_eq!(lens(&store).await, (200, vec![]));
+        assert_eq!(PARTS.count(&store, &()).await.expect("parts"), 0);
     }
 
     #[tokio::test]

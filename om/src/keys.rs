@@ -276,7 +276,7 @@ impl OzoneManager {
             })
         })
         .await?;
-        self.deletions_changed().await;
+        self.deletions_changed();
         Ok(())
     }
 
@@ -377,7 +377,7 @@ impl OzoneManager {
             info.generation = committed.revision.unwrap_or_default();
         }
         if replaced {
-            self.deletions_changed().await;
+            self.deletions_changed();
         }
         self.current_addresses(&mut info.block_groups);
         Ok(info)
@@ -410,7 +410,7 @@ impl OzoneManager {
         if !deleted {
             return Err(self.missing_key(bucket, key).await);
         }
-        self.deletions_changed().await;
+        self.deletions_changed();
         Ok(())
     }
 }

@@ -465,7 +465,7 @@ impl OzoneManager {
             registry_writes: tokio::sync::Mutex::new(()),
             _lock: lock,
         };
-        om.deletions_changed().await;
+        om.publish_pending_deletions().await;
         om.publish_uploads().await;
         Ok(om)
     }

@@ -143,7 +143,7 @@ impl OzoneManager {
     }
 
     /// Commits a part session: records the part (replacing an earlier one of
-    /// the same number).await with its groups, length and ETag. The replaced part's
+    /// the same number) with its groups, length and ETag. The replaced part's
     /// groups and the session's uncommitted groups are logged for deletion
     /// in the same transaction.
     ///
@@ -304,7 +304,7 @@ impl OzoneManager {
             })
         })
         .await?;
-        self.deletions_changed().await;
+        self.deletions_changed();
         self.publish_uploads().await;
         Ok(())
     }
@@ -545,7 +545,7 @@ impl OzoneManager {
         let (mut info, made) = committed.value;
         if made {
             info.generation = committed.revision.unwrap_or_default();
-            self.deletions_changed().await;
+            self.deletions_changed();
             self.publish_uploads().await;
         }
         self.current_addresses(&mut info.block_groups);

@@ -300,7 +300,7 @@ impl OzoneManager {
             return Ok(0);
         }
         self.block_reports.orphans_logged(logged as u64);
-        self.deletions_changed().await;
+        self.deletions_changed();
         Ok(logged)
     }
 }

@@ -366,7 +366,7 @@ impl OzoneManager {
             }
         };
         if !recorded {
-            self.deletions_changed().await;
+            self.deletions_changed();
             return Err(OmError::NoSuchSession(session_id));
         }
         if !known {
@@ -388,7 +388,7 @@ impl OzoneManager {
                 })
             })
             .await?;
-            self.deletions_changed().await;
+            self.deletions_changed();
             return Err(OmError::NoSuchSession(session_id));
         }
         Ok(group)
@@ -482,7 +482,7 @@ impl OzoneManager {
     ) -> Result<u64> {
         let failed = match outcome {
             Ok(c) => {
-                self.deletions_changed().await;
+                self.deletions_changed();
                 return Ok(c.revision.unwrap_or_default());
             }
             Err(e) => e,
@@ -510,7 +510,7 @@ impl OzoneManager {
             })
         })
         .await?;
-        self.deletions_changed().await;
+        self.deletions_changed();
         Ok(())
     }
 
@@ -647,7 +647,7 @@ impl OzoneManager {
             })
             .await?;
         }
-        self.deletions_changed().await;
+        self.deletions_changed();
         Ok(expired.len())
     }
 }
