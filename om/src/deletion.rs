@@ -579,6 +579,26 @@ impl OzoneManager {
         self.deletion_wakeup.notify_one();
     }
 
+    /// Waits until `done` holds for [`pending_deletions`](Self::pending_deletions), read
+    /// exactly now and again after every pass of the block deleting service (what
+    /// [`watch_pending_deletions`](Self::watch_pending_deletions) publishes may be older than
+    /// the last freeing change). Returns the count that satisfied it.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn wait_pending_deletions(&self, mut done: impl FnMut(u64) -> bool) -> Result<u64> {
+        let mut passes = self.deletions_pending.subscribe();
+        loop {
+            passes.borrow_and_update();
+            let n = self.pending_deletions().await?;
+            if done(n) {
+                return Ok(n);
+            }
+            // The sender lives as long as `self`.
+            let _ = passes.changed().await;
+        }
+    }
+
     /// Reads [`pending_deletions`](Self::pending_deletions) and publishes it to
     /// [`watch_pending_deletions`](Self::watch_pending_deletions).
     pub(crate) async fn publish_pending_deletions(&self) {

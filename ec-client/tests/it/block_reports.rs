@@ -278,14 +278,13 @@ async fn unreferenced_replicas_are_deleted_but_not_an_open_sessions() {
 
     let s = wait_repair(&cluster, |s| s.orphan_replicas >= 1).await;
     assert_eq!(s.orphan_replicas, 1, "{s:?}");
-    let mut deletions = om.watch_pending_deletions();
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while *deletions.borrow_and_update() > 0 {
-            deletions.changed().await.expect("om alive");
-        }
-    })
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        om.wait_pending_deletions(|n| n == 0),
+    )
     .await
-    .expect("the orphan's deletion is sent");
+    .expect("the orphan's deletion is sent")
+    .expect("om alive");
     assert!(store.get_block(orphan).is_err(), "the orphan is deleted");
     // More sweeps: nothing else is taken.
     let mut reports = om.watch_block_reports();

@@ -21,11 +21,13 @@ use proptest::test_runner::{Config, TestRunner};
 /// Waits (bounded) until the om's deletion log is empty: every freed replica
 /// acknowledged by its datanode.
 async fn quiesce(cluster: &MiniCluster) {
-    let mut w = cluster.om().watch_pending_deletions();
-    tokio::time::timeout(Duration::from_secs(60), w.wait_for(|n| *n == 0))
-        .await
-        .expect("deletions finish within 60 s")
-        .expect("om alive");
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        cluster.om().wait_pending_deletions(|n| n == 0),
+    )
+    .await
+    .expect("deletions finish within 60 s")
+    .expect("om alive");
 }
 
 /// Bytes of every file under `dir`.
@@ -189,12 +191,12 @@ async fn an_abandoned_writer_frees_what_it_wrote() {
     // transaction logs the groups: wait on the log's changes until the
     // files are gone (a write that outlived the abort can only have been
     // refused or deleted after it), not just for an empty log.
-    let mut pending = cluster.om().watch_pending_deletions();
-    let waited = tokio::time::timeout(Duration::from_secs(60), async {
-        while !(blocks_on_disk(&cluster).is_empty() && *pending.borrow_and_update() == 0) {
-            pending.changed().await.expect("om alive");
-        }
-    })
+    let waited = tokio::time::timeout(
+        Duration::from_secs(60),
+        cluster
+            .om()
+            .wait_pending_deletions(|n| n == 0 && blocks_on_disk(&cluster).is_empty()),
+    )
     .await;
     let left = blocks_on_disk(&cluster);
     assert!(
@@ -601,11 +603,13 @@ async fn deletions_for_a_stopped_datanode_wait_for_it() {
     cluster.datanode_mut(down).expect("dn").stop().await;
     client.delete_key("ec", "k").await.expect("delete");
     // The four running datanodes acknowledge; one replica waits.
-    let mut pending = cluster.om().watch_pending_deletions();
-    tokio::time::timeout(Duration::from_secs(60), pending.wait_for(|n| *n == 1))
-        .await
-        .expect("the running datanodes acknowledge within 60 s")
-        .expect("om alive");
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        cluster.om().wait_pending_deletions(|n| n == 1),
+    )
+    .await
+    .expect("the running datanodes acknowledge within 60 s")
+    .expect("om alive");
     let left = blocks_on_disk(&cluster);
     let down_uuid = cluster.datanodes()[down].uuid().to_string();
     assert_eq!(

@@ -92,14 +92,13 @@ async fn a_dead_datanodes_ec_indexes_are_rebuilt() {
         .expect("restart");
     let g = &repaired.block_groups[0];
     let old_copy = g.block_id(ri(2));
-    let mut pending = cluster.om().watch_pending_deletions();
-    tokio::time::timeout(Duration::from_secs(60), async {
-        while *pending.borrow_and_update() > 0 {
-            pending.changed().await.expect("om alive");
-        }
-    })
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        cluster.om().wait_pending_deletions(|n| n == 0),
+    )
     .await
-    .expect("the stale copy's deletion is sent within 60 s");
+    .expect("the stale copy's deletion is sent within 60 s")
+    .expect("om alive");
     let store = cluster.datanodes()[victim].node().expect("running").store();
     assert!(store.get_block(old_copy).is_err(), "the stale copy is gone");
     let again = client.key_info("b", "k").await.expect("info");
@@ -319,14 +318,13 @@ async fn a_decommissioned_datanode_is_emptied_while_reads_go_on() {
         .expect("put");
     assert_eq!(held(std::slice::from_ref(&info)), 0);
     // Its replaced copies are deleted.
-    let mut pending = cluster.om().watch_pending_deletions();
-    tokio::time::timeout(Duration::from_secs(60), async {
-        while *pending.borrow_and_update() > 0 {
-            pending.changed().await.expect("om alive");
-        }
-    })
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        cluster.om().wait_pending_deletions(|n| n == 0),
+    )
     .await
-    .expect("deletions sent within 60 s");
+    .expect("deletions sent within 60 s")
+    .expect("om alive");
     let store = cluster.datanodes()[0].node().expect("running").store();
     assert_eq!(store.stats().blocks, 0, "it holds no block");
     cluster.shutdown().await;
