@@ -154,6 +154,12 @@ impl<K: Codec, V: Codec> Table<K, V> {
         (start, end)
     }
 
+    /// The range of `prefix`'s rows at or after `from`.
+    fn range_from<P: Codec>(&self, prefix: &P, from: &K) -> (Vec<u8>, Option<Vec<u8>>) {
+        let (start, end) = self.scan_range(prefix, None);
+        (start.max(self.store_key(from)), end)
+    }
+
     /// The row at `key`, if any.
     ///
     /// # Errors
@@ -207,8 +213,7 @@ impl<K: Codec, V: Codec> Table<K, V> {
         from: &K,
         limit: usize,
     ) -> Result<Rows<K, V>, StoreError> {
-        let (start, end) = self.scan_range(prefix, None);
-        let start = start.max(self.store_key(from));
+        let (start, end) = self.range_from(prefix, from);
         self.rows(store.range(&start, end.as_deref(), limit).await?)
     }
 
@@ -254,8 +259,7 @@ impl<K: Codec, V: Codec> Table<K, V> {
         from: &K,
         limit: usize,
     ) -> Result<Rows<K, V>, StoreError> {
-        let (start, end) = self.scan_range(prefix, None);
-        let start = start.max(self.store_key(from));
+        let (start, end) = self.range_from(prefix, from);
         self.rows(snapshot.range(&start, end.as_deref(), limit).await?)
     }
 

@@ -49,7 +49,7 @@ use proto_crate::wire::datanode::datanode_service_client::DatanodeServiceClient;
 use proto_crate::wire::om as pb;
 use proto_crate::{BlockGroup, BlockLocation, DatanodeDetails, DatanodeId, ReplicaIndex};
 
-use crate::tables::{DELETED_GROUPS, DELETION_LOG, DROPPED_UPLOADS, PARTS};
+use crate::tables::{DELETED_GROUPS, DELETION_LOG, DROPPED_UPLOADS, PARTS, each_row};
 use crate::{OmError, OzoneManager};
 
 type Result<T, E = OmError> = std::result::Result<T, E>;
@@ -438,73 +438,38 @@ impl OzoneManager {
     pub async fn pending_deletions(&self) -> Result<u64> {
         let snapshot = self.store.snapshot().await?;
         let mut n = 0u64;
-        let mut after = None;
-        loop {
-            let rows = DELETION_LOG
-                .scan_at(&snapshot, &(), after.as_ref(), crate::MAX_LIST_PAGE)
-                .await?;
-            n += rows.rows.len() as u64;
-            match rows.rows.into_iter().last() {
-                Some(last) if rows.more => after = Some(last.key),
-                _ => break,
+        each_row(&snapshot, DELETION_LOG, &(), |_, _| {
+            n += 1;
+            Ok(())
+        })
+        .await?;
+        each_row(&snapshot, DELETED_GROUPS, &(), |_, v| {
+            n += staged_replicas(&v.0);
+            Ok(())
+        })
+        .await?;
+        let mut dropped = Vec::new();
+        each_row(&snapshot, DROPPED_UPLOADS, &(), |id, v| {
+            if let Ok(d) = pb::DroppedUpload::decode(v.0.as_slice()) {
+                dropped.push((id, d));
             }
-        }
-        let mut after = None;
-        loop {
-            let rows = DELETED_GROUPS
-                .scan_at(&snapshot, &(), after.as_ref(), crate::MAX_LIST_PAGE)
-                .await?;
-            n += rows
-                .rows
-                .iter()
-                .map(|r| staged_replicas(&r.value.0))
-                .sum::<u64>();
-            match rows.rows.into_iter().last() {
-                Some(last) if rows.more => after = Some(last.key),
-                _ => break,
-            }
-        }
-        let mut after = None;
-        loop {
-            let rows = DROPPED_UPLOADS
-                .scan_at(&snapshot, &(), after.as_ref(), crate::MAX_LIST_PAGE)
-                .await?;
-            for row in &rows.rows {
-                let Ok(d) = pb::DroppedUpload::decode(row.value.0.as_slice()) else {
-                    continue;
-                };
-                let mut part_after = None;
-                loop {
-                    let parts = PARTS
-                        .scan_at(
-                            &snapshot,
-                            &(row.key.clone(),),
-                            part_after.as_ref(),
-                            crate::MAX_LIST_PAGE,
-                        )
-                        .await?;
-                    for p in &parts.rows {
-                        if d.kept_parts.contains(&p.key.1) {
-                            continue;
-                        }
-                        if let Ok(p) = pb::PartInfo::decode(p.value.0.as_slice()) {
-                            n += p
-                                .block_groups
-                                .iter()
-                                .map(|g| g.locations.len() as u64)
-                                .sum::<u64>();
-                        }
-                    }
-                    match parts.rows.into_iter().last() {
-                        Some(last) if parts.more => part_after = Some(last.key),
-                        _ => break,
-                    }
+            Ok(())
+        })
+        .await?;
+        for (id, d) in dropped {
+            each_row(&snapshot, PARTS, &(id,), |(_, number), v| {
+                if !d.kept_parts.contains(&number)
+                    && let Ok(p) = pb::PartInfo::decode(v.0.as_slice())
+                {
+                    n += p
+                        .block_groups
+                        .iter()
+                        .map(|g| g.locations.len() as u64)
+                        .sum::<u64>();
                 }
-            }
-            match rows.rows.into_iter().last() {
-                Some(last) if rows.more => after = Some(last.key),
-                _ => break,
-            }
+                Ok(())
+            })
+            .await?;
         }
         Ok(n)
     }

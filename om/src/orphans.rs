@@ -31,11 +31,11 @@
 use std::collections::{BTreeSet, HashMap};
 
 use meta_store::codec::Raw;
-use meta_store::{Snapshot, Table, Transaction, transact};
+use meta_store::{Transaction, transact};
 use proto_crate::wire::om as pb;
 use proto_crate::{BlockGroup, BlockLocation, DatanodeId, ReplicaIndex};
 
-use crate::tables::{COUNTERS, DELETED_GROUPS, DELETION_LOG, KEYS, OPEN_SESSIONS, PARTS};
+use crate::tables::{COUNTERS, DELETED_GROUPS, DELETION_LOG, KEYS, OPEN_SESSIONS, PARTS, each_row};
 use crate::{OmError, OzoneManager};
 
 use crate::block_reports::Replica;
@@ -85,34 +85,6 @@ fn mark_group(g: &BlockGroup, mark: &mut impl FnMut(&str, (u64, u64))) {
     }
 }
 
-/// Calls `visit` on every row of `table` as of `snapshot`, a page at a time.
-pub(crate) async fn each_row<K, V>(
-    snapshot: &Snapshot,
-    table: Table<K, V>,
-    mut visit: impl FnMut(K, V) -> Result<(), OmError>,
-) -> Result<(), OmError>
-where
-    K: meta_store::codec::Codec + Clone,
-    V: meta_store::codec::Codec,
-{
-    let mut after: Option<K> = None;
-    loop {
-        let rows = table
-            .scan_at(snapshot, &(), after.as_ref(), crate::MAX_LIST_PAGE)
-            .await?;
-        let more = rows.more;
-        let mut last = None;
-        for row in rows.rows {
-            last = Some(row.key.clone());
-            visit(row.key, row.value)?;
-        }
-        match last {
-            Some(k) if more => after = Some(k),
-            _ => return Ok(()),
-        }
-    }
-}
-
 impl OzoneManager {
     /// One orphan sweep (see the module documentation). `repairing` are the groups being
     /// repaired when the calling pass began. Returns the replicas logged for deletion.
@@ -154,13 +126,13 @@ impl OzoneManager {
         };
         let added_before = counter(LOCATIONS_ADDED).await?;
         let next_local_id = counter("next_local_id").await?;
-        each_row(&snapshot, KEYS, |_, v: Raw| {
+        each_row(&snapshot, KEYS, &(), |_, v: Raw| {
             let k = crate::keys::key_of(&v, None)?;
             k.block_groups.iter().for_each(|g| mark_group(g, &mut mark));
             Ok(())
         })
         .await?;
-        each_row(&snapshot, PARTS, |_, v: Raw| {
+        each_row(&snapshot, PARTS, &(), |_, v: Raw| {
             let p = crate::manager::decode::<pb::PartInfo, proto_crate::PartInfo>(
                 &v.0,
                 "multipart part",
@@ -169,7 +141,7 @@ impl OzoneManager {
             Ok(())
         })
         .await?;
-        each_row(&snapshot, OPEN_SESSIONS, |_, v: Raw| {
+        each_row(&snapshot, OPEN_SESSIONS, &(), |_, v: Raw| {
             let s = decode_pb::<pb::OpenSessionRecord>(&v.0, "open session")?;
             for g in groups_of(s.allocated)? {
                 mark_group(&g, &mut mark);
@@ -177,7 +149,7 @@ impl OzoneManager {
             Ok(())
         })
         .await?;
-        each_row(&snapshot, DELETED_GROUPS, |_, v: Raw| {
+        each_row(&snapshot, DELETED_GROUPS, &(), |_, v: Raw| {
             let staged = decode_pb::<pb::DeletedGroups>(&v.0, "staged deletion")?;
             for g in groups_of(staged.groups)? {
                 mark_group(&g, &mut mark);
@@ -185,7 +157,7 @@ impl OzoneManager {
             Ok(())
         })
         .await?;
-        each_row(&snapshot, DELETION_LOG, |(uuid, c, l), _| {
+        each_row(&snapshot, DELETION_LOG, &(), |(uuid, c, l), _| {
             mark(&uuid, (c, l));
             Ok(())
         })

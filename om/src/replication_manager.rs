@@ -285,14 +285,14 @@ impl OzoneManager {
         snapshot: &meta_store::Snapshot,
     ) -> Result<Vec<proto_crate::MultipartUpload>, OmError> {
         let mut out = std::collections::BTreeMap::new();
-        crate::orphans::each_row(snapshot, crate::tables::UPLOADS, |id, v| {
+        crate::tables::each_row(snapshot, crate::tables::UPLOADS, &(), |id, v| {
             let u: proto_crate::MultipartUpload =
                 decode::<pb::MultipartUploadInfo, _>(&v.0, "multipart upload")?;
             out.insert(id, u);
             Ok(())
         })
         .await?;
-        crate::orphans::each_row(snapshot, crate::tables::PARTS, |(id, _), v| {
+        crate::tables::each_row(snapshot, crate::tables::PARTS, &(), |(id, _), v| {
             if let Some(u) = out.get_mut(&id) {
                 let mut p: proto_crate::PartInfo =
                     decode::<pb::PartInfo, _>(&v.0, "multipart part")?;

@@ -14,14 +14,7 @@ const REPLICAS: u64 = 5;
 
 async fn started(backend: crate::test_oms::Backend) -> TestOm {
     let om = TestOm::start(backend).await;
-    for i in 0..5 {
-        om.register_datanode(proto_crate::DatanodeDetails {
-            uuid: proto_crate::DatanodeId::from_u128(i),
-            address: format!("127.0.0.1:{}", 10_000 + i),
-        })
-        .await
-        .expect("register");
-    }
+    crate::test_oms::register_five(&om).await;
     om.create_bucket("b", None, None).await.expect("bucket");
     om
 }

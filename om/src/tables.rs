@@ -6,8 +6,10 @@
 //! read, whichever store holds them. The modules that moved earlier (S3 users, block-token
 //! keys, the datanode registry and operational states, the cluster id) keep their own tables.
 
-use meta_store::Table;
-use meta_store::codec::Raw;
+use meta_store::codec::{Codec, Raw};
+use meta_store::{Snapshot, Table};
+
+use crate::OmError;
 
 /// Buckets: name -> `BucketInfo`.
 pub(crate) const BUCKETS: Table<String, Raw> = Table::new("buckets");
@@ -46,3 +48,37 @@ pub(crate) const DELETED_GROUPS: Table<(u64, u64), Raw> = Table::new("deleted_gr
 /// Replicas to delete: (datanode uuid, container id, local id) -> (replica index, freed unix
 /// ms).
 pub(crate) const DELETION_LOG: Table<(String, u64, u64), (u32, u64)> = Table::new("deletion_log");
+
+/// Calls `visit` on every row of `table` whose key starts with `prefix` (`()`: the whole
+/// table) as of `snapshot`, a page of at most [`crate::MAX_LIST_PAGE`] rows at a time.
+///
+/// # Errors
+/// Store errors; `visit`'s.
+pub(crate) async fn each_row<K, V, P>(
+    snapshot: &Snapshot,
+    table: Table<K, V>,
+    prefix: &P,
+    mut visit: impl FnMut(K, V) -> Result<(), OmError>,
+) -> Result<(), OmError>
+where
+    K: Codec + Clone,
+    V: Codec,
+    P: Codec,
+{
+    let mut after: Option<K> = None;
+    loop {
+        let rows = table
+            .scan_at(snapshot, prefix, after.as_ref(), crate::MAX_LIST_PAGE)
+            .await?;
+        let more = rows.more;
+        let mut last = None;
+        for row in rows.rows {
+            last = Some(row.key.clone());
+            visit(row.key, row.value)?;
+        }
+        match last {
+            Some(k) if more => after = Some(k),
+            _ => return Ok(()),
+        }
+    }
+}

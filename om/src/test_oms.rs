@@ -126,6 +126,12 @@ impl std::ops::Deref for TestOm {
 /// enough for the default rs-3-2 allocations of the tests.
 pub(crate) async fn with_five_datanodes(dir: &std::path::Path) -> OzoneManager {
     let om = OzoneManager::open(OmConfig::new(dir)).await.expect("open");
+    register_five(&om).await;
+    om
+}
+
+/// Registers five datanodes (uuids 0..5, ports 10000..10005) with `om`.
+pub(crate) async fn register_five(om: &OzoneManager) {
     for i in 0..5 {
         om.register_datanode(proto_crate::DatanodeDetails {
             uuid: proto_crate::DatanodeId::from_u128(i),
@@ -134,7 +140,6 @@ pub(crate) async fn with_five_datanodes(dir: &std::path::Path) -> OzoneManager {
         .await
         .expect("register");
     }
-    om
 }
 
 /// Writes part `n` of `upload` as one group of `len` bytes with ETag `etag`; returns the
