@@ -397,33 +397,16 @@ impl Client {
         self.shared.om.abort_multipart_upload(upload_id).await
     }
 
-    /// The client's state with its om calls pinned to `om` (the om that
-    /// granted a writer's session): allocations, commits and the session's
-    /// block tokens go there. The client's own when it has one om.
-    fn shared_on(&self, om: OmClient) -> Arc<ClientShared> {
-        if !self.shared.om.fails_over() {
-            return Arc::clone(&self.shared);
-        }
-        let read = &self.shared.read;
-        Arc::new(ClientShared {
-            om: om.clone(),
-            read: Arc::new(ReadContext {
-                xceivers: Arc::clone(&read.xceivers),
-                config: read.config.clone(),
-                ec_metrics: Arc::clone(&read.ec_metrics),
-                om,
-            }),
-        })
-    }
-
     async fn writer(
         &self,
         bucket: &str,
         key: &str,
         opened: crate::session::OpenedKey,
     ) -> Result<KeyOutputStream> {
-        let lease = LeaseKeeper::start(opened.om.clone(), opened.session_id, opened.lease);
-        let shared = self.shared_on(opened.om);
+        // A session is a row of the om's metadata store: its calls go to
+        // whichever om serves, failing over as any call does.
+        let lease = LeaseKeeper::start(self.shared.om.clone(), opened.session_id, opened.lease);
+        let shared = Arc::clone(&self.shared);
         // From here the writer's state owns the session: dropping the
         // writer, or a failed close, aborts it.
         let state = WriteState::new(bucket, key, opened.session_id, opened.guard);

@@ -84,9 +84,6 @@ impl Drop for Guard {
 #[derive(Debug)]
 pub(crate) struct OpenedKey {
     pub(crate) session_id: u64,
-    /// The om that granted the session, alone: the session lives in its
-    /// memory, so every call of the session goes there, without failover.
-    pub(crate) om: OmClient,
     pub(crate) replication: ReplicationConfig,
     pub(crate) block_size: u64,
     /// The session's lease (`None`: the om gives none).
@@ -101,8 +98,6 @@ pub(crate) struct SessionGrant {
     pub(crate) replication: String,
     pub(crate) block_size: u64,
     pub(crate) lease_ms: u64,
-    /// The om that granted it, alone.
-    pub(crate) om: OmClient,
 }
 
 /// Runs `call` on a task of its own; what it created comes back under a
@@ -138,9 +133,10 @@ pub(crate) async fn open_guarded<F>(om: &OmClient, open: F) -> Result<OpenedKey>
 where
     F: Future<Output = Result<SessionGrant>> + Send + 'static,
 {
+    let undo_on = om.clone();
     let (grant, guard) = guarded(om, async move {
         let g = open.await?;
-        let undo = Undo::Session(g.session_id, g.om.clone());
+        let undo = Undo::Session(g.session_id, undo_on);
         Ok((g, undo))
     })
     .await?;
@@ -148,7 +144,6 @@ where
     let replication = grant.replication.parse()?;
     Ok(OpenedKey {
         session_id: grant.session_id,
-        om: grant.om,
         replication,
         block_size: grant.block_size,
         lease: (grant.lease_ms > 0).then(|| Duration::from_millis(grant.lease_ms)),

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::etcd_store::auth_expired;
+use crate::etcd_store::{RETRY_PAUSE, auth_expired, not_sent, transient};
 use crate::{Fence, MetaStore, StoreError};
 
 /// Shortest lease a candidate may ask for: etcd's own minimum lease TTL with
@@ -272,7 +272,14 @@ impl MetaStore {
         // leave the lease renewed and the candidate queued: it would lead
         // next as a ghost that runs nothing.
         let mut pending = PendingCampaign {
-            renewer: Some(tokio::spawn(renew(client.clone(), lease, ttl, granted, tx))),
+            renewer: Some(tokio::spawn(renew(
+                client.clone(),
+                std::sync::Arc::clone(&store.config),
+                lease,
+                ttl,
+                granted,
+                tx,
+            ))),
             client: client.clone(),
             lease,
             timeout: store.call_timeout(),
@@ -322,82 +329,168 @@ impl MetaStore {
     ///
     /// # Errors
     /// [`StoreError::InvalidElectionName`]; [`StoreError::Etcd`] if etcd
-    /// fails (a cluster without quorum included).
+    /// fails (a cluster without quorum included) past the call deadline, or
+    /// at once for an error that is not a transport failure;
+    /// [`StoreError::Timeout`] when no member answered within it.
     pub async fn leader(&self, name: &str) -> Result<Option<String>, StoreError> {
         check_name(name)?;
         let Self::Etcd(store) = self else {
             return Ok(None);
         };
         let mut client = store.election_client();
-        let mut asked = tokio::time::timeout(
-            store.call_timeout(),
-            client.leader(store.election_name(name)),
-        )
-        .await
-        .map_err(|_| StoreError::Timeout(store.call_timeout()))?;
-        if matches!(&asked, Err(e) if auth_expired(e)) {
-            // An idle election client's token expired: authenticate again, once.
-            bounded(store.call_timeout(), async {
-                client.refresh_token().await.map_err(Into::into)
-            })
-            .await?;
-            asked = tokio::time::timeout(
-                store.call_timeout(),
-                client.leader(store.election_name(name)),
-            )
-            .await
-            .map_err(|_| StoreError::Timeout(store.call_timeout()))?;
-        }
-        match asked {
-            Ok(resp) => Ok(resp
-                .kv()
-                .map(|kv| String::from_utf8_lossy(kv.value()).into_owned())),
-            // etcd's answer for an election nobody leads (not "etcdserver:
-            // no leader", which is a cluster without quorum).
-            Err(etcd_client::Error::GRpcStatus(s)) if s.message() == "election: no leader" => {
-                Ok(None)
+        let deadline = store.call_timeout();
+        let started = Instant::now();
+        let mut refreshed = false;
+        // A read: sent again (to another member, picked at random) after a
+        // failure in transport or no answer within a third of the deadline,
+        // until the deadline, as the store's reads are.
+        loop {
+            let in_time = started.elapsed() < deadline;
+            let asked =
+                tokio::time::timeout(deadline / 3, client.leader(store.election_name(name))).await;
+            match asked {
+                Ok(Ok(resp)) => {
+                    return Ok(resp
+                        .kv()
+                        .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()));
+                }
+                // etcd's answer for an election nobody leads (not "etcdserver:
+                // no leader", which is a cluster without quorum).
+                Ok(Err(etcd_client::Error::GRpcStatus(s)))
+                    if s.message() == "election: no leader" =>
+                {
+                    return Ok(None);
+                }
+                Ok(Err(e)) if auth_expired(&e) && !refreshed => {
+                    // An idle election client's token expired: authenticate again, once.
+                    refreshed = true;
+                    bounded(deadline, async {
+                        client.refresh_token().await.map_err(Into::into)
+                    })
+                    .await?;
+                }
+                Ok(Err(e)) if (not_sent(&e) || transient(&e)) && in_time => {
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+                Ok(Err(e)) => return Err(e.into()),
+                Err(_) if in_time => {}
+                Err(_) => return Err(StoreError::Timeout(deadline)),
             }
-            Err(e) => Err(e.into()),
         }
     }
 }
 
 /// Renews `lease` (granted no earlier than `granted`) every `ttl / 3`; sets
-/// `lost` and stops once a renewal has no answer two thirds of `ttl` after
-/// the last renewal was sent, fails, or finds the lease gone.
+/// `lost` and stops once no renewal has been answered two thirds of `ttl`
+/// after the last answered one was sent, or once etcd says the lease is
+/// gone. A renewal that fails (its member went away, the stream broke) is
+/// sent again on a new keep-alive stream every [`RENEWAL_RETRY`] until
+/// then, through a connection of its own to each member in turn (the shared
+/// channels do not skip a dead member, and a try there can hang): a leader
+/// rides out the loss of the etcd member it was renewing through.
 async fn renew(
     client: etcd_client::Client,
+    config: std::sync::Arc<crate::EtcdConfig>,
     lease: i64,
     ttl: Duration,
     granted: Instant,
     lost: watch::Sender<bool>,
 ) {
-    let renewed = async {
-        // The lease is good until `last + ttl`; act only until `last + 2/3 ttl`.
-        let mut last = granted;
-        let mut lease_client = client.lease_client();
-        // `keep_alive` sends the first renewal and reads its answer itself.
+    // The lease is good until `last + ttl`; act only until `last + 2/3 ttl`.
+    let mut last = granted;
+    let mut lease_client = client.lease_client();
+    let mut open = None;
+    let mut next = Instant::now();
+    // The member the last direct connection went to.
+    let mut member = 0;
+    loop {
+        tokio::time::sleep_until(next).await;
+        let deadline = last + ttl * 2 / 3;
         let sent = Instant::now();
-        let (mut keeper, mut stream) =
-            tokio::time::timeout_at(last + ttl * 2 / 3, lease_client.keep_alive(lease))
-                .await
-                .ok()?
-                .ok()?;
-        last = sent;
-        loop {
-            tokio::time::sleep_until(last + ttl / 3).await;
-            let sent = Instant::now();
-            let deadline = last + ttl * 2 / 3;
-            tokio::time::timeout_at(deadline, keeper.keep_alive())
-                .await
-                .ok()?
-                .ok()?;
-            match tokio::time::timeout_at(deadline, stream.message()).await {
-                Ok(Ok(Some(resp))) if resp.ttl() > 0 => last = sent,
-                _ => return Some(()),
+        if sent >= deadline {
+            break;
+        }
+        // One try may hang on a member that went away (the client does not
+        // skip it): bounded, so that several tries fit before the deadline.
+        let attempt_deadline = deadline.min(sent + ttl / RENEWAL_TRIES);
+        let renewal = tokio::time::timeout_at(
+            attempt_deadline,
+            renew_once(&mut lease_client, lease, &mut open),
+        )
+        .await
+        .unwrap_or(Renewal::Failed);
+        match renewal {
+            Renewal::Renewed => {
+                last = sent;
+                next = last + ttl / 3;
+            }
+            Renewal::Gone => break,
+            Renewal::Failed => {
+                tracing::debug!(lease, "renewing the lease failed; trying the next member");
+                open = None;
+                member = (member + 1) % config.endpoints.len().max(1);
+                let endpoint = config
+                    .endpoints
+                    .get(member)
+                    .cloned()
+                    .into_iter()
+                    .collect::<Vec<_>>();
+                let connected = tokio::time::timeout_at(
+                    deadline,
+                    crate::etcd_config::connect_client(&config, &endpoint, None),
+                )
+                .await;
+                if let Ok(Ok(one)) = connected {
+                    lease_client = one.lease_client();
+                }
+                next = Instant::now() + RENEWAL_RETRY;
             }
         }
-    };
-    let _ = renewed.await;
+    }
     let _ = lost.send(true);
+}
+
+/// Pause before a failed lease renewal is sent again.
+const RENEWAL_RETRY: Duration = Duration::from_millis(20);
+
+/// A renewal try is given `ttl / RENEWAL_TRIES` before it counts as failed
+/// and is sent again (on a new stream, to a member picked again).
+const RENEWAL_TRIES: u32 = 10;
+
+/// What one lease renewal found.
+enum Renewal {
+    /// etcd extended the lease.
+    Renewed,
+    /// etcd has no such lease (it expired or was revoked).
+    Gone,
+    /// No answer: the call failed or the stream ended.
+    Failed,
+}
+
+/// Sends one renewal of `lease` on the `open` keep-alive stream, opening
+/// one first if there is none (`keep_alive` sends the first renewal and
+/// reads its answer itself).
+async fn renew_once(
+    lease_client: &mut etcd_client::LeaseClient,
+    lease: i64,
+    open: &mut Option<(etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream)>,
+) -> Renewal {
+    if let Some((keeper, stream)) = open.as_mut() {
+        if keeper.keep_alive().await.is_err() {
+            return Renewal::Failed;
+        }
+        return match stream.message().await {
+            Ok(Some(resp)) if resp.ttl() > 0 => Renewal::Renewed,
+            Ok(Some(_)) => Renewal::Gone,
+            _ => Renewal::Failed,
+        };
+    }
+    match lease_client.keep_alive(lease).await {
+        Ok(pair) => {
+            *open = Some(pair);
+            Renewal::Renewed
+        }
+        Err(etcd_client::Error::LeaseKeepAliveError(m)) if m == "lease not found" => Renewal::Gone,
+        Err(_) => Renewal::Failed,
+    }
 }

@@ -44,6 +44,9 @@ pub struct EtcdStore {
     /// Renewals of the KV client's auth token, one at a time: calls that
     /// found the token expired together renew it once.
     renewal: std::sync::Arc<TokenRenewal>,
+    /// When set ([`MetaStore::fenced`](crate::MetaStore::fenced)), every
+    /// commit that writes also requires this leadership to hold.
+    pub(crate) fence: Option<crate::Fence>,
 }
 
 /// The KV client's token renewals: a lock that lets one run at a time, and
@@ -69,13 +72,13 @@ impl std::fmt::Debug for EtcdStore {
 }
 
 /// Pause between tries of a call that failed in transport.
-const RETRY_PAUSE: Duration = Duration::from_millis(20);
+pub(crate) const RETRY_PAUSE: Duration = Duration::from_millis(20);
 
 /// Whether `e` says the call never reached a member: no connection could
 /// be made (refused, timed out, a failed TLS handshake). Any call, commits
 /// included, is safe to send again then. Other I/O errors may come from a
 /// connection the call already went out on, so they are not counted here.
-fn not_sent(e: &etcd_client::Error) -> bool {
+pub(crate) fn not_sent(e: &etcd_client::Error) -> bool {
     // etcd_client::Error does not chain its sources: start from the status
     // (or transport error) it wraps.
     let source: Option<&(dyn std::error::Error + 'static)> = match e {
@@ -153,6 +156,7 @@ impl EtcdStore {
             timeout: config.timeout,
             config: std::sync::Arc::new(config.clone()),
             renewal: std::sync::Arc::default(),
+            fence: None,
         })
     }
 

@@ -505,9 +505,57 @@ impl MetaStore {
                 s.commit(txn).await
             }
             Self::Etcd(s) => {
+                let fence = s.fence.as_ref().filter(|_| !txn.ops().is_empty());
+                let txn = match fence {
+                    Some(f) => txn.when_leading(f),
+                    None => txn,
+                };
                 txn.validate()?;
-                s.commit(txn).await
+                let outcome = s.commit(txn).await?;
+                if let (Outcome::Conflict, Some(f)) = (&outcome, fence)
+                    && !s.commit(Txn::new().when_leading(f)).await?.committed()
+                {
+                    return Err(StoreError::NotLeader {
+                        election: f.election().to_string(),
+                    });
+                }
+                Ok(outcome)
             }
+        }
+    }
+
+    /// This store, with every commit that writes guarded by `fence`
+    /// ([`Compare::Leading`]): once the leadership it was taken from ends,
+    /// whether or not its holder has noticed, every write is refused with
+    /// [`StoreError::NotLeader`] and nothing is written. For a process that
+    /// must be the only writer of a store (one active om per etcd
+    /// namespace): the fence is etcd's, so a holder paused past its lease
+    /// cannot write over its successor. Reads are not fenced. Each commit
+    /// carries one more compare, so a [`transact`] body may read one key
+    /// fewer ([`max_guards`](Self::max_guards)).
+    ///
+    /// # Errors
+    /// [`StoreError::ForeignFence`] on redb (its one om needs no fence).
+    pub fn fenced(&self, fence: Fence) -> Result<Self, StoreError> {
+        match self {
+            Self::Redb(_) => Err(StoreError::ForeignFence {
+                election: fence.election().to_string(),
+            }),
+            Self::Etcd(s) => {
+                let mut s = s.clone();
+                s.fence = Some(fence);
+                Ok(Self::Etcd(s))
+            }
+        }
+    }
+
+    /// Most guards (compares) a [`transact`] body's reads may add to its
+    /// commit: [`MAX_TXN_OPS`], less one on a [`fenced`](Self::fenced) store.
+    #[must_use]
+    pub fn max_guards(&self) -> usize {
+        match self {
+            Self::Etcd(s) if s.fence.is_some() => MAX_TXN_OPS - 1,
+            _ => MAX_TXN_OPS,
         }
     }
 

@@ -20,7 +20,7 @@
 //!
 //! What a body reads is bounded by etcd's transaction limits: every key
 //! read and every page of a scan is one compare, and a transaction has at
-//! most [`MAX_TXN_OPS`] of them, so a scan inside a transaction reads a few
+//! most [`MAX_TXN_OPS`](crate::MAX_TXN_OPS) of them, so a scan inside a transaction reads a few
 //! rows (is a bucket empty, the parts of a small upload); listing many rows
 //! is a plain [`MetaStore::range`] outside one.
 
@@ -31,7 +31,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use crate::{Compare, Entry, Fence, MAX_TXN_OPS, MetaStore, Outcome, StoreError, Txn};
+use crate::{Compare, Entry, Fence, MetaStore, Outcome, StoreError, Txn};
 
 /// Times [`transact`] runs its body before it answers
 /// [`StoreError::Contention`]. Of a fixed set of writers on the same rows
@@ -113,7 +113,7 @@ impl Transaction {
     ///
     /// # Errors
     /// [`StoreError::EmptyKey`]; [`StoreError::TooManyOps`] when the read
-    /// would take the transaction past [`MAX_TXN_OPS`] guards; the store's
+    /// would take the transaction past [`MAX_TXN_OPS`](crate::MAX_TXN_OPS) guards; the store's
     /// errors.
     pub async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         if key.is_empty() {
@@ -122,14 +122,14 @@ impl Transaction {
         if let Some(known) = self.state().known(key) {
             return Ok(known);
         }
-        self.state().check_room(1)?;
+        self.state().check_room(1, self.store.max_guards())?;
         let entry = self.store.get(key).await?;
         let mut st = self.state();
         st.store_calls += 1;
         if !st.reads.contains_key(key) {
             // Checked again: reads run at once (a `join!`) passed the first
             // check together.
-            st.check_room(1)?;
+            st.check_room(1, self.store.max_guards())?;
             st.reads.insert(key.to_vec(), entry);
         }
         Ok(st.known(key).flatten())
@@ -192,7 +192,7 @@ impl Transaction {
                 .iter()
                 .filter(|e| !st.reads.contains_key(&e.key))
                 .count();
-            st.check_room(fresh + 1)?;
+            st.check_room(fresh + 1, self.store.max_guards())?;
             // A full page covers the range up to its last key; a short one
             // covers the rest of it.
             let covered_end = match page.entries.last() {
@@ -266,10 +266,11 @@ impl State {
             .map(|first| first.as_ref().map(|e| e.value.clone()))
     }
 
-    /// Fails when `more` guards would pass etcd's limit.
-    fn check_room(&self, more: usize) -> Result<(), StoreError> {
+    /// Fails when `more` guards would pass `limit` (etcd's, less what the
+    /// store adds to every commit: [`MetaStore::max_guards`]).
+    fn check_room(&self, more: usize, limit: usize) -> Result<(), StoreError> {
         let compares = self.reads.len() + self.scans.len() + more;
-        if compares > MAX_TXN_OPS {
+        if compares > limit {
             return Err(StoreError::TooManyOps {
                 compares,
                 ops: self.writes.len(),
@@ -326,7 +327,7 @@ fn in_range<'m, V>(
 /// - the body's error, once its reads are found still true;
 /// - [`StoreError::Contention`] after [`MAX_ATTEMPTS`] runs;
 /// - the commit's errors ([`Txn::validate`]'s rules: at most
-///   [`MAX_TXN_OPS`] writes, [`MAX_REQUEST_BYTES`](crate::MAX_REQUEST_BYTES));
+///   [`MAX_TXN_OPS`](crate::MAX_TXN_OPS) writes, [`MAX_REQUEST_BYTES`](crate::MAX_REQUEST_BYTES));
 ///   an error from the commit itself may leave it applied or not, as
 ///   [`MetaStore::commit`] says.
 pub async fn transact<'env, T, E, F>(store: &MetaStore, body: F) -> Result<Committed<T>, E>

@@ -13,8 +13,13 @@ use crate::{MiniCluster, MiniClusterError, io};
 /// Addresses of a running cluster, as written to `cluster.json`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ClusterInfo {
-    /// `HOST:PORT` of the om.
+    /// `HOST:PORT` of the om; with several, every om's, comma-separated
+    /// (what `--om` takes).
     pub om: String,
+    /// Each om's `HOST:PORT`, when a process cluster runs several (one
+    /// leads, the others stand by); absent otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub oms: Vec<String>,
     /// Datanodes in cluster order (the N of `cargo xtask dn ... N`).
     pub datanodes: Vec<DatanodeInfo>,
     /// `HOST:PORT` of the control service (stop/start datanodes), when served.
@@ -42,13 +47,16 @@ pub struct ClusterInfo {
 /// Process ids of a cluster of separate processes, in `cluster.json`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ProcessIds {
-    /// The om's (one today).
+    /// Each om's, in start order.
     pub oms: Vec<u32>,
     /// Each datanode's, in cluster order.
     pub datanodes: Vec<u32>,
     /// The S3 gateway's, when one runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3: Option<u32>,
+    /// Each local etcd member's, when the oms keep their metadata on etcd.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub etcd: Vec<u32>,
 }
 
 /// Where each process of a cluster serves `/metrics`, in `cluster.json`.

@@ -703,6 +703,7 @@ impl MiniCluster {
     pub fn info(&self) -> ClusterInfo {
         ClusterInfo {
             om: self.om_address(),
+            oms: Vec::new(),
             datanodes: self
                 .datanodes
                 .iter()

@@ -191,7 +191,7 @@ fn store_code(e: &meta_store::StoreError) -> OmErrorCode {
         // may have been applied (which `Unavailable` tells the client).
         e if e.is_transient() => OmErrorCode::Unavailable,
         // A deposed leader's write: nothing was written, another om leads.
-        S::NotLeader { .. } => OmErrorCode::Unavailable,
+        S::NotLeader { .. } => OmErrorCode::NotLeader,
         _ => OmErrorCode::Internal,
     }
 }
@@ -251,7 +251,7 @@ mod tests {
                 StoreError::NotLeader {
                     election: "om".into(),
                 },
-                OmErrorCode::Unavailable,
+                OmErrorCode::NotLeader,
                 Code::Unavailable,
             ),
             (

@@ -53,6 +53,7 @@ mod server;
 mod service;
 mod session_rows;
 mod sessions;
+mod standby;
 mod store_moves;
 #[cfg(test)]
 mod store_suite;
@@ -91,4 +92,5 @@ pub use s3_users::{
 pub use server::OmServer;
 pub use service::OmGrpcService;
 pub use sessions::{ANONYMOUS_CLIENT, LOCAL_ID_BATCH, MAX_OPEN_SESSIONS};
+pub use standby::{OM_ELECTION, StandbyServer};
 pub use upload_rows::{COMPLETION_HOLD_MS, MAX_LIST_PAGE, UploadsMarker};

@@ -1,5 +1,8 @@
-//! `om --listen HOST:PORT --data-dir DIR`: runs the metadata service as its own
-//! process until Ctrl-C or SIGTERM.
+//! `om --listen HOST:PORT --data-dir DIR [--etcd URL,URL…]`: runs the
+//! metadata service as its own process until Ctrl-C or SIGTERM. With
+//! `--etcd`, the metadata lives on etcd and every om given the same members
+//! and namespace campaigns to lead it: one serves, the others stand by
+//! (answering NOT_LEADER) and take over when it dies (`standby.rs`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -17,9 +20,30 @@ struct Args {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:9862")]
     listen: SocketAddr,
-    /// Directory for the om database.
+    /// Directory for the om database (with `--etcd`, only the om's lock
+    /// and an empty `om.redb`).
     #[arg(long)]
     data_dir: PathBuf,
+    /// Keep the metadata on etcd instead of `DATA_DIR/om.redb`: the
+    /// members' client URLs (`http://HOST:PORT`), comma-separated. Every om
+    /// started with the same members and namespace campaigns to lead: one
+    /// serves, the others stand by and take over when it dies.
+    #[arg(long, value_name = "URL[,URL…]")]
+    etcd: Option<String>,
+    /// The prefix of this cluster's keys in etcd (at most 16 bytes; give
+    /// each cluster on one etcd its own).
+    #[arg(long, default_value = "/ozone/", value_name = "PREFIX")]
+    etcd_namespace: String,
+    /// Seconds of the leading om's lease in etcd (whole seconds, at least 2):
+    /// a standby takes over at most this long after the leader dies, and at
+    /// once after it stops.
+    #[arg(long, default_value_t = 10)]
+    lead_ttl: u64,
+    /// Seconds of etcd history the leading om keeps: every this long it
+    /// compacts away the versions older than the revision it saw one period
+    /// before (scans that run longer start again).
+    #[arg(long, default_value_t = 300.0)]
+    etcd_history: f64,
     /// Seconds without a heartbeat after which a datanode is STALE (no new block groups).
     #[arg(long, default_value_t = 30.0)]
     stale_after: f64,
@@ -137,6 +161,9 @@ async fn main() -> anyhow::Result<()> {
         }
         None => config,
     };
+    if let Some(endpoints) = &args.etcd {
+        return serve_on_etcd(&args, endpoints, config, signals).await;
+    }
     let om = OzoneManager::open(config)
         .await
         .context("opening the om database")?;
@@ -150,4 +177,120 @@ async fn main() -> anyhow::Result<()> {
     signals.recv().await;
     server.shutdown().await;
     Ok(())
+}
+
+/// Stands by on `--listen` until this om leads the etcd store, then serves
+/// there until a signal (resigning, so a standby takes over at once) or
+/// until the lead is lost (exiting with an error: a restart stands by).
+async fn serve_on_etcd(
+    args: &Args,
+    endpoints: &str,
+    config: OmConfig,
+    signals: proto_crate::ShutdownSignals,
+) -> anyhow::Result<()> {
+    let ttl = Duration::from_secs(args.lead_ttl);
+    anyhow::ensure!(
+        ttl >= meta_store::MIN_TTL,
+        "--lead-ttl must be at least {} s",
+        meta_store::MIN_TTL.as_secs()
+    );
+    let history = seconds(args.etcd_history, "--etcd-history")?;
+    let endpoints: Vec<String> = endpoints
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(String::from)
+        .collect();
+    anyhow::ensure!(!endpoints.is_empty(), "--etcd names no member");
+    let etcd = meta_store::EtcdConfig::new(endpoints)
+        .with_namespace(args.etcd_namespace.as_bytes().to_vec());
+    let store = meta_store::MetaStore::Etcd(
+        meta_store::EtcdStore::connect(&etcd)
+            .await
+            .context("connecting to etcd")?,
+    );
+    let standby = om::StandbyServer::start(args.listen, config.tls.as_ref(), store.clone())
+        .await
+        .context("binding")?;
+    let address = standby.address();
+    println!("om standby, serving on {address}");
+    let stop = signals.recv();
+    tokio::pin!(stop);
+    let candidate = address.to_string();
+    // A campaign that fails (its etcd member went away, the cluster lost
+    // quorum for a while) is made again: a standby waits for good.
+    let mut leadership = loop {
+        let campaign = store.campaign(om::OM_ELECTION, &candidate, ttl);
+        let failed = tokio::select! {
+            won = campaign => match won {
+                Ok(leadership) => break leadership,
+                Err(e) => e,
+            },
+            () = &mut stop => {
+                standby.shutdown().await;
+                return Ok(());
+            }
+        };
+        tracing::warn!(error = %failed, detail = ?failed, "campaigning to lead the metadata store failed; trying again");
+        tokio::select! {
+            () = tokio::time::sleep(ttl / 3) => {}
+            () = &mut stop => {
+                standby.shutdown().await;
+                return Ok(());
+            }
+        }
+    };
+    standby.shutdown().await;
+    let om = OzoneManager::open_leading(config, &store, &leadership)
+        .await
+        .context("opening the om on etcd")?;
+    let server = OmServer::start_with_metrics(address, Arc::new(om), args.metrics_listen)
+        .await
+        .context("binding")?;
+    println!("om leading the metadata store, serving on {address}");
+    if let Some(url) = server.metrics_url() {
+        println!("om metrics on {url}");
+    }
+    let compaction = tokio::spawn(compact_history(store.clone(), history));
+    let lost = tokio::select! {
+        () = &mut stop => false,
+        () = leadership.lost() => true,
+    };
+    compaction.abort();
+    server.shutdown().await;
+    if lost {
+        anyhow::bail!(
+            "lost the lead of the metadata store (its lease ran out); exiting so that a \
+             restart stands by"
+        );
+    }
+    if let Err(e) = leadership.resign().await {
+        tracing::warn!(error = %e, "resigning the lead failed; a standby takes over once the lease runs out");
+    }
+    Ok(())
+}
+
+/// Every `history`, drops the etcd versions older than the revision seen
+/// one period before, so that old versions alone never fill etcd's quota
+/// (ARCHITECTURE.md, "Metadata store": space). Runs while this om leads.
+async fn compact_history(store: meta_store::MetaStore, history: Duration) {
+    let mut kept_from: Option<u64> = None;
+    loop {
+        tokio::time::sleep(history).await;
+        let now = match store.revision().await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the store's revision failed");
+                continue;
+            }
+        };
+        if let Some(from) = kept_from {
+            match store.compact_history(now.saturating_sub(from)).await {
+                Ok(Some(at)) => tracing::info!(revision = at, "compacted the store's history"),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "compacting the store's history failed"),
+            }
+        }
+        kept_from = Some(now);
+    }
 }

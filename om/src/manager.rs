@@ -366,6 +366,34 @@ impl OzoneManager {
         Self::open_on(config, None).await
     }
 
+    /// [`open`](Self::open) as the one active om of an etcd metadata store
+    /// (active-passive, `standby.rs`): every row is kept in `store`, and
+    /// every write commits only while `leadership` (won in
+    /// [`OM_ELECTION`](crate::OM_ELECTION) on `store`) holds, so this om
+    /// writes nothing once another has taken its place, even before it
+    /// notices. The caller stops serving once
+    /// [`Leadership::lost`](meta_store::Leadership::lost) resolves (the `om`
+    /// binary exits, and a restart joins as a standby). The om's own
+    /// `om.redb` under the data directory must hold no rows (a new
+    /// directory).
+    ///
+    /// # Errors
+    /// As [`open`](Self::open); [`OmError::Internal`] for a leadership
+    /// without a fence (a redb store, whose one om needs none: use
+    /// [`open`](Self::open)) or an `om.redb` with rows of its own.
+    pub async fn open_leading(
+        config: OmConfig,
+        store: &meta_store::MetaStore,
+        leadership: &meta_store::Leadership,
+    ) -> Result<Self> {
+        let fence = leadership.fence().ok_or_else(|| {
+            OmError::Internal(
+                "an om opened as leader needs an etcd leadership (with a fence)".into(),
+            )
+        })?;
+        Self::open_on(config, Some(store.fenced(fence)?)).await
+    }
+
     /// [`open`](Self::open), keeping every row in `shared` instead of the
     /// om's own file when given: the om's operation-level tests run on etcd
     /// this way. Open sessions' leases and per-client counts are still this

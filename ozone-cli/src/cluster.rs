@@ -282,6 +282,7 @@ mod tests {
     async fn a_datanode_command_refuses_another_clusters_om() {
         let info = ClusterInfo {
             om: "127.0.0.1:41234".to_string(),
+            oms: Vec::new(),
             datanodes: Vec::new(),
             control: None,
             s3: None,

@@ -69,11 +69,17 @@ pub enum OmErrorCode {
     /// space reclaimed. etcd may have applied the refused write, so read
     /// before repeating a change.
     StoreFull,
+    /// This om does not serve now: it waits as a standby while another om
+    /// leads its metadata store (the message names the leader, when known),
+    /// or it has just lost the lead. Nothing was applied, so any call,
+    /// changes included, is safe to send to another om (Ozone's
+    /// `OMNotLeaderException`, on which its clients fail over).
+    NotLeader,
 }
 
 impl OmErrorCode {
     /// Every code.
-    pub const ALL: [OmErrorCode; 22] = [
+    pub const ALL: [OmErrorCode; 23] = [
         Self::Unspecified,
         Self::BucketNotFound,
         Self::BucketAlreadyExists,
@@ -96,6 +102,7 @@ impl OmErrorCode {
         Self::LimitExceeded,
         Self::Contention,
         Self::StoreFull,
+        Self::NotLeader,
     ];
 
     /// Stable upper-case name, as sent in [`OM_ERROR_HEADER`].
@@ -124,6 +131,7 @@ impl OmErrorCode {
             Self::LimitExceeded => "LIMIT_EXCEEDED",
             Self::Contention => "CONTENTION",
             Self::StoreFull => "METADATA_STORE_FULL",
+            Self::NotLeader => "NOT_LEADER",
         }
     }
 
@@ -154,7 +162,7 @@ impl OmErrorCode {
             | Self::InvalidPart
             | Self::InvalidPartOrder
             | Self::EntityTooSmall => Code::InvalidArgument,
-            Self::ReplicationFailed | Self::Unavailable => Code::Unavailable,
+            Self::ReplicationFailed | Self::Unavailable | Self::NotLeader => Code::Unavailable,
             Self::Unspecified | Self::Internal => Code::Internal,
             Self::PermissionDenied => Code::PermissionDenied,
         }
@@ -209,6 +217,7 @@ impl OmErrorCode {
                 | Self::ReplicationFailed
                 | Self::Contention
                 | Self::StoreFull
+                | Self::NotLeader
         )
     }
 }

@@ -34,6 +34,15 @@ pub struct ClusterArgs {
     /// and role certificates under DIR/tls/, named in cluster.json.
     #[arg(long)]
     tls: bool,
+    /// Om processes: more than one needs `--etcd`; one leads and serves,
+    /// the others stand by and take over within the lease (`--lead-ttl`,
+    /// 10 s) when it dies.
+    #[arg(long, default_value_t = 1)]
+    oms: usize,
+    /// Keep the om's metadata on local etcd members (Debian's
+    /// `etcd-server`, started under DIR/etcd) instead of `om.redb`.
+    #[arg(long, value_name = "MEMBERS", num_args = 0..=1, default_missing_value = "1")]
+    etcd: Option<usize>,
     /// Do not build the binaries first (use what target/release holds).
     #[arg(long)]
     no_build: bool,
@@ -55,8 +64,16 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
     let bins = Binaries::locate()?;
     let _lock = minicluster::claim_base_dir(&dir)?;
     let json = dir.join("cluster.json");
+    anyhow::ensure!(
+        args.oms == 1 || args.etcd.is_some(),
+        "--oms {} needs --etcd: several oms share their metadata on etcd",
+        args.oms
+    );
+    anyhow::ensure!(args.oms >= 1, "--oms must be at least 1");
     let options = ProcessOptions {
         tls: args.tls,
+        oms: args.oms,
+        etcd_members: args.etcd.unwrap_or(0),
         ..ProcessOptions::default()
     };
     let mut cluster = ProcessCluster::start_with(
@@ -160,6 +177,11 @@ async fn serve(
     let absolute = |p: &std::path::Path| p.display().to_string();
     let info = ClusterInfo {
         om: cluster.om_address(),
+        oms: if args.oms > 1 {
+            cluster.om_addresses()
+        } else {
+            Vec::new()
+        },
         datanodes,
         control: None,
         s3: Some(S3Info {
@@ -182,6 +204,14 @@ async fn serve(
         info.om,
         info.pids.as_ref().map(|p| p.oms.clone())
     );
+    if let Some(pids) = info.pids.as_ref().filter(|p| !p.etcd.is_empty()) {
+        let leader = cluster.leading_om().await?;
+        println!(
+            "etcd        pids {:?}; om {} leads",
+            pids.etcd,
+            leader.map_or("none yet".to_string(), |i| i.to_string())
+        );
+    }
     for (i, d) in info.datanodes.iter().enumerate() {
         println!("datanode {i}  {} {}", d.address, d.id);
     }

@@ -80,11 +80,14 @@ fn not_sent(status: &Status) -> bool {
 }
 
 /// Whether a call that failed with `status` goes to the next om: one that
-/// never left, or a read that got no answer (a transport failure without an
-/// om error code: `UNAVAILABLE`, or a connection lost mid-call, which tonic
-/// reports as `UNKNOWN` or `CANCELLED`).
+/// never left, one an om refused because it does not lead its metadata
+/// store ([`OmErrorCode::NotLeader`]: nothing was applied), or a read that
+/// got no answer (a transport failure without an om error code:
+/// `UNAVAILABLE`, or a connection lost mid-call, which tonic reports as
+/// `UNKNOWN` or `CANCELLED`).
 fn resend(status: &Status, how: Resend) -> bool {
     not_sent(status)
+        || OmErrorCode::of(status) == OmErrorCode::NotLeader
         || (matches!(how, Resend::Read | Resend::Repeatable)
             && OmErrorCode::of(status) == OmErrorCode::Unavailable)
 }
@@ -275,29 +278,6 @@ impl OmClient {
         })
     }
 
-    /// A client of om `i` alone (no failover), for the calls of a session
-    /// that om granted: open-key sessions live in the memory of the om that
-    /// opened them.
-    fn pinned(&self, i: usize) -> OmClient {
-        let one: Vec<(String, Stub)> = self.oms.get(i).cloned().into_iter().collect();
-        let oms: Arc<[(String, Stub)]> = if one.is_empty() {
-            Arc::clone(&self.oms)
-        } else {
-            one.into()
-        };
-        Self {
-            oms,
-            current: Arc::new(AtomicUsize::new(0)),
-            timeout: self.timeout,
-            client_id: self.client_id.clone(),
-        }
-    }
-
-    /// Whether this client has more than one om address.
-    pub(crate) fn fails_over(&self) -> bool {
-        self.oms.len() > 1
-    }
-
     /// Sends `req` with `send` to the current om, and on to the next
     /// addresses in turn while it fails as `how` allows, all within the om
     /// deadline. The om that answered (even with an error) becomes the
@@ -310,23 +290,11 @@ impl OmClient {
     /// process, a host gone without a reset) then costs a share of the
     /// deadline, and a slow one still answers if it is first. A change
     /// waits for its om until the deadline: it may have been applied there.
+    /// An om that answers it does not lead ([`OmErrorCode::NotLeader`], a
+    /// standby of an active-passive pair) applied nothing: any call goes on
+    /// to the next om, and when none serves, round again with pauses until
+    /// the deadline, since a standby is taking the lead.
     async fn call<Q, T, F, Fut>(&self, op: &'static str, how: Resend, req: Q, send: F) -> Result<T>
-    where
-        Q: Clone,
-        F: Fn(Stub, Q) -> Fut,
-        Fut: Future<Output = std::result::Result<tonic::Response<T>, Status>>,
-    {
-        Ok(self.call_at(op, how, req, send).await?.0)
-    }
-
-    /// [`call`](Self::call), also returning the index of the om that answered.
-    async fn call_at<Q, T, F, Fut>(
-        &self,
-        op: &'static str,
-        how: Resend,
-        req: Q,
-        send: F,
-    ) -> Result<(T, usize)>
     where
         Q: Clone,
         F: Fn(Stub, Q) -> Fut,
@@ -360,6 +328,8 @@ impl OmClient {
         // A repeatable call's next round, once every om has failed.
         let mut retry_at: Option<tokio::time::Instant> = None;
         let mut pause = RETRY_PAUSE_MIN;
+        // Whether an om answered that it does not lead (so one will).
+        let mut standby_answered = false;
         let last = loop {
             let wake = if hedges && sent < n {
                 hedge_at.min(deadline)
@@ -368,9 +338,10 @@ impl OmClient {
             };
             tokio::select! {
                 Some((i, answer)) = inflight.next() => match answer {
-                    Ok(r) => return Ok((self.answered(op, i, first, r.into_inner()), i)),
+                    Ok(r) => return Ok(self.answered(op, i, first, r.into_inner())),
                     Err(s) if resend(&s, how) => {
                         tracing::debug!(op, om = %address(i), "om unreachable: {}", s.message());
+                        standby_answered |= OmErrorCode::of(&s) == OmErrorCode::NotLeader;
                         // The first rounds' reasons, then the latest (a waiting call may
                         // make many).
                         let why = format!("{}: {}", address(i), s.message());
@@ -383,7 +354,10 @@ impl OmClient {
                             inflight.push(launch((first + sent) % n));
                             sent += 1;
                             hedge_at = tokio::time::Instant::now() + share;
-                        } else if how.waits() {
+                        } else if how.waits() || standby_answered {
+                            // An om refused as a standby and none served: one is
+                            // taking the lead (the last leader's lease is running
+                            // out), so any call waits for it.
                             if inflight.is_empty() {
                                 let at = tokio::time::Instant::now() + pause;
                                 if at >= deadline {
@@ -483,47 +457,86 @@ mod tests {
         }
         // Only a writer's session calls and its commit wait for an om to come back.
         assert!(Resend::Repeatable.waits() && Resend::Commit.waits());
+        // A standby's refusal applied nothing: every kind moves on.
+        let standby = OmErrorCode::NotLeader.status("not the leader; om 127.0.0.1:1 leads");
+        for how in [
+            Resend::Read,
+            Resend::Repeatable,
+            Resend::IfNotSent,
+            Resend::Commit,
+        ] {
+            assert!(resend(&standby, how), "{how:?}");
+        }
         assert!(!Resend::Read.waits() && !Resend::IfNotSent.waits());
     }
 
+    /// A standby om (answering NOT_LEADER) first in the list: every kind of
+    /// call moves on to the om that serves — a change (CreateBucket,
+    /// OpenKey), a read, and a session's calls (a session is a store row,
+    /// not one om's memory, so they follow the client's om). With only a
+    /// standby to ask, a call fails with the standby's code once its
+    /// deadline passes.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_session_stays_on_the_om_that_granted_it() {
+    async fn a_standbys_refusal_sends_any_call_to_the_om_that_serves() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut servers = Vec::new();
-        for name in ["a", "b"] {
-            let om = om::OzoneManager::open(om::OmConfig::new(dir.path().join(name)))
-                .await
-                .expect("om");
-            let listen = "127.0.0.1:0".parse().expect("addr");
-            let server = om::OmServer::start(listen, Arc::new(om))
-                .await
-                .expect("serve");
-            servers.push(server);
-        }
-        let list = format!("{},{}", servers[0].address(), servers[1].address());
+        let om = om::OzoneManager::open(om::OmConfig::new(dir.path().join("a")))
+            .await
+            .expect("om");
+        let listen = "127.0.0.1:0".parse().expect("addr");
+        let serving = om::OmServer::start(listen, Arc::new(om))
+            .await
+            .expect("serve");
+        let store = meta_store::MetaStore::Redb(
+            meta_store::RedbStore::open(&dir.path().join("standby.redb")).expect("redb"),
+        );
+        let standby = om::StandbyServer::start(listen, None, store)
+            .await
+            .expect("standby");
+        let list = format!("{},{}", standby.address(), serving.address());
         let client = OmClient::connect(&list, Duration::from_secs(5), None)
             .await
             .expect("connect");
-        for server in &servers {
-            server
-                .om()
-                .create_bucket("b", None, None)
-                .await
-                .expect("bucket");
-        }
-        let opened = client.open_key("b", "k", None).await.expect("open on a");
-        assert_eq!(opened.om.oms.len(), 1);
-        assert_eq!(opened.om.oms[0].0, servers[0].address().to_string());
-        // Calls of the client now go to b first; the session's still go to a,
-        // which alone knows it (b has no such session).
-        client.current.store(1, Ordering::Relaxed);
-        assert!(client.renew_key(opened.session_id).await.is_err());
-        opened
-            .om
+        assert_eq!(
+            client.current.load(Ordering::Relaxed),
+            0,
+            "the standby accepted"
+        );
+        client
+            .create_bucket("b", &crate::BucketOptions::default())
+            .await
+            .expect("a change moves on");
+        assert_eq!(client.current.load(Ordering::Relaxed), 1);
+        let opened = client.open_key("b", "k", None).await.expect("open");
+        client.current.store(0, Ordering::Relaxed);
+        client
             .renew_key(opened.session_id)
             .await
-            .expect("renew on a");
+            .expect("the session's renewal moves on");
+        client.current.store(0, Ordering::Relaxed);
+        client.get_bucket("b").await.expect("a read moves on");
         opened.guard.undo().await;
-        assert_eq!(servers[0].om().open_sessions(), 0);
+        assert_eq!(serving.om().open_sessions(), 0);
+
+        let only_standby = OmClient::connect(
+            &standby.address().to_string(),
+            Duration::from_millis(500),
+            None,
+        )
+        .await
+        .expect("connect");
+        // It waited for a leader: the standby's answer, or the deadline if
+        // that passed with a round in flight.
+        let refused = only_standby.get_bucket("b").await;
+        assert!(
+            matches!(
+                refused,
+                Err(ClientError::Om {
+                    code: OmErrorCode::NotLeader,
+                    ..
+                } | ClientError::OmTimeout { .. })
+            ),
+            "{refused:?}"
+        );
+        standby.shutdown().await;
     }
 }

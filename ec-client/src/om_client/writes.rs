@@ -29,8 +29,8 @@ impl OmClient {
         };
         let bucket = bucket.to_string();
         open_guarded(self, async move {
-            let (r, om) = this
-                .call_at("OpenKey", Resend::IfNotSent, req, |mut c, r| async move {
+            let r = this
+                .call("OpenKey", Resend::IfNotSent, req, |mut c, r| async move {
                     c.open_key(r).await
                 })
                 .await
@@ -40,7 +40,6 @@ impl OmClient {
                 replication: r.replication,
                 block_size: r.block_size,
                 lease_ms: r.lease_ms,
-                om: this.pinned(om),
             })
         })
         .await
@@ -169,8 +168,8 @@ impl OmClient {
             client_id: self.client_id.clone(),
         };
         open_guarded(self, async move {
-            let (r, om) = this
-                .call_at("OpenPart", Resend::IfNotSent, req, |mut c, r| async move {
+            let r = this
+                .call("OpenPart", Resend::IfNotSent, req, |mut c, r| async move {
                     c.open_part(r).await
                 })
                 .await?;
@@ -179,7 +178,6 @@ impl OmClient {
                 replication: r.replication,
                 block_size: r.block_size,
                 lease_ms: r.lease_ms,
-                om: this.pinned(om),
             })
         })
         .await

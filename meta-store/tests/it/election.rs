@@ -142,6 +142,42 @@ async fn a_leader_learns_of_a_lost_lease_within_the_ttl() {
     }
 }
 
+/// A leader keeps its lease while one of three etcd members is down:
+/// killing each member in turn (restarting it before the next) kills the
+/// one its renewals go through at least once (they stay on a member until
+/// it fails), and the renewals move to another member instead of giving
+/// the lease up. Regression: a broken keep-alive stream ended the
+/// leadership at once, so an om lost the lead whenever its etcd member did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_keeps_its_lease_through_the_loss_of_an_etcd_member() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut etcd = LocalEtcd::start(dir.path(), 3).await.expect("etcd");
+    let s = store(&etcd).await;
+    // Long enough to ride out a new raft leader's election (etcd's 1 s
+    // election timeout) when the member killed led the raft group: the
+    // renewals go unanswered until then.
+    let ttl = Duration::from_secs(6);
+    let mut leadership = s.campaign("steady", "om-a", ttl).await.expect("a leads");
+    let fenced = s
+        .fenced(leadership.fence().expect("fence"))
+        .expect("fenced");
+    for member in 0..3 {
+        etcd.kill(member).await.expect("kill");
+        // Past two thirds of the TTL since the last renewal before the kill.
+        let kept = tokio::time::timeout(ttl * 5 / 6, leadership.lost()).await;
+        assert!(
+            kept.is_err(),
+            "the lease was lost with member {member} down"
+        );
+        fenced
+            .commit(Txn::new().put(format!("while-{member}-down"), "v"))
+            .await
+            .expect("the leader still writes");
+        etcd.restart(member).await.expect("restart");
+    }
+    assert!(leadership.is_held());
+}
+
 /// Sends `sig` (`-STOP`, `-CONT`) to process `pid` with kill(1).
 fn signal(sig: &str, pid: u32) {
     let status = std::process::Command::new("kill")
@@ -232,6 +268,93 @@ async fn a_deposed_leaders_fenced_writes_are_refused() {
     assert!(
         matches!(foreign, Err(StoreError::ForeignFence { .. })),
         "{foreign:?}"
+    );
+    drop(b);
+}
+
+/// A store fenced by a leadership (`MetaStore::fenced`, what the active om
+/// writes through): every write commits while the leadership holds, and
+/// once another candidate leads, each write — a plain commit or a
+/// `transact` body — is refused with `NotLeader` and writes nothing, while
+/// reads go on. The fence takes one compare, so a body may read one key
+/// fewer. A redb store cannot be fenced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_fenced_by_a_lost_leadership_writes_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let etcd = LocalEtcd::start(dir.path(), 1).await.expect("etcd");
+    let s = store(&etcd).await;
+    let a = s.campaign("whole", "om-a", TTL).await.expect("a leads");
+    let fenced = s.fenced(a.fence().expect("fence")).expect("an etcd store");
+    assert_eq!(fenced.max_guards(), s.max_guards() - 1);
+    fenced
+        .commit(Txn::new().put("by-a", "v"))
+        .await
+        .expect("a leads: a plain commit");
+    transact(&fenced, |tx| {
+        Box::pin(async move {
+            let seen = tx.get(b"by-a").await?;
+            tx.put("by-a-too", seen.unwrap_or_default());
+            Ok::<_, StoreError>(())
+        })
+    })
+    .await
+    .expect("a leads: a transaction");
+    // A body at the fenced store's read bound commits; one read more is
+    // refused at the read, before anything is sent.
+    let reads = |n: usize| {
+        move |tx: meta_store::Transaction| {
+            Box::pin(async move {
+                for i in 0..n {
+                    tx.get(format!("r{i}").as_bytes()).await?;
+                }
+                tx.put("read-many", "v");
+                Ok::<_, StoreError>(())
+            }) as meta_store::TxnFuture<'static, (), StoreError>
+        }
+    };
+    transact(&fenced, reads(fenced.max_guards()))
+        .await
+        .expect("reads up to the bound, then the fence");
+    let over = transact(&fenced, reads(fenced.max_guards() + 1)).await;
+    assert!(
+        matches!(over, Err(StoreError::TooManyOps { .. })),
+        "{over:?}"
+    );
+
+    a.resign().await.expect("resign");
+    let b = s.campaign("whole", "om-b", TTL).await.expect("b leads");
+    let late = fenced.commit(Txn::new().put("late-a", "v")).await;
+    assert!(
+        matches!(&late, Err(StoreError::NotLeader { election }) if election == "whole"),
+        "{late:?}"
+    );
+    let late = transact(&fenced, |tx| {
+        Box::pin(async move {
+            tx.put("late-a-too", "v");
+            Ok::<_, StoreError>(())
+        })
+    })
+    .await;
+    assert!(
+        matches!(late, Err(StoreError::NotLeader { .. })),
+        "{late:?}"
+    );
+    for key in [&b"late-a"[..], b"late-a-too"] {
+        assert_eq!(s.get(key).await.expect("get"), None);
+    }
+    // Reads are not fenced; the new leader's own fenced store writes.
+    assert!(fenced.get(b"by-a-too").await.expect("get").is_some());
+    let by_b = s.fenced(b.fence().expect("fence")).expect("fenced");
+    by_b.commit(Txn::new().put("by-b", "v"))
+        .await
+        .expect("b's commit");
+
+    let rdir = tempfile::tempdir().expect("tempdir");
+    let redb = MetaStore::Redb(RedbStore::open(&rdir.path().join("m.redb")).expect("redb"));
+    let refused = redb.fenced(b.fence().expect("fence"));
+    assert!(
+        matches!(refused, Err(StoreError::ForeignFence { .. })),
+        "{refused:?}"
     );
     drop(b);
 }

@@ -36,6 +36,12 @@ pub enum ProcessError {
         /// The environment variable that overrides the path.
         env: &'static str,
     },
+    /// The options ask for something the cluster cannot be started with.
+    #[error("invalid cluster options: {0}")]
+    InvalidOptions(String),
+    /// The local etcd members could not be started, stopped or asked.
+    #[error("etcd: {0}")]
+    Etcd(String),
     /// Spawning, waiting on or killing a process failed.
     #[error("{context}: {source}")]
     Io {
@@ -115,6 +121,10 @@ pub struct ProcessTimings {
     pub dead_after: Duration,
     /// The om's background services' period.
     pub service_interval: Duration,
+    /// The leading om's lease in etcd (`--lead-ttl`, whole seconds): with
+    /// several oms, a standby takes over at most this long after the
+    /// leader dies.
+    pub lead_ttl: Duration,
     /// How long the om waits before freeing an overwritten key's blocks.
     pub deletion_grace: Duration,
 }
@@ -131,6 +141,7 @@ impl ProcessTimings {
             stale_after: Duration::from_secs(90),
             dead_after: Duration::from_secs(600),
             service_interval: Duration::from_secs(5),
+            lead_ttl: Duration::from_secs(10),
             deletion_grace: Duration::from_secs(60),
         }
     }
@@ -145,6 +156,7 @@ impl Default for ProcessTimings {
             stale_after: Duration::from_secs(2),
             dead_after: Duration::from_secs(4),
             service_interval: Duration::from_millis(500),
+            lead_ttl: meta_store::MIN_TTL,
             deletion_grace: Duration::from_secs(1),
         }
     }
@@ -168,6 +180,13 @@ pub struct ProcessOptions {
     /// default off): what `bench pread`'s degraded rows use to fail a
     /// datanode's reads.
     pub fault_injection: bool,
+    /// Local etcd members to keep the om's metadata on (`--etcd`; default
+    /// 0: the om's own `om.redb`). Started under `base/etcd`.
+    pub etcd_members: usize,
+    /// Om processes (default 1). More than one needs etcd: the first to
+    /// win the election serves, the others stand by (answering NOT_LEADER)
+    /// and take over when it dies.
+    pub oms: usize,
 }
 
 impl Default for ProcessOptions {
@@ -176,6 +195,8 @@ impl Default for ProcessOptions {
             tls: false,
             block_tokens: true,
             fault_injection: false,
+            etcd_members: 0,
+            oms: 1,
         }
     }
 }
@@ -199,12 +220,15 @@ pub use crate::cluster_info::ProcessIds;
 /// How long [`ProcessCluster::stop_all`] waits for a process after SIGTERM.
 pub const STOP_GRACE: Duration = Duration::from_secs(15);
 
-/// An om, datanodes and optionally an S3 gateway running as processes under
-/// one base directory.
+/// Oms, datanodes and optionally an S3 gateway (and local etcd members)
+/// running as processes under one base directory.
 #[derive(Debug)]
 pub struct ProcessCluster {
     base: PathBuf,
-    om: Managed,
+    /// The oms, in start order (one unless on etcd).
+    oms: Vec<Managed>,
+    /// The etcd members the oms keep their metadata on, when asked for.
+    etcd: Option<meta_store::local_etcd::LocalEtcd>,
     datanodes: Vec<Managed>,
     gateway: Option<Managed>,
     /// The certificates, when TLS is on.
@@ -213,7 +237,8 @@ pub struct ProcessCluster {
 
 impl ProcessCluster {
     /// Starts the om, then `datanodes` datanodes registered with it, under
-    /// `base` (`base/om`, `base/dn<i>`, `base/logs`).
+    /// `base` (`base/om`, `base/dn<i>`, `base/logs`; further oms in
+    /// `base/om<i>`, etcd in `base/etcd`).
     ///
     /// # Errors
     /// I/O errors creating directories; [`ProcessError::DidNotStart`].
@@ -231,11 +256,15 @@ impl ProcessCluster {
     /// `base/tls/` and every process gets `--tls-ca`, `--tls-cert` and
     /// `--tls-key` (the datanodes register over mutual TLS); with block
     /// tokens, the om and every datanode get `--security`; with fault
-    /// injection, every datanode gets `--enable-fault-injection`.
+    /// injection, every datanode gets `--enable-fault-injection`; with etcd
+    /// members, the oms get `--etcd` and `--lead-ttl`, and every datanode
+    /// (and the gateway) every om's address.
     ///
     /// # Errors
     /// As [`start`](Self::start); [`ProcessError::Io`] if the certificates
-    /// cannot be made or written.
+    /// cannot be made or written; [`ProcessError::InvalidOptions`] for no
+    /// om, or several without etcd; [`ProcessError::Etcd`] when the members
+    /// do not start.
     pub async fn start_with(
         bins: &Binaries,
         base: &Path,
@@ -247,7 +276,14 @@ impl ProcessCluster {
             tls,
             block_tokens,
             fault_injection,
+            etcd_members,
+            oms,
         } = options;
+        if oms == 0 || (oms > 1 && etcd_members == 0) {
+            return Err(ProcessError::InvalidOptions(format!(
+                "{oms} oms with {etcd_members} etcd members: one om, or several on etcd"
+            )));
+        }
         let security_flag = block_tokens.then(|| "--security".to_string());
         let fault_flag = fault_injection.then(|| "--enable-fault-injection".to_string());
         let logs = base.join("logs");
@@ -289,35 +325,67 @@ impl ProcessCluster {
                 ]
             })
             .collect();
-        let mut om = Managed::new(
-            "om".into(),
-            bins.om.clone(),
-            vec![
-                "--stale-after".into(),
-                secs(timings.stale_after),
-                "--dead-after".into(),
-                secs(timings.dead_after),
-                "--service-interval".into(),
-                secs(timings.service_interval),
-                "--deletion-grace".into(),
-                secs(timings.deletion_grace),
-            ]
-            .into_iter()
-            .chain(security_flag.clone())
-            .chain(tls_args.iter().cloned())
-            .collect(),
-            Some(base.join("om")),
-            logs.join("om.log"),
-        );
-        om.start().await?;
-        let om_address = om.address.map(|a| a.to_string()).unwrap_or_default();
+        let etcd = if etcd_members > 0 {
+            Some(
+                meta_store::local_etcd::LocalEtcd::start(&base.join("etcd"), etcd_members)
+                    .await
+                    .map_err(|e| ProcessError::Etcd(e.to_string()))?,
+            )
+        } else {
+            None
+        };
+        let etcd_args: Vec<String> = etcd
+            .iter()
+            .flat_map(|e| {
+                [
+                    "--etcd".to_string(),
+                    e.endpoints().join(","),
+                    "--lead-ttl".to_string(),
+                    timings.lead_ttl.as_secs().max(1).to_string(),
+                ]
+            })
+            .collect();
+        let om_args: Vec<String> = vec![
+            "--stale-after".into(),
+            secs(timings.stale_after),
+            "--dead-after".into(),
+            secs(timings.dead_after),
+            "--service-interval".into(),
+            secs(timings.service_interval),
+            "--deletion-grace".into(),
+            secs(timings.deletion_grace),
+        ]
+        .into_iter()
+        .chain(security_flag.clone())
+        .chain(tls_args.iter().cloned())
+        .chain(etcd_args)
+        .collect();
         let mut cluster = Self {
             base: base.to_path_buf(),
-            om,
+            oms: Vec::with_capacity(oms),
+            etcd,
             datanodes: Vec::with_capacity(datanodes),
             gateway: None,
             tls,
         };
+        for i in 0..oms {
+            // The first keeps the names of a one-om cluster.
+            let name = if i == 0 {
+                "om".to_string()
+            } else {
+                format!("om{i}")
+            };
+            let mut om = Managed::new(
+                name.clone(),
+                bins.om.clone(),
+                om_args.clone(),
+                Some(base.join(&name)),
+                logs.join(format!("{name}.log")),
+            );
+            om.start().await?;
+            cluster.oms.push(om);
+        }
+        let om_address = cluster.om_address();
         for i in 0..datanodes {
             let mut dn = Managed::new(
                 format!("dn{i}"),
@@ -428,14 +496,20 @@ impl ProcessCluster {
     #[must_use]
     pub fn pids(&self) -> ProcessIds {
         ProcessIds {
-            oms: self.om.pid().into_iter().collect(),
+            oms: self.oms.iter().filter_map(Managed::pid).collect(),
             datanodes: self.datanodes.iter().filter_map(Managed::pid).collect(),
             s3: self.gateway.as_ref().and_then(Managed::pid),
+            etcd: self
+                .etcd
+                .as_ref()
+                .map(meta_store::local_etcd::LocalEtcd::pids)
+                .unwrap_or_default(),
         }
     }
 
     /// Stops every process gracefully: the gateway, the datanodes, then the
-    /// om, each with SIGTERM and [`STOP_GRACE`] to finish before a SIGKILL.
+    /// oms (standbys first), each with SIGTERM and [`STOP_GRACE`] to finish
+    /// before a SIGKILL; then the etcd members.
     ///
     /// # Errors
     /// Signal or wait failures.
@@ -446,13 +520,50 @@ impl ProcessCluster {
         for d in &mut self.datanodes {
             d.stop(STOP_GRACE).await?;
         }
-        self.om.stop(STOP_GRACE).await
+        for om in self.oms.iter_mut().rev() {
+            om.stop(STOP_GRACE).await?;
+        }
+        // Members are killed as they drop.
+        self.etcd = None;
+        Ok(())
     }
 
-    /// The om's `HOST:PORT`.
+    /// Every om's `HOST:PORT`, comma-separated in start order (what
+    /// clients, datanodes and the gateway are given as `--om`).
     #[must_use]
     pub fn om_address(&self) -> String {
-        self.om.address.map(|a| a.to_string()).unwrap_or_default()
+        self.om_addresses().join(",")
+    }
+
+    /// Each om's `HOST:PORT`, in start order.
+    #[must_use]
+    pub fn om_addresses(&self) -> Vec<String> {
+        self.oms
+            .iter()
+            .map(|o| o.address.map(|a| a.to_string()).unwrap_or_default())
+            .collect()
+    }
+
+    /// Which om leads the metadata store now (its index), asked of etcd;
+    /// `Some(0)` for a cluster without etcd, whose one om always serves;
+    /// `None` while no om leads (a hand-over).
+    ///
+    /// # Errors
+    /// [`ProcessError::Etcd`] when etcd cannot be asked.
+    pub async fn leading_om(&self) -> Result<Option<usize>, ProcessError> {
+        let Some(etcd) = &self.etcd else {
+            return Ok(Some(0));
+        };
+        let failed = |e: &dyn std::fmt::Display| ProcessError::Etcd(e.to_string());
+        let config = etcd.config().map_err(|e| failed(&e))?;
+        let store = meta_store::EtcdStore::connect(&config)
+            .await
+            .map_err(|e| failed(&e))?;
+        let leader = meta_store::MetaStore::Etcd(store)
+            .leader(om::OM_ELECTION)
+            .await
+            .map_err(|e| failed(&e))?;
+        Ok(leader.and_then(|l| self.om_addresses().iter().position(|a| *a == l)))
     }
 
     /// What a client of this cluster trusts (the CA only), when it runs
@@ -490,16 +601,24 @@ impl ProcessCluster {
 
     fn target(&mut self, target: Target) -> Option<&mut Managed> {
         match target {
-            Target::Om => Some(&mut self.om),
+            Target::Om => self.oms.first_mut(),
+            Target::OmAt(i) => self.oms.get_mut(i),
             Target::Datanode(i) => self.datanodes.get_mut(i),
+            Target::Etcd(_) => None,
         }
     }
 
     /// SIGKILLs `target` (no-op if it is not running).
     ///
     /// # Errors
-    /// Signal or wait failures.
+    /// Signal or wait failures; [`ProcessError::Etcd`] for an etcd member.
     pub async fn kill(&mut self, target: Target) -> Result<(), ProcessError> {
+        if let (Target::Etcd(i), Some(etcd)) = (target, &mut self.etcd) {
+            return etcd
+                .kill(i)
+                .await
+                .map_err(|e| ProcessError::Etcd(e.to_string()));
+        }
         match self.target(target) {
             Some(p) => p.kill().await,
             None => Ok(()),
@@ -513,6 +632,12 @@ impl ProcessCluster {
     /// [`ProcessError::DidNotStart`] (a process that needs manual repair
     /// after a crash fails here).
     pub async fn restart(&mut self, target: Target) -> Result<(), ProcessError> {
+        if let (Target::Etcd(i), Some(etcd)) = (target, &mut self.etcd) {
+            return etcd
+                .restart(i)
+                .await
+                .map_err(|e| ProcessError::Etcd(e.to_string()));
+        }
         match self.target(target) {
             Some(p) => {
                 p.kill().await?;
@@ -526,8 +651,10 @@ impl ProcessCluster {
     #[must_use]
     pub fn starts(&self, target: Target) -> u32 {
         match target {
-            Target::Om => self.om.starts,
+            Target::Om => self.oms.first().map_or(0, |o| o.starts),
+            Target::OmAt(i) => self.oms.get(i).map_or(0, |o| o.starts),
             Target::Datanode(i) => self.datanodes.get(i).map_or(0, |d| d.starts),
+            Target::Etcd(_) => 0,
         }
     }
 
@@ -561,7 +688,11 @@ impl ProcessCluster {
         for d in &mut self.datanodes {
             d.kill().await?;
         }
-        self.om.kill().await
+        for om in &mut self.oms {
+            om.kill().await?;
+        }
+        self.etcd = None;
+        Ok(())
     }
 }
 
@@ -578,17 +709,23 @@ pub struct LoggedRecoveries {
 /// A process of a [`ProcessCluster`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
-    /// The om.
+    /// The (first) om.
     Om,
+    /// Om `i` (from 0, in start order), of a cluster of several.
+    OmAt(usize),
     /// Datanode `i` (from 0).
     Datanode(usize),
+    /// Etcd member `i` (from 0), of a cluster on etcd.
+    Etcd(usize),
 }
 
 impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Om => write!(f, "om"),
+            Self::Om | Self::OmAt(0) => write!(f, "om"),
+            Self::OmAt(i) => write!(f, "om{i}"),
             Self::Datanode(i) => write!(f, "dn{i}"),
+            Self::Etcd(i) => write!(f, "etcd{i}"),
         }
     }
 }

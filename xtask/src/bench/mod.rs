@@ -109,6 +109,7 @@ impl BenchCluster {
             tls: false,
             block_tokens: false,
             fault_injection: true,
+            ..ProcessOptions::default()
         };
         let started = ProcessCluster::start_with(
             &bins,

@@ -1,0 +1,202 @@
+//! Om failover on etcd (issue 18): three etcd members, two om processes
+//! (one leads, one stands by) and five datanodes, all real processes on
+//! loopback. A writer writes keys without pause while an etcd member is
+//! killed, then the leading om (the one running the background services);
+//! the standby takes the lead and the writer's client fails over to it;
+//! both come back. Every key whose close returned Ok reads back exactly.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ec_client::{BucketOptions, Client, ClientConfig, ReplicationConfig};
+use minicluster::process::{Binaries, ProcessCluster, ProcessOptions, ProcessTimings, Target};
+use rand::{Rng, SeedableRng};
+
+/// Keys acknowledged (close returned Ok), with the bytes written.
+type Acked = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
+/// Waits until `acked` holds at least `n` keys (at most 60 s); `Err` says
+/// how many there were.
+async fn wait_for_acks(acked: &Acked, n: usize, what: &str) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let have = acked.lock().map(|a| a.len()).unwrap_or(0);
+        if have >= n {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!("{what}: {have} keys acknowledged, {n} expected"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_om_takes_over_and_no_acknowledged_key_is_lost() {
+    let seed: u64 = std::env::var("HA_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(18);
+    eprintln!("om failover test seed {seed} (HA_TEST_SEED={seed} replays it)");
+    let bins = Binaries::locate().expect("om and datanode binaries");
+    // Kept when the test fails (the logs), removed when it passes.
+    let dir = tempfile::tempdir().expect("temp dir").keep();
+    let timings = ProcessTimings {
+        // Long enough that a leader's renewals ride out the loss of the
+        // etcd member they went through, and of the raft leader (a new one
+        // is elected within about etcd's 1 s election timeout).
+        lead_ttl: Duration::from_secs(6),
+        ..ProcessTimings::default()
+    };
+    let options = ProcessOptions {
+        etcd_members: 3,
+        oms: 2,
+        ..ProcessOptions::default()
+    };
+    let mut cluster = ProcessCluster::start_with(&bins, &dir, 5, timings, options)
+        .await
+        .expect("cluster");
+    assert_eq!(cluster.om_addresses().len(), 2);
+    let client = Client::connect(&cluster.om_address(), ClientConfig::default())
+        .await
+        .expect("client");
+    let options = BucketOptions {
+        replication: Some(ReplicationConfig::Ec("rs-3-2-64k".parse().expect("scheme"))),
+        block_size: Some(64 * 1024),
+        ..Default::default()
+    };
+    let mut attempts = 0;
+    while let Err(e) = client.create_bucket("ha", options.clone()).await {
+        attempts += 1;
+        assert!(attempts < 100, "creating the bucket: {e}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let first_leader = cluster
+        .leading_om()
+        .await
+        .expect("ask etcd")
+        .expect("an om leads");
+
+    // The writer: keys of seeded sizes (a block group is 192 KiB, so many
+    // allocate more than once), one after another until told to stop.
+    let acked: Acked = Arc::default();
+    let failed = Arc::new(Mutex::new(Vec::<String>::new()));
+    // A stall fails the test with the writer's errors, keeping the logs.
+    let progress = {
+        let failed = Arc::clone(&failed);
+        let kept = dir.clone();
+        move |r: Result<(), String>| {
+            if let Err(why) = r {
+                let failed = failed.lock().map(|f| f.clone()).unwrap_or_default();
+                panic!(
+                    "{why}; failed writes: {failed:?}; logs in {}",
+                    kept.display()
+                );
+            }
+        }
+    };
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let writer = tokio::spawn({
+        let client = client.clone();
+        let acked = Arc::clone(&acked);
+        let failed = Arc::clone(&failed);
+        async move {
+            let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+            let mut i = 0u32;
+            while !*stopped.borrow() {
+                let name = format!("k{i:05}");
+                i += 1;
+                let len = rng.random_range(1..400_000usize);
+                let data: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+                let written = async {
+                    let mut w = client.create_key("ha", &name, None).await?;
+                    w.write(&data).await?;
+                    w.close().await
+                }
+                .await;
+                match written {
+                    Ok(_) => acked.lock().expect("acked").push((name, data)),
+                    Err(e) => failed.lock().expect("failed").push(format!("{name}: {e}")),
+                }
+            }
+        }
+    });
+
+    progress(wait_for_acks(&acked, 5, "before any kill").await);
+    // An etcd member goes: writes go on.
+    cluster
+        .kill(Target::Etcd(2))
+        .await
+        .expect("kill etcd member 2");
+    let n = acked.lock().expect("acked").len();
+    progress(wait_for_acks(&acked, n + 5, "with one etcd member down").await);
+    // The leading om goes (SIGKILL: no resignation, its lease runs out).
+    let leader = cluster
+        .leading_om()
+        .await
+        .expect("ask etcd")
+        .expect("an om leads");
+    assert_eq!(leader, first_leader, "the lead moved without an om dying");
+    cluster
+        .kill(Target::OmAt(leader))
+        .await
+        .expect("kill the leading om");
+    let n = acked.lock().expect("acked").len();
+    progress(wait_for_acks(&acked, n + 5, "after the leading om was killed").await);
+    let new_leader = cluster
+        .leading_om()
+        .await
+        .expect("ask etcd")
+        .expect("an om leads");
+    assert_ne!(new_leader, leader, "the standby took the lead");
+    // Both come back: the member rejoins, the om stands by.
+    cluster
+        .restart(Target::Etcd(2))
+        .await
+        .expect("restart etcd member 2");
+    cluster
+        .restart(Target::OmAt(leader))
+        .await
+        .expect("restart the killed om");
+    let n = acked.lock().expect("acked").len();
+    progress(wait_for_acks(&acked, n + 5, "after the restarts").await);
+    assert_eq!(
+        cluster.leading_om().await.expect("ask etcd"),
+        Some(new_leader),
+        "a restarted om stands by"
+    );
+    stop.send_replace(true);
+    writer.await.expect("writer");
+
+    let acked = acked.lock().expect("acked").clone();
+    let failed = failed.lock().expect("failed").clone();
+    eprintln!(
+        "{} keys acknowledged, {} failed: {failed:?}",
+        acked.len(),
+        failed.len()
+    );
+    for (name, data) in &acked {
+        let r = client.open_key("ha", name).await.expect("open");
+        let mut back = vec![0u8; data.len()];
+        r.read_exact_at(0, &mut back).await.expect("read");
+        assert!(back == *data, "{name} reads back exactly");
+    }
+    // No key that was acknowledged is missing from the listing either.
+    let mut listed: Vec<String> = Vec::new();
+    loop {
+        let after = listed.last().cloned().unwrap_or_default();
+        let page = client
+            .list_keys("ha", "", &after, 1000)
+            .await
+            .expect("list");
+        if page.is_empty() {
+            break;
+        }
+        listed.extend(page.into_iter().map(|k| k.name));
+    }
+    for (name, _) in &acked {
+        assert!(listed.contains(name), "{name} is listed");
+    }
+    cluster.stop_all().await.expect("stop");
+    let _ = std::fs::remove_dir_all(&dir);
+}
