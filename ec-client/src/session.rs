@@ -17,8 +17,9 @@ use crate::{ClientError, Result};
 /// What a [`Guard`] undoes.
 #[derive(Debug, Clone)]
 pub(crate) enum Undo {
-    /// Abort a key or part session, on the om that granted it.
-    Session(u64, OmClient),
+    /// Abort a key or part session (a row of the om's store: any om that
+    /// serves aborts it).
+    Session(u64),
     /// Abort a multipart upload.
     Upload(String),
 }
@@ -28,7 +29,7 @@ impl Undo {
         // A failure leaves the session to its lease, the upload to an
         // explicit abort.
         let _ = match self {
-            Self::Session(id, granted_by) => granted_by.abort_key(*id).await,
+            Self::Session(id) => om.abort_key(*id).await,
             Self::Upload(id) => om.abort_multipart_upload(id).await,
         };
     }
@@ -133,10 +134,9 @@ pub(crate) async fn open_guarded<F>(om: &OmClient, open: F) -> Result<OpenedKey>
 where
     F: Future<Output = Result<SessionGrant>> + Send + 'static,
 {
-    let undo_on = om.clone();
     let (grant, guard) = guarded(om, async move {
         let g = open.await?;
-        let undo = Undo::Session(g.session_id, undo_on);
+        let undo = Undo::Session(g.session_id);
         Ok((g, undo))
     })
     .await?;

@@ -299,6 +299,15 @@ impl MetaStore {
             }),
         };
         let leader = match elected {
+            // A fence compares the key's create revision, and 0 would mean
+            // "absent": a key without a revision cannot fence anything.
+            Ok(leader) if leader.rev() <= 0 => {
+                pending.give_up().await;
+                return Err(StoreError::Protocol(format!(
+                    "etcd elected a leader key with revision {}",
+                    leader.rev()
+                )));
+            }
             Ok(leader) => leader,
             Err(e) => {
                 pending.give_up().await;

@@ -161,8 +161,19 @@ impl EtcdConfig {
         let mut endpoint = Endpoint::from_shared(url.to_string())
             .map_err(|e| invalid(e.to_string()))?
             .connect_timeout(self.connect_timeout);
-        if let Some(t) = request_timeout {
-            endpoint = endpoint.timeout(t);
+        match request_timeout {
+            Some(t) => endpoint = endpoint.timeout(t),
+            // Election calls have no deadline (a campaign waits as long as
+            // another candidate leads), so a member that stops answering
+            // without closing the connection (frozen, partitioned) is found
+            // by HTTP/2 pings instead: the call then fails and is made again
+            // elsewhere, rather than waiting for good.
+            None => {
+                endpoint = endpoint
+                    .http2_keep_alive_interval(ELECTION_PING)
+                    .keep_alive_timeout(ELECTION_PING)
+                    .keep_alive_while_idle(true);
+            }
         }
         if let Some(tls) = &self.tls {
             let mut config =
@@ -182,6 +193,10 @@ impl EtcdConfig {
 /// them) with `config`'s TLS and user, each request bounded by
 /// `request_timeout` (`None`: unbounded, for elections). Authenticates
 /// before returning if the config names a user.
+/// Interval of the HTTP/2 pings on election channels, and how long a ping
+/// may go unanswered before the connection counts as dead.
+const ELECTION_PING: Duration = Duration::from_secs(1);
+
 pub(crate) async fn connect_client(
     config: &EtcdConfig,
     endpoints: &[String],

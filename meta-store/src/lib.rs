@@ -512,8 +512,13 @@ impl MetaStore {
                 };
                 txn.validate()?;
                 let outcome = s.commit(txn).await?;
+                // A check that cannot be made leaves the conflict standing:
+                // the caller's retry meets the fence again.
                 if let (Outcome::Conflict, Some(f)) = (&outcome, fence)
-                    && !s.commit(Txn::new().when_leading(f)).await?.committed()
+                    && !s
+                        .commit(Txn::new().when_leading(f))
+                        .await
+                        .map_or(true, |o| o.committed())
                 {
                     return Err(StoreError::NotLeader {
                         election: f.election().to_string(),

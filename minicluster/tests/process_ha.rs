@@ -31,6 +31,15 @@ async fn wait_for_acks(acked: &Acked, n: usize, what: &str) -> Result<(), String
     }
 }
 
+/// The index of the om leading the metadata store (one must).
+async fn leading(cluster: &ProcessCluster) -> usize {
+    cluster
+        .leading_om()
+        .await
+        .expect("ask etcd")
+        .expect("an om leads")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_om_takes_over_and_no_acknowledged_key_is_lost() {
     let seed: u64 = std::env::var("HA_TEST_SEED")
@@ -71,11 +80,7 @@ async fn a_standby_om_takes_over_and_no_acknowledged_key_is_lost() {
         assert!(attempts < 100, "creating the bucket: {e}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let first_leader = cluster
-        .leading_om()
-        .await
-        .expect("ask etcd")
-        .expect("an om leads");
+    let first_leader = leading(&cluster).await;
 
     // The writer: keys of seeded sizes (a block group is 192 KiB, so many
     // allocate more than once), one after another until told to stop.
@@ -131,11 +136,7 @@ async fn a_standby_om_takes_over_and_no_acknowledged_key_is_lost() {
     let n = acked.lock().expect("acked").len();
     progress(wait_for_acks(&acked, n + 5, "with one etcd member down").await);
     // The leading om goes (SIGKILL: no resignation, its lease runs out).
-    let leader = cluster
-        .leading_om()
-        .await
-        .expect("ask etcd")
-        .expect("an om leads");
+    let leader = leading(&cluster).await;
     assert_eq!(leader, first_leader, "the lead moved without an om dying");
     cluster
         .kill(Target::OmAt(leader))
@@ -143,11 +144,7 @@ async fn a_standby_om_takes_over_and_no_acknowledged_key_is_lost() {
         .expect("kill the leading om");
     let n = acked.lock().expect("acked").len();
     progress(wait_for_acks(&acked, n + 5, "after the leading om was killed").await);
-    let new_leader = cluster
-        .leading_om()
-        .await
-        .expect("ask etcd")
-        .expect("an om leads");
+    let new_leader = leading(&cluster).await;
     assert_ne!(new_leader, leader, "the standby took the lead");
     // Both come back: the member rejoins, the om stands by.
     cluster

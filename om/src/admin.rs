@@ -136,6 +136,9 @@ pub struct AdminCallError {
     pub op: &'static str,
     /// The gRPC status code.
     pub code: tonic::Code,
+    /// The om's error code ([`OmErrorCode::of`](proto_crate::OmErrorCode::of):
+    /// `NOT_LEADER` from a standby, `UNAVAILABLE` for no answer).
+    pub om_code: proto_crate::OmErrorCode,
     /// The om's message.
     pub message: String,
 }
@@ -145,6 +148,7 @@ impl AdminCallError {
         move |s| Self {
             op,
             code: s.code(),
+            om_code: proto_crate::OmErrorCode::of(&s),
             message: s.message().to_string(),
         }
     }

@@ -240,35 +240,68 @@ async fn serve_on_etcd(
             }
         }
     };
-    standby.shutdown().await;
-    let om = OzoneManager::open_leading(config, &store, &leadership)
-        .await
-        .context("opening the om on etcd")?;
-    let server = OmServer::start_with_metrics(address, Arc::new(om), args.metrics_listen)
-        .await
-        .context("binding")?;
+    // Opened while the standby still answers NOT_LEADER (clients wait for
+    // a leader rather than find the port closed), then the address changes
+    // hands. A failure here resigns at once, so the other om need not wait
+    // out the lease.
+    let serving = async {
+        let om = OzoneManager::open_leading(config, &store, &leadership)
+            .await
+            .context("opening the om on etcd")?;
+        standby.shutdown().await;
+        // Bound on the IP given (the standby's own, 0.0.0.0 included) and the
+        // port it had; the standby's listener may close a moment late.
+        let listen = SocketAddr::new(args.listen.ip(), address.port());
+        let om = Arc::new(om);
+        let mut tries = 0;
+        loop {
+            match OmServer::start_with_metrics(listen, Arc::clone(&om), args.metrics_listen).await {
+                Ok(server) => break anyhow::Ok(server),
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tries < 20 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(anyhow::Error::new(e).context("binding")),
+            }
+        }
+    }
+    .await;
+    let server = match serving {
+        Ok(server) => server,
+        Err(e) => {
+            if let Err(r) = leadership.resign().await {
+                tracing::warn!(error = %r, "resigning after a failed start failed");
+            }
+            return Err(e);
+        }
+    };
     println!("om leading the metadata store, serving on {address}");
     if let Some(url) = server.metrics_url() {
         println!("om metrics on {url}");
     }
     let compaction = tokio::spawn(compact_history(store.clone(), history));
-    let lost = tokio::select! {
-        () = &mut stop => false,
-        () = leadership.lost() => true,
-    };
+    tokio::select! {
+        () = &mut stop => {}
+        () = leadership.lost() => {
+            // Fail-stop: another om may lead a third of the lease from now,
+            // and this om's memory (leases, registry) must stop answering at
+            // once, not after a graceful shutdown. Its writes are fenced
+            // already; a restart stands by.
+            tracing::error!("the lead of the metadata store was lost (its lease could not be renewed in time); exiting");
+            eprintln!("om: lost the lead of the metadata store; exiting so that a restart stands by");
+            std::process::exit(LOST_LEAD_EXIT);
+        }
+    }
     compaction.abort();
     server.shutdown().await;
-    if lost {
-        anyhow::bail!(
-            "lost the lead of the metadata store (its lease ran out); exiting so that a \
-             restart stands by"
-        );
-    }
     if let Err(e) = leadership.resign().await {
         tracing::warn!(error = %e, "resigning the lead failed; a standby takes over once the lease runs out");
     }
     Ok(())
 }
+
+/// Exit status of an om that lost the lead of its metadata store.
+const LOST_LEAD_EXIT: i32 = 75;
 
 /// Every `history`, drops the etcd versions older than the revision seen
 /// one period before, so that old versions alone never fill etcd's quota

@@ -397,8 +397,9 @@ impl OzoneManager {
     /// [`open`](Self::open), keeping every row in `shared` instead of the
     /// om's own file when given: the om's operation-level tests run on etcd
     /// this way. Open sessions' leases and per-client counts are still this
-    /// om's memory, so several oms cannot share one `shared` store yet
-    /// (ARCHITECTURE.md, "Moving the om onto the store").
+    /// om's memory, so several oms cannot serve one `shared` store at once
+    /// yet ([`open_leading`](Self::open_leading) runs one at a time;
+    /// ARCHITECTURE.md, "The om on the store").
     ///
     /// # Errors
     /// As [`open`](Self::open); [`OmError::Internal`] when `om.redb` holds

@@ -35,6 +35,42 @@ pub struct OmServer {
     health: tonic_health::server::HealthReporter,
 }
 
+/// Binds `listen` (port 0 picks a free port): the incoming connections
+/// (TCP_NODELAY) and the address clients reach (an unspecified IP as
+/// 127.0.0.1).
+///
+/// # Errors
+/// Bind errors.
+pub(crate) async fn bind(listen: SocketAddr) -> std::io::Result<(TcpIncoming, SocketAddr)> {
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let mut address = listener.local_addr()?;
+    if address.ip().is_unspecified() {
+        address.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    Ok((
+        TcpIncoming::from(listener).with_nodelay(Some(true)),
+        address,
+    ))
+}
+
+/// A gRPC server builder, serving TLS with `tls` when given.
+///
+/// # Errors
+/// TLS settings without the om's own certificate or with one rustls
+/// refuses (as [`std::io::ErrorKind::Other`]).
+pub(crate) fn server_builder(tls: Option<&proto_crate::tls::TlsConfig>) -> std::io::Result<Server> {
+    let builder = Server::builder();
+    match tls {
+        Some(tls) => {
+            let server_tls = tls.server().map_err(std::io::Error::other)?;
+            builder
+                .tls_config(server_tls)
+                .map_err(std::io::Error::other)
+        }
+        None => Ok(builder),
+    }
+}
+
 /// Runs `tick` every `interval` (the first after one interval) until
 /// `stop` says so; a tick under way when it does is finished first.
 async fn every<F, Fut>(
@@ -102,12 +138,7 @@ impl OmServer {
         om: Arc<OzoneManager>,
         metrics_listen: Option<SocketAddr>,
     ) -> std::io::Result<Self> {
-        let listener = tokio::net::TcpListener::bind(listen).await?;
-        let mut address = listener.local_addr()?;
-        if address.ip().is_unspecified() {
-            address.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
-        }
-        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+        let (incoming, address) = bind(listen).await?;
         let svc = OzoneManagerServiceServer::new(OmGrpcService::new(Arc::clone(&om)))
             .max_decoding_message_size(64 * 1024 * 1024)
             .max_encoding_message_size(64 * 1024 * 1024);
@@ -122,13 +153,7 @@ impl OmServer {
         health
             .set_serving::<OzoneManagerServiceServer<OmGrpcService>>()
             .await;
-        let mut builder = Server::builder();
-        if let Some(tls) = &om.config().tls {
-            let server_tls = tls.server().map_err(std::io::Error::other)?;
-            builder = builder
-                .tls_config(server_tls)
-                .map_err(std::io::Error::other)?;
-        }
+        let builder = server_builder(om.config().tls.as_ref())?;
         let serving = ServingTask::spawn(|stop| {
             builder
                 .layer(proto_crate::request_id::RequestIdLayer)

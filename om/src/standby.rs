@@ -21,7 +21,7 @@
 use std::convert::Infallible;
 use std::marker::PhantomData;
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use meta_store::MetaStore;
 use proto_crate::wire::admin::om_admin_service_server::OmAdminServiceServer;
@@ -30,8 +30,6 @@ use proto_crate::{OmErrorCode, ServingTask, Stopped};
 use tonic::body::Body;
 use tonic::codegen::{Context, Poll, Service, http};
 use tonic::server::NamedService;
-use tonic::transport::Server;
-use tonic::transport::server::TcpIncoming;
 
 use crate::OmGrpcService;
 use crate::admin::OmAdminGrpc;
@@ -41,7 +39,8 @@ use crate::admin::OmAdminGrpc;
 pub const OM_ELECTION: &str = "om-active";
 
 /// How long a standby's answer may wait for the store to name the leader;
-/// past it the answer names none.
+/// past it the answer names none. A name found is reused for as long, so
+/// that datanodes' heartbeats and reports do not each ask etcd.
 const LEADER_LOOKUP: Duration = Duration::from_secs(1);
 
 /// A standby om's gRPC server on the om's address: every call of the om
@@ -67,25 +66,15 @@ impl StandbyServer {
         tls: Option<&proto_crate::tls::TlsConfig>,
         store: MetaStore,
     ) -> std::io::Result<Self> {
-        let listener = tokio::net::TcpListener::bind(listen).await?;
-        let mut address = listener.local_addr()?;
-        if address.ip().is_unspecified() {
-            address.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
-        }
-        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+        let (incoming, address) = crate::server::bind(listen).await?;
         let (health, health_service) = tonic_health::server::health_reporter();
         health
             .set_not_serving::<OzoneManagerServiceServer<OmGrpcService>>()
             .await;
-        let mut builder = Server::builder();
-        if let Some(tls) = tls {
-            let server_tls = tls.server().map_err(std::io::Error::other)?;
-            builder = builder
-                .tls_config(server_tls)
-                .map_err(std::io::Error::other)?;
-        }
-        let om = NotLeading::<OzoneManagerServiceServer<OmGrpcService>>::new(store.clone());
-        let admin = NotLeading::<OmAdminServiceServer<OmAdminGrpc>>::new(store);
+        let mut builder = crate::server::server_builder(tls)?;
+        let leader = LeaderName::new(store);
+        let om = NotLeading::<OzoneManagerServiceServer<OmGrpcService>>::new(leader.clone());
+        let admin = NotLeading::<OmAdminServiceServer<OmAdminGrpc>>::new(leader);
         let serving = ServingTask::spawn(|stop| {
             builder
                 .add_service(om)
@@ -116,16 +105,59 @@ impl StandbyServer {
     }
 }
 
+/// When the leader was looked up, and the name found (if any).
+type Lookup = (Instant, Option<String>);
+
+/// The leader's address as the store last named it, looked up at most
+/// once per [`LEADER_LOOKUP`].
+#[derive(Clone)]
+struct LeaderName {
+    store: MetaStore,
+    /// When it was last looked up, and what was found.
+    last: std::sync::Arc<std::sync::Mutex<Option<Lookup>>>,
+}
+
+impl LeaderName {
+    fn new(store: MetaStore) -> Self {
+        Self {
+            store,
+            last: std::sync::Arc::default(),
+        }
+    }
+
+    /// The leader's address, if the store names one (`None` too when it
+    /// could not be asked in time).
+    async fn get(&self) -> Option<String> {
+        let recent = |last: &Option<Lookup>| {
+            last.as_ref()
+                .filter(|(at, _)| at.elapsed() < LEADER_LOOKUP)
+                .map(|(_, name)| name.clone())
+        };
+        if let Some(name) = self.last.lock().ok().and_then(|l| recent(&l)) {
+            return name;
+        }
+        let name = tokio::time::timeout(LEADER_LOOKUP, self.store.leader(OM_ELECTION))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .flatten();
+        if let Ok(mut last) = self.last.lock() {
+            *last = Some((Instant::now(), name.clone()));
+        }
+        name
+    }
+}
+
 /// The standby's answer for every method of service `S` (named as `S` is).
 struct NotLeading<S> {
-    store: MetaStore,
+    leader: LeaderName,
     service: PhantomData<fn() -> S>,
 }
 
 impl<S> NotLeading<S> {
-    fn new(store: MetaStore) -> Self {
+    fn new(leader: LeaderName) -> Self {
         Self {
-            store,
+            leader,
             service: PhantomData,
         }
     }
@@ -133,7 +165,7 @@ impl<S> NotLeading<S> {
 
 impl<S> Clone for NotLeading<S> {
     fn clone(&self) -> Self {
-        Self::new(self.store.clone())
+        Self::new(self.leader.clone())
     }
 }
 
@@ -153,13 +185,9 @@ impl<S> Service<http::Request<Body>> for NotLeading<S> {
     }
 
     fn call(&mut self, _request: http::Request<Body>) -> Self::Future {
-        let store = self.store.clone();
+        let leader = self.leader.clone();
         Box::pin(async move {
-            let leader = tokio::time::timeout(LEADER_LOOKUP, store.leader(OM_ELECTION))
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .flatten();
+            let leader = leader.get().await;
             Ok(OmErrorCode::NotLeader
                 .status(not_leader(leader.as_deref()))
                 .into_http())

@@ -127,17 +127,6 @@ impl Target {
         Ok((om, source))
     }
 
-    /// [`om_address`](Self::om_address) for commands that ask one om
-    /// (admin commands): a list of several is refused.
-    ///
-    /// # Errors
-    /// As [`om_address`](Self::om_address); a list of several oms.
-    pub fn single_om_address(&self) -> anyhow::Result<(String, OmSource)> {
-        let (om, source) = self.om_address()?;
-        one_om(&om)?;
-        Ok((om, source))
-    }
-
     /// The TLS settings to talk to the target with: `--tls-ca`, else the
     /// CA of the minicluster whose om is used, else none (plaintext).
     ///
@@ -185,16 +174,60 @@ impl Target {
     }
 
     /// A client of the target's om admin service (TLS as [`tls`](Self::tls),
-    /// presenting the admin certificate when there is one).
+    /// presenting the admin certificate when there is one). Of a list of
+    /// oms (one store on etcd: one leads, the others stand by), the one
+    /// that leads ([`leading_om`](Self::leading_om)).
     ///
     /// # Errors
     /// As [`tls`](Self::tls); an om that cannot be reached.
     pub async fn om_admin(&self) -> anyhow::Result<om::OmAdminClient> {
-        let (om, _, tls) = self.resolve()?;
-        one_om(&om)?;
-        om::OmAdminClient::connect(&om, tls.as_ref())
-            .await
-            .with_context(|| format!("connecting to the om at {om}"))
+        Ok(self.leading_om().await?.1)
+    }
+
+    /// The target's om (`HOST:PORT`) for commands that ask one om, and an
+    /// admin client of it: of a list, the first om that answers an admin
+    /// call (RepairStatus) with anything but `NOT_LEADER` or no answer —
+    /// the one leading the metadata store.
+    ///
+    /// # Errors
+    /// As [`tls`](Self::tls); no om of the list that leads (each named
+    /// with why).
+    pub async fn leading_om(&self) -> anyhow::Result<(String, om::OmAdminClient)> {
+        let (list, _, tls) = self.resolve()?;
+        let oms: Vec<&str> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .collect();
+        if let [om] = oms.as_slice() {
+            let admin = om::OmAdminClient::connect(om, tls.as_ref())
+                .await
+                .with_context(|| format!("connecting to the om at {om}"))?;
+            return Ok(((*om).to_string(), admin));
+        }
+        let mut why = Vec::new();
+        for om in oms {
+            let mut admin = match om::OmAdminClient::connect(om, tls.as_ref()).await {
+                Ok(a) => a,
+                Err(e) => {
+                    why.push(format!("{om}: {e}"));
+                    continue;
+                }
+            };
+            match admin.repair_status().await {
+                Err(e)
+                    if matches!(
+                        e.om_code,
+                        proto_crate::OmErrorCode::NotLeader | proto_crate::OmErrorCode::Unavailable
+                    ) =>
+                {
+                    why.push(format!("{om}: {}", e.message));
+                }
+                // It serves (a refusal of this call is the command's to report).
+                _ => return Ok((om.to_string(), admin)),
+            }
+        }
+        bail!("no om of {list} leads now: {}", why.join("; "))
     }
 
     /// A client of the om admin service of the minicluster whose
@@ -209,7 +242,11 @@ impl Target {
         &self,
         info: &ClusterInfo,
     ) -> anyhow::Result<om::OmAdminClient> {
-        if let Some(om) = self.om.as_ref().filter(|om| **om != info.om) {
+        if let Some(om) = self
+            .om
+            .as_ref()
+            .filter(|om| **om != info.om && !info.oms.contains(om))
+        {
             bail!(
                 "--om {om} is not the om of the minicluster whose datanodes are numbered here \
                  ({}); drop --om",
@@ -264,16 +301,6 @@ fn read_cluster_file(dir: &Path) -> anyhow::Result<ClusterInfo> {
     serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
 }
 
-/// Refuses an om list (`a,b`) where one om must answer.
-fn one_om(om: &str) -> anyhow::Result<()> {
-    if om.contains(',') {
-        bail!(
-            "admin commands ask one om: --om {om} lists several; name the one to ask (HOST:PORT)"
-        );
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,14 +333,18 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_admin_command_refuses_an_om_list() {
+    async fn an_admin_command_asks_the_om_of_a_list_that_leads() {
         let target = Target {
             om: Some("127.0.0.1:1,127.0.0.1:2".to_string()),
             ..Target::default()
         };
-        let e = target.om_admin().await.expect_err("a list");
-        assert!(e.to_string().contains("admin commands ask one om"), "{e}");
-        let e = target.single_om_address().expect_err("a list");
-        assert!(e.to_string().contains("admin commands ask one om"), "{e}");
+        let e = target.om_admin().await.expect_err("none answers");
+        let said = e.to_string();
+        assert!(
+            said.contains("no om of 127.0.0.1:1,127.0.0.1:2 leads now")
+                && said.contains("127.0.0.1:1:")
+                && said.contains("127.0.0.1:2:"),
+            "{said}"
+        );
     }
 }

@@ -71,9 +71,11 @@ pub enum OmErrorCode {
     StoreFull,
     /// This om does not serve now: it waits as a standby while another om
     /// leads its metadata store (the message names the leader, when known),
-    /// or it has just lost the lead. Nothing was applied, so any call,
-    /// changes included, is safe to send to another om (Ozone's
-    /// `OMNotLeaderException`, on which its clients fail over).
+    /// or it has just lost the lead. A standby applied nothing; a deposed
+    /// leader's refused write applied nothing, though a call that writes in
+    /// steps may have made its earlier ones (clean-ups a repeat makes
+    /// again). Any call, changes included, is safe to send to another om
+    /// (Ozone's `OMNotLeaderException`, on which its clients fail over).
     NotLeader,
 }
 

@@ -57,6 +57,13 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| root.join("target/minicluster"));
     let dir = std::path::absolute(&dir).unwrap_or(dir);
+    anyhow::ensure!(args.oms >= 1, "--oms must be at least 1");
+    anyhow::ensure!(
+        args.oms == 1 || args.etcd.is_some(),
+        "--oms {} needs --etcd: several oms share their metadata on etcd",
+        args.oms
+    );
+    anyhow::ensure!(args.etcd != Some(0), "--etcd takes at least one member");
     let signals = proto_crate::ShutdownSignals::install().context("installing signal handlers")?;
     if !args.no_build {
         build_service_binaries()?;
@@ -64,12 +71,6 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
     let bins = Binaries::locate()?;
     let _lock = minicluster::claim_base_dir(&dir)?;
     let json = dir.join("cluster.json");
-    anyhow::ensure!(
-        args.oms == 1 || args.etcd.is_some(),
-        "--oms {} needs --etcd: several oms share their metadata on etcd",
-        args.oms
-    );
-    anyhow::ensure!(args.oms >= 1, "--oms must be at least 1");
     let options = ProcessOptions {
         tls: args.tls,
         oms: args.oms,

@@ -341,7 +341,11 @@ impl ProcessCluster {
                     "--etcd".to_string(),
                     e.endpoints().join(","),
                     "--lead-ttl".to_string(),
-                    timings.lead_ttl.as_secs().max(1).to_string(),
+                    timings
+                        .lead_ttl
+                        .as_secs()
+                        .max(meta_store::MIN_TTL.as_secs())
+                        .to_string(),
                 ]
             })
             .collect();
@@ -508,8 +512,9 @@ impl ProcessCluster {
     }
 
     /// Stops every process gracefully: the gateway, the datanodes, then the
-    /// oms (standbys first), each with SIGTERM and [`STOP_GRACE`] to finish
-    /// before a SIGKILL; then the etcd members.
+    /// oms (the standbys first, so that none takes the lead on the way
+    /// out), each with SIGTERM and [`STOP_GRACE`] to finish before a
+    /// SIGKILL; then the etcd members.
     ///
     /// # Errors
     /// Signal or wait failures.
@@ -520,7 +525,14 @@ impl ProcessCluster {
         for d in &mut self.datanodes {
             d.stop(STOP_GRACE).await?;
         }
-        for om in self.oms.iter_mut().rev() {
+        // Unknown (etcd unreachable): the first om goes last.
+        let leader = self.leading_om().await.ok().flatten().unwrap_or(0);
+        for (i, om) in self.oms.iter_mut().enumerate() {
+            if i != leader {
+                om.stop(STOP_GRACE).await?;
+            }
+        }
+        if let Some(om) = self.oms.get_mut(leader) {
             om.stop(STOP_GRACE).await?;
         }
         // Members are killed as they drop.

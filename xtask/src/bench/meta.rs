@@ -11,15 +11,18 @@
 //! - `list-100`: a scan of 100 rows of one bucket;
 //! - the same `open-commit` and `lookup` from `--threads` tasks at once.
 //!
-//! Mode `om-redb` runs the same workloads on the om itself (today's tables in its own redb
-//! file, before the move onto the store; in process, five registered datanodes that never
-//! serve, since allocation reads only the registry): `open-commit` is `open_key`,
-//! `allocate_block_group` and `commit_key` of one group, `lookup` is `lookup_key`,
-//! `list-100` is `list_keys` of 100. `WORKLOAD om-redb/redb` is what the om's own work
-//! (three durable transactions per key today, its decoding and bookkeeping) costs over the
-//! store's floor, the baseline the move onto the store is measured against.
+//! Modes `om-redb`, `om-etcd-1` and `om-etcd-3` run the same workloads on the om itself
+//! (in process, five registered datanodes that never serve, since allocation reads only
+//! the registry): on its own `om.redb`, and as the active om of the same etcd members
+//! (another namespace; its writes fenced by its leadership, as `om --etcd` runs).
+//! `open-commit` is `open_key`, `allocate_block_group` and `commit_key` of one group,
+//! `lookup` is `lookup_key`, `list-100` is `list_keys` of 100. `WORKLOAD om-redb/redb` is
+//! what the om's own work (its transactions, decoding and bookkeeping) costs over the
+//! store's floor.
 //!
-//! Ratios `WORKLOAD etcd-1/redb` and `etcd-3/redb` say what etcd costs.
+//! Ratios `WORKLOAD etcd-1/redb` and `etcd-3/redb` say what etcd costs the store;
+//! `WORKLOAD om-etcd-1/om-redb` and `om-etcd-3/om-redb` what it costs the om, which is
+//! what a user choosing `om --etcd` over one machine's `om.redb` gives up.
 //! Every mode's store is fresh, under a temp dir of its own; etcd runs as
 //! real members on loopback (`LocalEtcd`).
 
@@ -41,7 +44,8 @@ const OPEN: Table<(String, String, u64), String> = Table::new("open_keys");
 struct Backend {
     mode: &'static str,
     store: MetaStore,
-    _etcd: Option<LocalEtcd>,
+    /// The members, for a store on etcd.
+    etcd: Option<LocalEtcd>,
 }
 
 async fn backends(dir: &std::path::Path) -> anyhow::Result<Vec<Backend>> {
@@ -49,7 +53,7 @@ async fn backends(dir: &std::path::Path) -> anyhow::Result<Vec<Backend>> {
     let mut out = vec![Backend {
         mode: "redb",
         store: MetaStore::Redb(redb),
-        _etcd: None,
+        etcd: None,
     }];
     for (mode, members) in [("etcd-1", 1), ("etcd-3", 3)] {
         let etcd = LocalEtcd::start(&dir.join(mode), members)
@@ -61,20 +65,47 @@ async fn backends(dir: &std::path::Path) -> anyhow::Result<Vec<Backend>> {
         out.push(Backend {
             mode,
             store: MetaStore::Etcd(store),
-            _etcd: Some(etcd),
+            etcd: Some(etcd),
         });
     }
     Ok(out)
 }
 
-/// The om on its own redb file under `dir`, with five registered datanodes (never stale
-/// during a run) and the bench's buckets.
-async fn om_backend(dir: &std::path::Path) -> anyhow::Result<Arc<om::OzoneManager>> {
+/// The om under `dir` — on its own redb file, or as the leader of `etcd`'s members (in
+/// namespace `/om-bench/`, apart from the store modes' rows) — with five registered
+/// datanodes (never stale during a run) and the bench's buckets; the leadership it holds
+/// on etcd.
+async fn om_backend(
+    dir: &std::path::Path,
+    etcd: Option<&LocalEtcd>,
+) -> anyhow::Result<(Arc<om::OzoneManager>, Option<meta_store::Leadership>)> {
     let forever = Duration::from_secs(365 * 24 * 3600);
-    let config = om::OmConfig::new(dir.join("om")).with_liveness(forever, forever);
-    let om = om::OzoneManager::open(config)
-        .await
-        .context("opening the om")?;
+    let config = om::OmConfig::new(dir).with_liveness(forever, forever);
+    let (om, leadership) = match etcd {
+        None => (
+            om::OzoneManager::open(config)
+                .await
+                .context("opening the om")?,
+            None,
+        ),
+        Some(etcd) => {
+            let store = MetaStore::Etcd(
+                EtcdStore::connect(
+                    &EtcdConfig::new(etcd.endpoints()).with_namespace(b"/om-bench/".to_vec()),
+                )
+                .await
+                .context("connecting the om to etcd")?,
+            );
+            let leadership = store
+                .campaign(om::OM_ELECTION, "bench", Duration::from_secs(10))
+                .await
+                .context("leading the om's store")?;
+            let om = om::OzoneManager::open_leading(config, &store, &leadership)
+                .await
+                .context("opening the om on etcd")?;
+            (om, Some(leadership))
+        }
+    };
     for i in 0..5u16 {
         om.register_datanode(proto_crate::DatanodeDetails {
             uuid: proto_crate::DatanodeId::from_u128(u128::from(i) + 1),
@@ -85,7 +116,7 @@ async fn om_backend(dir: &std::path::Path) -> anyhow::Result<Arc<om::OzoneManage
     for bucket in ["bench", "bench-mt"] {
         om.create_bucket(bucket, None, None).await?;
     }
-    Ok(Arc::new(om))
+    Ok((Arc::new(om), leadership))
 }
 
 /// Opens, allocates one group for and commits key `name` of `bucket` on the om.
@@ -102,14 +133,20 @@ async fn om_open_commit(
     Ok(())
 }
 
-/// The om workloads, as the store's below.
-async fn om_rows(s: &Settings, dir: &std::path::Path, ops: u64) -> anyhow::Result<Vec<Row>> {
-    let om = om_backend(dir).await?;
+/// The om workloads, as the store's below, as mode `mode` (see [`om_backend`]).
+async fn om_rows(
+    s: &Settings,
+    dir: &std::path::Path,
+    ops: u64,
+    mode: &'static str,
+    etcd: Option<&LocalEtcd>,
+) -> anyhow::Result<Vec<Row>> {
+    let (om, _leadership) = om_backend(&dir.join(mode), etcd).await?;
     let mut rows = Vec::new();
     for (bucket, tasks) in [("bench", 1), ("bench-mt", s.threads)] {
         let om = Arc::clone(&om);
         rows.push(
-            measure("open-commit", OM_MODE, tasks, ops, move |i| {
+            measure("open-commit", mode, tasks, ops, move |i| {
                 let om = Arc::clone(&om);
                 async move { om_open_commit(&om, bucket, &format!("k{i:08}")).await }
             })
@@ -119,7 +156,7 @@ async fn om_rows(s: &Settings, dir: &std::path::Path, ops: u64) -> anyhow::Resul
     for tasks in [1, s.threads] {
         let om = Arc::clone(&om);
         rows.push(
-            measure("lookup", OM_MODE, tasks, s.ops, move |i| {
+            measure("lookup", mode, tasks, s.ops, move |i| {
                 let om = Arc::clone(&om);
                 async move {
                     let key = format!("k{:08}", i % ops);
@@ -132,7 +169,7 @@ async fn om_rows(s: &Settings, dir: &std::path::Path, ops: u64) -> anyhow::Resul
     }
     let om = Arc::clone(&om);
     rows.push(
-        measure("list-100", OM_MODE, 1, (s.ops / 10).max(1), move |i| {
+        measure("list-100", mode, 1, (s.ops / 10).max(1), move |i| {
             let om = Arc::clone(&om);
             async move {
                 let after = format!("k{:08}", (i * 37) % ops);
@@ -149,8 +186,10 @@ async fn om_rows(s: &Settings, dir: &std::path::Path, ops: u64) -> anyhow::Resul
     Ok(rows)
 }
 
-/// Mode of the rows measured on the om itself.
+/// Mode of the rows measured on the om on its own redb file.
 const OM_MODE: &str = "om-redb";
+/// Modes of the rows measured on the om on etcd, by store mode.
+const OM_ETCD_MODES: [(&str, &str); 2] = [("etcd-1", "om-etcd-1"), ("etcd-3", "om-etcd-3")];
 
 /// Opens and commits key `name` of `bucket` as session `session`.
 async fn open_commit(
@@ -279,7 +318,15 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
             .await?,
         );
     }
-    rows.extend(om_rows(s, dir.path(), ops).await?);
+    rows.extend(om_rows(s, dir.path(), ops, OM_MODE, None).await?);
+    for (store_mode, mode) in OM_ETCD_MODES {
+        let etcd = backends
+            .iter()
+            .find(|b| b.mode == store_mode)
+            .and_then(|b| b.etcd.as_ref());
+        anyhow::ensure!(etcd.is_some(), "no {store_mode} members for the om");
+        rows.extend(om_rows(s, dir.path(), ops, mode, etcd).await?);
+    }
     let mut report = Report {
         suite: "meta".into(),
         started_unix_ms: started,
@@ -291,8 +338,18 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
         for mode in ["etcd-1", "etcd-3", OM_MODE] {
             report.ratio(&format!("{w} {mode}/redb"), w, mode, "redb");
         }
+        for (_, mode) in OM_ETCD_MODES {
+            report.ratio(&format!("{w} {mode}/{OM_MODE}"), w, mode, OM_MODE);
+        }
     }
-    for mode in ["redb", "etcd-1", "etcd-3", OM_MODE] {
+    for mode in [
+        "redb",
+        "etcd-1",
+        "etcd-3",
+        OM_MODE,
+        "om-etcd-1",
+        "om-etcd-3",
+    ] {
         let one = report.find("open-commit", mode).map(|r| r.ops_per_sec);
         let many = report
             .rows
