@@ -19,7 +19,7 @@ pub const DEFAULT_DATA_DIR: &str = "target/minicluster";
 pub struct Target {
     /// The om, HOST:PORT, or several oms that share their metadata,
     /// HOST:PORT,HOST:PORT,... (key and bucket commands fail over along
-    /// the list; admin commands take one address). Default:
+    /// the list; admin commands ask the one that leads). Default:
     /// $OZONE_OM_ADDRESS, else the om in the minicluster's cluster.json.
     #[arg(
         long,
