@@ -171,8 +171,8 @@ impl EtcdConfig {
             None => {
                 endpoint = endpoint
                     .http2_keep_alive_interval(ELECTION_PING)
-                    .keep_alive_timeout(ELECTION_PING)
-                    .keep_alive_while_idle(true);
+                    .keep_alive_timeout(ELECTION_PING_TIMEOUT)
+                    .keep_alive_while_idle(false);
             }
         }
         if let Some(tls) = &self.tls {
@@ -189,14 +189,19 @@ impl EtcdConfig {
     }
 }
 
+/// Interval of the HTTP/2 pings on election channels while a call is open.
+/// It must exceed etcd's `--grpc-keepalive-min-time` (5 s by default): a
+/// client pinging more often is sent GOAWAY `too_many_pings` and cut off.
+/// (etcd refuses pings on a connection with no call open at any interval,
+/// so none are sent then.)
+const ELECTION_PING: Duration = Duration::from_secs(10);
+/// How long a ping may go unanswered before the connection counts as dead.
+const ELECTION_PING_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// A client of the members at `endpoints` (all of the config's, or one of
 /// them) with `config`'s TLS and user, each request bounded by
 /// `request_timeout` (`None`: unbounded, for elections). Authenticates
 /// before returning if the config names a user.
-/// Interval of the HTTP/2 pings on election channels, and how long a ping
-/// may go unanswered before the connection counts as dead.
-const ELECTION_PING: Duration = Duration::from_secs(1);
-
 pub(crate) async fn connect_client(
     config: &EtcdConfig,
     endpoints: &[String],

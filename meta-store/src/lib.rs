@@ -493,6 +493,11 @@ impl MetaStore {
 
     /// Applies `txn` atomically if its compares hold.
     ///
+    /// On a [`fenced`](Self::fenced) store a conflict is checked against
+    /// the leadership: [`StoreError::NotLeader`] when it has ended; a check
+    /// that cannot be made leaves [`Outcome::Conflict`] (a retry meets the
+    /// fence again).
+    ///
     /// # Errors
     /// The rules of [`Txn::validate`] on etcd, of [`Txn::validate_shape`] on
     /// redb; the back end's errors. A commit whose

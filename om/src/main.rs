@@ -27,7 +27,9 @@ struct Args {
     /// Keep the metadata on etcd instead of `DATA_DIR/om.redb`: the
     /// members' client URLs (`http://HOST:PORT`), comma-separated. Every om
     /// started with the same members and namespace campaigns to lead: one
-    /// serves, the others stand by and take over when it dies.
+    /// serves, the others stand by and take over when it dies. Give
+    /// `--listen` the address clients reach this om at: standbys name the
+    /// leader by it (0.0.0.0 is named 127.0.0.1).
     #[arg(long, value_name = "URL[,URL…]")]
     etcd: Option<String>,
     /// The prefix of this cluster's keys in etcd (at most 16 bytes; give

@@ -109,12 +109,13 @@ impl StandbyServer {
 type Lookup = (Instant, Option<String>);
 
 /// The leader's address as the store last named it, looked up at most
-/// once per [`LEADER_LOOKUP`].
+/// once per [`LEADER_LOOKUP`], one lookup at a time (calls that arrive
+/// during one wait for it).
 #[derive(Clone)]
 struct LeaderName {
     store: MetaStore,
     /// When it was last looked up, and what was found.
-    last: std::sync::Arc<std::sync::Mutex<Option<Lookup>>>,
+    last: std::sync::Arc<tokio::sync::Mutex<Option<Lookup>>>,
 }
 
 impl LeaderName {
@@ -128,22 +129,19 @@ impl LeaderName {
     /// The leader's address, if the store names one (`None` too when it
     /// could not be asked in time).
     async fn get(&self) -> Option<String> {
-        let recent = |last: &Option<Lookup>| {
-            last.as_ref()
-                .filter(|(at, _)| at.elapsed() < LEADER_LOOKUP)
-                .map(|(_, name)| name.clone())
-        };
-        if let Some(name) = self.last.lock().ok().and_then(|l| recent(&l)) {
-            return name;
+        // Held across the lookup: one at a time.
+        let mut last = self.last.lock().await;
+        if let Some((at, name)) = last.as_ref()
+            && at.elapsed() < LEADER_LOOKUP
+        {
+            return name.clone();
         }
         let name = tokio::time::timeout(LEADER_LOOKUP, self.store.leader(OM_ELECTION))
             .await
             .ok()
             .and_then(Result::ok)
             .flatten();
-        if let Ok(mut last) = self.last.lock() {
-            *last = Some((Instant::now(), name.clone()));
-        }
+        *last = Some((Instant::now(), name.clone()));
         name
     }
 }

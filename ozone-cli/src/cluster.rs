@@ -205,16 +205,28 @@ impl Target {
                 .with_context(|| format!("connecting to the om at {om}"))?;
             return Ok(((*om).to_string(), admin));
         }
+        // Each om gets a bounded time: one that drops packets or is frozen
+        // must not stall the command.
+        const ASK: std::time::Duration = std::time::Duration::from_secs(5);
         let mut why = Vec::new();
         for om in oms {
-            let mut admin = match om::OmAdminClient::connect(om, tls.as_ref()).await {
-                Ok(a) => a,
-                Err(e) => {
+            let connected = tokio::time::timeout(ASK, om::OmAdminClient::connect(om, tls.as_ref()));
+            let mut admin = match connected.await {
+                Ok(Ok(a)) => a,
+                Ok(Err(e)) => {
                     why.push(format!("{om}: {e}"));
                     continue;
                 }
+                Err(_) => {
+                    why.push(format!("{om}: no connection within {ASK:?}"));
+                    continue;
+                }
             };
-            match admin.repair_status().await {
+            let Ok(answer) = tokio::time::timeout(ASK, admin.repair_status()).await else {
+                why.push(format!("{om}: no answer within {ASK:?}"));
+                continue;
+            };
+            match answer {
                 Err(e)
                     if matches!(
                         e.om_code,
