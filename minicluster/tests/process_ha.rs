@@ -12,22 +12,20 @@ use ec_client::{BucketOptions, Client, ClientConfig, ReplicationConfig};
 use minicluster::process::{Binaries, ProcessCluster, ProcessOptions, ProcessTimings, Target};
 use rand::{Rng, SeedableRng};
 
-/// Keys acknowledged (close returned Ok), with the bytes written.
-type Acked = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+/// Keys acknowledged (close returned Ok), with the bytes written; waited
+/// on through its receivers.
+type Acked = Arc<tokio::sync::watch::Sender<Vec<(String, Vec<u8>)>>>;
 
 /// Waits until `acked` holds at least `n` keys (at most 60 s); `Err` says
 /// how many there were.
 async fn wait_for_acks(acked: &Acked, n: usize, what: &str) -> Result<(), String> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let have = acked.lock().map(|a| a.len()).unwrap_or(0);
-        if have >= n {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(format!("{what}: {have} keys acknowledged, {n} expected"));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut seen = acked.subscribe();
+    match tokio::time::timeout(Duration::from_secs(60), seen.wait_for(|a| a.len() >= n)).await {
+        Ok(Ok(_)) => Ok(()),
+        _ => Err(format!(
+            "{what}: {} keys acknowledged, {n} expected",
+            acked.borrow().len()
+        )),
     }
 }
 
@@ -74,17 +72,17 @@ async fn a_standby_om_takes_over_and_no_acknowledged_key_is_lost() {
         block_size: Some(64 * 1024),
         ..Default::default()
     };
-    let mut attempts = 0;
-    while let Err(e) = client.create_bucket("ha", options.clone()).await {
-        attempts += 1;
-        assert!(attempts < 100, "creating the bucket: {e}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // While no om leads yet, both answer NOT_LEADER and the call waits for
+    // one (within the client's om deadline).
+    client
+        .create_bucket("ha", options)
+        .await
+        .expect("create the bucket once an om leads");
     let first_leader = leading(&cluster).await;
 
     // The writer: keys of seeded sizes (a block group is 192 KiB, so many
     // allocate more than once), one after another until told to stop.
-    let acked: Acked = Arc::default();
+    let acked: Acked = Arc::new(tokio::sync::watch::Sender::new(Vec::new()));
     let failed = Arc::new(Mutex::new(Vec::<String>::new()));
     // A stall fails the test with the writer's errors, keeping the logs.
     let progress = {
@@ -120,7 +118,7 @@ async fn a_standby_om_takes_over_and_no_acknowledged_key_is_lost() {
                 }
                 .await;
                 match written {
-                    Ok(_) => acked.lock().expect("acked").push((name, data)),
+                    Ok(_) => acked.send_modify(|a| a.push((name, data))),
                     Err(e) => failed.lock().expect("failed").push(format!("{name}: {e}")),
                 }
             }
@@ -133,7 +131,7 @@ async fn a_standby_om_takes_over_and_no_acknowledged_key_is_lost() {
         .kill(Target::Etcd(2))
         .await
         .expect("kill etcd member 2");
-    let n = acked.lock().expect("acked").len();
+    let n = acked.borrow().len();
     progress(wait_for_acks(&acked, n + 5, "with one etcd member down").await);
     // The leading om goes (SIGKILL: no resignation, its lease runs out).
     let leader = leading(&cluster).await;
@@ -142,7 +140,7 @@ async fn a_standby_om_takes_over_and_no_acknowledged_key_is_lost() {
         .kill(Target::OmAt(leader))
         .await
         .expect("kill the leading om");
-    let n = acked.lock().expect("acked").len();
+    let n = acked.borrow().len();
     progress(wait_for_acks(&acked, n + 5, "after the leading om was killed").await);
     let new_leader = leading(&cluster).await;
     assert_ne!(new_leader, leader, "the standby took the lead");
@@ -155,7 +153,7 @@ async fn a_standby_om_takes_over_and_no_acknowledged_key_is_lost() {
         .restart(Target::OmAt(leader))
         .await
         .expect("restart the killed om");
-    let n = acked.lock().expect("acked").len();
+    let n = acked.borrow().len();
     progress(wait_for_acks(&acked, n + 5, "after the restarts").await);
     assert_eq!(
         cluster.leading_om().await.expect("ask etcd"),
@@ -165,7 +163,7 @@ async fn a_standby_om_takes_over_and_no_acknowledged_key_is_lost() {
     stop.send_replace(true);
     writer.await.expect("writer");
 
-    let acked = acked.lock().expect("acked").clone();
+    let acked = acked.borrow().clone();
     let failed = failed.lock().expect("failed").clone();
     eprintln!(
         "{} keys acknowledged, {} failed: {failed:?}",
