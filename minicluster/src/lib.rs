@@ -635,9 +635,8 @@ impl MiniCluster {
     /// committed or aborted, including the background aborts of dropped
     /// writers — or `limit` passes. Returns whether it got there.
     pub async fn wait_for_no_open_sessions(&self, limit: Duration) -> bool {
-        let mut rx = self.om().watch_open_sessions();
         matches!(
-            tokio::time::timeout(limit, rx.wait_for(|n| *n == 0)).await,
+            tokio::time::timeout(limit, self.om().wait_open_sessions(|n| n == 0)).await,
             Ok(Ok(_))
         )
     }

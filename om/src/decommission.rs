@@ -250,21 +250,21 @@ impl OzoneManager {
         &self,
         referenced: &std::collections::BTreeSet<DatanodeId>,
     ) -> Result<(), OmError> {
+        let in_writes: std::collections::BTreeSet<DatanodeId> =
+            crate::session_rows::all_allocated(&self.store)
+                .await?
+                .into_iter()
+                .flat_map(|g| g.pipeline.locations)
+                .map(|l| l.datanode.uuid)
+                .collect();
         let unreferenced: Vec<DatanodeId> = {
             let st = self.state();
-            let in_writes: std::collections::BTreeSet<&DatanodeId> = st
-                .sessions
-                .values()
-                .flat_map(|s| s.allocated.iter())
-                .flat_map(|g| g.pipeline.locations.iter())
-                .map(|l| &l.datanode.uuid)
-                .collect();
             st.op_states
                 .iter()
                 .filter(|(u, s)| {
                     **s == OperationalState::Decommissioning
                         && !referenced.contains(*u)
-                        && !in_writes.contains(u)
+                        && !in_writes.contains(*u)
                 })
                 .map(|(u, _)| u.clone())
                 .collect()

@@ -411,7 +411,7 @@ pub(crate) async fn end_session(
         }
         Err(e) => return Err(e),
     };
-    crate::session_rows::remove_in(tx, session_id);
+    crate::session_rows::remove_in(tx, session_id).await?;
     stage_groups(tx, &freed).await?;
     Ok(present)
 }
@@ -530,17 +530,14 @@ impl OzoneManager {
         self.deletions_pending.subscribe()
     }
 
-    /// Publishes the number of open sessions (a session ends with the transaction that
-    /// stages its groups, so a watcher that sees the session gone finds its deletions staged)
-    /// and wakes the deleting service, which publishes
+    /// Tells session waiters of a change (a session ends with the transaction that stages
+    /// its groups, so a waiter that sees the session gone finds its deletions staged) and
+    /// wakes the deleting service, which publishes
     /// [`pending_deletions`](Self::pending_deletions) on its pass: called after every commit
     /// that may have freed groups. The count is not read here: it reads the whole backlog,
     /// which a commit should not pay for (a datanode down for days keeps its entries).
     pub(crate) fn deletions_changed(&self) {
-        {
-            let st = self.state();
-            self.publish_sessions(&st);
-        }
+        self.sessions_changed();
         self.deletion_wakeup.notify_one();
     }
 

@@ -53,6 +53,8 @@ mod server;
 mod service;
 mod session_rows;
 mod sessions;
+#[cfg(test)]
+mod shared_store_tests;
 mod standby;
 mod store_moves;
 #[cfg(test)]

@@ -3,8 +3,9 @@
 //! Holds the datanode registry (SCM's role) and buckets and keys (OM's role)
 //! as rows of the metadata store (`tables.rs`; redb in the om's own
 //! `om.redb`, or etcd), every change one guarded transaction; open-key
-//! sessions live in memory and as rows with their allocated groups (`session_rows.rs`: a key being written when the om
-//! restarts is written on after it, and never half-visible). Keys become
+//! sessions are rows with their allocated groups and leases (`session_rows.rs`: a key
+//! being written when the om restarts is written on after it, through any om that shares
+//! the store, and never half-visible). Keys become
 //! visible only at commit, as in Ozone's open-key / allocate / commit flow.
 //! Sessions are in `sessions.rs`, the registry's liveness in `nodes.rs`,
 //! block deletion in `deletion.rs`.
@@ -206,12 +207,11 @@ pub(crate) enum SessionTarget {
     Part { upload_id: String, part_number: u32 },
 }
 
+/// An open session as its row holds it (`session_rows.rs`).
 #[derive(Debug)]
 pub(crate) struct OpenKeySession {
     /// The client that opened it (bounded per client).
     pub(crate) client: String,
-    /// Last open or allocation: the lease runs from here.
-    pub(crate) last_active: Instant,
     pub(crate) bucket: String,
     pub(crate) key: String,
     pub(crate) replication: ReplicationConfig,
@@ -220,35 +220,17 @@ pub(crate) struct OpenKeySession {
     pub(crate) target: SessionTarget,
 }
 
-/// The om's in-memory state. Bounds: one registry entry per datanode; at
-/// most `max_sessions_per_client` sessions per client and
-/// [`MAX_OPEN_SESSIONS`](crate::MAX_OPEN_SESSIONS) in all, each expiring
-/// after the lease; one open container per pipeline (datanode set) used.
+/// The om's in-memory state. Bounds: one registry entry per datanode; one open container
+/// per pipeline (datanode set) used. (Open sessions are rows, bounded per client and in all,
+/// `sessions.rs`.)
 #[derive(Debug, Default)]
 pub(crate) struct State {
     pub(crate) nodes: NodeRegistry,
-    pub(crate) sessions: HashMap<u64, OpenKeySession>,
-    /// Open sessions per client id (entries with no sessions are removed).
-    pub(crate) sessions_by_client: HashMap<String, usize>,
     pub(crate) allocations: u64,
     /// Open container per pipeline (its datanodes in location order) and the blocks it holds.
     pub(crate) open_containers: HashMap<Vec<DatanodeId>, (u64, u32)>,
     /// Datanodes not in service (decommissioning or decommissioned).
     pub(crate) op_states: std::collections::BTreeMap<DatanodeId, crate::OperationalState>,
-}
-
-impl State {
-    /// Removes session `id`, keeping the per-client counts right.
-    pub(crate) fn remove_session(&mut self, id: u64) -> Option<OpenKeySession> {
-        let s = self.sessions.remove(&id)?;
-        if let Some(n) = self.sessions_by_client.get_mut(&s.client) {
-            *n -= 1;
-            if *n == 0 {
-                self.sessions_by_client.remove(&s.client);
-            }
-        }
-        Some(s)
-    }
 }
 
 /// What an opened key session tells the writer.
@@ -276,8 +258,15 @@ pub struct OzoneManager {
     state: Mutex<State>,
     /// Block and container ids reserved for this om (`sessions.rs`).
     pub(crate) id_ranges: Mutex<crate::sessions::IdRanges>,
-    /// Number of open sessions, published on every change.
-    pub(crate) sessions_open: tokio::sync::watch::Sender<usize>,
+    /// Open sessions as last counted (`sessions.rs`, [`Self::open_sessions`]).
+    pub(crate) sessions_open: tokio::sync::watch::Sender<u64>,
+    /// When [`Self::sessions_open`] was last counted from the rows.
+    pub(crate) sessions_counted: Mutex<Option<Instant>>,
+    /// Sessions this om opened or ended, published on each.
+    pub(crate) session_changes: tokio::sync::watch::Sender<u64>,
+    /// When this om opened, unix ms on its clock: no lease it judges runs out before one
+    /// lease after this (a writer could not renew while no om served).
+    pub(crate) opened_wall_ms: u64,
     /// Entries in the deletion log, published on every change.
     pub(crate) deletions_pending: tokio::sync::watch::Sender<u64>,
     /// Registrations and heartbeats received, published on each.
@@ -448,24 +437,18 @@ impl OzoneManager {
         crate::registrations::move_onto_store(&db, own.as_ref())?;
         crate::old_layout::move_onto_store(&db, own.as_ref())?;
         let now = config.clock.now();
-        let sessions = crate::session_rows::load(&store, now).await?;
-        if !sessions.is_empty() {
+        let opened_wall_ms = crate::clock::unix_ms(config.clock.wall());
+        let sessions = crate::session_rows::index_unleased(&store, opened_wall_ms).await?;
+        if sessions > 0 {
             tracing::info!(
-                sessions = sessions.len(),
-                "open writes resumed; their leases start again now"
+                sessions,
+                "open writes resume; none expires before one lease from now"
             );
         }
         let mut state = State {
             op_states: crate::decommission::load(&store).await?,
             ..State::default()
         };
-        for (id, s) in sessions {
-            *state
-                .sessions_by_client
-                .entry(s.client.clone())
-                .or_default() += 1;
-            state.sessions.insert(id, s);
-        }
         for d in crate::registrations::load(&store).await? {
             state.nodes.load(d, now);
         }
@@ -481,7 +464,10 @@ impl OzoneManager {
             store,
             state: Mutex::new(state),
             id_ranges: Mutex::default(),
-            sessions_open: tokio::sync::watch::Sender::new(0),
+            sessions_open: tokio::sync::watch::Sender::new(sessions as u64),
+            sessions_counted: Mutex::new(Some(now)),
+            session_changes: tokio::sync::watch::Sender::new(0),
+            opened_wall_ms,
             deletions_pending: tokio::sync::watch::Sender::new(0),
             heartbeats: tokio::sync::watch::Sender::new(0),
             other_cluster_refusals: tokio::sync::watch::Sender::new(0),
@@ -622,21 +608,50 @@ impl OzoneManager {
         self.state().nodes.get(uuid)
     }
 
-    /// Open key and part sessions (written but neither committed nor aborted).
-    #[must_use]
-    pub fn open_sessions(&self) -> usize {
-        self.state().sessions.len()
+    /// Open key and part sessions (written but neither committed nor aborted), counted
+    /// from the rows now, whichever om opened them.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn open_sessions(&self) -> Result<u64> {
+        let n = crate::tables::OPEN_SESSIONS.count(&self.store, &()).await?;
+        *self
+            .sessions_counted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(self.config.clock.now());
+        self.sessions_open.send_replace(n);
+        Ok(n)
     }
 
-    /// A receiver of the number of open sessions, updated whenever a session
-    /// opens, commits or is aborted (to wait on without polling).
-    #[must_use]
-    pub fn watch_open_sessions(&self) -> tokio::sync::watch::Receiver<usize> {
-        self.sessions_open.subscribe()
+    /// Waits until `done` holds for [`open_sessions`](Self::open_sessions), counted now and
+    /// again after every session this om opens or ends (its own writers' commits and aborts,
+    /// and its expiring service's passes; sessions another om ends are seen at this om's
+    /// next change). Returns the count that satisfied it.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn wait_open_sessions(&self, mut done: impl FnMut(u64) -> bool) -> Result<u64> {
+        let mut changes = self.session_changes.subscribe();
+        loop {
+            changes.borrow_and_update();
+            let n = self.open_sessions().await?;
+            if done(n) {
+                return Ok(n);
+            }
+            // The sender lives as long as `self`.
+            let _ = changes.changed().await;
+        }
     }
 
-    pub(crate) fn publish_sessions(&self, st: &State) {
-        self.sessions_open.send_replace(st.sessions.len());
+    /// Open sessions as last counted, without reading the store (metrics).
+    #[must_use]
+    pub fn open_sessions_counted(&self) -> u64 {
+        *self.sessions_open.borrow()
+    }
+
+    /// Tells waiters a session opened or ended here.
+    pub(crate) fn sessions_changed(&self) {
+        self.session_changes.send_modify(|n| *n += 1);
     }
 
     /// Sets each location of `groups` to the address its datanode is registered at now. Key

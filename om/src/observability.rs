@@ -86,8 +86,9 @@ impl Collector for OmCollector {
         gauge(
             &mut e,
             "om_open_sessions",
-            "Key and part writes neither committed nor aborted",
-            om.open_sessions() as u64,
+            "Key and part writes neither committed nor aborted (as last counted: at most a \
+             service interval old)",
+            om.open_sessions_counted(),
         )?;
         // As last published (after every change that may add deletions, and every pass of
         // the deleting service): a scrape reads no rows.

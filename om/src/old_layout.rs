@@ -603,7 +603,11 @@ mod tests {
         ));
         // The log entry, and the open group of no session (staged).
         assert_eq!(om.pending_deletions().await.expect("pending"), 1 + 5);
-        assert_eq!(om.open_sessions(), 1, "the session resumed");
+        assert_eq!(
+            om.open_sessions().await.expect("count"),
+            1,
+            "the session resumed"
+        );
         om.commit_key(99, &[group(9, 1, 3)], 3, BTreeMap::new())
             .await
             .expect("the resumed session commits the group of its old row");
@@ -656,7 +660,7 @@ mod tests {
             k2.generation,
             "reopened: nothing moves again"
         );
-        assert_eq!(om.open_sessions(), 0);
+        assert_eq!(om.open_sessions().await.expect("count"), 0);
     }
 
     /// A file with the owner index but no counts (layout 1) gets its counts at open, from the

@@ -93,7 +93,7 @@ async fn every<F, Fut>(
 /// Aborts sessions whose lease ran out and prunes old completed-upload
 /// records.
 async fn reap_leases(om: Arc<OzoneManager>) {
-    match om.expire_sessions(om.config().clock.now()).await {
+    match om.expire_sessions(om.config().clock.wall()).await {
         Ok(0) => {}
         Ok(n) => tracing::info!(sessions = n, "expired open-key sessions"),
         Err(e) => tracing::warn!(error = %e, "expiring open-key sessions failed"),

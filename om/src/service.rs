@@ -69,7 +69,7 @@ impl OmGrpcService {
 
 /// Runs the operation `f` makes on a task of its own, so that a client that cancels its
 /// call (or whose connection drops) does not cut an operation off between its steps (a
-/// session taken from memory before its row is removed); its error becomes the status the
+/// commit whose transaction ran but whose reply did not); its error becomes the status the
 /// client sees.
 pub(crate) async fn run_to_completion<T, F>(
     om: &Arc<OzoneManager>,
@@ -350,7 +350,7 @@ impl OzoneManagerService for OmGrpcService {
         let g = self
             .run(move |om| async move {
                 let g = om.allocate_block_group(req.session_id, &exclude).await?;
-                om.with_session_token(req.session_id, g)
+                om.with_session_token(req.session_id, g).await
             })
             .await?;
         Ok(Response::new(pb::AllocateBlockGroupResponse {
@@ -403,9 +403,9 @@ impl OzoneManagerService for OmGrpcService {
         &self,
         req: Request<pb::RenewKeyRequest>,
     ) -> Result<Response<pb::RenewKeyResponse>, Status> {
-        self.om
-            .renew_key(req.into_inner().session_id)
-            .map_err(Status::from)?;
+        let session_id = req.into_inner().session_id;
+        self.run(move |om| async move { om.renew_key(session_id).await })
+            .await?;
         Ok(Response::new(pb::RenewKeyResponse {}))
     }
 

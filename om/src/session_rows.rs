@@ -1,19 +1,25 @@
-//! Open-key sessions as rows, so that a write in progress survives an om restart (Ozone
-//! keeps open keys in its OpenKeyTable for the same reason).
+//! Open-key sessions as rows: the only record of a session, so that a write in progress
+//! survives an om restart and any om sharing the metadata store serves its calls (Ozone keeps
+//! open keys in its OpenKeyTable for the same reasons).
 //!
-//! `open_sessions` holds one row per session (session id -> `OpenSessionRecord`: client,
-//! bucket, key, replication, block size, the part it commits into, and the groups allocated
-//! to it). A session's row is written when it opens (durably, before its id is handed out),
-//! rewritten by each allocation in the allocation's transaction (so a session of any number
-//! of groups ends by removing one row, within the metadata store's bounds per transaction;
-//! Ozone's OpenKeyTable entry grows the same way), and removed in the transaction that ends
-//! it (commit, abort, expiry: `end_session` in `deletion.rs`). At open the om loads every row
-//! back, and each session's lease starts again from the open: a writer that was streaming
-//! when the om stopped goes on (allocations and commit name its session id), and one that is
-//! gone expires one lease later.
+//! Three rows a session, written together when it opens (durably, before its id is handed
+//! out) and removed together in the transaction that ends it (commit, abort, expiry:
+//! `end_session` in `deletion.rs`):
+//! - `open_sessions`: session id -> `OpenSessionRecord` (client, bucket, key, replication,
+//!   block size, the part it commits into, and the groups allocated to it), rewritten by each
+//!   allocation in the allocation's transaction (so a session of any number of groups ends by
+//!   removing one row, within the metadata store's bounds per transaction; Ozone's
+//!   OpenKeyTable entry grows the same way);
+//! - `open_session_leases`: session id -> (last open, allocation or renewal, unix ms; client),
+//!   which a renewal rewrites and the expiring service scans;
+//! - `open_sessions_by_client`: (client, session id), over which a client's sessions are
+//!   counted against its bound.
 //!
 //! Files from before the metadata store kept a row per group in a redb table `open_groups`;
-//! at open they are moved into their sessions' rows (`old_layout.rs`).
+//! at open they are moved into their sessions' rows (`old_layout.rs`). Rows from before the
+//! leases have no lease or client row: [`index_unleased`] gives them theirs at open.
+
+use std::collections::HashSet;
 
 use meta_store::codec::Raw;
 use meta_store::{MetaStore, Transaction, transact};
@@ -23,7 +29,7 @@ use proto_crate::wire::om as pb;
 
 use crate::OmError;
 use crate::manager::{OpenKeySession, SessionTarget};
-use crate::tables::OPEN_SESSIONS;
+use crate::tables::{OPEN_SESSIONS, SESSION_LEASES, SESSIONS_BY_CLIENT, each_row};
 
 type Result<T, E = OmError> = std::result::Result<T, E>;
 
@@ -48,9 +54,30 @@ pub(crate) fn record(s: &OpenKeySession) -> pb::OpenSessionRecord {
     }
 }
 
-/// Writes session `id`'s row (`r`, from [`record`]) in `tx`.
+/// Writes a new session `id`'s rows in `tx`: its record `r` (from [`record`]), its lease
+/// from `now_ms` (unix ms) and its client's index row.
+pub(crate) fn open_in(tx: &Transaction, id: u64, r: &pb::OpenSessionRecord, now_ms: u64) {
+    put_in(tx, id, r);
+    SESSION_LEASES.put_in(tx, &id, &(now_ms, r.client.clone()));
+    SESSIONS_BY_CLIENT.put_in(tx, &(r.client.clone(), id), &());
+}
+
+/// Rewrites session `id`'s record (`r`, from [`record`] or [`get_in`]) in `tx`.
 pub(crate) fn put_in(tx: &Transaction, id: u64, r: &pb::OpenSessionRecord) {
     OPEN_SESSIONS.put_in(tx, &id, &Raw(r.encode_to_vec()));
+}
+
+/// Restarts session `id`'s lease at `now_ms` (unix ms) in `tx`, its client `client`.
+pub(crate) fn touch_in(tx: &Transaction, id: u64, client: &str, now_ms: u64) {
+    SESSION_LEASES.put_in(tx, &id, &(now_ms, client.to_string()));
+}
+
+/// Session `id`'s lease as `tx` sees it: (last activity unix ms, client), if it is open.
+///
+/// # Errors
+/// Store errors.
+pub(crate) async fn lease_in(tx: &Transaction, id: u64) -> Result<Option<(u64, String)>> {
+    Ok(SESSION_LEASES.get_in(tx, &id).await?)
 }
 
 /// Session `id`'s stored record as `tx` sees it, if its row exists.
@@ -69,9 +96,43 @@ pub(crate) async fn get_in(tx: &Transaction, id: u64) -> Result<Option<pb::OpenS
         })
 }
 
-/// Removes session `id`'s row in `tx` (none: fine).
-pub(crate) fn remove_in(tx: &Transaction, id: u64) {
+/// Session `id` as the store holds it now, if it is open.
+///
+/// # Errors
+/// Store errors; [`OmError::CorruptRecord`] for a row that does not decode.
+pub(crate) async fn get(store: &MetaStore, id: u64) -> Result<Option<OpenKeySession>> {
+    let Some(row) = OPEN_SESSIONS.get(store, &id).await? else {
+        return Ok(None);
+    };
+    decode_record(&row.value.0)
+        .map(|(r, groups)| Some(session_of(r, groups)))
+        .map_err(|why| OmError::CorruptRecord {
+            what: format!("open session {id}"),
+            source: why.into(),
+        })
+}
+
+/// Removes session `id`'s rows in `tx` (none: fine).
+///
+/// # Errors
+/// Store errors.
+pub(crate) async fn remove_in(tx: &Transaction, id: u64) -> Result<()> {
+    if let Some((_, client)) = SESSION_LEASES.get_in(tx, &id).await? {
+        SESSIONS_BY_CLIENT.delete_in(tx, &(client, id));
+    }
+    SESSION_LEASES.delete_in(tx, &id);
     OPEN_SESSIONS.delete_in(tx, &id);
+    Ok(())
+}
+
+/// How many sessions `client` holds open.
+///
+/// # Errors
+/// Store errors.
+pub(crate) async fn count_of_client(store: &MetaStore, client: &str) -> Result<u64> {
+    Ok(SESSIONS_BY_CLIENT
+        .count(store, &(client.to_string(),))
+        .await?)
 }
 
 /// A decoded record, its replication parsed, and its groups.
@@ -95,11 +156,10 @@ fn decode_record(bytes: &[u8]) -> std::result::Result<Decoded, String> {
     Ok(((r, replication), groups))
 }
 
-/// The session a stored record describes, its lease starting at `now`.
+/// The session a stored record describes.
 fn session_of(
     (r, replication): (pb::OpenSessionRecord, proto_crate::ReplicationConfig),
     allocated: Vec<BlockGroup>,
-    now: std::time::Instant,
 ) -> OpenKeySession {
     let target = if r.upload_id.is_empty() {
         SessionTarget::Key
@@ -111,7 +171,6 @@ fn session_of(
     };
     OpenKeySession {
         client: r.client,
-        last_active: now,
         bucket: r.bucket,
         key: r.key,
         replication,
@@ -121,48 +180,89 @@ fn session_of(
     }
 }
 
-/// Reads every session back with its allocated groups, its lease starting at `now`, a page
-/// at a time; rows that do not decode are removed (with a warning; their writes are given up,
-/// and their replicas left to the orphan sweep), a bounded number per transaction.
-pub(crate) async fn load(
-    store: &MetaStore,
-    now: std::time::Instant,
-) -> Result<Vec<(u64, OpenKeySession)>> {
-    let mut sessions = Vec::new();
+/// Every group the open sessions hold, read at one snapshot, a page at a time (rows that do
+/// not decode are skipped; [`index_unleased`] gives them up at the next open).
+///
+/// # Errors
+/// Store errors.
+pub(crate) async fn all_allocated(store: &MetaStore) -> Result<Vec<BlockGroup>> {
+    let snapshot = store.snapshot().await?;
+    let mut groups = Vec::new();
+    each_row(&snapshot, OPEN_SESSIONS, &(), |_, v| {
+        if let Ok((_, mut g)) = decode_record(&v.0) {
+            groups.append(&mut g);
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(groups)
+}
+
+/// At open: gives every session row without a lease (written before leases were rows) a
+/// lease from `now_ms` and its client's index row, and removes rows that do not decode (with
+/// a warning; their writes are given up, and their replicas left to the orphan sweep), a
+/// bounded number per transaction. Returns how many sessions are open.
+///
+/// # Errors
+/// Store errors.
+pub(crate) async fn index_unleased(store: &MetaStore, now_ms: u64) -> Result<usize> {
+    let snapshot = store.snapshot().await?;
+    let mut leased = HashSet::new();
+    each_row(&snapshot, SESSION_LEASES, &(), |id, _| {
+        leased.insert(id);
+        Ok(())
+    })
+    .await?;
+    let mut open = 0;
+    let mut unleased = Vec::new();
     let mut unreadable = Vec::new();
-    let mut after = None;
-    loop {
-        let rows = OPEN_SESSIONS
-            .scan(store, &(), after.as_ref(), crate::MAX_LIST_PAGE)
-            .await?;
-        for row in &rows.rows {
-            match decode_record(&row.value.0) {
-                Ok((r, groups)) => sessions.push((row.key, session_of(r, groups, now))),
-                Err(why) => {
-                    // One bad row must not keep the om from starting: that write is lost, the
-                    // rest go on.
-                    tracing::warn!(session = row.key, error = %why, "an open session's row does not decode; its write is given up");
-                    unreadable.push(row.key);
+    each_row(&snapshot, OPEN_SESSIONS, &(), |id, v| {
+        match pb::OpenSessionRecord::decode(v.0.as_slice()) {
+            Ok(r) => {
+                open += 1;
+                if !leased.contains(&id) {
+                    unleased.push((id, r.client));
                 }
             }
+            Err(why) => {
+                // One bad row must not keep the om from starting: that write is lost, the
+                // rest go on.
+                tracing::warn!(session = id, error = %why, "an open session's row does not decode; its write is given up");
+                unreadable.push(id);
+            }
         }
-        match rows.rows.last() {
-            Some(last) if rows.more => after = Some(last.key),
-            _ => break,
-        }
-    }
-    for chunk in unreadable.chunks(crate::deletion::TXN_BATCH) {
+        Ok(())
+    })
+    .await?;
+    for chunk in unleased.chunks(crate::deletion::TXN_BATCH / 2) {
         transact(store, |tx| {
             Box::pin(async move {
-                for id in chunk {
-                    remove_in(&tx, *id);
+                for (id, client) in chunk {
+                    // Ended, or given a lease, since the snapshot: nothing to do.
+                    if OPEN_SESSIONS.get_in(&tx, id).await?.is_some()
+                        && lease_in(&tx, *id).await?.is_none()
+                    {
+                        touch_in(&tx, *id, client, now_ms);
+                        SESSIONS_BY_CLIENT.put_in(&tx, &(client.clone(), *id), &());
+                    }
                 }
                 Ok::<(), OmError>(())
             })
         })
         .await?;
     }
-    Ok(sessions)
+    for chunk in unreadable.chunks(crate::deletion::TXN_BATCH) {
+        transact(store, |tx| {
+            Box::pin(async move {
+                for id in chunk {
+                    remove_in(&tx, *id).await?;
+                }
+                Ok::<(), OmError>(())
+            })
+        })
+        .await?;
+    }
+    Ok(open)
 }
 
 #[cfg(test)]
@@ -195,7 +295,7 @@ mod tests {
             s.session_id
         };
         let om = crate::test_oms::with_five_datanodes(dir.path()).await;
-        assert_eq!(om.open_sessions(), 0);
+        assert_eq!(om.open_sessions().await.expect("count"), 0);
         assert!(matches!(
             om.commit_key(id, &[], 0, BTreeMap::new()).await,
             Err(OmError::NoSuchSession(_))

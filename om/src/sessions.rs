@@ -1,48 +1,63 @@
 //! Open-key sessions: open, allocate block groups, commit, abort, expire.
 //!
-//! A session lives in the om's memory and as a row (`session_rows.rs`),
-//! written before its id is handed out; each group allocated to it is added
-//! to the row in the allocation's transaction. A write
-//! in progress therefore survives an om restart: the om loads its sessions
-//! back, each lease starting again. A session
-//! ends by commit (its committed groups move into the key or part; the rest
-//! are logged for deletion), by abort, or by expiry: a session without an
-//! allocation for the open-key lease is aborted by [`OzoneManager::expire_sessions`]
-//! (Ozone's OpenKeyCleanupService). Each client holds at most
-//! `max_sessions_per_client` open sessions.
+//! A session is rows of the metadata store (`session_rows.rs`) and nothing else: its record,
+//! written before its id is handed out, to which each allocation adds its group in the
+//! allocation's transaction; its lease; its client's index row. A write in progress therefore
+//! survives an om restart, and any om that shares the store serves each of its calls (a
+//! writer whose om dies goes on through another). A session ends by commit (its committed
+//! groups move into the key or part; the rest are logged for deletion), by abort, or by
+//! expiry: a session without an open, allocation or renewal for the open-key lease is
+//! aborted by [`OzoneManager::expire_sessions`] (Ozone's OpenKeyCleanupService). Whichever
+//! ends it, the ending transaction finds its rows there or fails, so a session ends once.
+//!
+//! Bounds: each client holds at most `max_sessions_per_client` open sessions, and all
+//! clients together [`MAX_OPEN_SESSIONS`]. Both are counted before the open's transaction,
+//! not guarded by it (a guarded count would make every open of one client, such as an S3
+//! gateway's, conflict with the others on etcd): opens in flight at once may each pass, so a
+//! client exceeds its bound by at most the opens it has in flight, and the bound in all,
+//! counted at most once a [`SESSION_CENSUS_INTERVAL`] per om, by the opens of that interval.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, SystemTime};
 
 use meta_store::{Transaction, transact};
 use proto_crate::{BlockGroup, DatanodeId, KeyInfo, Pipeline, ReplicationConfig};
 
+use crate::clock::unix_ms;
 use crate::deletion::{end_session, stage_groups, stage_key_groups};
 use crate::manager::{
     BLOCKS_PER_CONTAINER, OpenKey, OpenKeySession, SessionTarget, now_ms, validate_name,
 };
-use crate::tables::COUNTERS;
+use crate::tables::{COUNTERS, OPEN_SESSIONS, SESSION_LEASES, each_row};
 use crate::{OmError, OzoneManager};
 
 type Result<T, E = OmError> = std::result::Result<T, E>;
 
-/// Most sessions open at once over all clients.
+/// Most sessions open at once over all clients (see the module's notes on how exactly).
 pub const MAX_OPEN_SESSIONS: usize = 100_000;
+
+/// Longest an om goes on with its count of every open session (raised by the sessions it
+/// opens itself) before counting the rows again to check [`MAX_OPEN_SESSIONS`].
+pub const SESSION_CENSUS_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Sessions ended per transaction by the expiring service: each reads two rows and writes
+/// four (three removed, one staged), within etcd's 128 operations per transaction.
+const EXPIRED_PER_TXN: usize = 25;
 
 /// The client id of callers that give none.
 pub const ANONYMOUS_CLIENT: &str = "";
 
-/// A new session id: 64 random bits from the OS-seeded generator, never 0
-/// and never an open session's. Every session call names only this id, so
-/// it must not be guessable from another's (a counter would let any client
-/// commit into or abort the next writer's session); Ozone's OM likewise
-/// hands out random client ids for open keys. An id from before a restart
-/// matches a new session with probability 2^-64 per pair, so a writer of an
-/// earlier incarnation gets `NoSuchSession`, not someone else's session.
-fn new_session_id(open: &std::collections::HashMap<u64, OpenKeySession>) -> u64 {
+/// A new session id candidate: 64 random bits from the OS-seeded generator, never 0 (the
+/// open's transaction takes another when an open session has it). Every session call names
+/// only this id, so it must not be guessable from another's (a counter would let any client
+/// commit into or abort the next writer's session); Ozone's OM likewise hands out random
+/// client ids for open keys. An id of an ended session matches a new one with probability
+/// 2^-64 per pair, so a writer of an earlier session gets `NoSuchSession`, not someone
+/// else's session.
+fn new_session_id() -> u64 {
     loop {
         let id: u64 = rand::random();
-        if id != 0 && !open.contains_key(&id) {
+        if id != 0 {
             return id;
         }
     }
@@ -159,8 +174,7 @@ impl OzoneManager {
     ///
     /// # Errors
     /// [`OmError::BucketNotFound`], [`OmError::InvalidArgument`] for a bad
-    /// key name, [`OmError::TooManyOpenSessions`]; [`OmError::Busy`] (retry) when the new
-    /// session's lease ran out while its row was being written.
+    /// key name, [`OmError::TooManyOpenSessions`]; store errors.
     pub async fn open_key_as(
         &self,
         client: &str,
@@ -184,78 +198,35 @@ impl OzoneManager {
         let b = self.get_bucket(bucket).await?;
         let replication = replication.unwrap_or(b.default_replication);
         crate::manager::check_replication(&replication)?;
-        let limit = self.config.max_sessions_per_client;
-        let (session_id, row) = {
-            let mut st = self.state();
-            // Client ids are the clients' own word: a global bound too.
-            if st.sessions.len() >= MAX_OPEN_SESSIONS {
-                return Err(OmError::TooManyOpenSessions {
-                    client: "(all clients)".to_string(),
-                    limit: MAX_OPEN_SESSIONS,
-                });
-            }
-            let held = st.sessions_by_client.get(client).copied().unwrap_or(0);
-            if held >= limit {
-                return Err(OmError::TooManyOpenSessions {
-                    client: client.to_string(),
-                    limit,
-                });
-            }
-            let session_id = new_session_id(&st.sessions);
-            let session = OpenKeySession {
-                client: client.to_string(),
-                last_active: self.config.clock.now(),
-                bucket: bucket.to_string(),
-                key: key.to_string(),
-                replication,
-                block_size: b.block_size,
-                allocated: Vec::new(),
-                target,
-            };
-            // Reserved in memory (counted against the bounds; no one else knows the id
-            // yet), then its row written durably, without the state lock held: the id is
-            // handed out only once a restarted om would find the session again (Ozone's
-            // OpenKey is a replicated transaction for the same reason).
-            let row = crate::session_rows::record(&session);
-            *st.sessions_by_client.entry(client.to_string()).or_default() += 1;
-            st.sessions.insert(session_id, session);
-            (session_id, row)
-        };
-        let written = transact(&self.store, |tx| {
+        self.check_session_bounds(client).await?;
+        let row = crate::session_rows::record(&OpenKeySession {
+            client: client.to_string(),
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            replication,
+            block_size: b.block_size,
+            allocated: Vec::new(),
+            target,
+        });
+        let now_ms = unix_ms(self.config.clock.wall());
+        // The rows are written durably before the id is handed out: a restarted om, or any
+        // other, finds the session (Ozone's OpenKey is a replicated transaction for the same
+        // reason).
+        let opened = transact(&self.store, |tx| {
             let row = &row;
             Box::pin(async move {
-                crate::session_rows::put_in(&tx, session_id, row);
-                Ok::<(), OmError>(())
+                let mut session_id = new_session_id();
+                while OPEN_SESSIONS.get_in(&tx, &session_id).await?.is_some() {
+                    session_id = new_session_id();
+                }
+                crate::session_rows::open_in(&tx, session_id, row, now_ms);
+                Ok::<u64, OmError>(session_id)
             })
         })
-        .await;
-        let ended = {
-            let st = self.state();
-            self.publish_sessions(&st);
-            !st.sessions.contains_key(&session_id)
-        };
-        if let Err(e) = written {
-            let mut st = self.state();
-            st.remove_session(session_id);
-            self.publish_sessions(&st);
-            return Err(e);
-        }
-        if ended {
-            // Ended (expired) while its row was written: whoever ended it may have removed
-            // the row before it existed, so it goes here too (removing it twice is fine),
-            // or a restart would resurrect the session.
-            transact(&self.store, |tx| {
-                Box::pin(async move {
-                    crate::session_rows::remove_in(&tx, session_id);
-                    Ok::<(), OmError>(())
-                })
-            })
-            .await?;
-            // The caller never saw this session: nothing of theirs is lost, so a retry.
-            return Err(OmError::Busy(format!(
-                "the new session {session_id} expired while it was being recorded; open again"
-            )));
-        }
+        .await?;
+        let session_id = opened.value;
+        self.sessions_open.send_modify(|n| *n += 1);
+        self.sessions_changed();
         Ok(OpenKey {
             session_id,
             replication,
@@ -279,9 +250,9 @@ impl OzoneManager {
         session_id: u64,
         exclude: &[DatanodeId],
     ) -> Result<BlockGroup> {
+        let replication = self.session(session_id).await?.replication;
         let locations = {
             let mut st = self.state();
-            let replication = self.touch(&mut st, session_id)?.replication;
             // New groups go to healthy datanodes in service only.
             let healthy: Vec<_> = st
                 .nodes
@@ -312,7 +283,9 @@ impl OzoneManager {
             }
         };
         // Ids (from this om's reserved ranges, a new range reserved in this transaction when
-        // one runs out) and the session row with the group commit in one transaction.
+        // one runs out), the session row with the group and its lease restarted commit in
+        // one transaction.
+        let now_ms = unix_ms(self.config.clock.wall());
         let committed = transact(&self.store, |tx| {
             let locations = locations.clone();
             Box::pin(async move {
@@ -333,6 +306,7 @@ impl OzoneManager {
                     Some(mut row) => {
                         row.allocated.push(group.clone().into());
                         crate::session_rows::put_in(&tx, session_id, &row);
+                        crate::session_rows::touch_in(&tx, session_id, &row.client, now_ms);
                         true
                     }
                     // Its row is gone: the session ended (its end's transaction ran first).
@@ -347,47 +321,12 @@ impl OzoneManager {
         .await?;
         let (group, recorded, reserved) = committed.value;
         self.install_ids(reserved);
-        let known = {
-            let mut st = self.state();
-            if open_container.is_none() {
-                st.open_containers
-                    .insert(pipeline_key, (group.container_id, 1));
-            }
-            if recorded {
-                match st.sessions.get_mut(&session_id) {
-                    Some(s) => {
-                        s.allocated.push(group.clone());
-                        true
-                    }
-                    None => false,
-                }
-            } else {
-                false
-            }
-        };
-        if !recorded {
-            self.deletions_changed();
-            return Err(OmError::NoSuchSession(session_id));
+        if open_container.is_none() {
+            self.state()
+                .open_containers
+                .insert(pipeline_key, (group.container_id, 1));
         }
-        if !known {
-            // Ended (aborted, expired, or committing) while this group was being allocated:
-            // nothing can reference it (a commit names only groups the session knew). If the
-            // end's transaction has run, it found the group in the row and staged it; if not,
-            // the group leaves the row here and is staged now. Either way once.
-            transact(&self.store, |tx| {
-                let group = &group;
-                Box::pin(async move {
-                    if let Some(mut row) = crate::session_rows::get_in(&tx, session_id).await? {
-                        row.allocated.retain(|g| {
-                            (g.container_id, g.local_id) != (group.container_id, group.local_id)
-                        });
-                        crate::session_rows::put_in(&tx, session_id, &row);
-                        stage_groups(&tx, std::slice::from_ref(group)).await?;
-                    }
-                    Ok::<(), OmError>(())
-                })
-            })
-            .await?;
+        if !recorded {
             self.deletions_changed();
             return Err(OmError::NoSuchSession(session_id));
         }
@@ -527,21 +466,13 @@ impl OzoneManager {
         length: u64,
         target: &SessionTarget,
     ) -> Result<(OpenKeySession, Vec<BlockGroup>, Vec<BlockGroup>)> {
-        let s = {
-            let mut st = self.state();
-            match st.sessions.get(&session_id) {
-                None => return Err(OmError::NoSuchSession(session_id)),
-                Some(s) if std::mem::discriminant(&s.target) != std::mem::discriminant(target) => {
-                    return Err(OmError::InvalidArgument(format!(
-                        "session {session_id} commits into {:?}, not {target:?}",
-                        s.target
-                    )));
-                }
-                Some(_) => {}
-            }
-            st.remove_session(session_id)
-                .ok_or(OmError::NoSuchSession(session_id))?
-        };
+        let s = self.session(session_id).await?;
+        if std::mem::discriminant(&s.target) != std::mem::discriminant(target) {
+            return Err(OmError::InvalidArgument(format!(
+                "session {session_id} commits into {:?}, not {target:?}",
+                s.target
+            )));
+        }
         match committed_groups(session_id, &s.allocated, groups, length) {
             Ok(committed) => {
                 let leftovers = s
@@ -565,30 +496,67 @@ impl OzoneManager {
 
     /// Restarts the lease of open session `session_id` (a writer's
     /// keep-alive: a writer streaming into one block group allocates
-    /// nothing for a long time).
+    /// nothing for a long time), recording now as its last activity.
     ///
     /// # Errors
-    /// [`OmError::NoSuchSession`] when it ended (committed, aborted, expired).
-    pub fn renew_key(&self, session_id: u64) -> Result<()> {
-        let mut st = self.state();
-        self.touch(&mut st, session_id)?;
-        drop(st);
+    /// [`OmError::NoSuchSession`] when it ended (committed, aborted, expired); store errors.
+    pub async fn renew_key(&self, session_id: u64) -> Result<()> {
+        let now_ms = unix_ms(self.config.clock.wall());
+        transact(&self.store, |tx| {
+            Box::pin(async move {
+                let (_, client) = crate::session_rows::lease_in(&tx, session_id)
+                    .await?
+                    .ok_or(OmError::NoSuchSession(session_id))?;
+                crate::session_rows::touch_in(&tx, session_id, &client, now_ms);
+                Ok::<(), OmError>(())
+            })
+        })
+        .await?;
         self.renewals.send_modify(|n| *n += 1);
         Ok(())
     }
 
-    /// Open session `session_id`, its lease restarted now.
-    fn touch<'a>(
-        &self,
-        st: &'a mut crate::manager::State,
-        session_id: u64,
-    ) -> Result<&'a mut OpenKeySession> {
-        let s = st
-            .sessions
-            .get_mut(&session_id)
-            .ok_or(OmError::NoSuchSession(session_id))?;
-        s.last_active = self.config.clock.now();
-        Ok(s)
+    /// Open session `session_id` as its row holds it now.
+    ///
+    /// # Errors
+    /// [`OmError::NoSuchSession`] when it is not open; store errors; a row that does not
+    /// decode.
+    pub(crate) async fn session(&self, session_id: u64) -> Result<OpenKeySession> {
+        crate::session_rows::get(&self.store, session_id)
+            .await?
+            .ok_or(OmError::NoSuchSession(session_id))
+    }
+
+    /// Refuses a new session of `client` past its bound or past [`MAX_OPEN_SESSIONS`] (see
+    /// the module's notes).
+    async fn check_session_bounds(&self, client: &str) -> Result<()> {
+        let limit = self.config.max_sessions_per_client;
+        let held = crate::session_rows::count_of_client(&self.store, client).await?;
+        if held >= limit as u64 {
+            return Err(OmError::TooManyOpenSessions {
+                client: client.to_string(),
+                limit,
+            });
+        }
+        // Client ids are the clients' own word: a bound in all too.
+        let counted = *self
+            .sessions_counted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = self.config.clock.now();
+        let all = match counted {
+            Some(at) if now.saturating_duration_since(at) < SESSION_CENSUS_INTERVAL => {
+                *self.sessions_open.borrow()
+            }
+            _ => self.open_sessions().await?,
+        };
+        if all >= MAX_OPEN_SESSIONS as u64 {
+            return Err(OmError::TooManyOpenSessions {
+                client: "(all clients)".to_string(),
+                limit: MAX_OPEN_SESSIONS,
+            });
+        }
+        Ok(())
     }
 
     /// Abandons an open key; nothing becomes visible and its groups are
@@ -597,58 +565,72 @@ impl OzoneManager {
     /// # Errors
     /// Store errors.
     pub async fn abort_key(&self, session_id: u64) -> Result<()> {
-        let s = {
-            let mut st = self.state();
-            st.remove_session(session_id)
-        };
-        match s {
-            Some(s) => self.reclaim_session(session_id, &s.allocated).await,
-            None => Ok(()),
-        }
+        self.reclaim_session(session_id, &[]).await
     }
 
-    /// Aborts every session whose lease (the om's `open_key_lease`, counted
-    /// from its last open or allocation) ran out by `now`, logging its groups
-    /// for deletion. Returns how many were aborted.
+    /// Aborts every session whose lease (the om's `open_key_lease`, counted from its last
+    /// open, allocation or renewal, whichever om recorded it, and no earlier than this om's
+    /// start) ran out by `now`, logging its groups for deletion, at most
+    /// [`EXPIRED_PER_TXN`] sessions per transaction. A session renewed after the scan that
+    /// found it is left open. Returns how many were aborted. Lease times are the wall clocks
+    /// of the oms that recorded them: oms sharing a store need clocks closer together than
+    /// the lease (1 h by default).
     ///
     /// # Errors
-    /// Store errors (the sessions are gone from memory; their rows stay,
-    /// and the next om start loads them back to expire one lease later).
-    pub async fn expire_sessions(&self, now: Instant) -> Result<usize> {
-        let lease = self.config.open_key_lease;
-        let expired: Vec<(u64, OpenKeySession)> = {
-            let mut st = self.state();
-            let ids: Vec<u64> = st
-                .sessions
-                .iter()
-                .filter(|(_, s)| now.saturating_duration_since(s.last_active) >= lease)
-                .map(|(id, _)| *id)
-                .collect();
-            ids.into_iter()
-                .filter_map(|id| st.remove_session(id).map(|s| (id, s)))
-                .collect()
-        };
-        if expired.is_empty() {
-            return Ok(0);
-        }
-        // Two rows a session (its row, its staged groups), and one read each: a bounded
-        // number per transaction.
-        for chunk in expired.chunks(crate::deletion::TXN_BATCH / 2) {
-            for (id, s) in chunk {
-                tracing::info!(session = id, bucket = %s.bucket, key = %s.key, client = %s.client, "open-key lease expired; aborting");
+    /// Store errors (what was aborted stays aborted; the rest is found again by the next
+    /// pass).
+    pub async fn expire_sessions(&self, now: SystemTime) -> Result<usize> {
+        let lease_ms = u64::try_from(self.config.open_key_lease.as_millis()).unwrap_or(u64::MAX);
+        let now_ms = unix_ms(now);
+        let not_before = self.opened_wall_ms;
+        let expired_by = move |last: u64| last.max(not_before).saturating_add(lease_ms) <= now_ms;
+        let snapshot = self.store.snapshot().await?;
+        let mut candidates = Vec::new();
+        each_row(&snapshot, SESSION_LEASES, &(), |id, (last, _)| {
+            if expired_by(last) {
+                candidates.push(id);
             }
-            transact(&self.store, |tx| {
+            Ok(())
+        })
+        .await?;
+        let mut ended = 0;
+        for chunk in candidates.chunks(EXPIRED_PER_TXN) {
+            let done = transact(&self.store, |tx| {
                 Box::pin(async move {
-                    for (id, s) in chunk {
-                        end_session(&tx, *id, &s.allocated, &[]).await?;
+                    let mut done = Vec::new();
+                    for id in chunk {
+                        match crate::session_rows::lease_in(&tx, *id).await? {
+                            Some((last, client)) if expired_by(last) => {
+                                end_session(&tx, *id, &[], &[]).await?;
+                                done.push((*id, client));
+                            }
+                            // Renewed or ended since the scan.
+                            _ => {}
+                        }
                     }
-                    Ok::<(), OmError>(())
+                    Ok::<_, OmError>(done)
                 })
             })
-            .await?;
+            .await;
+            let done = match done {
+                Ok(d) => d.value,
+                Err(e) => {
+                    if ended > 0 {
+                        self.deletions_changed();
+                    }
+                    return Err(e);
+                }
+            };
+            for (id, client) in &done {
+                tracing::info!(session = id, client = %client, "open-key lease expired; aborting");
+            }
+            ended += done.len();
         }
-        self.deletions_changed();
-        Ok(expired.len())
+        if ended > 0 {
+            self.deletions_changed();
+        }
+        self.open_sessions().await?;
+        Ok(ended)
     }
 }
 
@@ -748,9 +730,9 @@ mod tests {
         );
     }
 
-    /// A group the session's row holds but the om's memory does not (its allocation's
-    /// transaction committed as the session ended, and the om could crash before that
-    /// allocation's own clean-up) is staged by the transaction that ends the session, once.
+    /// A group the session's row holds but the caller's read of the session does not (its
+    /// allocation's transaction committed between a commit's or abort's read of the row and
+    /// its own transaction) is staged by the transaction that ends the session, once.
     #[tokio::test]
     async fn ending_a_session_frees_the_groups_its_row_holds() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -762,29 +744,31 @@ mod tests {
                 .allocate_block_group(s.session_id, &[])
                 .await
                 .expect("allocate");
-            let unknown = om
-                .allocate_block_group(s.session_id, &[])
+            let read = om.session(s.session_id).await.expect("open");
+            om.allocate_block_group(s.session_id, &[])
                 .await
                 .expect("allocate");
-            // Memory forgets the second group: as if its allocation had not yet returned.
-            {
-                let mut st = om.state();
-                let session = st.sessions.get_mut(&s.session_id).expect("open");
-                session.allocated.retain(|g| g.local_id != unknown.local_id);
-            }
             let before = om.pending_deletions().await.expect("pending");
-            match end {
-                "abort" => om.abort_key(s.session_id).await.expect("abort"),
-                _ => {
-                    let g = BlockGroup {
-                        length: 1,
-                        ..known.clone()
-                    };
-                    om.commit_key(s.session_id, &[g], 1, BTreeMap::new())
-                        .await
-                        .expect("commit");
-                }
-            }
+            let committed = match end {
+                "abort" => Vec::new(),
+                _ => vec![BlockGroup {
+                    length: 1,
+                    ..known.clone()
+                }],
+            };
+            let leftovers: Vec<BlockGroup> = read
+                .allocated
+                .iter()
+                .filter(|g| committed.iter().all(|c| c.local_id != g.local_id))
+                .cloned()
+                .collect();
+            let ended = transact(&om.store, |tx| {
+                let (leftovers, committed) = (&leftovers, &committed);
+                Box::pin(async move { end_session(&tx, s.session_id, leftovers, committed).await })
+            })
+            .await
+            .expect("end");
+            assert!(ended.value, "{end}: the session was open");
             let freed = match end {
                 "abort" => 2,
                 _ => 1,

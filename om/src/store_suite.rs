@@ -162,7 +162,7 @@ async fn open_writes_resume_after_a_restart_on_each_store() {
             .await
             .expect("allocate");
         let om = om.restart().await;
-        assert_eq!(om.open_sessions(), 1);
+        assert_eq!(om.open_sessions().await.expect("count"), 1);
         om.commit_key(
             s.session_id,
             &[BlockGroup { length: 4, ..g }],

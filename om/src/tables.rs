@@ -25,6 +25,13 @@ pub(crate) const KEYS: Table<(String, String), Raw> = Table::new("keys");
 pub(crate) const COUNTERS: Table<String, u64> = Table::new("counters");
 /// Open sessions: session id -> `OpenSessionRecord` (`session_rows.rs`).
 pub(crate) const OPEN_SESSIONS: Table<u64, Raw> = Table::new("open_sessions");
+/// Open sessions' leases: session id -> (last open, allocation or renewal in unix ms on the
+/// wall clock of the om that recorded it, client id). Kept apart from `OPEN_SESSIONS` so that
+/// a renewal writes a few bytes, not the session's list of groups.
+pub(crate) const SESSION_LEASES: Table<u64, (u64, String)> = Table::new("open_session_leases");
+/// Open sessions by (client id, session id): a client's sessions are counted over its prefix.
+pub(crate) const SESSIONS_BY_CLIENT: Table<(String, u64), ()> =
+    Table::new("open_sessions_by_client");
 /// Uploads in progress: upload id -> `MultipartUploadInfo` without its parts.
 pub(crate) const UPLOADS: Table<String, Raw> = Table::new("multipart_uploads");
 /// Uploaded parts: (upload id, part number) -> `PartInfo`.

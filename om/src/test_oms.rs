@@ -75,6 +75,21 @@ impl TestOm {
         Self { om, shared, kept }
     }
 
+    /// A second om on this one's store, in a data dir of its own, with `config` applied (an
+    /// etcd store only: a redb file has one om).
+    pub(crate) async fn another(&self, config: impl FnOnce(OmConfig) -> OmConfig) -> OzoneManager {
+        let shared = self
+            .shared
+            .clone()
+            .expect("another om needs a shared (etcd) store");
+        OzoneManager::open_on(
+            config(OmConfig::new(self.kept.dir.path().join("om-2"))),
+            Some(shared),
+        )
+        .await
+        .expect("open another om")
+    }
+
     /// Moves the om out (to share it between tasks); the returned [`Kept`]
     /// keeps its etcd member and directory until it is dropped.
     pub(crate) fn split(self) -> (OzoneManager, Kept) {

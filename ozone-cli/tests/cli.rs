@@ -226,7 +226,11 @@ fn buckets_and_keys_end_to_end() {
         "/proc/self/mem",
     ]);
     assert!(!failed.status.success(), "{failed:?}");
-    assert_eq!(cluster.om().open_sessions(), 0, "the failed put's session");
+    assert_eq!(
+        rt.block_on(cluster.om().open_sessions()).expect("count"),
+        0,
+        "the failed put's session"
+    );
     let info = ozone(&["--om", &om, "sh", "key", "info", "b1/unreadable"]);
     assert_eq!(info.status.code(), Some(3), "{info:?}");
     rt.block_on(cluster.shutdown());

@@ -515,7 +515,7 @@ mod tests {
         client.current.store(0, Ordering::Relaxed);
         client.get_bucket("b").await.expect("a read moves on");
         opened.guard.undo().await;
-        assert_eq!(serving.om().open_sessions(), 0);
+        assert_eq!(serving.om().open_sessions().await.expect("count"), 0);
 
         let only_standby = OmClient::connect(
             &standby.address().to_string(),

@@ -70,9 +70,9 @@ async fn async_methods_and_async_write_mix_in_order() {
         .await
         .expect("create");
     w.write_all(&src).await.expect("AsyncWrite");
-    assert_eq!(cluster.om().open_sessions(), 1);
+    assert_eq!(cluster.om().open_sessions().await.expect("count"), 1);
     w.abort().await.expect("abort");
-    assert_eq!(cluster.om().open_sessions(), 0);
+    assert_eq!(cluster.om().open_sessions().await.expect("count"), 0);
     assert!(client.key_info("ec", "given-up").await.is_err());
 
     // Abort while poll_shutdown's commit is under way: it may already have
@@ -99,7 +99,7 @@ async fn async_methods_and_async_write_mix_in_order() {
     );
     let err = w.abort().await.expect_err("the commit went through");
     assert!(matches!(err, ClientError::InvalidArgument(_)), "{err}");
-    assert_eq!(cluster.om().open_sessions(), 0);
+    assert_eq!(cluster.om().open_sessions().await.expect("count"), 0);
     let info = client
         .key_info("ec", "committing")
         .await

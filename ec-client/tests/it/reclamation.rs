@@ -181,11 +181,13 @@ async fn an_abandoned_writer_frees_what_it_wrote() {
         "the writer stored blocks"
     );
     drop(w);
-    let mut open = cluster.om().watch_open_sessions();
-    tokio::time::timeout(Duration::from_secs(60), open.wait_for(|n| *n == 0))
-        .await
-        .expect("the session is aborted")
-        .expect("om alive");
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        cluster.om().wait_open_sessions(|n| n == 0),
+    )
+    .await
+    .expect("the session is aborted")
+    .expect("count");
     // The om publishes the session count on every change of the deletion
     // log, so the count can reach 0 an instant before the abort's own
     // transaction logs the groups: wait on the log's changes until the
@@ -352,11 +354,13 @@ fn random_operations_leave_exactly_the_referenced_blocks() {
                         }
                     }
                 }
-                let mut open = cluster.om().watch_open_sessions();
-                tokio::time::timeout(Duration::from_secs(60), open.wait_for(|n| *n == 0))
-                    .await
-                    .expect("abandoned sessions are aborted")
-                    .expect("om alive");
+                tokio::time::timeout(
+                    Duration::from_secs(60),
+                    cluster.om().wait_open_sessions(|n| n == 0),
+                )
+                .await
+                .expect("abandoned sessions are aborted")
+                .expect("count");
                 quiesce(&cluster).await;
                 for ((bucket, key), bytes) in &model {
                     let got = common::read_all(&client, bucket, key).await;

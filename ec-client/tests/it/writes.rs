@@ -268,11 +268,13 @@ async fn dropped_writer_leaves_no_key() {
     drop(r);
     // Both sessions are aborted in the background (bounded wait), and nothing
     // was ever committed.
-    let mut open = cluster.om().watch_open_sessions();
-    tokio::time::timeout(Duration::from_secs(60), open.wait_for(|n| *n == 0))
-        .await
-        .expect("dropped writers abort their om sessions")
-        .expect("om alive");
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        cluster.om().wait_open_sessions(|n| n == 0),
+    )
+    .await
+    .expect("dropped writers abort their om sessions")
+    .expect("count");
     assert!(
         client
             .list_keys("b", "", "", 0)

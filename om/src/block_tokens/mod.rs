@@ -461,7 +461,11 @@ impl OzoneManager {
 
     /// `g`, just allocated to session `session_id`, with its writer's token
     /// (READ and WRITE, issued to the session's client).
-    pub(crate) fn with_session_token(
+    ///
+    /// # Errors
+    /// [`OmError::NoSuchSession`] when the session ended meanwhile; store errors; as
+    /// [`service_token`](Self::service_token).
+    pub(crate) async fn with_session_token(
         &self,
         session_id: u64,
         g: BlockGroup,
@@ -469,12 +473,7 @@ impl OzoneManager {
         if self.tokens.is_none() {
             return Ok(g);
         }
-        let client = self
-            .state()
-            .sessions
-            .get(&session_id)
-            .map(|s| s.client.clone())
-            .unwrap_or_default();
+        let client = self.session(session_id).await?.client;
         self.with_token(g, AccessModes::READ_WRITE, &client)
     }
 
@@ -517,17 +516,13 @@ impl OzoneManager {
         let is = |g: &BlockGroup| (g.container_id, g.local_id) == (container_id, local_id);
         match owner {
             TokenOwner::Session(id) => {
-                let client = {
-                    let state = self.state();
-                    let s = state.sessions.get(id).ok_or(OmError::NoSuchSession(*id))?;
-                    if !s.allocated.iter().any(is) {
-                        return Err(OmError::InvalidArgument(format!(
-                            "block group {container_id}:{local_id} was not allocated to session {id}"
-                        )));
-                    }
-                    s.client.clone()
-                };
-                self.mint(scope, AccessModes::READ_WRITE, &client)
+                let s = self.session(*id).await?;
+                if !s.allocated.iter().any(is) {
+                    return Err(OmError::InvalidArgument(format!(
+                        "block group {container_id}:{local_id} was not allocated to session {id}"
+                    )));
+                }
+                self.mint(scope, AccessModes::READ_WRITE, &s.client)
             }
             TokenOwner::Key { bucket, key } => {
                 let k = self.lookup_key(bucket, key).await?;

@@ -149,14 +149,13 @@ async fn a_create_only_put_that_loses_during_its_upload_is_refused_by_the_om() {
         let r = s.send_paused("/late/k", &[("if-none-match", "*")], &body, || {
             // The paused PUT passed the gateway's check and opened its om session...
             handle.block_on(async {
-                let mut open = om.watch_open_sessions();
-                tokio::time::timeout(std::time::Duration::from_secs(30), async {
-                    while *open.borrow_and_update() == 0 {
-                        open.changed().await.expect("om alive");
-                    }
-                })
+                tokio::time::timeout(
+                    std::time::Duration::from_secs(30),
+                    om.wait_open_sessions(|n| n > 0),
+                )
                 .await
-                .expect("the paused PUT opened its session");
+                .expect("the paused PUT opened its session")
+                .expect("count");
             });
             // ...when another writer creates the key.
             assert_eq!(s.send("PUT", "/late/k", &[], &[], b"winner").0, 200);
