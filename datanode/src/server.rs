@@ -505,16 +505,12 @@ impl Drop for Datanode {
 /// # Errors
 /// [`DatanodeError::InvalidArgument`] when every om refused (a certificate
 /// the om does not take, or another cluster); otherwise an I/O error after
-/// 10 s, or once [`REGISTRATION_WAIT`] passes while a standby om answers
-/// that another leads (a failover on etcd takes up to the leader's lease,
-/// 10 s by default, and the new leader's start). The message names each
-/// om and why.
+/// 10 s. The message names each om and why.
 async fn register_with_any(
     oms: &[String],
     reporter: &Reporter,
 ) -> Result<(usize, Vec<BlockTokenSecret>), DatanodeError> {
-    let started = tokio::time::Instant::now();
-    let mut deadline = started + Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let mut why: Vec<Option<String>> = vec![None; oms.len()];
     let mut refused = vec![false; oms.len()];
     loop {
@@ -529,14 +525,6 @@ async fn register_with_any(
                     why[i] = Some(format!("the om at {om} refused the registration: {e}"));
                 }
                 Err(Registration::Local(e)) => return Err(e),
-                Err(Registration::Standby(e)) => {
-                    // An om leads, or one is taking the lead: wait for it.
-                    deadline = deadline.max(
-                        (tokio::time::Instant::now() + Duration::from_secs(10))
-                            .min(started + REGISTRATION_WAIT),
-                    );
-                    why[i] = Some(format!("registering with om {om}: {e}"));
-                }
                 Err(Registration::Failed(e)) => {
                     tracing::debug!(om, error = %e, "registration failed; retrying");
                     why[i] = Some(format!("registering with om {om}: {e}"));
@@ -557,10 +545,6 @@ async fn register_with_any(
     }
 }
 
-/// Longest a datanode's start waits to register while standby oms answer
-/// that another om leads.
-const REGISTRATION_WAIT: Duration = Duration::from_secs(120);
-
 /// Why one registration attempt did not succeed.
 enum Registration {
     /// The om answered no (final: waiting will not change a certificate or
@@ -568,8 +552,6 @@ enum Registration {
     Refused(String),
     /// No answer: not reachable yet, or the call failed.
     Failed(String),
-    /// A standby om: another om leads (or is taking the lead).
-    Standby(String),
     /// This datanode failed (its cluster id could not be written): final
     /// for the whole start, not only for this om.
     Local(DatanodeError),
@@ -593,9 +575,6 @@ async fn register(om: &str, reporter: &Reporter) -> Result<Vec<BlockTokenSecret>
         .await
         .map_err(|s| match s.code() {
             tonic::Code::PermissionDenied => Registration::Refused(s.message().to_string()),
-            _ if proto_crate::OmErrorCode::of(&s) == proto_crate::OmErrorCode::NotLeader => {
-                Registration::Standby(s.message().to_string())
-            }
             _ => Registration::Failed(s.to_string()),
         })?
         .into_inner();

@@ -16,8 +16,8 @@ pub struct ClusterInfo {
     /// `HOST:PORT` of the om; with several, every om's, comma-separated
     /// (what `--om` takes).
     pub om: String,
-    /// Each om's `HOST:PORT`, when a process cluster runs several (one
-    /// leads, the others stand by); absent otherwise.
+    /// Each om's `HOST:PORT`, when a process cluster runs several (all
+    /// serve; one runs the background services); absent otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub oms: Vec<String>,
     /// Datanodes in cluster order (the N of `cargo xtask dn ... N`).

@@ -66,6 +66,10 @@ impl OmAdminService for OmAdminGrpc {
         &self,
         _req: Request<admin_pb::RepairStatusRequest>,
     ) -> Result<Response<admin_pb::RepairStatusResponse>, Status> {
+        self.om
+            .lead
+            .require("the ReplicationManager's status")
+            .await?;
         Ok(Response::new(self.om.repair_status().into()))
     }
 
@@ -137,7 +141,8 @@ pub struct AdminCallError {
     /// The gRPC status code.
     pub code: tonic::Code,
     /// The om's error code ([`OmErrorCode::of`](proto_crate::OmErrorCode::of):
-    /// `NOT_LEADER` from a standby, `UNAVAILABLE` for no answer).
+    /// `NOT_LEADER` from an om that does not run the background services,
+    /// `UNAVAILABLE` for no answer).
     pub om_code: proto_crate::OmErrorCode,
     /// The om's message.
     pub message: String,

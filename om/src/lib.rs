@@ -51,11 +51,11 @@ mod replication_manager;
 mod s3_users;
 mod server;
 mod service;
+mod service_lead;
 mod session_rows;
 mod sessions;
 #[cfg(test)]
 mod shared_store_tests;
-mod standby;
 mod store_moves;
 #[cfg(test)]
 mod store_suite;
@@ -93,6 +93,6 @@ pub use s3_users::{
 };
 pub use server::OmServer;
 pub use service::OmGrpcService;
+pub use service_lead::{OM_ELECTION, ServiceLeadConfig, lead_services};
 pub use sessions::{ANONYMOUS_CLIENT, LOCAL_ID_BATCH, MAX_OPEN_SESSIONS};
-pub use standby::{OM_ELECTION, StandbyServer};
 pub use upload_rows::{COMPLETION_HOLD_MS, MAX_LIST_PAGE, UploadsMarker};

@@ -1,8 +1,8 @@
 //! `om --listen HOST:PORT --data-dir DIR [--etcd URL,URL…]`: runs the
 //! metadata service as its own process until Ctrl-C or SIGTERM. With
 //! `--etcd`, the metadata lives on etcd and every om given the same members
-//! and namespace campaigns to lead it: one serves, the others stand by
-//! (answering NOT_LEADER) and take over when it dies (`standby.rs`).
+//! and namespace serves it; they elect the one that runs the background
+//! services, which move to another when it stops or dies (`service_lead.rs`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -26,22 +26,22 @@ struct Args {
     data_dir: PathBuf,
     /// Keep the metadata on etcd instead of `DATA_DIR/om.redb`: the
     /// members' client URLs (`http://HOST:PORT`), comma-separated. Every om
-    /// started with the same members and namespace campaigns to lead: one
-    /// serves, the others stand by and take over when it dies. Give
-    /// `--listen` the address clients reach this om at: standbys name the
-    /// leader by it (0.0.0.0 is named 127.0.0.1).
+    /// started with the same members and namespace serves; one at a time
+    /// runs the background services. Give `--listen` the address clients
+    /// reach this om at: other oms name the services' leader by it (0.0.0.0
+    /// is named 127.0.0.1).
     #[arg(long, value_name = "URL[,URL…]")]
     etcd: Option<String>,
     /// The prefix of this cluster's keys in etcd (at most 16 bytes; give
     /// each cluster on one etcd its own).
     #[arg(long, default_value = "/ozone/", value_name = "PREFIX")]
     etcd_namespace: String,
-    /// Seconds of the leading om's lease in etcd (whole seconds, at least 2):
-    /// a standby takes over at most this long after the leader dies, and at
-    /// once after it stops.
+    /// Seconds of the services' leader's lease in etcd (whole seconds, at
+    /// least 2): another om takes the background services over at most this
+    /// long after their om dies, and at once after it stops.
     #[arg(long, default_value_t = 10)]
     lead_ttl: u64,
-    /// Seconds of etcd history the leading om keeps: every this long it
+    /// Seconds of etcd history the services' leader keeps: every this long it
     /// compacts away the versions older than the revision it saw one period
     /// before (scans that run longer start again).
     #[arg(long, default_value_t = 300.0)]
@@ -181,9 +181,9 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Stands by on `--listen` until this om leads the etcd store, then serves
-/// there until a signal (resigning, so a standby takes over at once) or
-/// until the lead is lost (exiting with an error: a restart stands by).
+/// Serves on `--listen` from the etcd store, with every other om of the same members and
+/// namespace, until a signal; runs the background services while it leads them
+/// (`service_lead.rs`), resigning them on the way out so another om takes over at once.
 async fn serve_on_etcd(
     args: &Args,
     endpoints: &str,
@@ -211,121 +211,38 @@ async fn serve_on_etcd(
             .await
             .context("connecting to etcd")?,
     );
-    let standby = om::StandbyServer::start(args.listen, config.tls.as_ref(), store.clone())
+    let om = Arc::new(
+        OzoneManager::open_shared(config, &store)
+            .await
+            .context("opening the om on etcd")?,
+    );
+    let server = OmServer::start_with_metrics(args.listen, Arc::clone(&om), args.metrics_listen)
         .await
         .context("binding")?;
-    let address = standby.address();
-    println!("om standby, serving on {address}");
-    let stop = signals.recv();
-    tokio::pin!(stop);
-    let candidate = address.to_string();
-    // A campaign that fails (its etcd member went away, the cluster lost
-    // quorum for a while) is made again: a standby waits for good.
-    let mut leadership = loop {
-        let campaign = store.campaign(om::OM_ELECTION, &candidate, ttl);
-        let failed = tokio::select! {
-            won = campaign => match won {
-                Ok(leadership) => break leadership,
-                Err(e) => e,
-            },
-            () = &mut stop => {
-                standby.shutdown().await;
-                return Ok(());
-            }
-        };
-        tracing::warn!(error = %failed, detail = ?failed, "campaigning to lead the metadata store failed; trying again");
-        tokio::select! {
-            () = tokio::time::sleep(ttl / 3) => {}
-            () = &mut stop => {
-                standby.shutdown().await;
-                return Ok(());
-            }
-        }
-    };
-    // Opened while the standby still answers NOT_LEADER (clients wait for
-    // a leader rather than find the port closed), then the address changes
-    // hands. A failure here resigns at once, so the other om need not wait
-    // out the lease.
-    let serving = async {
-        let om = OzoneManager::open_leading(config, &store, &leadership)
-            .await
-            .context("opening the om on etcd")?;
-        standby.shutdown().await;
-        // Bound on the IP given (the standby's own, 0.0.0.0 included) and the
-        // port it had; the standby's listener may close a moment late.
-        let listen = SocketAddr::new(args.listen.ip(), address.port());
-        let om = Arc::new(om);
-        let mut tries = 0;
-        loop {
-            match OmServer::start_with_metrics(listen, Arc::clone(&om), args.metrics_listen).await {
-                Ok(server) => break anyhow::Ok(server),
-                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tries < 20 => {
-                    tries += 1;
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Err(e) => return Err(anyhow::Error::new(e).context("binding")),
-            }
-        }
-    }
-    .await;
-    let server = match serving {
-        Ok(server) => server,
-        Err(e) => {
-            if let Err(r) = leadership.resign().await {
-                tracing::warn!(error = %r, "resigning after a failed start failed");
-            }
-            return Err(e);
-        }
-    };
-    println!("om leading the metadata store, serving on {address}");
+    let address = server.address();
+    println!("om serving on {address}");
     if let Some(url) = server.metrics_url() {
         println!("om metrics on {url}");
     }
-    let compaction = tokio::spawn(compact_history(store.clone(), history));
-    tokio::select! {
-        () = &mut stop => {}
-        () = leadership.lost() => {
-            // Fail-stop: another om may lead a third of the lease from now,
-            // and this om's memory (leases, registry) must stop answering at
-            // once, not after a graceful shutdown. Its writes are fenced
-            // already; a restart stands by.
-            tracing::error!("the lead of the metadata store was lost (its lease could not be renewed in time); exiting");
-            eprintln!("om: lost the lead of the metadata store; exiting so that a restart stands by");
-            std::process::exit(LOST_LEAD_EXIT);
-        }
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let lead = tokio::spawn(om::lead_services(
+        om,
+        store,
+        om::ServiceLeadConfig {
+            candidate: address.to_string(),
+            ttl,
+            history,
+        },
+        stopped,
+    ));
+    signals.recv().await;
+    // Resigns the services' lead (another om takes them over at once), then stops serving.
+    stop.send_replace(true);
+    match lead.await {
+        Ok(Ok(terms)) => tracing::info!(terms, "stopped; the background services resigned"),
+        Ok(Err(e)) => tracing::warn!(error = %e, "leading the background services failed"),
+        Err(e) => tracing::warn!(error = %e, "the services' lead task failed"),
     }
-    compaction.abort();
     server.shutdown().await;
-    if let Err(e) = leadership.resign().await {
-        tracing::warn!(error = %e, "resigning the lead failed; a standby takes over once the lease runs out");
-    }
     Ok(())
-}
-
-/// Exit status of an om that lost the lead of its metadata store.
-const LOST_LEAD_EXIT: i32 = 75;
-
-/// Every `history`, drops the etcd versions older than the revision seen
-/// one period before, so that old versions alone never fill etcd's quota
-/// (ARCHITECTURE.md, "Metadata store": space). Runs while this om leads.
-async fn compact_history(store: meta_store::MetaStore, history: Duration) {
-    let mut kept_from: Option<u64> = None;
-    loop {
-        tokio::time::sleep(history).await;
-        let now = match store.revision().await {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(error = %e, "reading the store's revision failed");
-                continue;
-            }
-        };
-        if let Some(from) = kept_from {
-            match store.compact_history(now.saturating_sub(from)).await {
-                Ok(Some(at)) => tracing::info!(revision = at, "compacted the store's history"),
-                Ok(None) => {}
-                Err(e) => tracing::warn!(error = %e, "compacting the store's history failed"),
-            }
-        }
-        kept_from = Some(now);
-    }
 }

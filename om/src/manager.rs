@@ -291,6 +291,8 @@ pub struct OzoneManager {
     registry_writes: tokio::sync::Mutex<()>,
     /// Block token secrets, with security on.
     pub(crate) tokens: Option<crate::block_tokens::BlockTokenSecretManager>,
+    /// Whether this om runs the store-wide background services (`service_lead.rs`).
+    pub(crate) lead: crate::service_lead::ServiceLead,
     /// Exclusive ownership of the data dir; released with the om.
     _lock: DirLock,
 }
@@ -355,40 +357,21 @@ impl OzoneManager {
         Self::open_on(config, None).await
     }
 
-    /// [`open`](Self::open) as the one active om of an etcd metadata store
-    /// (active-passive, `standby.rs`): every row is kept in `store`, and
-    /// every write commits only while `leadership` (won in
-    /// [`OM_ELECTION`](crate::OM_ELECTION) on `store`) holds, so this om
-    /// writes nothing once another has taken its place, even before it
-    /// notices. The caller stops serving once
-    /// [`Leadership::lost`](meta_store::Leadership::lost) resolves (the `om`
-    /// binary exits, and a restart joins as a standby). The om's own
-    /// `om.redb` under the data directory must hold no rows (a new
-    /// directory).
+    /// [`open`](Self::open) as one of several oms serving the etcd metadata store `store`
+    /// at once (`service_lead.rs`): every row is kept there, every om serves every call,
+    /// and the background services run only where [`crate::lead_services`] (which the
+    /// caller runs beside the om's server) has won the lead. The om's own `om.redb` under
+    /// the data directory must hold no rows (a new directory).
     ///
     /// # Errors
-    /// As [`open`](Self::open); [`OmError::Internal`] for a leadership
-    /// without a fence (a redb store, whose one om needs none: use
-    /// [`open`](Self::open)) or an `om.redb` with rows of its own.
-    pub async fn open_leading(
-        config: OmConfig,
-        store: &meta_store::MetaStore,
-        leadership: &meta_store::Leadership,
-    ) -> Result<Self> {
-        let fence = leadership.fence().ok_or_else(|| {
-            OmError::Internal(
-                "an om opened as leader needs an etcd leadership (with a fence)".into(),
-            )
-        })?;
-        Self::open_on(config, Some(store.fenced(fence)?)).await
+    /// As [`open`](Self::open); [`OmError::Internal`] for `om.redb` with rows of its own.
+    pub async fn open_shared(config: OmConfig, store: &meta_store::MetaStore) -> Result<Self> {
+        Self::open_on(config, Some(store.clone())).await
     }
 
     /// [`open`](Self::open), keeping every row in `shared` instead of the
-    /// om's own file when given: the om's operation-level tests run on etcd
-    /// this way. Open sessions' leases and per-client counts are still this
-    /// om's memory, so several oms cannot serve one `shared` store at once
-    /// yet ([`open_leading`](Self::open_leading) runs one at a time;
-    /// ARCHITECTURE.md, "The om on the store").
+    /// om's own file when given (then one of several oms on it, running the
+    /// background services only when elected: [`open_shared`](Self::open_shared)).
     ///
     /// # Errors
     /// As [`open`](Self::open); [`OmError::Internal`] when `om.redb` holds
@@ -419,6 +402,7 @@ impl OzoneManager {
         .map_err(|e| OmError::Internal(format!("restricting {}: {e}", db_path.display())))?;
         // Old tables are copied into the om's own file only.
         let own = meta_store::RedbStore::with_database(Arc::clone(&db))?;
+        let shared_store = shared.clone();
         let (store, own) = match shared {
             // Rows the om's own file already holds would be stranded.
             Some(_) if !own.is_empty()? => {
@@ -468,6 +452,10 @@ impl OzoneManager {
             sessions_counted: Mutex::new(Some(now)),
             session_changes: tokio::sync::watch::Sender::new(0),
             opened_wall_ms,
+            lead: match &shared_store {
+                Some(store) => crate::service_lead::ServiceLead::elected(store.clone()),
+                None => crate::service_lead::ServiceLead::Sole,
+            },
             deletions_pending: tokio::sync::watch::Sender::new(0),
             heartbeats: tokio::sync::watch::Sender::new(0),
             other_cluster_refusals: tokio::sync::watch::Sender::new(0),

@@ -17,19 +17,23 @@ use crate::{OmGrpcService, OzoneManager, run_block_deleting_service};
 
 /// A running om gRPC server with its background services: the block
 /// deleting service, the ReplicationManager and the open-key lease reaper
-/// (every `OmConfig::service_interval`), and the refresh of state shared
-/// with other oms (operational states; block token keys, rotated then).
+/// (every `OmConfig::service_interval`; [`LeaderServices`], here when the om is its
+/// store's only one, and on the elected om when several share an etcd store:
+/// `service_lead.rs`), and the refresh of state shared with other oms (operational
+/// states; block token keys, rotated then), on every om.
 ///
 /// Started by [`OmServer::start`]; serves until [`OmServer::shutdown`]
-/// (graceful, bounded by 5 s, then aborted) or until dropped (the shutdown
-/// signal fires and the serving task winds down by itself).
+/// (graceful, bounded by 5 s, then aborted) or until dropped (the serving task's and
+/// the services' stop signals fire as they drop, and they wind down by themselves).
 #[derive(Debug)]
 pub struct OmServer {
     address: SocketAddr,
     om: Arc<OzoneManager>,
     serving: ServingTask<Result<(), tonic::transport::Error>>,
-    services: tokio::sync::watch::Sender<bool>,
-    service_tasks: Vec<JoinHandle<()>>,
+    /// The per-om refresh of shared state.
+    refresh: Option<LeaderServices>,
+    /// The store-wide services, when this om is its store's only one.
+    services: Option<LeaderServices>,
     metrics_server: Option<MetricsServer>,
     /// Flipped to NOT_SERVING when shutdown begins.
     health: tonic_health::server::HealthReporter,
@@ -163,48 +167,28 @@ impl OmServer {
                 .add_service(health_service)
                 .serve_with_incoming_shutdown(incoming, stop.wait())
         });
-        let (services, stop) = tokio::sync::watch::channel(false);
         let interval = om.config().service_interval;
-        let reaper_interval = interval
-            .min(om.config().open_key_lease / 4)
-            .max(Duration::from_millis(10));
-        let mut stop_deleting = stop.clone();
-        let mut stop_repair = stop.clone();
         let refresh_interval = om
             .block_token_rotation_interval()
             .map_or(interval, |r| r.min(interval))
             .max(Duration::from_millis(10));
-        let service_tasks = vec![
-            tokio::spawn(run_block_deleting_service(
-                Arc::clone(&om),
-                interval,
-                async move {
-                    let _ = stop_deleting.wait_for(|s| *s).await;
-                },
-            )),
-            tokio::spawn(every(reaper_interval, stop.clone(), {
-                let om = Arc::clone(&om);
-                move || reap_leases(Arc::clone(&om))
-            })),
-            tokio::spawn(crate::run_replication_manager(
-                Arc::clone(&om),
-                interval,
-                async move {
-                    let _ = stop_repair.wait_for(|s| *s).await;
-                },
-            )),
-            tokio::spawn(every(refresh_interval, stop.clone(), {
+        let (stop_refresh, stop) = tokio::sync::watch::channel(false);
+        let refresh = Some(LeaderServices {
+            stop: stop_refresh,
+            tasks: vec![tokio::spawn(every(refresh_interval, stop, {
                 let om = Arc::clone(&om);
                 move || refresh_shared_state(Arc::clone(&om))
-            })),
-        ];
+            }))],
+        });
+        let services = matches!(om.lead, crate::service_lead::ServiceLead::Sole)
+            .then(|| LeaderServices::start(&om));
         tracing::info!(%address, "om serving");
         Ok(Self {
             address,
             om,
             serving,
+            refresh,
             services,
-            service_tasks,
             metrics_server,
             health,
         })
@@ -234,15 +218,11 @@ impl OmServer {
         self.health
             .set_not_serving::<OzoneManagerServiceServer<OmGrpcService>>()
             .await;
-        self.services.send_replace(true);
-        for t in self.service_tasks.drain(..) {
-            let mut t = t;
-            if tokio::time::timeout(Duration::from_secs(5), &mut t)
-                .await
-                .is_err()
-            {
-                t.abort();
-            }
+        if let Some(services) = self.services.take() {
+            services.stop().await;
+        }
+        if let Some(refresh) = self.refresh.take() {
+            refresh.stop().await;
         }
         if let Stopped::Finished(Err(e)) = self.serving.stop(Duration::from_secs(5)).await {
             tracing::warn!(error = %e, "om server ended with an error");
@@ -250,9 +230,77 @@ impl OmServer {
     }
 }
 
-impl Drop for OmServer {
+/// The background services one om of a store runs at a time (block deletion, the
+/// ReplicationManager, open-key lease expiry), each on a task of its own; also the per-om
+/// refresh task of an [`OmServer`]. Dropping it signals the tasks to stop after their pass.
+#[derive(Debug)]
+pub struct LeaderServices {
+    stop: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl LeaderServices {
+    /// Starts the services of `om`, every `OmConfig::service_interval` (lease expiry at
+    /// least four times a lease), block deletion also whenever the deletion log grows.
+    #[must_use]
+    pub fn start(om: &Arc<OzoneManager>) -> Self {
+        let (stop_all, stop) = tokio::sync::watch::channel(false);
+        let interval = om.config().service_interval;
+        let reaper_interval = interval
+            .min(om.config().open_key_lease / 4)
+            .max(Duration::from_millis(10));
+        let mut stop_deleting = stop.clone();
+        let mut stop_repair = stop.clone();
+        let tasks = vec![
+            tokio::spawn(run_block_deleting_service(
+                Arc::clone(om),
+                interval,
+                async move {
+                    let _ = stop_deleting.wait_for(|s| *s).await;
+                },
+            )),
+            tokio::spawn(every(reaper_interval, stop, {
+                let om = Arc::clone(om);
+                move || reap_leases(Arc::clone(&om))
+            })),
+            tokio::spawn(crate::run_replication_manager(
+                Arc::clone(om),
+                interval,
+                async move {
+                    let _ = stop_repair.wait_for(|s| *s).await;
+                },
+            )),
+        ];
+        Self {
+            stop: stop_all,
+            tasks,
+        }
+    }
+
+    /// Stops the services after the pass under way (5 s each at most, then aborted).
+    pub async fn stop(mut self) {
+        self.stop.send_replace(true);
+        for mut t in std::mem::take(&mut self.tasks) {
+            if tokio::time::timeout(Duration::from_secs(5), &mut t)
+                .await
+                .is_err()
+            {
+                t.abort();
+            }
+        }
+    }
+
+    /// Stops the services at once, cutting off the pass under way (each of its
+    /// transactions commits whole or not at all).
+    pub fn abort(mut self) {
+        for t in std::mem::take(&mut self.tasks) {
+            t.abort();
+        }
+    }
+}
+
+impl Drop for LeaderServices {
     fn drop(&mut self) {
-        // The serving task's signal fires as `serving` drops.
-        self.services.send_replace(true);
+        self.stop.send_replace(true);
     }
 }

@@ -175,8 +175,9 @@ impl Target {
 
     /// A client of the target's om admin service (TLS as [`tls`](Self::tls),
     /// presenting the admin certificate when there is one). Of a list of
-    /// oms (one store on etcd: one leads, the others stand by), the one
-    /// that leads ([`leading_om`](Self::leading_om)).
+    /// oms (one store on etcd), the one that runs the background services
+    /// ([`leading_om`](Self::leading_om)): the ReplicationManager's status is
+    /// its memory.
     ///
     /// # Errors
     /// As [`tls`](Self::tls); an om that cannot be reached.
@@ -187,7 +188,7 @@ impl Target {
     /// The target's om (`HOST:PORT`) for commands that ask one om, and an
     /// admin client of it: of a list, the first om that answers an admin
     /// call (RepairStatus) with anything but `NOT_LEADER` or no answer —
-    /// the one leading the metadata store.
+    /// the one running the background services.
     ///
     /// # Errors
     /// As [`tls`](Self::tls); no om of the list that leads (each named

@@ -69,13 +69,14 @@ pub enum OmErrorCode {
     /// space reclaimed. etcd may have applied the refused write, so read
     /// before repeating a change.
     StoreFull,
-    /// This om does not serve now: it waits as a standby while another om
-    /// leads its metadata store (the message names the leader, when known),
-    /// or it has just lost the lead. A standby applied nothing; a deposed
-    /// leader's refused write applied nothing, though a call that writes in
-    /// steps may have made its earlier ones (clean-ups a repeat makes
-    /// again). Any call, changes included, is safe to send to another om
-    /// (Ozone's `OMNotLeaderException`, on which its clients fail over).
+    /// This om does not answer this call: only the om that leads its
+    /// metadata store's background services does (the message names it,
+    /// when known), as for the ReplicationManager's status, or a write was
+    /// refused because the lead it was made under was lost. Nothing was
+    /// applied, though a call that writes in steps may have made its earlier
+    /// ones (clean-ups a repeat makes again). Any call, changes included, is
+    /// safe to send to another om (Ozone's `OMNotLeaderException`, on which
+    /// its clients fail over).
     NotLeader,
 }
 

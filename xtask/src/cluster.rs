@@ -34,9 +34,9 @@ pub struct ClusterArgs {
     /// and role certificates under DIR/tls/, named in cluster.json.
     #[arg(long)]
     tls: bool,
-    /// Om processes: more than one needs `--etcd`; one leads and serves,
-    /// the others stand by and take over within the lease (`--lead-ttl`,
-    /// 10 s) when it dies.
+    /// Om processes: more than one needs `--etcd`; every om serves, one
+    /// runs the background services, and another takes them over within
+    /// the lease (`--lead-ttl`, 10 s) when it dies.
     #[arg(long, default_value_t = 1)]
     oms: usize,
     /// Keep the om's metadata on local etcd members (Debian's

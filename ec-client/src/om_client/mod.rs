@@ -290,10 +290,9 @@ impl OmClient {
     /// process, a host gone without a reset) then costs a share of the
     /// deadline, and a slow one still answers if it is first. A change
     /// waits for its om until the deadline: it may have been applied there.
-    /// An om that answers it does not lead ([`OmErrorCode::NotLeader`], a
-    /// standby of an active-passive pair) applied nothing: any call goes on
-    /// to the next om, and when none serves, round again with pauses until
-    /// the deadline, since a standby is taking the lead.
+    /// An om that answers it does not lead ([`OmErrorCode::NotLeader`]: a
+    /// call only the om running the background services answers) applied
+    /// nothing: any call goes on to the next om.
     async fn call<Q, T, F, Fut>(&self, op: &'static str, how: Resend, req: Q, send: F) -> Result<T>
     where
         Q: Clone,
@@ -328,8 +327,6 @@ impl OmClient {
         // A repeatable call's next round, once every om has failed.
         let mut retry_at: Option<tokio::time::Instant> = None;
         let mut pause = RETRY_PAUSE_MIN;
-        // Whether an om answered that it does not lead (so one will).
-        let mut standby_answered = false;
         let last = loop {
             let wake = if hedges && sent < n {
                 hedge_at.min(deadline)
@@ -341,7 +338,6 @@ impl OmClient {
                     Ok(r) => return Ok(self.answered(op, i, first, r.into_inner())),
                     Err(s) if resend(&s, how) => {
                         tracing::debug!(op, om = %address(i), "om unreachable: {}", s.message());
-                        standby_answered |= OmErrorCode::of(&s) == OmErrorCode::NotLeader;
                         // The first rounds' reasons, then the latest (a waiting call may
                         // make many).
                         let why = format!("{}: {}", address(i), s.message());
@@ -354,10 +350,7 @@ impl OmClient {
                             inflight.push(launch((first + sent) % n));
                             sent += 1;
                             hedge_at = tokio::time::Instant::now() + share;
-                        } else if how.waits() || standby_answered {
-                            // An om refused as a standby and none served: one is
-                            // taking the lead (the last leader's lease is running
-                            // out), so any call waits for it.
+                        } else if how.waits() {
                             if inflight.is_empty() {
                                 let at = tokio::time::Instant::now() + pause;
                                 if at >= deadline {
@@ -457,7 +450,7 @@ mod tests {
         }
         // Only a writer's session calls and its commit wait for an om to come back.
         assert!(Resend::Repeatable.waits() && Resend::Commit.waits());
-        // A standby's refusal applied nothing: every kind moves on.
+        // A NOT_LEADER refusal applied nothing: every kind moves on.
         let standby = OmErrorCode::NotLeader.status("not the leader; om 127.0.0.1:1 leads");
         for how in [
             Resend::Read,
@@ -468,75 +461,5 @@ mod tests {
             assert!(resend(&standby, how), "{how:?}");
         }
         assert!(!Resend::Read.waits() && !Resend::IfNotSent.waits());
-    }
-
-    /// A standby om (answering NOT_LEADER) first in the list: every kind of
-    /// call moves on to the om that serves — a change (CreateBucket,
-    /// OpenKey), a read, and a session's calls (a session is a store row,
-    /// not one om's memory, so they follow the client's om). With only a
-    /// standby to ask, a call fails with the standby's code once its
-    /// deadline passes.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_standbys_refusal_sends_any_call_to_the_om_that_serves() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let om = om::OzoneManager::open(om::OmConfig::new(dir.path().join("a")))
-            .await
-            .expect("om");
-        let listen = "127.0.0.1:0".parse().expect("addr");
-        let serving = om::OmServer::start(listen, Arc::new(om))
-            .await
-            .expect("serve");
-        let store = meta_store::MetaStore::Redb(
-            meta_store::RedbStore::open(&dir.path().join("standby.redb")).expect("redb"),
-        );
-        let standby = om::StandbyServer::start(listen, None, store)
-            .await
-            .expect("standby");
-        let list = format!("{},{}", standby.address(), serving.address());
-        let client = OmClient::connect(&list, Duration::from_secs(5), None)
-            .await
-            .expect("connect");
-        assert_eq!(
-            client.current.load(Ordering::Relaxed),
-            0,
-            "the standby accepted"
-        );
-        client
-            .create_bucket("b", &crate::BucketOptions::default())
-            .await
-            .expect("a change moves on");
-        assert_eq!(client.current.load(Ordering::Relaxed), 1);
-        let opened = client.open_key("b", "k", None).await.expect("open");
-        client.current.store(0, Ordering::Relaxed);
-        client
-            .renew_key(opened.session_id)
-            .await
-            .expect("the session's renewal moves on");
-        client.current.store(0, Ordering::Relaxed);
-        client.get_bucket("b").await.expect("a read moves on");
-        opened.guard.undo().await;
-        assert_eq!(serving.om().open_sessions().await.expect("count"), 0);
-
-        let only_standby = OmClient::connect(
-            &standby.address().to_string(),
-            Duration::from_millis(500),
-            None,
-        )
-        .await
-        .expect("connect");
-        // It waited for a leader: the standby's answer, or the deadline if
-        // that passed with a round in flight.
-        let refused = only_standby.get_bucket("b").await;
-        assert!(
-            matches!(
-                refused,
-                Err(ClientError::Om {
-                    code: OmErrorCode::NotLeader,
-                    ..
-                } | ClientError::OmTimeout { .. })
-            ),
-            "{refused:?}"
-        );
-        standby.shutdown().await;
     }
 }

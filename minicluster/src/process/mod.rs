@@ -121,9 +121,9 @@ pub struct ProcessTimings {
     pub dead_after: Duration,
     /// The om's background services' period.
     pub service_interval: Duration,
-    /// The leading om's lease in etcd (`--lead-ttl`, whole seconds): with
-    /// several oms, a standby takes over at most this long after the
-    /// leader dies.
+    /// The background services' lease in etcd (`--lead-ttl`, whole
+    /// seconds): with several oms, another om takes the services over at
+    /// most this long after their om dies.
     pub lead_ttl: Duration,
     /// How long the om waits before freeing an overwritten key's blocks.
     pub deletion_grace: Duration,
@@ -183,9 +183,9 @@ pub struct ProcessOptions {
     /// Local etcd members to keep the om's metadata on (`--etcd`; default
     /// 0: the om's own `om.redb`). Started under `base/etcd`.
     pub etcd_members: usize,
-    /// Om processes (default 1). More than one needs etcd: the first to
-    /// win the election serves, the others stand by (answering NOT_LEADER)
-    /// and take over when it dies.
+    /// Om processes (default 1). More than one needs etcd: every om
+    /// serves, and the one that wins the election runs the background
+    /// services, which move to another when it dies.
     pub oms: usize,
 }
 
@@ -512,8 +512,8 @@ impl ProcessCluster {
     }
 
     /// Stops every process gracefully: the gateway, the datanodes, then the
-    /// oms (the standbys first, so that none takes the lead on the way
-    /// out), each with SIGTERM and [`STOP_GRACE`] to finish before a
+    /// oms (the one running the background services last, so that they
+    /// do not move on the way out), each with SIGTERM and [`STOP_GRACE`] to finish before a
     /// SIGKILL; then the etcd members.
     ///
     /// # Errors
@@ -556,7 +556,7 @@ impl ProcessCluster {
             .collect()
     }
 
-    /// Which om leads the metadata store now (its index), asked of etcd;
+    /// Which om runs the background services now (its index), asked of etcd;
     /// `Some(0)` for a cluster without etcd, whose one om always serves;
     /// `None` while no om leads (a hand-over).
     ///
@@ -576,6 +576,33 @@ impl ProcessCluster {
             .await
             .map_err(|e| failed(&e))?;
         Ok(leader.and_then(|l| self.om_addresses().iter().position(|a| *a == l)))
+    }
+
+    /// Waits until an om that `accept`s (by index) leads the metadata store's background
+    /// services (a hand-over from a killed om takes up to its lease) and returns its index,
+    /// asking etcd every 100 ms for at most `within` (etcd's election has no watch here).
+    ///
+    /// # Errors
+    /// [`ProcessError::Etcd`] when etcd cannot be asked, or no such om leads by then.
+    pub async fn wait_for_leading_om(
+        &self,
+        within: Duration,
+        accept: impl Fn(usize) -> bool,
+    ) -> Result<usize, ProcessError> {
+        let until = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(i) = self.leading_om().await?
+                && accept(i)
+            {
+                return Ok(i);
+            }
+            if tokio::time::Instant::now() >= until {
+                return Err(ProcessError::Etcd(format!(
+                    "no om leads the background services after {within:?}"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// What a client of this cluster trusts (the CA only), when it runs

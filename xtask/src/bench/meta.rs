@@ -13,8 +13,8 @@
 //!
 //! Modes `om-redb`, `om-etcd-1` and `om-etcd-3` run the same workloads on the om itself
 //! (in process, five registered datanodes that never serve, since allocation reads only
-//! the registry): on its own `om.redb`, and as the active om of the same etcd members
-//! (another namespace; its writes fenced by its leadership, as `om --etcd` runs).
+//! the registry): on its own `om.redb`, and on the same etcd members as `om --etcd` runs
+//! (another namespace; sessions, leases and client counts all rows of the store).
 //! `open-commit` is `open_key`, `allocate_block_group` and `commit_key` of one group,
 //! `lookup` is `lookup_key`, `list-100` is `list_keys` of 100. `WORKLOAD om-redb/redb` is
 //! what the om's own work (its transactions, decoding and bookkeeping) costs over the
@@ -71,23 +71,19 @@ async fn backends(dir: &std::path::Path) -> anyhow::Result<Vec<Backend>> {
     Ok(out)
 }
 
-/// The om under `dir` — on its own redb file, or as the leader of `etcd`'s members (in
-/// namespace `/om-bench/`, apart from the store modes' rows) — with five registered
-/// datanodes (never stale during a run) and the bench's buckets; the leadership it holds
-/// on etcd.
+/// The om under `dir` — on its own redb file, or on `etcd`'s members (in namespace
+/// `/om-bench/`, apart from the store modes' rows) as `om --etcd` opens it — with five
+/// registered datanodes (never stale during a run) and the bench's buckets.
 async fn om_backend(
     dir: &std::path::Path,
     etcd: Option<&LocalEtcd>,
-) -> anyhow::Result<(Arc<om::OzoneManager>, Option<meta_store::Leadership>)> {
+) -> anyhow::Result<Arc<om::OzoneManager>> {
     let forever = Duration::from_secs(365 * 24 * 3600);
     let config = om::OmConfig::new(dir).with_liveness(forever, forever);
-    let (om, leadership) = match etcd {
-        None => (
-            om::OzoneManager::open(config)
-                .await
-                .context("opening the om")?,
-            None,
-        ),
+    let om = match etcd {
+        None => om::OzoneManager::open(config)
+            .await
+            .context("opening the om")?,
         Some(etcd) => {
             let store = MetaStore::Etcd(
                 EtcdStore::connect(
@@ -96,14 +92,9 @@ async fn om_backend(
                 .await
                 .context("connecting the om to etcd")?,
             );
-            let leadership = store
-                .campaign(om::OM_ELECTION, "bench", Duration::from_secs(10))
+            om::OzoneManager::open_shared(config, &store)
                 .await
-                .context("leading the om's store")?;
-            let om = om::OzoneManager::open_leading(config, &store, &leadership)
-                .await
-                .context("opening the om on etcd")?;
-            (om, Some(leadership))
+                .context("opening the om on etcd")?
         }
     };
     for i in 0..5u16 {
@@ -116,7 +107,7 @@ async fn om_backend(
     for bucket in ["bench", "bench-mt"] {
         om.create_bucket(bucket, None, None).await?;
     }
-    Ok((Arc::new(om), leadership))
+    Ok(Arc::new(om))
 }
 
 /// Opens, allocates one group for and commits key `name` of `bucket` on the om.
@@ -141,7 +132,7 @@ async fn om_rows(
     mode: &'static str,
     etcd: Option<&LocalEtcd>,
 ) -> anyhow::Result<Vec<Row>> {
-    let (om, _leadership) = om_backend(&dir.join(mode), etcd).await?;
+    let om = om_backend(&dir.join(mode), etcd).await?;
     let mut rows = Vec::new();
     for (bucket, tasks) in [("bench", 1), ("bench-mt", s.threads)] {
         let om = Arc::clone(&om);
