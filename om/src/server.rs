@@ -17,7 +17,7 @@ use crate::{OmGrpcService, OzoneManager, run_block_deleting_service};
 
 /// A running om gRPC server with its background services: the block
 /// deleting service, the ReplicationManager and the open-key lease reaper
-/// (every `OmConfig::service_interval`; [`LeaderServices`], here when the om is its
+/// (every `OmConfig::service_interval`; `LeaderServices`, here when the om is its
 /// store's only one, and on the elected om when several share an etcd store:
 /// `service_lead.rs`), and the refresh of state shared with other oms (operational
 /// states; block token keys, rotated then), on every om.
@@ -234,7 +234,7 @@ impl OmServer {
 /// ReplicationManager, open-key lease expiry), each on a task of its own; also the per-om
 /// refresh task of an [`OmServer`]. Dropping it signals the tasks to stop after their pass.
 #[derive(Debug)]
-pub struct LeaderServices {
+pub(crate) struct LeaderServices {
     stop: tokio::sync::watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -243,7 +243,7 @@ impl LeaderServices {
     /// Starts the services of `om`, every `OmConfig::service_interval` (lease expiry at
     /// least four times a lease), block deletion also whenever the deletion log grows.
     #[must_use]
-    pub fn start(om: &Arc<OzoneManager>) -> Self {
+    pub(crate) fn start(om: &Arc<OzoneManager>) -> Self {
         let (stop_all, stop) = tokio::sync::watch::channel(false);
         let interval = om.config().service_interval;
         let reaper_interval = interval
@@ -278,7 +278,7 @@ impl LeaderServices {
     }
 
     /// Stops the services after the pass under way (5 s each at most, then aborted).
-    pub async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         self.stop.send_replace(true);
         for mut t in std::mem::take(&mut self.tasks) {
             if tokio::time::timeout(Duration::from_secs(5), &mut t)
@@ -292,7 +292,7 @@ impl LeaderServices {
 
     /// Stops the services at once, cutting off the pass under way (each of its
     /// transactions commits whole or not at all).
-    pub fn abort(mut self) {
+    pub(crate) fn abort(mut self) {
         for t in std::mem::take(&mut self.tasks) {
             t.abort();
         }

@@ -571,7 +571,7 @@ impl OzoneManager {
     /// Aborts every session whose lease (the om's `open_key_lease`, counted from its last
     /// open, allocation or renewal, whichever om recorded it, and no earlier than this om's
     /// start) ran out by `now`, logging its groups for deletion, at most
-    /// [`EXPIRED_PER_TXN`] sessions per transaction. A session renewed after the scan that
+    /// 25 sessions per transaction. A session renewed after the scan that
     /// found it is left open. Returns how many were aborted. Lease times are the wall clocks
     /// of the oms that recorded them: oms sharing a store need clocks closer together than
     /// the lease (1 h by default).
