@@ -32,6 +32,26 @@ struct Args {
     /// is named 127.0.0.1).
     #[arg(long, value_name = "URL[,URL…]")]
     etcd: Option<String>,
+    /// CA certificates (PEM) that signed the etcd members' certificates:
+    /// TLS to etcd (give `https://` member URLs).
+    #[arg(long, value_name = "FILE", requires = "etcd")]
+    etcd_ca: Option<PathBuf>,
+    /// This om's client certificate (PEM, leaf first) for etcd members
+    /// started with `--client-cert-auth`; needs `--etcd-key` and `--etcd-ca`.
+    #[arg(long, value_name = "FILE", requires_all = ["etcd_key", "etcd_ca"])]
+    etcd_cert: Option<PathBuf>,
+    /// The private key (PEM) of `--etcd-cert`.
+    #[arg(long, value_name = "FILE", requires = "etcd_cert")]
+    etcd_key: Option<PathBuf>,
+    /// The etcd user the om authenticates as (etcd's `auth enable`; its role
+    /// needs read-write on the namespace's prefix); needs
+    /// `--etcd-password-file`.
+    #[arg(long, value_name = "NAME", requires_all = ["etcd", "etcd_password_file"])]
+    etcd_user: Option<String>,
+    /// A file whose first line is the password of `--etcd-user` (not a flag,
+    /// so that it is not on the command line for every user to see).
+    #[arg(long, value_name = "FILE", requires = "etcd_user")]
+    etcd_password_file: Option<PathBuf>,
     /// The prefix of this cluster's keys in etcd (at most 16 bytes; give
     /// each cluster on one etcd its own).
     #[arg(long, default_value = "/ozone/", value_name = "PREFIX")]
@@ -181,6 +201,44 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `config` with the TLS and user of `--etcd-ca`, `--etcd-cert`/`--etcd-key` and
+/// `--etcd-user`/`--etcd-password-file`.
+fn etcd_security(
+    args: &Args,
+    config: meta_store::EtcdConfig,
+) -> anyhow::Result<meta_store::EtcdConfig> {
+    let read = |path: &PathBuf, what: &str| {
+        std::fs::read(path).with_context(|| format!("reading {what} {}", path.display()))
+    };
+    let config = match &args.etcd_ca {
+        Some(ca) => {
+            let tls = meta_store::EtcdTls::new(read(ca, "--etcd-ca")?);
+            let tls = match (&args.etcd_cert, &args.etcd_key) {
+                (Some(cert), Some(key)) => {
+                    tls.with_identity(read(cert, "--etcd-cert")?, read(key, "--etcd-key")?)
+                }
+                _ => tls,
+            };
+            config.with_tls(tls)
+        }
+        None => config,
+    };
+    Ok(match (&args.etcd_user, &args.etcd_password_file) {
+        (Some(user), Some(file)) => {
+            let text = String::from_utf8(read(file, "--etcd-password-file")?)
+                .context("--etcd-password-file is not UTF-8")?;
+            let password = text.lines().next().unwrap_or_default();
+            anyhow::ensure!(
+                !password.is_empty(),
+                "--etcd-password-file {} holds no password on its first line",
+                file.display()
+            );
+            config.with_user(user.clone(), password.to_string())
+        }
+        _ => config,
+    })
+}
+
 /// Serves on `--listen` from the etcd store, with every other om of the same members and
 /// namespace, until a signal; runs the background services while it leads them
 /// (`service_lead.rs`), resigning them on the way out so another om takes over at once.
@@ -204,8 +262,11 @@ async fn serve_on_etcd(
         .map(String::from)
         .collect();
     anyhow::ensure!(!endpoints.is_empty(), "--etcd names no member");
-    let etcd = meta_store::EtcdConfig::new(endpoints)
-        .with_namespace(args.etcd_namespace.as_bytes().to_vec());
+    let etcd = etcd_security(
+        args,
+        meta_store::EtcdConfig::new(endpoints)
+            .with_namespace(args.etcd_namespace.as_bytes().to_vec()),
+    )?;
     let store = meta_store::MetaStore::Etcd(
         meta_store::EtcdStore::connect(&etcd)
             .await
