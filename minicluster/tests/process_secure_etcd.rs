@@ -14,15 +14,19 @@ use minicluster::process::Binaries;
 use minicluster::tls::ThrowawayCa;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-/// Starts the om binary on `etcd` with `password` for user `om`; returns the child and
-/// its first stdout line (`None` when it exited without one).
+/// The om's stdout, line by line.
+type Lines = tokio::io::Lines<BufReader<tokio::process::ChildStdout>>;
+
+/// Starts the om binary on `etcd` with `password` for user `om`, named `localhost` to the
+/// others (`--advertise`); returns the child, its first stdout line (`None` when it exited
+/// without one) and the rest.
 async fn om_on(
     bins: &Binaries,
     dir: &std::path::Path,
     endpoints: &str,
     tls: &LocalEtcdTls,
     password: &str,
-) -> (tokio::process::Child, Option<String>) {
+) -> (tokio::process::Child, Option<String>, Lines) {
     std::fs::create_dir_all(dir).expect("om dir");
     let password_file = dir.join("etcd-password");
     std::fs::write(&password_file, format!("{password}\n")).expect("password file");
@@ -38,20 +42,23 @@ async fn om_on(
         .arg(&tls.key)
         .args(["--etcd-user", "om", "--etcd-password-file"])
         .arg(&password_file)
+        .args(["--advertise", "localhost"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .expect("spawn om");
-    let stdout = child.stdout.take().expect("stdout");
-    let line = tokio::time::timeout(
-        Duration::from_secs(60),
-        BufReader::new(stdout).lines().next_line(),
-    )
-    .await
-    .expect("the om says something or exits within 60 s")
-    .expect("read stdout");
-    (child, line)
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let line = next_line(&mut lines).await;
+    (child, line, lines)
+}
+
+/// The om's next stdout line (at most 60 s away; `None` once it exited).
+async fn next_line(lines: &mut Lines) -> Option<String> {
+    tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .expect("the om says something or exits within 60 s")
+        .expect("read stdout")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -81,7 +88,7 @@ async fn the_om_serves_from_an_etcd_with_tls_and_users() {
     assert!(endpoints.starts_with("https://"), "{endpoints}");
 
     // A wrong password: the om stops at start, naming why.
-    let (refused, line) = om_on(
+    let (refused, line, _) = om_on(
         &bins,
         &dir.path().join("wrong"),
         &endpoints,
@@ -98,7 +105,7 @@ async fn the_om_serves_from_an_etcd_with_tls_and_users() {
         "{stderr}"
     );
 
-    let (mut om, line) = om_on(
+    let (mut om, line, mut lines) = om_on(
         &bins,
         &dir.path().join("right"),
         &endpoints,
@@ -119,6 +126,11 @@ async fn the_om_serves_from_an_etcd_with_tls_and_users() {
         .await
         .expect("create a bucket");
     assert_eq!(client.list_buckets().await.expect("list").len(), 1);
+    // It runs the background services, under the name it advertises.
+    assert_eq!(
+        next_line(&mut lines).await.as_deref(),
+        Some("om running the background services")
+    );
     // The rows are in etcd, under the om's namespace (read as root).
     let root = MetaStore::Etcd(
         meta_store::EtcdStore::connect(
@@ -141,6 +153,11 @@ async fn the_om_serves_from_an_etcd_with_tls_and_users() {
         buckets.count(&root, &()).await.expect("count"),
         1,
         "the om's bucket row is under /om/"
+    );
+    let port = address.rsplit_once(':').expect("HOST:PORT").1;
+    assert_eq!(
+        root.leader(om::OM_ELECTION).await.expect("leader"),
+        Some(format!("localhost:{port}"))
     );
     om.kill().await.expect("kill");
 }

@@ -28,10 +28,17 @@ struct Args {
     /// members' client URLs (`http://HOST:PORT`), comma-separated. Every om
     /// started with the same members and namespace serves; one at a time
     /// runs the background services. Give `--listen` the address clients
-    /// reach this om at: other oms name the services' leader by it (0.0.0.0
-    /// is named 127.0.0.1).
+    /// reach this om at, or `--advertise`: other oms name the services'
+    /// leader by it.
     #[arg(long, value_name = "URL[,URL…]")]
     etcd: Option<String>,
+    /// With `--etcd`: the name this om is known by to clients and other oms
+    /// (in the election of the om that runs the background services, and in
+    /// NOT_LEADER answers): `HOST` (the listening port is added) or
+    /// `HOST:PORT`. Default: the listening address (0.0.0.0 named
+    /// 127.0.0.1).
+    #[arg(long, value_name = "HOST[:PORT]", requires = "etcd")]
+    advertise: Option<String>,
     /// CA certificates (PEM) that signed the etcd members' certificates:
     /// TLS to etcd (give `https://` member URLs).
     #[arg(long, value_name = "FILE", requires = "etcd")]
@@ -201,6 +208,34 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The name `--advertise` gives (`HOST` gets `address`'s port), or `address`.
+fn advertised(advertise: Option<&str>, address: SocketAddr) -> anyhow::Result<String> {
+    let Some(a) = advertise else {
+        return Ok(address.to_string());
+    };
+    anyhow::ensure!(
+        !a.is_empty() && !a.contains(char::is_whitespace) && !a.contains('/'),
+        "--advertise `{a}` is not HOST or HOST:PORT"
+    );
+    // A bracketed IPv6 address, or a name without a colon, is a host alone.
+    let host_only = a.ends_with(']') || !a.contains(':');
+    if host_only {
+        return Ok(format!("{a}:{}", address.port()));
+    }
+    match a.rsplit_once(':') {
+        Some((host, port))
+            if !host.is_empty()
+                && (!host.contains(':') || (host.starts_with('[') && host.ends_with(']')))
+                && port.parse::<u16>().is_ok() =>
+        {
+            Ok(a.to_string())
+        }
+        _ => anyhow::bail!(
+            "--advertise `{a}` is not HOST or HOST:PORT (an IPv6 host goes in brackets)"
+        ),
+    }
+}
+
 /// `config` with the TLS and user of `--etcd-ca`, `--etcd-cert`/`--etcd-key` and
 /// `--etcd-user`/`--etcd-password-file`.
 fn etcd_security(
@@ -290,7 +325,7 @@ async fn serve_on_etcd(
         om,
         store,
         om::ServiceLeadConfig {
-            candidate: address.to_string(),
+            candidate: advertised(args.advertise.as_deref(), address)?,
             ttl,
             history,
         },
@@ -306,4 +341,40 @@ async fn serve_on_etcd(
     }
     server.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::advertised;
+
+    #[test]
+    fn advertise_takes_a_host_or_a_host_and_port() {
+        let bound = "0.0.0.0:9862".parse().expect("addr");
+        let name = |a: Option<&str>| advertised(a, bound);
+        assert_eq!(name(None).expect("default"), "0.0.0.0:9862");
+        assert_eq!(name(Some("om1.example")).expect("host"), "om1.example:9862");
+        assert_eq!(
+            name(Some("om1.example:19862")).expect("host:port"),
+            "om1.example:19862"
+        );
+        assert_eq!(
+            name(Some("[fd00::1]")).expect("ipv6 host"),
+            "[fd00::1]:9862"
+        );
+        assert_eq!(
+            name(Some("[fd00::1]:1")).expect("ipv6 host:port"),
+            "[fd00::1]:1"
+        );
+        for bad in [
+            "",
+            "om1:",
+            "om1:port",
+            ":9862",
+            "fd00::1",
+            "a b",
+            "http://om1",
+        ] {
+            assert!(name(Some(bad)).is_err(), "{bad}");
+        }
+    }
 }
