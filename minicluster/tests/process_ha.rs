@@ -183,6 +183,32 @@ async fn the_services_move_when_their_om_dies_and_no_acknowledged_key_is_lost() 
         Some(new_leader),
         "a restarted om leaves the services where they are"
     );
+    // The ReplicationManager's status is the services' om's memory: it answers, the other
+    // says NOT_LEADER naming it.
+    let addresses = cluster.om_addresses();
+    let mut at_leader = om::OmAdminClient::connect(&addresses[new_leader], None)
+        .await
+        .expect("admin client");
+    at_leader
+        .repair_status()
+        .await
+        .expect("the services' om answers");
+    let mut at_other = om::OmAdminClient::connect(&addresses[leader], None)
+        .await
+        .expect("admin client");
+    let refused = at_other
+        .repair_status()
+        .await
+        .expect_err("the other om does not run the services");
+    assert_eq!(
+        refused.om_code,
+        proto_crate::OmErrorCode::NotLeader,
+        "{refused}"
+    );
+    assert!(
+        refused.message.contains(&addresses[new_leader]),
+        "{refused}"
+    );
     stop.send_replace(true);
     writer.await.expect("writer");
 
