@@ -193,6 +193,11 @@ async fn the_services_move_when_their_om_dies_and_no_acknowledged_key_is_lost() 
         .repair_status()
         .await
         .expect("the services' om answers");
+    // And its services run: the ReplicationManager makes passes there.
+    cluster
+        .wait_for_repair_passes(new_leader, 1, Duration::from_secs(30))
+        .await
+        .expect("the services resumed on the other om");
     let mut at_other = om::OmAdminClient::connect(&addresses[leader], None)
         .await
         .expect("admin client");

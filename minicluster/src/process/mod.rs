@@ -605,6 +605,51 @@ impl ProcessCluster {
         }
     }
 
+    /// Waits until om `i`'s ReplicationManager has made at least `passes` passes since that
+    /// om started (it runs only on the om that leads the background services), asking the
+    /// om every 100 ms for at most `within`; returns its status.
+    ///
+    /// # Errors
+    /// [`ProcessError::Etcd`] naming the om's last answer when it has not by then (the
+    /// admin call's failure, `NOT_LEADER` included, or the count it reached).
+    pub async fn wait_for_repair_passes(
+        &self,
+        i: usize,
+        passes: u64,
+        within: Duration,
+    ) -> Result<om::RepairStatus, ProcessError> {
+        let address = self.om_addresses().get(i).cloned().unwrap_or_default();
+        // With TLS, admin calls present the admin certificate.
+        let tls = self
+            .tls
+            .as_ref()
+            .map(|t| {
+                proto_crate::tls::TlsConfig::load(
+                    &t.admin.ca,
+                    Some((t.admin.cert.as_path(), t.admin.key.as_path())),
+                )
+                .map_err(|e| io("loading the admin certificate")(std::io::Error::other(e)))
+            })
+            .transpose()?;
+        let until = tokio::time::Instant::now() + within;
+        loop {
+            let last = match om::OmAdminClient::connect(&address, tls.as_ref()).await {
+                Ok(mut admin) => match admin.repair_status().await {
+                    Ok(status) if status.passes >= passes => return Ok(status),
+                    Ok(status) => format!("{} passes", status.passes),
+                    Err(e) => e.to_string(),
+                },
+                Err(e) => e.to_string(),
+            };
+            if tokio::time::Instant::now() >= until {
+                return Err(ProcessError::Etcd(format!(
+                    "om {address} made no {passes} repair passes within {within:?}: {last}"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// What a client of this cluster trusts (the CA only), when it runs
     /// with TLS.
     ///
