@@ -166,7 +166,6 @@ async fn the_services_move_when_their_om_dies_and_no_acknowledged_key_is_lost() 
         .wait_for_leading_om(timings.lead_ttl * 3, |i| i != leader)
         .await
         .expect("another om takes the services over");
-    assert_ne!(new_leader, leader, "the other om took the services over");
     // Both come back: the member rejoins, the om serves beside the other.
     cluster
         .restart(Target::Etcd(2))

@@ -365,8 +365,8 @@ pub(crate) fn log_locations_in<'a>(
 }
 
 /// Ends session `session_id` in `tx`: its row goes, and the groups it allocated that are
-/// not in `committed` are staged for deletion: those of `leftovers` (what the om's memory
-/// knew; nothing when the row is gone already, as whoever removed it staged them) and any
+/// not in `committed` are staged for deletion: those of `leftovers` (what the caller's read
+/// of the session held; nothing when the row is gone already, as whoever removed it staged them) and any
 /// other the stored row holds (a group allocated while the session was ending:
 /// its allocation's transaction put it in the row, and staging it here leaves nothing to a
 /// clean-up that a crash could prevent). A row that does not decode adds nothing. Returns

@@ -208,6 +208,9 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The election of the active-passive om versions (one om served, the others stood by).
+const OLD_ELECTION: &str = "om-active";
+
 /// The name `--advertise` gives (`HOST` gets `address`'s port), or `address`.
 fn advertised(advertise: Option<&str>, address: SocketAddr) -> anyhow::Result<String> {
     let Some(a) = advertise else {
@@ -307,6 +310,19 @@ async fn serve_on_etcd(
             .await
             .context("connecting to etcd")?,
     );
+    // An om of the active-passive versions (one served, the others stood by) leads the
+    // election `om-active` and runs its services unaware of this one's: refuse to start
+    // beside it.
+    if let Some(old) = store
+        .leader(OLD_ELECTION)
+        .await
+        .context("asking etcd for an om of an older version")?
+    {
+        anyhow::bail!(
+            "the om at {old} (an older version, active-passive) still leads this store; stop \
+             every om of that version before starting this one"
+        );
+    }
     let om = Arc::new(
         OzoneManager::open_shared(config, &store)
             .await
@@ -331,7 +347,20 @@ async fn serve_on_etcd(
         },
         stopped,
     ));
-    signals.recv().await;
+    tokio::pin!(lead);
+    tokio::select! {
+        () = signals.recv() => {}
+        // It ends only on `stop`: anything else leaves the store without this om's
+        // services for good, so the om stops (a restart campaigns again).
+        ended = &mut lead => {
+            server.shutdown().await;
+            return match ended {
+                Ok(Ok(_)) => Err(anyhow::anyhow!("leading the background services ended")),
+                Ok(Err(e)) => Err(anyhow::Error::new(e).context("leading the background services")),
+                Err(e) => Err(anyhow::Error::new(e).context("the background services' lead task")),
+            };
+        }
+    }
     // Resigns the services' lead (another om takes them over at once), then stops serving.
     stop.send_replace(true);
     match lead.await {

@@ -631,6 +631,14 @@ impl OzoneManager {
         }
     }
 
+    /// Whether this om runs the store-wide background services (block deletion, the
+    /// ReplicationManager, lease expiry), and when that changes: always for an om alone on
+    /// its store; for one of several on etcd, while it leads them ([`crate::lead_services`]).
+    #[must_use]
+    pub fn watch_service_lead(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.lead.watch()
+    }
+
     /// Open sessions as last counted, without reading the store (metrics).
     #[must_use]
     pub fn open_sessions_counted(&self) -> u64 {

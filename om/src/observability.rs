@@ -5,12 +5,17 @@
 //! | metric | type | what |
 //! |---|---|---|
 //! | `om_datanodes{state}` | gauge | registered datanodes by liveness (HEALTHY, STALE, DEAD) |
+//! | `om_runs_services` | gauge | 1 while this om runs the background services (always, alone on its store), else 0 |
 //! | `om_open_sessions` | gauge | key and part writes neither committed nor aborted |
 //! | `om_pending_deletions` | gauge | replicas in the deletion log, not yet deleted |
 //! | `om_repair_under_replicated` | gauge | block groups below full redundancy |
 //! | `om_repair_in_flight` | gauge | repairs running |
 //! | `om_repairs_completed_total` / `_failed_total` | counter | repairs ended |
 //! | `om_repair_unrecoverable` | gauge | groups with too few readable indexes to rebuild |
+//!
+//! The deletion and repair figures are the background services' own: with several oms on
+//! one etcd store, read them from the om whose `om_runs_services` is 1 (another keeps the
+//! figures of its last term, or none).
 
 use std::sync::Arc;
 
@@ -85,9 +90,15 @@ impl Collector for OmCollector {
         }
         gauge(
             &mut e,
+            "om_runs_services",
+            "1 while this om runs the background services (deletion, repair, lease expiry)",
+            u64::from(*om.watch_service_lead().borrow()),
+        )?;
+        gauge(
+            &mut e,
             "om_open_sessions",
-            "Key and part writes neither committed nor aborted (as last counted: at most a \
-             service interval old)",
+            "Key and part writes neither committed nor aborted (as last counted by this om: \
+             at most a service interval old on the om that runs the services)",
             om.open_sessions_counted(),
         )?;
         // As last published (after every change that may add deletions, and every pass of

@@ -255,6 +255,24 @@ impl RepairState {
         twice
     }
 
+    /// Ends a term of the background services on this om (`service_lead.rs`): aborts the
+    /// repairs and block checks in flight and forgets what the passes learned (groups under
+    /// repair, holds, the last clean scan, decommissioning datanodes seen unreferenced, where
+    /// a scan stopped), so that a later term here starts from the store as another om would;
+    /// the counters since the om started stay.
+    pub(crate) fn end_term(&self) {
+        self.tasks().abort_all();
+        let mut inner = self.lock();
+        let status = RepairStatus {
+            in_flight: 0,
+            ..std::mem::take(&mut inner.status)
+        };
+        *inner = Inner {
+            status,
+            ..Inner::default()
+        };
+    }
+
     fn tasks(&self) -> std::sync::MutexGuard<'_, tokio::task::JoinSet<()>> {
         self.tasks
             .lock()

@@ -290,12 +290,17 @@ impl LeaderServices {
         }
     }
 
-    /// Stops the services at once, cutting off the pass under way (each of its
-    /// transactions commits whole or not at all).
-    pub(crate) fn abort(mut self) {
+    /// Stops the services of `om` at once, cutting off the pass under way (each of its
+    /// transactions commits whole or not at all), with the repairs and block checks the
+    /// ReplicationManager started, and forgets the ReplicationManager's memory of the term.
+    pub(crate) fn abort(mut self, om: &OzoneManager) {
         for t in std::mem::take(&mut self.tasks) {
             t.abort();
         }
+        om.repair.end_term();
+        om.block_reports
+            .checking
+            .store(false, std::sync::atomic::Ordering::Release);
     }
 }
 

@@ -349,8 +349,8 @@ impl OzoneManagerService for OmGrpcService {
             .collect::<Result<Vec<_>, _>>()?;
         let g = self
             .run(move |om| async move {
-                let g = om.allocate_block_group(req.session_id, &exclude).await?;
-                om.with_session_token(req.session_id, g).await
+                let (g, client) = om.allocate_for(req.session_id, &exclude).await?;
+                om.with_session_token(&client, g)
             })
             .await?;
         Ok(Response::new(pb::AllocateBlockGroupResponse {

@@ -26,7 +26,6 @@
 //! the leader only: another om answers [`OmErrorCode::NotLeader`] naming it.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use meta_store::MetaStore;
@@ -51,7 +50,7 @@ pub(crate) enum ServiceLead {
     Sole,
     /// One of several oms on etcd: this one while it leads [`OM_ELECTION`].
     Elected {
-        leading: AtomicBool,
+        leading: tokio::sync::watch::Sender<bool>,
         leader: Box<LeaderName>,
     },
 }
@@ -60,14 +59,23 @@ impl ServiceLead {
     /// An om on `store` shared with others: not leading until it wins.
     pub(crate) fn elected(store: MetaStore) -> Self {
         Self::Elected {
-            leading: AtomicBool::new(false),
+            leading: tokio::sync::watch::Sender::new(false),
             leader: Box::new(LeaderName::new(store)),
+        }
+    }
+
+    /// Whether this om runs the services now, and its changes (an om alone on its store:
+    /// always).
+    pub(crate) fn watch(&self) -> tokio::sync::watch::Receiver<bool> {
+        match self {
+            Self::Sole => tokio::sync::watch::Sender::new(true).subscribe(),
+            Self::Elected { leading, .. } => leading.subscribe(),
         }
     }
 
     fn set(&self, now: bool) {
         if let Self::Elected { leading, .. } = self {
-            leading.store(now, Ordering::SeqCst);
+            leading.send_replace(now);
         }
     }
 
@@ -77,7 +85,7 @@ impl ServiceLead {
         match self {
             Self::Sole => Ok(()),
             Self::Elected { leading, leader } => {
-                if leading.load(Ordering::SeqCst) {
+                if *leading.borrow() {
                     return Ok(());
                 }
                 let msg = match leader.get().await {
@@ -203,7 +211,7 @@ impl Drop for Term {
     fn drop(&mut self) {
         self.compaction.abort();
         if let Some(services) = self.services.take() {
-            services.abort();
+            services.abort(&self.om);
         }
         self.om.lead.set(false);
         tracing::info!("this om no longer runs the background services");

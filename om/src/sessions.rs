@@ -24,7 +24,7 @@ use meta_store::{Transaction, transact};
 use proto_crate::{BlockGroup, DatanodeId, KeyInfo, Pipeline, ReplicationConfig};
 
 use crate::clock::unix_ms;
-use crate::deletion::{end_session, stage_groups, stage_key_groups};
+use crate::deletion::{end_session, stage_key_groups};
 use crate::manager::{
     BLOCKS_PER_CONTAINER, OpenKey, OpenKeySession, SessionTarget, now_ms, validate_name,
 };
@@ -40,8 +40,11 @@ pub const MAX_OPEN_SESSIONS: usize = 100_000;
 /// opens itself) before counting the rows again to check [`MAX_OPEN_SESSIONS`].
 pub const SESSION_CENSUS_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Sessions ended per transaction by the expiring service: each reads two rows and writes
-/// four (three removed, one staged), within etcd's 128 operations per transaction.
+/// Sessions ended per transaction by the expiring service: each reads three rows (its lease,
+/// its record, the staged row's key) and writes four (three removed, one staged), within
+/// etcd's 128 operations and compares per transaction. A chunk whose request is too large
+/// (sessions of many groups: a staged row is as large as the session's record) ends its
+/// sessions one per transaction instead.
 const EXPIRED_PER_TXN: usize = 25;
 
 /// The client id of callers that give none.
@@ -250,45 +253,35 @@ impl OzoneManager {
         session_id: u64,
         exclude: &[DatanodeId],
     ) -> Result<BlockGroup> {
-        let replication = self.session(session_id).await?.replication;
-        let locations = {
-            let mut st = self.state();
-            // New groups go to healthy datanodes in service only.
-            let healthy: Vec<_> = st
-                .nodes
-                .healthy(self.config.clock.now(), self.config.liveness)
-                .into_iter()
-                .filter(|d| !st.op_states.contains_key(&d.uuid))
-                .collect();
-            let locations = crate::placement::place(
-                &replication,
-                &healthy,
-                exclude,
-                st.allocations + 1,
-                st.nodes.len(),
-            )?;
-            st.allocations += 1;
-            locations
-        };
-        let pipeline_key: Vec<DatanodeId> =
-            locations.iter().map(|l| l.datanode.uuid.clone()).collect();
-        let open_container = {
-            let mut st = self.state();
-            match st.open_containers.get_mut(&pipeline_key) {
-                Some((cid, used)) if *used < BLOCKS_PER_CONTAINER => {
-                    *used += 1;
-                    Some(*cid)
-                }
-                _ => None,
-            }
-        };
+        Ok(self.allocate_for(session_id, exclude).await?.0)
+    }
+
+    /// [`allocate_block_group`](Self::allocate_block_group), also returning the session's
+    /// client (its writer's block token is issued to it). One transaction reads the
+    /// session's row, places the group by the row's replication, and records it.
+    pub(crate) async fn allocate_for(
+        &self,
+        session_id: u64,
+        exclude: &[DatanodeId],
+    ) -> Result<(BlockGroup, String)> {
         // Ids (from this om's reserved ranges, a new range reserved in this transaction when
         // one runs out), the session row with the group and its lease restarted commit in
         // one transaction.
         let now_ms = unix_ms(self.config.clock.wall());
         let committed = transact(&self.store, |tx| {
-            let locations = locations.clone();
             Box::pin(async move {
+                // Its row is gone: the session ended (its end's transaction ran first).
+                let Some(mut row) = crate::session_rows::get_in(&tx, session_id).await? else {
+                    return Err(OmError::NoSuchSession(session_id));
+                };
+                let replication: ReplicationConfig =
+                    row.replication
+                        .parse()
+                        .map_err(|e| OmError::CorruptRecord {
+                            what: format!("open session {session_id}"),
+                            source: Box::new(e),
+                        })?;
+                let (locations, open_container) = self.place(&replication, exclude)?;
                 let mut reserved = Vec::new();
                 let local_id = self.take_id(&tx, IdKind::Local, &mut reserved).await?;
                 let container_id = match open_container {
@@ -302,41 +295,69 @@ impl OzoneManager {
                     pipeline: Pipeline { locations },
                     token: None,
                 };
-                let recorded = match crate::session_rows::get_in(&tx, session_id).await? {
-                    Some(mut row) => {
-                        row.allocated.push(group.clone().into());
-                        crate::session_rows::put_in(&tx, session_id, &row);
-                        crate::session_rows::touch_in(&tx, session_id, &row.client, now_ms);
-                        true
-                    }
-                    // Its row is gone: the session ended (its end's transaction ran first).
-                    None => {
-                        stage_groups(&tx, std::slice::from_ref(&group)).await?;
-                        false
-                    }
-                };
-                Ok::<_, OmError>((group, recorded, reserved))
+                row.allocated.push(group.clone().into());
+                crate::session_rows::put_in(&tx, session_id, &row);
+                crate::session_rows::touch_in(&tx, session_id, &row.client, now_ms);
+                Ok::<_, OmError>((group, reserved, open_container.is_none(), row.client))
             })
         })
         .await?;
-        let (group, recorded, reserved) = committed.value;
+        let (group, reserved, new_container, client) = committed.value;
         self.install_ids(reserved);
-        if open_container.is_none() {
+        if new_container {
+            let pipeline_key = group
+                .pipeline
+                .locations
+                .iter()
+                .map(|l| l.datanode.uuid.clone())
+                .collect();
             self.state()
                 .open_containers
                 .insert(pipeline_key, (group.container_id, 1));
         }
-        if !recorded {
-            self.deletions_changed();
-            return Err(OmError::NoSuchSession(session_id));
-        }
-        Ok(group)
+        Ok((group, client))
+    }
+
+    /// Places a new group of `replication` on healthy datanodes in service, none of
+    /// `exclude`; returns its locations and the open container of that pipeline with room
+    /// for it (counted as taken), if any.
+    fn place(
+        &self,
+        replication: &ReplicationConfig,
+        exclude: &[DatanodeId],
+    ) -> Result<(Vec<proto_crate::BlockLocation>, Option<u64>)> {
+        let mut st = self.state();
+        // New groups go to healthy datanodes in service only.
+        let healthy: Vec<_> = st
+            .nodes
+            .healthy(self.config.clock.now(), self.config.liveness)
+            .into_iter()
+            .filter(|d| !st.op_states.contains_key(&d.uuid))
+            .collect();
+        let locations = crate::placement::place(
+            replication,
+            &healthy,
+            exclude,
+            st.allocations + 1,
+            st.nodes.len(),
+        )?;
+        st.allocations += 1;
+        let pipeline_key: Vec<DatanodeId> =
+            locations.iter().map(|l| l.datanode.uuid.clone()).collect();
+        let open_container = match st.open_containers.get_mut(&pipeline_key) {
+            Some((cid, used)) if *used < BLOCKS_PER_CONTAINER => {
+                *used += 1;
+                Some(*cid)
+            }
+            _ => None,
+        };
+        Ok((locations, open_container))
     }
 
     /// Commits an open key: `groups` (in key order, each with its acknowledged
     /// length; groups of length 0 are dropped) must be groups allocated to this
     /// session, and their lengths must sum to `length`. Locations are taken
-    /// from the om's own allocation record. Replaces any key of the same name.
+    /// from the session's row. Replaces any key of the same name.
     /// In the same transaction, the replaced key's groups and the session's
     /// groups that were not committed are logged for deletion.
     ///
@@ -426,11 +447,10 @@ impl OzoneManager {
             }
             Err(e) => e,
         };
-        // Reclaiming can fail too (the store is failing): the session's row then stays, the
-        // next start loads the session back, and it expires one lease later with its groups
-        // logged.
+        // Reclaiming can fail too (the store is failing): the session's rows then stay, and
+        // it expires one lease after its last activity, its groups logged then.
         if let Err(e) = self.reclaim_session(session_id, allocated).await {
-            tracing::warn!(session = session_id, error = %e, "reclaiming a failed commit's groups failed; the session expires one lease after the next om start");
+            tracing::warn!(session = session_id, error = %e, "reclaiming a failed commit's groups failed; the session expires one lease after its last activity");
         }
         Err(failed)
     }
@@ -453,8 +473,9 @@ impl OzoneManager {
         Ok(())
     }
 
-    /// Ends session `session_id` (which must commit into `target`): checks
-    /// `groups` were allocated to it and sum to `length`; returns the session,
+    /// Reads session `session_id` for its commit (it must commit into `target`; the commit's
+    /// transaction ends it): checks `groups` were allocated to it and sum to `length`;
+    /// returns the session,
     /// the groups to commit with their lengths and the om's locations (groups
     /// of length 0 dropped), and the allocated groups not committed. A
     /// session whose commit is refused for bad groups is ended too (its
@@ -577,8 +598,8 @@ impl OzoneManager {
     /// the lease (1 h by default).
     ///
     /// # Errors
-    /// Store errors (what was aborted stays aborted; the rest is found again by the next
-    /// pass).
+    /// Store errors, when no session could be ended (what was aborted stays aborted; a
+    /// session that failed is found again by the next pass, the others are ended).
     pub async fn expire_sessions(&self, now: SystemTime) -> Result<usize> {
         let lease_ms = u64::try_from(self.config.open_key_lease.as_millis()).unwrap_or(u64::MAX);
         let now_ms = unix_ms(now);
@@ -594,43 +615,78 @@ impl OzoneManager {
         })
         .await?;
         let mut ended = 0;
+        let mut failed = None;
         for chunk in candidates.chunks(EXPIRED_PER_TXN) {
-            let done = transact(&self.store, |tx| {
-                Box::pin(async move {
+            let done = match self.expire_chunk(chunk, &expired_by).await {
+                Err(e) if chunk.len() > 1 => {
+                    tracing::debug!(error = %e, "expiring sessions together failed; one at a time");
                     let mut done = Vec::new();
                     for id in chunk {
-                        match crate::session_rows::lease_in(&tx, *id).await? {
-                            Some((last, client)) if expired_by(last) => {
-                                end_session(&tx, *id, &[], &[]).await?;
-                                done.push((*id, client));
+                        match self
+                            .expire_chunk(std::slice::from_ref(id), &expired_by)
+                            .await
+                        {
+                            Ok(mut d) => done.append(&mut d),
+                            Err(e) => {
+                                tracing::warn!(session = id, error = %e, "expiring an open session failed; the next pass tries again");
+                                failed.get_or_insert(e);
                             }
-                            // Renewed or ended since the scan.
-                            _ => {}
                         }
                     }
-                    Ok::<_, OmError>(done)
-                })
-            })
-            .await;
-            let done = match done {
-                Ok(d) => d.value,
-                Err(e) => {
-                    if ended > 0 {
-                        self.deletions_changed();
-                    }
-                    return Err(e);
+                    done
                 }
+                Err(e) => {
+                    tracing::warn!(session = ?chunk.first(), error = %e, "expiring an open session failed; the next pass tries again");
+                    failed.get_or_insert(e);
+                    Vec::new()
+                }
+                Ok(d) => d,
             };
             for (id, client) in &done {
                 tracing::info!(session = id, client = %client, "open-key lease expired; aborting");
             }
             ended += done.len();
         }
+        // One failure does not stop the rest; the pass fails only when nothing expired.
+        if let Some(e) = failed
+            && ended == 0
+        {
+            return Err(e);
+        }
         if ended > 0 {
             self.deletions_changed();
         }
         self.open_sessions().await?;
         Ok(ended)
+    }
+}
+
+impl OzoneManager {
+    /// Ends the sessions of `ids` whose lease (read again in the transaction) `expired_by`
+    /// says ran out, in one transaction; returns them with their clients.
+    async fn expire_chunk(
+        &self,
+        ids: &[u64],
+        expired_by: &(impl Fn(u64) -> bool + Sync),
+    ) -> Result<Vec<(u64, String)>> {
+        let done = transact(&self.store, |tx| {
+            Box::pin(async move {
+                let mut done = Vec::new();
+                for id in ids {
+                    match crate::session_rows::lease_in(&tx, *id).await? {
+                        Some((last, client)) if expired_by(last) => {
+                            end_session(&tx, *id, &[], &[]).await?;
+                            done.push((*id, client));
+                        }
+                        // Renewed or ended since the scan.
+                        _ => {}
+                    }
+                }
+                Ok::<_, OmError>(done)
+            })
+        })
+        .await?;
+        Ok(done.value)
     }
 }
 
@@ -825,6 +881,87 @@ mod tests {
         assert_eq!(
             counter(&om, "next_local_id").await,
             Some(1 + 2 * LOCAL_ID_BATCH)
+        );
+    }
+
+    /// Sessions whose staged rows together pass etcd's 1.5 MiB request limit are ended one
+    /// per transaction (regression: the pass failed at that chunk, every pass, and the
+    /// sessions after it in id order never expired).
+    #[tokio::test]
+    async fn sessions_too_large_to_expire_together_expire_one_at_a_time() {
+        use crate::test_oms::{Backend, TestOm};
+        let lease = std::time::Duration::from_secs(60);
+        let clock = std::sync::Arc::new(crate::ManualClock::default());
+        let om = TestOm::start_with(Backend::Etcd, |c| {
+            c.with_open_key_lease(lease)
+                .with_clock(std::sync::Arc::clone(&clock) as std::sync::Arc<dyn crate::Clock>)
+        })
+        .await;
+        crate::test_oms::register_five(&om).await;
+        om.create_bucket("b", None, None).await.expect("bucket");
+        let first = om.open_key("b", "template", None).await.expect("open");
+        let group = om
+            .allocate_block_group(first.session_id, &[])
+            .await
+            .expect("allocate");
+        // 30 sessions of 300 groups each (about 90 KB a row): 25 of them are over 1.5 MiB.
+        for i in 0..30u64 {
+            let s = om
+                .open_key("b", &format!("k{i}"), None)
+                .await
+                .expect("open");
+            transact(&om.store, |tx| {
+                let group = &group;
+                Box::pin(async move {
+                    let mut row = crate::session_rows::get_in(&tx, s.session_id)
+                        .await?
+                        .ok_or(OmError::NoSuchSession(s.session_id))?;
+                    row.allocated = (0..300)
+                        .map(|j| {
+                            BlockGroup {
+                                local_id: 10_000_000 + i * 1000 + j,
+                                ..group.clone()
+                            }
+                            .into()
+                        })
+                        .collect();
+                    crate::session_rows::put_in(&tx, s.session_id, &row);
+                    Ok::<(), OmError>(())
+                })
+            })
+            .await
+            .expect("grow the session");
+        }
+        let row = OPEN_SESSIONS
+            .get(&om.store, &first.session_id)
+            .await
+            .expect("read")
+            .expect("row");
+        let last = OPEN_SESSIONS
+            .scan(&om.store, &(), None, 100)
+            .await
+            .expect("scan")
+            .rows
+            .into_iter()
+            .map(|r| r.value.0.len())
+            .max()
+            .expect("rows");
+        assert!(
+            row.value.0.len() < last && last * EXPIRED_PER_TXN > 3 * 1024 * 1024 / 2,
+            "{last} bytes a session"
+        );
+        clock.advance(lease + std::time::Duration::from_secs(1));
+        assert_eq!(
+            om.expire_sessions(crate::Clock::wall(&*clock))
+                .await
+                .expect("expire"),
+            31
+        );
+        assert_eq!(om.open_sessions().await.expect("count"), 0);
+        assert_eq!(
+            om.pending_deletions().await.expect("pending"),
+            (30 * 300 + 1) * 5,
+            "every group is staged, once"
         );
     }
 }

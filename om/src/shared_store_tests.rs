@@ -269,3 +269,76 @@ async fn a_clients_bound_counts_its_sessions_on_every_om() {
         .await
         .expect("an ended session no longer counts");
 }
+
+/// The background services run on one of the oms at a time: the one elected runs them (its
+/// watch says so, and only it answers the ReplicationManager's status; the other answers
+/// NOT_LEADER naming it), and when it stops they move to the other at once (it resigned).
+#[tokio::test]
+async fn the_services_run_on_one_om_and_move_when_it_stops() {
+    let first = TestOm::start(Backend::Etcd).await;
+    let store = first.shared_store();
+    let second = Arc::new(first.another(|c| c).await);
+    let (first, _kept) = first.split();
+    let first = Arc::new(first);
+    let lead = |om: &Arc<OzoneManager>, name: &str| {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(crate::lead_services(
+            Arc::clone(om),
+            store.clone(),
+            crate::ServiceLeadConfig {
+                candidate: name.to_string(),
+                ttl: meta_store::MIN_TTL,
+                history: Duration::from_secs(3600),
+            },
+            stopped,
+        ));
+        (stop, task)
+    };
+    let (stop_first, first_task) = lead(&first, "om-1:9862");
+    let (stop_second, second_task) = lead(&second, "om-2:9862");
+    let (mut on_first, mut on_second) = (first.watch_service_lead(), second.watch_service_lead());
+    // One wins.
+    let winner_is_first = tokio::select! {
+        r = on_first.wait_for(|l| *l) => { r.expect("om alive"); true }
+        r = on_second.wait_for(|l| *l) => { r.expect("om alive"); false }
+    };
+    let (winner, loser, loser_name, winner_name) = if winner_is_first {
+        (&first, &second, "om-2:9862", "om-1:9862")
+    } else {
+        (&second, &first, "om-1:9862", "om-2:9862")
+    };
+    assert!(!*loser.watch_service_lead().borrow(), "only one runs them");
+    winner
+        .lead
+        .require("the status")
+        .await
+        .expect("the elected om answers");
+    let refused = loser
+        .lead
+        .require("the status")
+        .await
+        .expect_err("the other does not");
+    assert_eq!(
+        proto_crate::OmErrorCode::of(&refused),
+        proto_crate::OmErrorCode::NotLeader
+    );
+    assert!(refused.message().contains(winner_name), "{refused:?}");
+    // The elected om stops: it resigns, and the other takes the services over.
+    let (stop_winner, winner_task, stop_loser, loser_task) = if winner_is_first {
+        (stop_first, first_task, stop_second, second_task)
+    } else {
+        (stop_second, second_task, stop_first, first_task)
+    };
+    stop_winner.send_replace(true);
+    assert_eq!(winner_task.await.expect("task").expect("led"), 1);
+    assert!(!*winner.watch_service_lead().borrow());
+    let mut on_loser = loser.watch_service_lead();
+    tokio::time::timeout(Duration::from_secs(30), on_loser.wait_for(|l| *l))
+        .await
+        .expect("taken over well within a lease")
+        .expect("om alive");
+    let store_leader = store.leader(crate::OM_ELECTION).await.expect("leader");
+    assert_eq!(store_leader.as_deref(), Some(loser_name));
+    stop_loser.send_replace(true);
+    assert_eq!(loser_task.await.expect("task").expect("led"), 1);
+}

@@ -90,6 +90,11 @@ impl TestOm {
         .expect("open another om")
     }
 
+    /// The etcd store this om is on (an etcd test om only).
+    pub(crate) fn shared_store(&self) -> MetaStore {
+        self.shared.clone().expect("an etcd store")
+    }
+
     /// Moves the om out (to share it between tasks); the returned [`Kept`]
     /// keeps its etcd member and directory until it is dropped.
     pub(crate) fn split(self) -> (OzoneManager, Kept) {

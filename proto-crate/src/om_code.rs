@@ -71,12 +71,13 @@ pub enum OmErrorCode {
     StoreFull,
     /// This om does not answer this call: only the om that leads its
     /// metadata store's background services does (the message names it,
-    /// when known), as for the ReplicationManager's status, or a write was
-    /// refused because the lead it was made under was lost. Nothing was
-    /// applied, though a call that writes in steps may have made its earlier
-    /// ones (clean-ups a repeat makes again). Any call, changes included, is
-    /// safe to send to another om (Ozone's `OMNotLeaderException`, on which
-    /// its clients fail over).
+    /// when known), as for the ReplicationManager's status; or a write made
+    /// through a store fenced by a lead (`meta_store::MetaStore::fenced`) was
+    /// refused because that lead was lost. Nothing was applied, though a call
+    /// that writes in steps may have made its earlier ones (clean-ups a
+    /// repeat makes again). Any call, changes included, is safe to send to
+    /// another om (Ozone's `OMNotLeaderException`, on which its clients fail
+    /// over).
     NotLeader,
 }
 

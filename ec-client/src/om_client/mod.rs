@@ -451,14 +451,14 @@ mod tests {
         // Only a writer's session calls and its commit wait for an om to come back.
         assert!(Resend::Repeatable.waits() && Resend::Commit.waits());
         // A NOT_LEADER refusal applied nothing: every kind moves on.
-        let standby = OmErrorCode::NotLeader.status("not the leader; om 127.0.0.1:1 leads");
+        let not_leader = OmErrorCode::NotLeader.status("not the leader; om 127.0.0.1:1 leads");
         for how in [
             Resend::Read,
             Resend::Repeatable,
             Resend::IfNotSent,
             Resend::Commit,
         ] {
-            assert!(resend(&standby, how), "{how:?}");
+            assert!(resend(&not_leader, how), "{how:?}");
         }
         assert!(!Resend::Read.waits() && !Resend::IfNotSent.waits());
     }

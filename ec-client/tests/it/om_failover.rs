@@ -46,7 +46,7 @@ async fn a_client_skips_a_dead_om_and_fails_over_when_its_om_goes() {
         .expect("create");
     assert_eq!(names(&a).await, ["first"]);
 
-    // Two clients connected to a while b stands by; a goes away.
+    // Two clients connected to a, b second in their list; a goes away.
     let list = format!("{a_addr},{b_addr}");
     let writer = Client::connect(&list, ClientConfig::default())
         .await

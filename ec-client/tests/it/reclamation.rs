@@ -188,11 +188,11 @@ async fn an_abandoned_writer_frees_what_it_wrote() {
     .await
     .expect("the session is aborted")
     .expect("count");
-    // The om publishes the session count on every change of the deletion
-    // log, so the count can reach 0 an instant before the abort's own
-    // transaction logs the groups: wait on the log's changes until the
-    // files are gone (a write that outlived the abort can only have been
-    // refused or deleted after it), not just for an empty log.
+    // The abort's transaction stages the groups as it removes the session,
+    // but the files go only once the deleting service has sent the
+    // deletions: wait on the log's changes until the files are gone (a
+    // write that outlived the abort can only have been refused or deleted
+    // after it), not just for an empty log.
     let waited = tokio::time::timeout(
         Duration::from_secs(60),
         cluster

@@ -459,22 +459,20 @@ impl OzoneManager {
         Ok(g)
     }
 
-    /// `g`, just allocated to session `session_id`, with its writer's token
-    /// (READ and WRITE, issued to the session's client).
+    /// `g`, just allocated to a session of `client`, with its writer's token
+    /// (READ and WRITE, issued to the client).
     ///
     /// # Errors
-    /// [`OmError::NoSuchSession`] when the session ended meanwhile; store errors; as
-    /// [`service_token`](Self::service_token).
-    pub(crate) async fn with_session_token(
+    /// As [`service_token`](Self::service_token).
+    pub(crate) fn with_session_token(
         &self,
-        session_id: u64,
+        client: &str,
         g: BlockGroup,
     ) -> Result<BlockGroup, OmError> {
         if self.tokens.is_none() {
             return Ok(g);
         }
-        let client = self.session(session_id).await?.client;
-        self.with_token(g, AccessModes::READ_WRITE, &client)
+        self.with_token(g, AccessModes::READ_WRITE, client)
     }
 
     /// `k` with a READ token on each of its groups, issued to `owner`.

@@ -50,3 +50,45 @@ fn sigterm_stops_the_om_gracefully_and_logs_can_be_json() {
         "{stderr}"
     );
 }
+
+/// An om of the active-passive versions still leading the store (election `om-active`)
+/// runs its own services unaware of the new oms': the new om refuses to start beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_om_refuses_to_start_beside_an_older_active_om() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let etcd = meta_store::local_etcd::LocalEtcd::start(&dir.path().join("etcd"), 1)
+        .await
+        .expect("etcd starts (apt-get install etcd-server)");
+    let store = meta_store::MetaStore::Etcd(
+        meta_store::EtcdStore::connect(&meta_store::EtcdConfig::new(etcd.endpoints()))
+            .await
+            .expect("connect"),
+    );
+    let old = store
+        .campaign(
+            "om-active",
+            "10.0.0.9:9862",
+            std::time::Duration::from_secs(10),
+        )
+        .await
+        .expect("the old om leads");
+    let (data, endpoints) = (dir.path().join("om"), etcd.endpoints().join(","));
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_om"))
+            .args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data)
+            .args(["--etcd", &endpoints])
+            .output()
+    })
+    .await
+    .expect("task")
+    .expect("run om");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("10.0.0.9:9862") && stderr.contains("older version"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "it never served");
+    old.resign().await.expect("resign");
+}
