@@ -12,10 +12,14 @@
 //! uuid → state name; datanodes in service have no row), so the state
 //! survives restarts and is shared by every om on the store. Each change is
 //! one `transact` body that reads the stored state and decides on it (two
-//! oms decommissioning one datanode at once move it once). Each om keeps a
-//! copy in memory for placement and reports, re-read every service interval
-//! ([`OzoneManager::reload_operational_states`]), so a decommission made
-//! through another om stops new groups here within one interval.
+//! oms decommissioning one datanode at once move it once), and raises the
+//! counter `op_states_version`. Each om keeps a copy in memory for placement
+//! and reports, with the version it was read at, re-read every service
+//! interval ([`OzoneManager::reload_operational_states`]); an allocation
+//! reads the version in its transaction (guarded), and places again on a
+//! fresh copy when the store's is newer, so a group is never placed on a
+//! datanode another om has taken out of service (whose decommission could
+//! otherwise finish while that group is being written).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -37,6 +41,21 @@ const OLD_OP_STATES: TableDefinition<&str, &str> = TableDefinition::new("datanod
 
 /// Rows read per store call when the states are loaded.
 const LOAD_PAGE: usize = 1000;
+
+/// The `counters` row every operational-state change raises.
+pub(crate) const VERSION: &str = "op_states_version";
+
+/// The stored version of the operational states as `tx` sees it (guarded: a change
+/// conflicts with `tx`).
+///
+/// # Errors
+/// Store errors.
+pub(crate) async fn version_in(tx: &meta_store::Transaction) -> Result<u64, OmError> {
+    Ok(crate::tables::COUNTERS
+        .get_in(tx, &VERSION.to_string())
+        .await?
+        .unwrap_or(0))
+}
 
 /// What the cluster may use a datanode for (Ozone's `NodeOperationalState`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
@@ -117,12 +136,17 @@ fn parse_row(uuid: &str, state: &str) -> Result<(DatanodeId, OperationalState), 
 /// Store errors; [`OmError::CorruptRecord`] for a row that does not parse.
 pub(crate) async fn load(
     store: &MetaStore,
-) -> Result<BTreeMap<DatanodeId, OperationalState>, OmError> {
+) -> Result<(BTreeMap<DatanodeId, OperationalState>, u64), OmError> {
+    let snapshot = store.snapshot().await?;
+    let version = crate::tables::COUNTERS
+        .get_at(&snapshot, &VERSION.to_string())
+        .await?
+        .map_or(0, |r| r.value);
     let mut out = BTreeMap::new();
     let mut after: Option<String> = None;
     loop {
         let page = OP_STATES
-            .scan(store, &(), after.as_ref(), LOAD_PAGE)
+            .scan_at(&snapshot, &(), after.as_ref(), LOAD_PAGE)
             .await?;
         for row in &page.rows {
             let (uuid, state) = parse_row(&row.key, &row.value)?;
@@ -130,7 +154,7 @@ pub(crate) async fn load(
         }
         match page.rows.last() {
             Some(last) if page.more => after = Some(last.key.clone()),
-            _ => return Ok(out),
+            _ => return Ok((out, version)),
         }
     }
 }
@@ -215,16 +239,20 @@ impl OzoneManager {
                     OperationalState::InService => OP_STATES.delete_in(&tx, key),
                     other => OP_STATES.put_in(&tx, key, &other.as_str().to_string()),
                 }
+                let version = version_in(&tx).await?;
+                crate::tables::COUNTERS.put_in(&tx, &VERSION.to_string(), &(version + 1));
                 Ok((after, true))
             })
         })
         .await?
         .value;
-        let mut st = self.state();
-        if state == OperationalState::InService {
-            st.op_states.remove(uuid);
-        } else {
-            st.op_states.insert(uuid.clone(), state);
+        if changed {
+            // With every change made through other oms since the last read, at the version
+            // this change made or later.
+            let (states, version) = load(&self.store).await?;
+            let mut st = self.state();
+            st.op_states = states;
+            st.op_states_version = version;
         }
         Ok((state, changed))
     }
@@ -237,8 +265,10 @@ impl OzoneManager {
     /// Store errors; a row that does not parse.
     pub async fn reload_operational_states(&self) -> Result<(), OmError> {
         let _writes = self.op_state_writes.lock().await;
-        let states = load(&self.store).await?;
-        self.state().op_states = states;
+        let (states, version) = load(&self.store).await?;
+        let mut st = self.state();
+        st.op_states = states;
+        st.op_states_version = version;
         Ok(())
     }
 
@@ -303,7 +333,7 @@ mod tests {
     }
 
     async fn stored(om: &OzoneManager) -> BTreeMap<DatanodeId, OperationalState> {
-        load(&om.store).await.expect("load")
+        load(&om.store).await.expect("load").0
     }
 
     #[tokio::test]

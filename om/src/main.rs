@@ -68,9 +68,10 @@ struct Args {
     /// long after their om dies, and at once after it stops.
     #[arg(long, default_value_t = 10)]
     lead_ttl: u64,
-    /// Seconds of etcd history the services' leader keeps: every this long it
-    /// compacts away the versions older than the revision it saw one period
-    /// before (scans that run longer start again).
+    /// Seconds of etcd history the services' leader keeps: once the history
+    /// mark (a revision and when it was seen, a row of the store, so that it
+    /// outlives a move of the lead) is this old, it compacts away the versions
+    /// older than it and sets a new one (scans that run longer start again).
     #[arg(long, default_value_t = 300.0)]
     etcd_history: f64,
     /// Seconds without a heartbeat after which a datanode is STALE (no new block groups).

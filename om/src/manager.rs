@@ -231,6 +231,8 @@ pub(crate) struct State {
     pub(crate) open_containers: HashMap<Vec<DatanodeId>, (u64, u32)>,
     /// Datanodes not in service (decommissioning or decommissioned).
     pub(crate) op_states: std::collections::BTreeMap<DatanodeId, crate::OperationalState>,
+    /// The stored `op_states_version` that `op_states` was read at (`decommission.rs`).
+    pub(crate) op_states_version: u64,
 }
 
 /// What an opened key session tells the writer.
@@ -429,8 +431,10 @@ impl OzoneManager {
                 "open writes resume; none expires before one lease from now"
             );
         }
+        let (op_states, op_states_version) = crate::decommission::load(&store).await?;
         let mut state = State {
-            op_states: crate::decommission::load(&store).await?,
+            op_states,
+            op_states_version,
             ..State::default()
         };
         for d in crate::registrations::load(&store).await? {

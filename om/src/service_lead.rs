@@ -218,27 +218,90 @@ impl Drop for Term {
     }
 }
 
-/// Every `history`, drops the etcd versions older than the revision seen one period
-/// before, so that old versions alone never fill etcd's quota (ARCHITECTURE.md, "Metadata
-/// store": space).
+/// The `counters` rows of the history mark: a revision and when (unix ms) it was seen.
+const MARK_REVISION: &str = "history_mark_revision";
+const MARK_MS: &str = "history_mark_ms";
+
+/// Keeps about `history` of etcd's history, so that old versions alone never fill etcd's
+/// quota (ARCHITECTURE.md, "Metadata store": space): every `history / 4` (at least 1 s) it
+/// reads the history mark, a revision and when it was seen, kept in the store so that it
+/// outlives the term (a lead that moves more often than `history` still compacts); once the
+/// mark is `history` old, drops the versions older than it and sets a new mark at the
+/// current revision.
 async fn compact_history(store: MetaStore, history: Duration) {
-    let mut kept_from: Option<u64> = None;
+    let tick = (history / 4).max(Duration::from_secs(1));
+    let history_ms = u64::try_from(history.as_millis()).unwrap_or(u64::MAX);
     loop {
-        tokio::time::sleep(history).await;
-        let now = match store.revision().await {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(error = %e, "reading the store's revision failed");
-                continue;
-            }
-        };
-        if let Some(from) = kept_from {
-            match store.compact_history(now.saturating_sub(from)).await {
-                Ok(Some(at)) => tracing::info!(revision = at, "compacted the store's history"),
-                Ok(None) => {}
-                Err(e) => tracing::warn!(error = %e, "compacting the store's history failed"),
-            }
+        tokio::time::sleep(tick).await;
+        if let Err(e) = compact_once(&store, history_ms).await {
+            tracing::warn!(error = %e, "compacting the store's history failed");
         }
-        kept_from = Some(now);
+    }
+}
+
+/// One look at the history mark (see [`compact_history`]); returns the revision compacted
+/// to, if it compacted.
+async fn compact_once(store: &MetaStore, history_ms: u64) -> Result<Option<u64>, crate::OmError> {
+    use crate::tables::COUNTERS;
+    let now = crate::clock::unix_ms(std::time::SystemTime::now());
+    let revision = COUNTERS.get(store, &MARK_REVISION.to_string()).await?;
+    let at = COUNTERS.get(store, &MARK_MS.to_string()).await?;
+    let due = match (&revision, &at) {
+        (Some(r), Some(at)) if now.saturating_sub(at.value) >= history_ms => Some(r.value),
+        (Some(_), Some(_)) => return Ok(None),
+        // No mark yet (or half of one): set it.
+        _ => None,
+    };
+    let current = store.revision().await?;
+    let compacted = match due {
+        Some(mark) => store.compact_history(current.saturating_sub(mark)).await?,
+        None => None,
+    };
+    if let Some(to) = compacted {
+        tracing::info!(revision = to, "compacted the store's history");
+    }
+    meta_store::transact(store, |tx| {
+        Box::pin(async move {
+            COUNTERS.put_in(&tx, &MARK_REVISION.to_string(), &current);
+            COUNTERS.put_in(&tx, &MARK_MS.to_string(), &now);
+            Ok::<(), crate::OmError>(())
+        })
+    })
+    .await?;
+    Ok(compacted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The history mark is a row: a new term (here, a second call) compacts up to the mark
+    /// an earlier one set once it is old enough, and sets the next.
+    #[tokio::test]
+    async fn history_is_compacted_to_a_mark_kept_in_the_store() {
+        let (store, _kept) = crate::test_oms::store_on(crate::test_oms::Backend::Etcd).await;
+        let hour = 3_600_000;
+        assert_eq!(compact_once(&store, hour).await.expect("mark"), None);
+        let mark = store.revision().await.expect("revision");
+        for i in 0..5u64 {
+            meta_store::transact(&store, |tx| {
+                Box::pin(async move {
+                    crate::tables::COUNTERS.put_in(&tx, &"filler".to_string(), &i);
+                    Ok::<(), crate::OmError>(())
+                })
+            })
+            .await
+            .expect("write");
+        }
+        assert_eq!(
+            compact_once(&store, hour).await.expect("look"),
+            None,
+            "the mark is not an hour old"
+        );
+        let to = compact_once(&store, 0).await.expect("compact");
+        assert!(
+            to.is_some_and(|to| to >= mark - 1 && to <= mark),
+            "{to:?} against the mark at {mark}"
+        );
     }
 }

@@ -36,6 +36,10 @@ type Result<T, E = OmError> = std::result::Result<T, E>;
 /// Most sessions open at once over all clients (see the module's notes on how exactly).
 pub const MAX_OPEN_SESSIONS: usize = 100_000;
 
+/// Placements one allocation tries while the datanodes' operational states keep changing
+/// under it.
+pub(crate) const PLACEMENT_TRIES: usize = 3;
+
 /// Longest an om goes on with its count of every open session (raised by the sessions it
 /// opens itself) before counting the rows again to check [`MAX_OPEN_SESSIONS`].
 pub const SESSION_CENSUS_INTERVAL: Duration = Duration::from_secs(1);
@@ -258,12 +262,34 @@ impl OzoneManager {
 
     /// [`allocate_block_group`](Self::allocate_block_group), also returning the session's
     /// client (its writer's block token is issued to it). One transaction reads the
-    /// session's row, places the group by the row's replication, and records it.
+    /// session's row, places the group by the row's replication on datanodes in service as
+    /// of the stored operational states (guarded by their version: a copy older than the
+    /// store's is read again and the group placed again, at most [`PLACEMENT_TRIES`] times),
+    /// and records it.
     pub(crate) async fn allocate_for(
         &self,
         session_id: u64,
         exclude: &[DatanodeId],
     ) -> Result<(BlockGroup, String)> {
+        for _ in 0..PLACEMENT_TRIES {
+            if let Some(allocated) = self.try_allocate(session_id, exclude).await? {
+                return Ok(allocated);
+            }
+            self.reload_operational_states().await?;
+        }
+        Err(OmError::Busy(format!(
+            "datanodes' operational states changed during each of {PLACEMENT_TRIES} placements \
+             for session {session_id}; allocate again"
+        )))
+    }
+
+    /// One try of [`allocate_for`](Self::allocate_for): `None` when this om's copy of the
+    /// operational states is older than the store's (nothing written).
+    async fn try_allocate(
+        &self,
+        session_id: u64,
+        exclude: &[DatanodeId],
+    ) -> Result<Option<(BlockGroup, String)>> {
         // Ids (from this om's reserved ranges, a new range reserved in this transaction when
         // one runs out), the session row with the group and its lease restarted commit in
         // one transaction.
@@ -274,6 +300,9 @@ impl OzoneManager {
                 let Some(mut row) = crate::session_rows::get_in(&tx, session_id).await? else {
                     return Err(OmError::NoSuchSession(session_id));
                 };
+                if crate::decommission::version_in(&tx).await? != self.state().op_states_version {
+                    return Ok(None);
+                }
                 let replication: ReplicationConfig =
                     row.replication
                         .parse()
@@ -298,11 +327,18 @@ impl OzoneManager {
                 row.allocated.push(group.clone().into());
                 crate::session_rows::put_in(&tx, session_id, &row);
                 crate::session_rows::touch_in(&tx, session_id, &row.client, now_ms);
-                Ok::<_, OmError>((group, reserved, open_container.is_none(), row.client))
+                Ok::<_, OmError>(Some((
+                    group,
+                    reserved,
+                    open_container.is_none(),
+                    row.client,
+                )))
             })
         })
         .await?;
-        let (group, reserved, new_container, client) = committed.value;
+        let Some((group, reserved, new_container, client)) = committed.value else {
+            return Ok(None);
+        };
         self.install_ids(reserved);
         if new_container {
             let pipeline_key = group
@@ -315,7 +351,7 @@ impl OzoneManager {
                 .open_containers
                 .insert(pipeline_key, (group.container_id, 1));
         }
-        Ok((group, client))
+        Ok(Some((group, client)))
     }
 
     /// Places a new group of `replication` on healthy datanodes in service, none of

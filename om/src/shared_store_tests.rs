@@ -342,3 +342,39 @@ async fn the_services_run_on_one_om_and_move_when_it_stops() {
     stop_loser.send_replace(true);
     assert_eq!(loser_task.await.expect("task").expect("led"), 1);
 }
+
+/// A datanode one om takes out of service gets no new group from the other, even before
+/// the other's periodic re-read of the states (regression: it placed groups from its own
+/// copy, so a decommission could finish while such a group was being written).
+#[tokio::test]
+async fn a_datanode_decommissioned_through_one_om_gets_no_group_from_the_other() {
+    let (a, b, _kept) = two_oms(|c| c).await;
+    let sixth = proto_crate::DatanodeDetails {
+        uuid: proto_crate::DatanodeId::from_u128(5),
+        address: "127.0.0.1:10005".to_string(),
+    };
+    for om in [&a, &b] {
+        om.register_datanode(sixth.clone()).await.expect("register");
+    }
+    let out = proto_crate::DatanodeId::from_u128(0);
+    a.decommission(&out).await.expect("decommission through a");
+    let s = b.open_key("b", "k", None).await.expect("open on b");
+    for _ in 0..10 {
+        let g = b
+            .allocate_block_group(s.session_id, &[])
+            .await
+            .expect("allocate on b");
+        assert!(
+            g.pipeline.locations.iter().all(|l| l.datanode.uuid != out),
+            "{g:?}"
+        );
+    }
+    assert_eq!(
+        b.datanode_statuses()
+            .iter()
+            .find(|d| d.details.uuid == out)
+            .map(|d| d.op_state),
+        Some(crate::OperationalState::Decommissioning),
+        "b read the states again"
+    );
+}
