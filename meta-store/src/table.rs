@@ -275,6 +275,16 @@ impl<K: Codec, V: Codec> Table<K, V> {
         })
     }
 
+    /// Guards `tx` on `key` being absent without reading it
+    /// ([`Transaction::assume_absent`]: for a new random key); returns whether `tx` takes it
+    /// as absent.
+    ///
+    /// # Errors
+    /// As [`Transaction::assume_absent`].
+    pub fn assume_absent_in(&self, tx: &Transaction, key: &K) -> Result<bool, StoreError> {
+        tx.assume_absent(&self.store_key(key))
+    }
+
     /// The row at `key` as transaction `tx` sees it ([`Transaction::get`]).
     ///
     /// # Errors

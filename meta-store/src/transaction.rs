@@ -242,6 +242,28 @@ impl Transaction {
         })
     }
 
+    /// Guards on `key` being absent, as a read that found nothing would, without asking the
+    /// store: for a key the body expects to be new (a fresh random id). If it exists at
+    /// commit, the commit conflicts and the body runs again, so the body must then pick
+    /// another key (a body that assumes the same key each run ends in
+    /// [`StoreError::Contention`]). A key this transaction already read or wrote keeps what
+    /// the transaction knows, and `assume_absent` returns whether that is "absent".
+    ///
+    /// # Errors
+    /// [`StoreError::EmptyKey`]; [`StoreError::TooManyOps`] as for [`get`](Self::get).
+    pub fn assume_absent(&self, key: &[u8]) -> Result<bool, StoreError> {
+        if key.is_empty() {
+            return Err(StoreError::EmptyKey);
+        }
+        let mut st = self.state();
+        if let Some(known) = st.known(key) {
+            return Ok(known.is_none());
+        }
+        st.check_room(1, self.store.max_guards())?;
+        st.reads.insert(key.to_vec(), None);
+        Ok(true)
+    }
+
     /// Buffers a put of `value` at `key` (applied at commit; read back by
     /// this transaction at once).
     pub fn put(&self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {

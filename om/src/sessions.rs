@@ -222,8 +222,10 @@ impl OzoneManager {
         let opened = transact(&self.store, |tx| {
             let row = &row;
             Box::pin(async move {
+                // Guarded absent without a read: an id in use (2^-64 a pair) makes the
+                // commit conflict, and the next run draws another.
                 let mut session_id = new_session_id();
-                while OPEN_SESSIONS.get_in(&tx, &session_id).await?.is_some() {
+                while !OPEN_SESSIONS.assume_absent_in(&tx, &session_id)? {
                     session_id = new_session_id();
                 }
                 crate::session_rows::open_in(&tx, session_id, row, now_ms);

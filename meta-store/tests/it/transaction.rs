@@ -445,3 +445,51 @@ async fn scans_guard_more_and_page_past_own_deletes() {
         );
     }
 }
+
+/// A key assumed absent without a read guards the commit like a read that found nothing:
+/// the body that assumed a taken key runs again and takes the next; a key the
+/// transaction already knows answers from what it knows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_assumed_absent_guards_the_commit() {
+    for b in both().await {
+        let s = &b.store;
+        put(s, "id/1", b"taken").await;
+        let runs = AtomicU32::new(0);
+        let committed = transact(s, |tx| {
+            let runs = &runs;
+            Box::pin(async move {
+                let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
+                // The first run picks a taken id without reading it.
+                let id = format!("id/{run}");
+                assert!(tx.assume_absent(id.as_bytes())?, "{}", b.name);
+                tx.put(id.clone(), "mine");
+                Ok::<_, StoreError>(id)
+            })
+        })
+        .await
+        .expect("commit");
+        assert_eq!(committed.value, "id/2", "{}", b.name);
+        assert_eq!(committed.attempts, 2, "{}", b.name);
+        assert_eq!(
+            s.get(b"id/1").await.expect("get").map(|e| e.value),
+            Some(b"taken".to_vec()),
+            "{}: the taken id is untouched",
+            b.name
+        );
+        let known = transact(s, |tx| {
+            Box::pin(async move {
+                let read = tx.get(b"id/2").await?;
+                tx.put("id/3", "x");
+                Ok::<_, StoreError>((
+                    read.is_some(),
+                    tx.assume_absent(b"id/2")?,
+                    tx.assume_absent(b"id/3")?,
+                ))
+            })
+        })
+        .await
+        .expect("commit")
+        .value;
+        assert_eq!(known, (true, false, false), "{}", b.name);
+    }
+}
