@@ -107,10 +107,11 @@ pub(crate) async fn stage_groups<'a>(
     let now = crate::manager::now_ms();
     let row = Raw(pb::DeletedGroups { groups }.encode_to_vec());
     loop {
-        // Two changes in one millisecond get different ids; the read guards the row's
-        // absence.
+        // Two changes in one millisecond get different ids; the row's absence is guarded
+        // without a read (a taken id makes the commit conflict, and the next run draws
+        // another).
         let key = (now, rand::random::<u64>());
-        if DELETED_GROUPS.get_in(tx, &key).await?.is_none() {
+        if DELETED_GROUPS.assume_absent_in(tx, &key)? {
             DELETED_GROUPS.put_in(tx, &key, &row);
             return Ok(());
         }

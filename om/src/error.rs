@@ -192,6 +192,9 @@ fn store_code(e: &meta_store::StoreError) -> OmErrorCode {
         e if e.is_transient() => OmErrorCode::Unavailable,
         // A deposed leader's write: nothing was written, another om leads.
         S::NotLeader { .. } => OmErrorCode::NotLeader,
+        // A key or part of too many block groups for one etcd request: repeating the
+        // same write cannot succeed (`sessions.rs`, `too_large`).
+        S::RequestTooLarge { .. } => OmErrorCode::InvalidArgument,
         _ => OmErrorCode::Internal,
     }
 }

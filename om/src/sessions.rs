@@ -327,6 +327,10 @@ impl OzoneManager {
                     token: None,
                 };
                 row.allocated.push(group.clone().into());
+                let bytes = prost::Message::encoded_len(&row);
+                if bytes > MAX_SESSION_ROW_BYTES {
+                    return Err(session_too_large(session_id, bytes));
+                }
                 crate::session_rows::put_in(&tx, session_id, &row);
                 crate::session_rows::touch_in(&tx, session_id, &row.client, now_ms);
                 Ok::<_, OmError>(Some((
@@ -337,7 +341,8 @@ impl OzoneManager {
                 )))
             })
         })
-        .await?;
+        .await
+        .map_err(|e| too_large(e, session_id))?;
         let Some((group, reserved, new_container, client)) = committed.value else {
             return Ok(None);
         };
@@ -483,7 +488,7 @@ impl OzoneManager {
                 self.deletions_changed();
                 return Ok(c.revision.unwrap_or_default());
             }
-            Err(e) => e,
+            Err(e) => too_large(e, session_id),
         };
         // Reclaiming can fail too (the store is failing): the session's rows then stay, and
         // it expires one lease after its last activity, its groups logged then.
@@ -725,6 +730,34 @@ impl OzoneManager {
         })
         .await?;
         Ok(done.value)
+    }
+}
+
+/// Largest record of an open session, bytes: the metadata store's request limit (etcd's
+/// 1.5 MiB, `meta_store::MAX_REQUEST_BYTES`) less 64 KiB, so that the transaction that ends
+/// the session (its groups moved into the key or part and a staged row, a few rows beside)
+/// always fits one request. About 5,000 block groups (about 250 bytes each); the same on
+/// both stores.
+pub const MAX_SESSION_ROW_BYTES: usize = meta_store::MAX_REQUEST_BYTES - 64 * 1024;
+
+/// A session whose record would grow to `bytes`, past [`MAX_SESSION_ROW_BYTES`], as the
+/// writer sees it: [`OmError::InvalidArgument`], since the same write cannot succeed.
+fn session_too_large(session_id: u64, bytes: usize) -> OmError {
+    OmError::InvalidArgument(format!(
+        "session {session_id}: its block groups no longer fit one metadata-store row \
+         ({bytes} bytes; at most {MAX_SESSION_ROW_BYTES}, about 250 bytes a group): write \
+         this key with a larger block size, or as a multipart upload of more parts"
+    ))
+}
+
+/// `e`, said in the writer's terms ([`session_too_large`]) when it is the metadata store
+/// refusing a request over its size limit.
+fn too_large(e: OmError, session_id: u64) -> OmError {
+    match e {
+        OmError::Store(meta_store::StoreError::RequestTooLarge { bytes }) => {
+            session_too_large(session_id, bytes)
+        }
+        other => other,
     }
 }
 
@@ -1001,5 +1034,72 @@ mod tests {
             (30 * 300 + 1) * 5,
             "every group is staged, once"
         );
+    }
+
+    /// A session whose groups outgrow its bound (one etcd request, less room for its end):
+    /// the allocation that would pass it is refused as an invalid argument naming the way
+    /// out, not an internal error, and the session still commits what it has (regression:
+    /// a session grown to the request limit could be neither committed nor ended).
+    #[tokio::test]
+    async fn a_session_past_the_request_limit_is_refused_as_too_large() {
+        use crate::test_oms::{Backend, TestOm};
+        let om = TestOm::start(Backend::Etcd).await;
+        crate::test_oms::register_five(&om).await;
+        om.create_bucket("b", None, None).await.expect("bucket");
+        let s = om.open_key("b", "big", None).await.expect("open");
+        let group = om
+            .allocate_block_group(s.session_id, &[])
+            .await
+            .expect("allocate");
+        // Groups up to near the bound, written straight into the row; allocations then take
+        // it over.
+        let one =
+            prost::Message::encoded_len(&proto_crate::wire::om::BlockGroup::from(group.clone()))
+                + 4;
+        let fit = MAX_SESSION_ROW_BYTES / one - 64;
+        transact(&om.store, |tx| {
+            let group = &group;
+            Box::pin(async move {
+                let mut row = crate::session_rows::get_in(&tx, s.session_id)
+                    .await?
+                    .ok_or(OmError::NoSuchSession(s.session_id))?;
+                row.allocated = (0..fit as u64)
+                    .map(|j| {
+                        BlockGroup {
+                            local_id: 10_000_000 + j,
+                            ..group.clone()
+                        }
+                        .into()
+                    })
+                    .collect();
+                crate::session_rows::put_in(&tx, s.session_id, &row);
+                Ok::<(), OmError>(())
+            })
+        })
+        .await
+        .expect("grow the session to the limit");
+        let mut refused = Ok(group.clone());
+        for _ in 0..200 {
+            refused = om.allocate_block_group(s.session_id, &[]).await;
+            if refused.is_err() {
+                break;
+            }
+        }
+        assert!(
+            matches!(&refused, Err(OmError::InvalidArgument(m)) if m.contains("larger block size")),
+            "{refused:?}"
+        );
+        assert_eq!(
+            refused.map_err(|e| e.code()).err(),
+            Some(proto_crate::OmErrorCode::InvalidArgument)
+        );
+        let first = BlockGroup {
+            local_id: 10_000_000,
+            length: 3,
+            ..group
+        };
+        om.commit_key(s.session_id, &[first], 3, BTreeMap::new())
+            .await
+            .expect("the session commits what it has");
     }
 }
