@@ -94,5 +94,8 @@ pub use s3_users::{
 pub use server::OmServer;
 pub use service::OmGrpcService;
 pub use service_lead::{OM_ELECTION, ServiceLeadConfig, lead_services};
-pub use sessions::{ANONYMOUS_CLIENT, LOCAL_ID_BATCH, MAX_OPEN_SESSIONS, MAX_SESSION_ROW_BYTES};
+pub use sessions::{
+    ANONYMOUS_CLIENT, LOCAL_ID_BATCH, MAX_OPEN_SESSIONS, MAX_SESSION_ROW_BYTES,
+    SESSION_CENSUS_INTERVAL,
+};
 pub use upload_rows::{COMPLETION_HOLD_MS, MAX_LIST_PAGE, UploadsMarker};

@@ -18,9 +18,8 @@
 //! counted at most once a [`SESSION_CENSUS_INTERVAL`] per om, by the opens of that interval.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime};
 
-use meta_store::{Transaction, transact};
+use meta_store::transact;
 use proto_crate::{BlockGroup, DatanodeId, KeyInfo, Pipeline, ReplicationConfig};
 
 use crate::clock::unix_ms;
@@ -28,8 +27,16 @@ use crate::deletion::{end_session, stage_key_groups};
 use crate::manager::{
     BLOCKS_PER_CONTAINER, OpenKey, OpenKeySession, SessionTarget, now_ms, validate_name,
 };
-use crate::tables::{COUNTERS, OPEN_SESSIONS, SESSION_LEASES, each_row};
+use crate::tables::OPEN_SESSIONS;
 use crate::{OmError, OzoneManager};
+
+mod ids;
+mod leases;
+
+use ids::IdKind;
+pub(crate) use ids::IdRanges;
+pub use ids::LOCAL_ID_BATCH;
+pub use leases::SESSION_CENSUS_INTERVAL;
 
 type Result<T, E = OmError> = std::result::Result<T, E>;
 
@@ -39,17 +46,6 @@ pub const MAX_OPEN_SESSIONS: usize = 100_000;
 /// Placements one allocation tries while the datanodes' operational states keep changing
 /// under it.
 pub(crate) const PLACEMENT_TRIES: usize = 3;
-
-/// Longest an om goes on with its count of every open session (raised by the sessions it
-/// opens itself) before counting the rows again to check [`MAX_OPEN_SESSIONS`].
-pub const SESSION_CENSUS_INTERVAL: Duration = Duration::from_secs(1);
-
-/// Sessions ended per transaction by the expiring service: each reads three rows (its lease,
-/// its record, the staged row's key) and writes four (three removed, one staged), within
-/// etcd's 128 operations and compares per transaction. A chunk whose request is too large
-/// (sessions of many groups: a staged row is as large as the session's record) ends its
-/// sessions one per transaction instead.
-const EXPIRED_PER_TXN: usize = 25;
 
 /// The client id of callers that give none.
 pub const ANONYMOUS_CLIENT: &str = "";
@@ -70,98 +66,7 @@ fn new_session_id() -> u64 {
     }
 }
 
-/// Local ids one reservation takes (Ozone's SCM hands out block ids from batches of its
-/// sequence id generator the same way, `ozone.scm.sequence.id.batch.size`, 1000).
-pub const LOCAL_ID_BATCH: u64 = 1000;
-/// Container ids one reservation takes.
-pub(crate) const CONTAINER_ID_BATCH: u64 = 16;
-
-/// An id the om hands out from reserved ranges.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum IdKind {
-    /// Block local ids (`counters/next_local_id`).
-    Local,
-    /// Container ids (`counters/next_container_id`).
-    Container,
-}
-
-impl IdKind {
-    fn counter(self) -> &'static str {
-        match self {
-            Self::Local => "next_local_id",
-            Self::Container => "next_container_id",
-        }
-    }
-
-    fn batch(self) -> u64 {
-        match self {
-            Self::Local => LOCAL_ID_BATCH,
-            Self::Container => CONTAINER_ID_BATCH,
-        }
-    }
-}
-
-/// Ids this om has reserved and not yet handed out: `next..end` of each kind. The stored
-/// counter is past every reserved id, so ids never repeat across oms or restarts; those a
-/// restart leaves unused are skipped. One counter write per batch, not per group: with
-/// several oms on one store, allocations do not all contend for the counter rows.
-#[derive(Debug, Default)]
-pub(crate) struct IdRanges {
-    local: std::ops::Range<u64>,
-    container: std::ops::Range<u64>,
-}
-
-impl IdRanges {
-    fn of(&mut self, kind: IdKind) -> &mut std::ops::Range<u64> {
-        match kind {
-            IdKind::Local => &mut self.local,
-            IdKind::Container => &mut self.container,
-        }
-    }
-}
-
 impl OzoneManager {
-    /// The next id of `kind`: from this om's reserved range, or (when it is used up) the
-    /// first of a new range reserved by advancing the stored counter in `tx`; the rest of
-    /// that range goes into `reserved`, for [`install_ids`](Self::install_ids) once `tx`
-    /// has committed (a range whose reservation did not commit is never used: another om,
-    /// or this one restarted, may reserve it again). An id taken from memory by a body that
-    /// then runs again is skipped (a gap, never a repeat).
-    async fn take_id(
-        &self,
-        tx: &Transaction,
-        kind: IdKind,
-        reserved: &mut Vec<(IdKind, std::ops::Range<u64>)>,
-    ) -> Result<u64> {
-        if let Some(id) = self.id_ranges().of(kind).next() {
-            return Ok(id);
-        }
-        let name = kind.counter().to_string();
-        let start = COUNTERS.get_in(tx, &name).await?.unwrap_or(1);
-        let end = start
-            .checked_add(kind.batch())
-            .ok_or_else(|| OmError::Internal(format!("{} overflows", kind.counter())))?;
-        COUNTERS.put_in(tx, &name, &end);
-        reserved.push((kind, start + 1..end));
-        Ok(start)
-    }
-
-    /// Makes ranges reserved by a committed transaction this om's. Two allocations that
-    /// found a range used up at once each reserved one; the later replaces the other's rest
-    /// (a gap, never a repeat).
-    fn install_ids(&self, reserved: Vec<(IdKind, std::ops::Range<u64>)>) {
-        let mut ranges = self.id_ranges();
-        for (kind, range) in reserved {
-            *ranges.of(kind) = range;
-        }
-    }
-
-    fn id_ranges(&self) -> std::sync::MutexGuard<'_, IdRanges> {
-        self.id_ranges
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Opens a key for writing as an anonymous client. Nothing is visible
     /// until [`commit_key`](Self::commit_key).
     ///
@@ -558,28 +463,6 @@ impl OzoneManager {
         }
     }
 
-    /// Restarts the lease of open session `session_id` (a writer's
-    /// keep-alive: a writer streaming into one block group allocates
-    /// nothing for a long time), recording now as its last activity.
-    ///
-    /// # Errors
-    /// [`OmError::NoSuchSession`] when it ended (committed, aborted, expired); store errors.
-    pub async fn renew_key(&self, session_id: u64) -> Result<()> {
-        let now_ms = unix_ms(self.config.clock.wall());
-        transact(&self.store, |tx| {
-            Box::pin(async move {
-                let (_, client) = crate::session_rows::lease_in(&tx, session_id)
-                    .await?
-                    .ok_or(OmError::NoSuchSession(session_id))?;
-                crate::session_rows::touch_in(&tx, session_id, &client, now_ms);
-                Ok::<(), OmError>(())
-            })
-        })
-        .await?;
-        self.renewals.send_modify(|n| *n += 1);
-        Ok(())
-    }
-
     /// Open session `session_id` as its row holds it now.
     ///
     /// # Errors
@@ -591,38 +474,6 @@ impl OzoneManager {
             .ok_or(OmError::NoSuchSession(session_id))
     }
 
-    /// Refuses a new session of `client` past its bound or past [`MAX_OPEN_SESSIONS`] (see
-    /// the module's notes).
-    async fn check_session_bounds(&self, client: &str) -> Result<()> {
-        let limit = self.config.max_sessions_per_client;
-        let held = crate::session_rows::count_of_client(&self.store, client).await?;
-        if held >= limit as u64 {
-            return Err(OmError::TooManyOpenSessions {
-                client: client.to_string(),
-                limit,
-            });
-        }
-        // Client ids are the clients' own word: a bound in all too.
-        let counted = *self
-            .sessions_counted
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let now = self.config.clock.now();
-        let all = match counted {
-            Some(at) if now.saturating_duration_since(at) < SESSION_CENSUS_INTERVAL => {
-                *self.sessions_open.borrow()
-            }
-            _ => self.open_sessions().await?,
-        };
-        if all >= MAX_OPEN_SESSIONS as u64 {
-            return Err(OmError::TooManyOpenSessions {
-                client: "(all clients)".to_string(),
-                limit: MAX_OPEN_SESSIONS,
-            });
-        }
-        Ok(())
-    }
-
     /// Abandons an open key; nothing becomes visible and its groups are
     /// logged for deletion. Unknown sessions are fine (already ended).
     ///
@@ -630,106 +481,6 @@ impl OzoneManager {
     /// Store errors.
     pub async fn abort_key(&self, session_id: u64) -> Result<()> {
         self.reclaim_session(session_id, &[]).await
-    }
-
-    /// Aborts every session whose lease (the om's `open_key_lease`, counted from its last
-    /// open, allocation or renewal, whichever om recorded it, and no earlier than this om's
-    /// start) ran out by `now`, logging its groups for deletion, at most
-    /// 25 sessions per transaction. A session renewed after the scan that
-    /// found it is left open. Returns how many were aborted. Lease times are the wall clocks
-    /// of the oms that recorded them: oms sharing a store need clocks closer together than
-    /// the lease (1 h by default).
-    ///
-    /// # Errors
-    /// Store errors, when no session could be ended (what was aborted stays aborted; a
-    /// session that failed is found again by the next pass, the others are ended).
-    pub async fn expire_sessions(&self, now: SystemTime) -> Result<usize> {
-        let lease_ms = u64::try_from(self.config.open_key_lease.as_millis()).unwrap_or(u64::MAX);
-        let now_ms = unix_ms(now);
-        let not_before = self.opened_wall_ms;
-        let expired_by = move |last: u64| last.max(not_before).saturating_add(lease_ms) <= now_ms;
-        let snapshot = self.store.snapshot().await?;
-        let mut candidates = Vec::new();
-        each_row(&snapshot, SESSION_LEASES, &(), |id, (last, _)| {
-            if expired_by(last) {
-                candidates.push(id);
-            }
-            Ok(())
-        })
-        .await?;
-        let mut ended = 0;
-        let mut failed = None;
-        for chunk in candidates.chunks(EXPIRED_PER_TXN) {
-            let done = match self.expire_chunk(chunk, &expired_by).await {
-                Err(e) if chunk.len() > 1 => {
-                    tracing::debug!(error = %e, "expiring sessions together failed; one at a time");
-                    let mut done = Vec::new();
-                    for id in chunk {
-                        match self
-                            .expire_chunk(std::slice::from_ref(id), &expired_by)
-                            .await
-                        {
-                            Ok(mut d) => done.append(&mut d),
-                            Err(e) => {
-                                tracing::warn!(session = id, error = %e, "expiring an open session failed; the next pass tries again");
-                                failed.get_or_insert(e);
-                            }
-                        }
-                    }
-                    done
-                }
-                Err(e) => {
-                    tracing::warn!(session = ?chunk.first(), error = %e, "expiring an open session failed; the next pass tries again");
-                    failed.get_or_insert(e);
-                    Vec::new()
-                }
-                Ok(d) => d,
-            };
-            for (id, client) in &done {
-                tracing::info!(session = id, client = %client, "open-key lease expired; aborting");
-            }
-            ended += done.len();
-        }
-        // One failure does not stop the rest; the pass fails only when nothing expired.
-        if let Some(e) = failed
-            && ended == 0
-        {
-            return Err(e);
-        }
-        if ended > 0 {
-            self.deletions_changed();
-        }
-        self.open_sessions().await?;
-        Ok(ended)
-    }
-}
-
-impl OzoneManager {
-    /// Ends the sessions of `ids` whose lease (read again in the transaction) `expired_by`
-    /// says ran out, in one transaction; returns them with their clients.
-    async fn expire_chunk(
-        &self,
-        ids: &[u64],
-        expired_by: &(impl Fn(u64) -> bool + Sync),
-    ) -> Result<Vec<(u64, String)>> {
-        let done = transact(&self.store, |tx| {
-            Box::pin(async move {
-                let mut done = Vec::new();
-                for id in ids {
-                    match crate::session_rows::lease_in(&tx, *id).await? {
-                        Some((last, client)) if expired_by(last) => {
-                            end_session(&tx, *id, &[], &[]).await?;
-                            done.push((*id, client));
-                        }
-                        // Renewed or ended since the scan.
-                        _ => {}
-                    }
-                }
-                Ok::<_, OmError>(done)
-            })
-        })
-        .await?;
-        Ok(done.value)
     }
 }
 
@@ -808,298 +559,4 @@ fn committed_groups(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    async fn counter(om: &OzoneManager, name: &str) -> Option<u64> {
-        COUNTERS
-            .get(&om.store, &name.to_string())
-            .await
-            .expect("get")
-            .map(|r| r.value)
-    }
-
-    /// A commit whose session's row another writer ended (another om expiring it, on a
-    /// shared store) fails and commits nothing: the groups are staged for deletion already.
-    /// Before the commit checked the row, the key was committed onto groups on their way to
-    /// deletion.
-    #[tokio::test]
-    async fn a_commit_whose_session_row_was_ended_elsewhere_fails() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let om = crate::test_oms::with_five_datanodes(dir.path()).await;
-        om.create_bucket("b", None, None).await.expect("bucket");
-        let s = om.open_key("b", "k", None).await.expect("open");
-        let g = om
-            .allocate_block_group(s.session_id, &[])
-            .await
-            .expect("allocate");
-        transact(&om.store, |tx| {
-            Box::pin(async move {
-                end_session(&tx, s.session_id, &[], &[]).await?;
-                Ok::<(), OmError>(())
-            })
-        })
-        .await
-        .expect("ended elsewhere");
-        let g = BlockGroup { length: 1, ..g };
-        assert!(matches!(
-            om.commit_key(s.session_id, &[g], 1, BTreeMap::new()).await,
-            Err(OmError::NoSuchSession(_))
-        ));
-        assert!(matches!(
-            om.lookup_key("b", "k").await,
-            Err(OmError::KeyNotFound { .. })
-        ));
-        assert_eq!(
-            om.pending_deletions().await.expect("pending"),
-            5,
-            "the group is staged once"
-        );
-    }
-
-    /// A group the session's row holds but the caller's read of the session does not (its
-    /// allocation's transaction committed between a commit's or abort's read of the row and
-    /// its own transaction) is staged by the transaction that ends the session, once.
-    #[tokio::test]
-    async fn ending_a_session_frees_the_groups_its_row_holds() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let om = crate::test_oms::with_five_datanodes(dir.path()).await;
-        om.create_bucket("b", None, None).await.expect("bucket");
-        for end in ["abort", "commit"] {
-            let s = om.open_key("b", end, None).await.expect("open");
-            let known = om
-                .allocate_block_group(s.session_id, &[])
-                .await
-                .expect("allocate");
-            let read = om.session(s.session_id).await.expect("open");
-            om.allocate_block_group(s.session_id, &[])
-                .await
-                .expect("allocate");
-            let before = om.pending_deletions().await.expect("pending");
-            let committed = match end {
-                "abort" => Vec::new(),
-                _ => vec![BlockGroup {
-                    length: 1,
-                    ..known.clone()
-                }],
-            };
-            let leftovers: Vec<BlockGroup> = read
-                .allocated
-                .iter()
-                .filter(|g| committed.iter().all(|c| c.local_id != g.local_id))
-                .cloned()
-                .collect();
-            let ended = transact(&om.store, |tx| {
-                let (leftovers, committed) = (&leftovers, &committed);
-                Box::pin(async move { end_session(&tx, s.session_id, leftovers, committed).await })
-            })
-            .await
-            .expect("end");
-            assert!(ended.value, "{end}: the session was open");
-            let freed = match end {
-                "abort" => 2,
-                _ => 1,
-            };
-            assert_eq!(
-                om.pending_deletions().await.expect("pending") - before,
-                freed * 5,
-                "{end}: the row's group is staged too"
-            );
-        }
-    }
-
-    /// Ids come from reserved ranges: the counters are written once per batch, ids follow
-    /// one another within it, and a restarted om starts past everything reserved before.
-    #[tokio::test]
-    async fn ids_come_from_reserved_ranges_and_never_repeat_across_restarts() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let first: Vec<BlockGroup> = {
-            let om = crate::test_oms::with_five_datanodes(dir.path()).await;
-            om.create_bucket("b", None, None).await.expect("bucket");
-            let s = om.open_key("b", "k", None).await.expect("open");
-            let mut groups: Vec<BlockGroup> = Vec::new();
-            for _ in 0..3 {
-                groups.push(
-                    om.allocate_block_group(s.session_id, &[])
-                        .await
-                        .expect("allocate"),
-                );
-            }
-            assert_eq!(
-                counter(&om, "next_local_id").await,
-                Some(1 + LOCAL_ID_BATCH)
-            );
-            assert_eq!(
-                counter(&om, "next_container_id").await,
-                Some(1 + CONTAINER_ID_BATCH)
-            );
-            groups
-        };
-        let locals: Vec<u64> = first.iter().map(|g| g.local_id).collect();
-        assert_eq!(locals, [1, 2, 3]);
-        let om = crate::test_oms::with_five_datanodes(dir.path()).await;
-        let s = om.open_key("b", "k2", None).await.expect("open");
-        let g = om
-            .allocate_block_group(s.session_id, &[])
-            .await
-            .expect("allocate");
-        assert_eq!(
-            g.local_id,
-            1 + LOCAL_ID_BATCH,
-            "the rest of the first range is skipped"
-        );
-        assert_eq!(g.container_id, 1 + CONTAINER_ID_BATCH);
-        assert_eq!(
-            counter(&om, "next_local_id").await,
-            Some(1 + 2 * LOCAL_ID_BATCH)
-        );
-    }
-
-    /// Sessions whose staged rows together pass etcd's 1.5 MiB request limit are ended one
-    /// per transaction (regression: the pass failed at that chunk, every pass, and the
-    /// sessions after it in id order never expired).
-    #[tokio::test]
-    async fn sessions_too_large_to_expire_together_expire_one_at_a_time() {
-        use crate::test_oms::{Backend, TestOm};
-        let lease = std::time::Duration::from_secs(60);
-        let clock = std::sync::Arc::new(crate::ManualClock::default());
-        let om = TestOm::start_with(Backend::Etcd, |c| {
-            c.with_open_key_lease(lease)
-                .with_clock(std::sync::Arc::clone(&clock) as std::sync::Arc<dyn crate::Clock>)
-        })
-        .await;
-        crate::test_oms::register_five(&om).await;
-        om.create_bucket("b", None, None).await.expect("bucket");
-        let first = om.open_key("b", "template", None).await.expect("open");
-        let group = om
-            .allocate_block_group(first.session_id, &[])
-            .await
-            .expect("allocate");
-        // 30 sessions of 300 groups each (about 90 KB a row): 25 of them are over 1.5 MiB.
-        for i in 0..30u64 {
-            let s = om
-                .open_key("b", &format!("k{i}"), None)
-                .await
-                .expect("open");
-            transact(&om.store, |tx| {
-                let group = &group;
-                Box::pin(async move {
-                    let mut row = crate::session_rows::get_in(&tx, s.session_id)
-                        .await?
-                        .ok_or(OmError::NoSuchSession(s.session_id))?;
-                    row.allocated = (0..300)
-                        .map(|j| {
-                            BlockGroup {
-                                local_id: 10_000_000 + i * 1000 + j,
-                                ..group.clone()
-                            }
-                            .into()
-                        })
-                        .collect();
-                    crate::session_rows::put_in(&tx, s.session_id, &row);
-                    Ok::<(), OmError>(())
-                })
-            })
-            .await
-            .expect("grow the session");
-        }
-        let row = OPEN_SESSIONS
-            .get(&om.store, &first.session_id)
-            .await
-            .expect("read")
-            .expect("row");
-        let last = OPEN_SESSIONS
-            .scan(&om.store, &(), None, 100)
-            .await
-            .expect("scan")
-            .rows
-            .into_iter()
-            .map(|r| r.value.0.len())
-            .max()
-            .expect("rows");
-        assert!(
-            row.value.0.len() < last && last * EXPIRED_PER_TXN > 3 * 1024 * 1024 / 2,
-            "{last} bytes a session"
-        );
-        clock.advance(lease + std::time::Duration::from_secs(1));
-        assert_eq!(
-            om.expire_sessions(crate::Clock::wall(&*clock))
-                .await
-                .expect("expire"),
-            31
-        );
-        assert_eq!(om.open_sessions().await.expect("count"), 0);
-        assert_eq!(
-            om.pending_deletions().await.expect("pending"),
-            (30 * 300 + 1) * 5,
-            "every group is staged, once"
-        );
-    }
-
-    /// A session whose groups outgrow its bound (one etcd request, less room for its end):
-    /// the allocation that would pass it is refused as an invalid argument naming the way
-    /// out, not an internal error, and the session still commits what it has (regression:
-    /// a session grown to the request limit could be neither committed nor ended).
-    #[tokio::test]
-    async fn a_session_past_the_request_limit_is_refused_as_too_large() {
-        use crate::test_oms::{Backend, TestOm};
-        let om = TestOm::start(Backend::Etcd).await;
-        crate::test_oms::register_five(&om).await;
-        om.create_bucket("b", None, None).await.expect("bucket");
-        let s = om.open_key("b", "big", None).await.expect("open");
-        let group = om
-            .allocate_block_group(s.session_id, &[])
-            .await
-            .expect("allocate");
-        // Groups up to near the bound, written straight into the row; allocations then take
-        // it over.
-        let one =
-            prost::Message::encoded_len(&proto_crate::wire::om::BlockGroup::from(group.clone()))
-                + 4;
-        let fit = MAX_SESSION_ROW_BYTES / one - 64;
-        transact(&om.store, |tx| {
-            let group = &group;
-            Box::pin(async move {
-                let mut row = crate::session_rows::get_in(&tx, s.session_id)
-                    .await?
-                    .ok_or(OmError::NoSuchSession(s.session_id))?;
-                row.allocated = (0..fit as u64)
-                    .map(|j| {
-                        BlockGroup {
-                            local_id: 10_000_000 + j,
-                            ..group.clone()
-                        }
-                        .into()
-                    })
-                    .collect();
-                crate::session_rows::put_in(&tx, s.session_id, &row);
-                Ok::<(), OmError>(())
-            })
-        })
-        .await
-        .expect("grow the session to the limit");
-        let mut refused = Ok(group.clone());
-        for _ in 0..200 {
-            refused = om.allocate_block_group(s.session_id, &[]).await;
-            if refused.is_err() {
-                break;
-            }
-        }
-        assert!(
-            matches!(&refused, Err(OmError::InvalidArgument(m)) if m.contains("larger block size")),
-            "{refused:?}"
-        );
-        assert_eq!(
-            refused.map_err(|e| e.code()).err(),
-            Some(proto_crate::OmErrorCode::InvalidArgument)
-        );
-        let first = BlockGroup {
-            local_id: 10_000_000,
-            length: 3,
-            ..group
-        };
-        om.commit_key(s.session_id, &[first], 3, BTreeMap::new())
-            .await
-            .expect("the session commits what it has");
-    }
-}
+mod tests;
