@@ -243,9 +243,10 @@ impl Transaction {
     }
 
     /// Guards on `key` being absent, as a read that found nothing would, without asking the
-    /// store: for a key the body expects to be new (a fresh random id). If it exists at
-    /// commit, the commit conflicts and the body runs again, so the body must then pick
-    /// another key (a body that assumes the same key each run ends in
+    /// store: for a key the body expects to be new (a fresh random id) and then writes (a
+    /// body that writes nothing commits nothing, so its assumption is never checked). If it
+    /// exists at commit, the commit conflicts and the body runs again, so the body must then
+    /// pick another key (a body that assumes the same key each run ends in
     /// [`StoreError::Contention`]). A key this transaction already read or wrote keeps what
     /// the transaction knows, and `assume_absent` returns whether that is "absent".
     ///

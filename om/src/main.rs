@@ -221,16 +221,15 @@ fn advertised(advertise: Option<&str>, address: SocketAddr) -> anyhow::Result<St
         !a.is_empty() && !a.contains(char::is_whitespace) && !a.contains('/'),
         "--advertise `{a}` is not HOST or HOST:PORT"
     );
+    let bracketed = |h: &str| h.len() > 2 && h.starts_with('[') && h.ends_with(']');
+    let plain = |h: &str| !h.is_empty() && !h.contains([':', '[', ']']);
     // A bracketed IPv6 address, or a name without a colon, is a host alone.
-    let host_only = a.ends_with(']') || !a.contains(':');
-    if host_only {
+    if bracketed(a) || plain(a) {
         return Ok(format!("{a}:{}", address.port()));
     }
     match a.rsplit_once(':') {
         Some((host, port))
-            if !host.is_empty()
-                && (!host.contains(':') || (host.starts_with('[') && host.ends_with(']')))
-                && port.parse::<u16>().is_ok() =>
+            if (plain(host) || bracketed(host)) && port.parse::<u16>().is_ok_and(|p| p != 0) =>
         {
             Ok(a.to_string())
         }
@@ -294,6 +293,11 @@ async fn serve_on_etcd(
         meta_store::MIN_TTL.as_secs()
     );
     let history = seconds(args.etcd_history, "--etcd-history")?;
+    // Checked before anything starts (the port is known only once bound).
+    advertised(
+        args.advertise.as_deref(),
+        SocketAddr::from(([127, 0, 0, 1], 1)),
+    )?;
     let endpoints: Vec<String> = endpoints
         .split(',')
         .map(str::trim)
@@ -399,10 +403,15 @@ mod tests {
             "",
             "om1:",
             "om1:port",
+            "om1:0",
             ":9862",
             "fd00::1",
             "a b",
             "http://om1",
+            "]",
+            "a]",
+            "[]",
+            "[fd00::1",
         ] {
             assert!(name(Some(bad)).is_err(), "{bad}");
         }

@@ -151,8 +151,9 @@ pub struct ServiceLeadConfig {
     /// The leader's lease (at least [`meta_store::MIN_TTL`]): the longest the services stay
     /// without an om after the one running them dies.
     pub ttl: Duration,
-    /// How much etcd history the leader keeps: every this long it compacts away the
-    /// versions older than the revision it saw one period before.
+    /// How much etcd history the leader keeps: once the history mark (a revision and when
+    /// it was seen, kept in the store) is this old, it compacts away the versions older
+    /// than it and sets a new mark.
     pub history: Duration,
 }
 
@@ -232,10 +233,11 @@ async fn compact_history(store: MetaStore, history: Duration) {
     let tick = (history / 4).max(Duration::from_secs(1));
     let history_ms = u64::try_from(history.as_millis()).unwrap_or(u64::MAX);
     loop {
-        tokio::time::sleep(tick).await;
+        // First at the term's start: a lead that moves often still looks.
         if let Err(e) = compact_once(&store, history_ms).await {
             tracing::warn!(error = %e, "compacting the store's history failed");
         }
+        tokio::time::sleep(tick).await;
     }
 }
 
@@ -246,13 +248,16 @@ async fn compact_once(store: &MetaStore, history_ms: u64) -> Result<Option<u64>,
     let now = crate::clock::unix_ms(std::time::SystemTime::now());
     let revision = COUNTERS.get(store, &MARK_REVISION.to_string()).await?;
     let at = COUNTERS.get(store, &MARK_MS.to_string()).await?;
+    let current = store.revision().await?;
     let due = match (&revision, &at) {
+        // A mark past the store's revision (a store restored from an older copy): set
+        // it again.
+        (Some(r), Some(_)) if r.value > current => None,
         (Some(r), Some(at)) if now.saturating_sub(at.value) >= history_ms => Some(r.value),
         (Some(_), Some(_)) => return Ok(None),
         // No mark yet (or half of one): set it.
         _ => None,
     };
-    let current = store.revision().await?;
     let compacted = match due {
         Some(mark) => store.compact_history(current.saturating_sub(mark)).await?,
         None => None,

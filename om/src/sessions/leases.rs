@@ -109,8 +109,10 @@ impl OzoneManager {
         let mut failed = None;
         for chunk in candidates.chunks(EXPIRED_PER_TXN) {
             let done = match self.expire_chunk(chunk, &expired_by).await {
-                Err(e) if chunk.len() > 1 => {
-                    tracing::debug!(error = %e, "expiring sessions together failed; one at a time");
+                // Sessions of many groups: too large together, each fits alone (a record
+                // is bounded so that its end fits one request).
+                Err(e) if chunk.len() > 1 && too_large_together(&e) => {
+                    tracing::debug!(error = %e, "expiring sessions together is too large; one at a time");
                     let mut done = Vec::new();
                     for id in chunk {
                         match self
@@ -126,10 +128,15 @@ impl OzoneManager {
                     }
                     done
                 }
+                // The store failing (or a commit whose outcome is unknown): the rest would
+                // fail too; the next pass takes it up. What may have been applied is
+                // announced.
                 Err(e) => {
-                    tracing::warn!(session = ?chunk.first(), error = %e, "expiring an open session failed; the next pass tries again");
-                    failed.get_or_insert(e);
-                    Vec::new()
+                    self.deletions_changed();
+                    if ended > 0 {
+                        tracing::warn!(error = %e, expired = ended, "expiring open sessions failed part way; the next pass goes on");
+                    }
+                    return Err(e);
                 }
                 Ok(d) => d,
             };
@@ -138,7 +145,8 @@ impl OzoneManager {
             }
             ended += done.len();
         }
-        // One failure does not stop the rest; the pass fails only when nothing expired.
+        // A session that fails alone does not stop the others; the pass fails only when
+        // nothing expired.
         if let Some(e) = failed
             && ended == 0
         {
@@ -179,4 +187,16 @@ impl OzoneManager {
         .await?;
         Ok(done.value)
     }
+}
+
+/// Whether `e` is a transaction too large for the store (in bytes or operations): sessions
+/// ended together that each fit alone.
+fn too_large_together(e: &OmError) -> bool {
+    matches!(
+        e,
+        OmError::Store(
+            meta_store::StoreError::RequestTooLarge { .. }
+                | meta_store::StoreError::TooManyOps { .. }
+        )
+    )
 }

@@ -252,29 +252,38 @@ impl OzoneManager {
             return Ok(None);
         };
         self.install_ids(reserved);
-        if new_container {
-            let pipeline_key = group
-                .pipeline
-                .locations
-                .iter()
-                .map(|l| l.datanode.uuid.clone())
-                .collect();
-            self.state()
-                .open_containers
-                .insert(pipeline_key, (group.container_id, 1));
+        let pipeline_key: Vec<DatanodeId> = group
+            .pipeline
+            .locations
+            .iter()
+            .map(|l| l.datanode.uuid.clone())
+            .collect();
+        let mut st = self.state();
+        st.allocations += 1;
+        // Two allocations that placed on one container at once may both count a block
+        // past its bound: a soft bound (Ozone's container size is one too).
+        match st.open_containers.get_mut(&pipeline_key) {
+            Some((cid, used)) if !new_container && *cid == group.container_id => *used += 1,
+            _ if new_container => {
+                st.open_containers
+                    .insert(pipeline_key, (group.container_id, 1));
+            }
+            _ => {}
         }
+        drop(st);
         Ok(Some((group, client)))
     }
 
     /// Places a new group of `replication` on healthy datanodes in service, none of
     /// `exclude`; returns its locations and the open container of that pipeline with room
-    /// for it (counted as taken), if any.
+    /// for it, if any. Changes nothing (it runs inside a transaction's body, which may run
+    /// again): the allocation counts the container's block once its transaction committed.
     fn place(
         &self,
         replication: &ReplicationConfig,
         exclude: &[DatanodeId],
     ) -> Result<(Vec<proto_crate::BlockLocation>, Option<u64>)> {
-        let mut st = self.state();
+        let st = self.state();
         // New groups go to healthy datanodes in service only.
         let healthy: Vec<_> = st
             .nodes
@@ -289,14 +298,10 @@ impl OzoneManager {
             st.allocations + 1,
             st.nodes.len(),
         )?;
-        st.allocations += 1;
         let pipeline_key: Vec<DatanodeId> =
             locations.iter().map(|l| l.datanode.uuid.clone()).collect();
-        let open_container = match st.open_containers.get_mut(&pipeline_key) {
-            Some((cid, used)) if *used < BLOCKS_PER_CONTAINER => {
-                *used += 1;
-                Some(*cid)
-            }
+        let open_container = match st.open_containers.get(&pipeline_key) {
+            Some((cid, used)) if *used < BLOCKS_PER_CONTAINER => Some(*cid),
             _ => None,
         };
         Ok((locations, open_container))
@@ -393,7 +398,7 @@ impl OzoneManager {
                 self.deletions_changed();
                 return Ok(c.revision.unwrap_or_default());
             }
-            Err(e) => too_large(e, session_id),
+            Err(e) => commit_too_large(e, session_id),
         };
         // Reclaiming can fail too (the store is failing): the session's rows then stay, and
         // it expires one lease after its last activity, its groups logged then.
@@ -484,12 +489,12 @@ impl OzoneManager {
     }
 }
 
-/// Largest record of an open session, bytes: the metadata store's request limit (etcd's
-/// 1.5 MiB, `meta_store::MAX_REQUEST_BYTES`) less 64 KiB, so that the transaction that ends
-/// the session (its groups moved into the key or part and a staged row, a few rows beside)
-/// always fits one request. About 5,000 block groups (about 250 bytes each); the same on
-/// both stores.
-pub const MAX_SESSION_ROW_BYTES: usize = meta_store::MAX_REQUEST_BYTES - 64 * 1024;
+/// Largest record of an open session, bytes: half of the metadata store's request limit
+/// (etcd's 1.5 MiB, `meta_store::MAX_REQUEST_BYTES`) less 64 KiB, so that the transaction
+/// that commits the session always fits one request: its groups move into the key or part
+/// and a staged row, and the key or part it replaces, of at most as many groups, is staged
+/// beside them. About 2,900 block groups (about 250 bytes each); the same on both stores.
+pub const MAX_SESSION_ROW_BYTES: usize = (meta_store::MAX_REQUEST_BYTES - 64 * 1024) / 2;
 
 /// A session whose record would grow to `bytes`, past [`MAX_SESSION_ROW_BYTES`], as the
 /// writer sees it: [`OmError::InvalidArgument`], since the same write cannot succeed.
@@ -502,11 +507,30 @@ fn session_too_large(session_id: u64, bytes: usize) -> OmError {
 }
 
 /// `e`, said in the writer's terms ([`session_too_large`]) when it is the metadata store
-/// refusing a request over its size limit.
+/// refusing an allocation's request over its size limit.
 fn too_large(e: OmError, session_id: u64) -> OmError {
     match e {
         OmError::Store(meta_store::StoreError::RequestTooLarge { bytes }) => {
             session_too_large(session_id, bytes)
+        }
+        other => other,
+    }
+}
+
+/// `e`, said in the writer's terms when it is the metadata store refusing a commit's
+/// request over its size limit: the key or part with the one it replaces (a key a multipart
+/// completion made may be larger than a session's bound) and its metadata do not fit one
+/// request. [`OmError::InvalidArgument`]: the same commit cannot succeed.
+fn commit_too_large(e: OmError, session_id: u64) -> OmError {
+    match e {
+        OmError::Store(meta_store::StoreError::RequestTooLarge { bytes }) => {
+            OmError::InvalidArgument(format!(
+                "session {session_id}: its commit does not fit one metadata-store request \
+                 ({bytes} bytes; at most {}): the block groups it commits, those of the key or \
+                 part it replaces, and its metadata are too many together; delete the existing \
+                 key first, or write with a larger block size or less metadata",
+                meta_store::MAX_REQUEST_BYTES
+            ))
         }
         other => other,
     }

@@ -280,3 +280,46 @@ async fn a_session_past_the_request_limit_is_refused_as_too_large() {
         .await
         .expect("the session commits what it has");
 }
+
+/// A key of a session's largest record overwritten by another as large: the commit, which
+/// stages the old key's groups beside the new key's, fits one etcd request (regression: with
+/// the bound at the request limit, the overwrite was refused and the written data reclaimed).
+#[tokio::test]
+async fn a_largest_key_overwritten_by_another_commits() {
+    use crate::test_oms::{Backend, TestOm};
+    let om = TestOm::start(Backend::Etcd).await;
+    crate::test_oms::register_five(&om).await;
+    om.create_bucket("b", None, None).await.expect("bucket");
+    let mut written = 0;
+    for round in 0..2u64 {
+        let s = om.open_key("b", "big", None).await.expect("open");
+        let group = om
+            .allocate_block_group(s.session_id, &[])
+            .await
+            .expect("allocate");
+        let one =
+            prost::Message::encoded_len(&proto_crate::wire::om::BlockGroup::from(group.clone()))
+                + 4;
+        let n = (MAX_SESSION_ROW_BYTES / one - 16) as u64;
+        let first = 10_000_000 + round * 1_000_000;
+        grow(&om, s.session_id, &group, first, n).await;
+        let groups: Vec<BlockGroup> = (first..first + n)
+            .map(|local_id| BlockGroup {
+                local_id,
+                length: 1,
+                ..group.clone()
+            })
+            .collect();
+        let info = om
+            .commit_key(s.session_id, &groups, n, BTreeMap::new())
+            .await
+            .expect("the commit fits");
+        assert_eq!(info.block_groups.len() as u64, n);
+        written = n;
+    }
+    assert_eq!(
+        om.pending_deletions().await.expect("pending"),
+        written * 5,
+        "the first key's groups are staged"
+    );
+}
