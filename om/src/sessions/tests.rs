@@ -149,6 +149,21 @@ async fn ids_come_from_reserved_ranges_and_never_repeat_across_restarts() {
     );
 }
 
+/// An om on a fresh etcd member with five datanodes and bucket `b`.
+async fn on_etcd(
+    config: impl FnOnce(crate::OmConfig) -> crate::OmConfig,
+) -> crate::test_oms::TestOm {
+    let om = crate::test_oms::TestOm::start_with(crate::test_oms::Backend::Etcd, config).await;
+    crate::test_oms::register_five(&om).await;
+    om.create_bucket("b", None, None).await.expect("bucket");
+    om
+}
+
+/// Bytes `group` takes in a session's record (with its field tag and length).
+fn record_bytes(group: &BlockGroup) -> usize {
+    prost::Message::encoded_len(&proto_crate::wire::om::BlockGroup::from(group.clone())) + 4
+}
+
 /// Sets session `id`'s groups to `n` copies of `group` with local ids from `first`,
 /// written straight into its row.
 async fn grow(om: &OzoneManager, id: u64, group: &BlockGroup, first: u64, n: u64) {
@@ -179,16 +194,13 @@ async fn grow(om: &OzoneManager, id: u64, group: &BlockGroup, first: u64, n: u64
 /// sessions after it in id order never expired).
 #[tokio::test]
 async fn sessions_too_large_to_expire_together_expire_one_at_a_time() {
-    use crate::test_oms::{Backend, TestOm};
     let lease = std::time::Duration::from_secs(60);
     let clock = std::sync::Arc::new(crate::ManualClock::default());
-    let om = TestOm::start_with(Backend::Etcd, |c| {
+    let om = on_etcd(|c| {
         c.with_open_key_lease(lease)
             .with_clock(std::sync::Arc::clone(&clock) as std::sync::Arc<dyn crate::Clock>)
     })
     .await;
-    crate::test_oms::register_five(&om).await;
-    om.create_bucket("b", None, None).await.expect("bucket");
     let first = om.open_key("b", "template", None).await.expect("open");
     let group = om
         .allocate_block_group(first.session_id, &[])
@@ -241,10 +253,7 @@ async fn sessions_too_large_to_expire_together_expire_one_at_a_time() {
 /// a session grown to the request limit could be neither committed nor ended).
 #[tokio::test]
 async fn a_session_past_the_request_limit_is_refused_as_too_large() {
-    use crate::test_oms::{Backend, TestOm};
-    let om = TestOm::start(Backend::Etcd).await;
-    crate::test_oms::register_five(&om).await;
-    om.create_bucket("b", None, None).await.expect("bucket");
+    let om = on_etcd(|c| c).await;
     let s = om.open_key("b", "big", None).await.expect("open");
     let group = om
         .allocate_block_group(s.session_id, &[])
@@ -252,9 +261,7 @@ async fn a_session_past_the_request_limit_is_refused_as_too_large() {
         .expect("allocate");
     // Groups up to near the bound, written straight into the row; allocations then take
     // it over.
-    let one =
-        prost::Message::encoded_len(&proto_crate::wire::om::BlockGroup::from(group.clone())) + 4;
-    let fit = MAX_SESSION_ROW_BYTES / one - 64;
+    let fit = MAX_SESSION_ROW_BYTES / record_bytes(&group) - 64;
     grow(&om, s.session_id, &group, 10_000_000, fit as u64).await;
     let mut refused = Ok(group.clone());
     for _ in 0..200 {
@@ -286,10 +293,7 @@ async fn a_session_past_the_request_limit_is_refused_as_too_large() {
 /// the bound at the request limit, the overwrite was refused and the written data reclaimed).
 #[tokio::test]
 async fn a_largest_key_overwritten_by_another_commits() {
-    use crate::test_oms::{Backend, TestOm};
-    let om = TestOm::start(Backend::Etcd).await;
-    crate::test_oms::register_five(&om).await;
-    om.create_bucket("b", None, None).await.expect("bucket");
+    let om = on_etcd(|c| c).await;
     let mut written = 0;
     for round in 0..2u64 {
         let s = om.open_key("b", "big", None).await.expect("open");
@@ -297,10 +301,7 @@ async fn a_largest_key_overwritten_by_another_commits() {
             .allocate_block_group(s.session_id, &[])
             .await
             .expect("allocate");
-        let one =
-            prost::Message::encoded_len(&proto_crate::wire::om::BlockGroup::from(group.clone()))
-                + 4;
-        let n = (MAX_SESSION_ROW_BYTES / one - 16) as u64;
+        let n = (MAX_SESSION_ROW_BYTES / record_bytes(&group) - 16) as u64;
         let first = 10_000_000 + round * 1_000_000;
         grow(&om, s.session_id, &group, first, n).await;
         let groups: Vec<BlockGroup> = (first..first + n)
