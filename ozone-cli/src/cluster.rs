@@ -19,7 +19,8 @@ pub const DEFAULT_DATA_DIR: &str = "target/minicluster";
 pub struct Target {
     /// The om, HOST:PORT, or several oms that share their metadata,
     /// HOST:PORT,HOST:PORT,... (key and bucket commands fail over along
-    /// the list; admin commands ask the one that leads). Default:
+    /// the list; admin commands ask the first that answers, the
+    /// ReplicationManager's status the one running it). Default:
     /// $OZONE_OM_ADDRESS, else the om in the minicluster's cluster.json.
     #[arg(
         long,
@@ -175,25 +176,41 @@ impl Target {
 
     /// A client of the target's om admin service (TLS as [`tls`](Self::tls),
     /// presenting the admin certificate when there is one). Of a list of
-    /// oms (one store on etcd), the one that runs the background services
-    /// ([`leading_om`](Self::leading_om)): the ReplicationManager's status is
-    /// its memory.
+    /// oms (one store on etcd, every om serving), the first that answers
+    /// ([`serving_om`](Self::serving_om)).
     ///
     /// # Errors
-    /// As [`tls`](Self::tls); an om that cannot be reached.
+    /// As [`tls`](Self::tls); no om of the list that answers.
     pub async fn om_admin(&self) -> anyhow::Result<om::OmAdminClient> {
-        Ok(self.leading_om().await?.1)
+        Ok(self.serving_om().await?.1)
     }
 
-    /// The target's om (`HOST:PORT`) for commands that ask one om, and an
-    /// admin client of it: of a list, the first om that answers an admin
-    /// call (RepairStatus) with anything but `NOT_LEADER` or no answer —
-    /// the one running the background services.
+    /// The target's om (`HOST:PORT`) and an admin client of it: of a list, the
+    /// first om that answers an admin call (RepairStatus, `NOT_LEADER`
+    /// included: that om serves every other call).
+    ///
+    /// # Errors
+    /// As [`tls`](Self::tls); no om of the list that answers (each named with
+    /// why).
+    pub async fn serving_om(&self) -> anyhow::Result<(String, om::OmAdminClient)> {
+        self.find_om(false).await
+    }
+
+    /// The target's om (`HOST:PORT`) for calls that only the om running the
+    /// background services answers (the ReplicationManager's status), and an
+    /// admin client of it: of a list, the first om that answers an admin call
+    /// (RepairStatus) with anything but `NOT_LEADER` or no answer.
     ///
     /// # Errors
     /// As [`tls`](Self::tls); no om of the list that leads (each named
     /// with why).
     pub async fn leading_om(&self) -> anyhow::Result<(String, om::OmAdminClient)> {
+        self.find_om(true).await
+    }
+
+    /// The first om of the target's list that answers RepairStatus, taking a
+    /// `NOT_LEADER` answer as one when `leading` is false.
+    async fn find_om(&self, leading: bool) -> anyhow::Result<(String, om::OmAdminClient)> {
         let (list, _, tls) = self.resolve()?;
         let oms: Vec<&str> = list
             .split(',')
@@ -229,10 +246,8 @@ impl Target {
             };
             match answer {
                 Err(e)
-                    if matches!(
-                        e.om_code,
-                        proto_crate::OmErrorCode::NotLeader | proto_crate::OmErrorCode::Unavailable
-                    ) =>
+                    if e.om_code == proto_crate::OmErrorCode::Unavailable
+                        || (leading && e.om_code == proto_crate::OmErrorCode::NotLeader) =>
                 {
                     why.push(format!("{om}: {}", e.message));
                 }
@@ -240,7 +255,13 @@ impl Target {
                 _ => return Ok((om.to_string(), admin)),
             }
         }
-        bail!("no om of {list} leads now: {}", why.join("; "))
+        if leading {
+            bail!(
+                "no om of {list} runs the background services now: {}",
+                why.join("; ")
+            )
+        }
+        bail!("no om of {list} answers: {}", why.join("; "))
     }
 
     /// A client of the om admin service of the minicluster whose
@@ -345,8 +366,9 @@ mod tests {
         );
     }
 
+    /// Of a list, an admin command asks each om in turn and names each one's failure.
     #[tokio::test]
-    async fn an_admin_command_asks_the_om_of_a_list_that_leads() {
+    async fn an_admin_command_asks_each_om_of_a_list() {
         let target = Target {
             om: Some("127.0.0.1:1,127.0.0.1:2".to_string()),
             ..Target::default()
@@ -354,9 +376,15 @@ mod tests {
         let e = target.om_admin().await.expect_err("none answers");
         let said = e.to_string();
         assert!(
-            said.contains("no om of 127.0.0.1:1,127.0.0.1:2 leads now")
+            said.contains("no om of 127.0.0.1:1,127.0.0.1:2 answers")
                 && said.contains("127.0.0.1:1:")
                 && said.contains("127.0.0.1:2:"),
+            "{said}"
+        );
+        let e = target.leading_om().await.expect_err("none answers");
+        let said = e.to_string();
+        assert!(
+            said.contains("no om of 127.0.0.1:1,127.0.0.1:2 runs the background services now"),
             "{said}"
         );
     }

@@ -18,7 +18,7 @@ use crate::table::Table;
 /// # Errors
 /// An om that cannot be reached, output errors.
 pub async fn list(target: &Target, as_json: bool) -> anyhow::Result<()> {
-    let (om, _) = target.leading_om().await?;
+    let (om, _) = target.serving_om().await?;
     let statuses = om::list_datanode_statuses(&om, target.tls()?.as_ref()).await?;
     let positions: HashMap<String, usize> = match target.cluster_info() {
         Ok(info) if info.om == om || info.oms.contains(&om) => info

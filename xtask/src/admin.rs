@@ -71,7 +71,8 @@ pub async fn run(target: &ozone_cli::Target, command: AdminCommand) -> anyhow::R
             wait,
             timeout,
         } => {
-            let mut admin = target.om_admin().await?;
+            // The ReplicationManager's status is the memory of the om that runs it.
+            let (_, mut admin) = target.leading_om().await?;
             let deadline = Instant::now() + Duration::from_secs(timeout);
             let first = admin.repair_status().await?;
             if !wait {
