@@ -13,6 +13,10 @@ use tonic::{Request, Response, Status};
 
 use crate::{OmError, OzoneManager, S3Credentials, S3User, add_replica};
 
+/// Longest an om holds a RepairStatus call waiting for the ReplicationManager's passes
+/// ([`OmAdminClient::repair_status_after`]).
+pub const MAX_REPAIR_STATUS_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// `OmAdminService`: spare replicas, repair status, decommission, S3 users.
 #[derive(Debug, Clone)]
 pub struct OmAdminGrpc {
@@ -64,12 +68,20 @@ impl OmAdminService for OmAdminGrpc {
 
     async fn repair_status(
         &self,
-        _req: Request<admin_pb::RepairStatusRequest>,
+        req: Request<admin_pb::RepairStatusRequest>,
     ) -> Result<Response<admin_pb::RepairStatusResponse>, Status> {
         self.om
             .lead
             .require("the ReplicationManager's status")
             .await?;
+        let req = req.into_inner();
+        if req.min_passes > 0 {
+            // Waits on the passes as they end, at most the asked time (bounded).
+            let wait = std::time::Duration::from_millis(u64::from(req.wait_ms))
+                .min(MAX_REPAIR_STATUS_WAIT);
+            let mut passes = self.om.watch_repair_passes();
+            let _ = tokio::time::timeout(wait, passes.wait_for(|n| *n >= req.min_passes)).await;
+        }
         Ok(Response::new(self.om.repair_status().into()))
     }
 
@@ -210,9 +222,31 @@ impl OmAdminClient {
     /// # Errors
     /// The call's failure.
     pub async fn repair_status(&mut self) -> Result<crate::RepairStatus, AdminCallError> {
+        self.repair_status_after(0, std::time::Duration::ZERO).await
+    }
+
+    /// The om's ReplicationManager status once it has made at least `passes` passes since
+    /// the om started, or once `wait` (at most [`MAX_REPAIR_STATUS_WAIT`], 60 s) has passed,
+    /// whichever is first: the om waits on its passes as they end. Check
+    /// [`RepairStatus::passes`](crate::RepairStatus::passes) for which.
+    ///
+    /// # Errors
+    /// The call's failure (`NOT_LEADER` from an om that does not run the services).
+    pub async fn repair_status_after(
+        &mut self,
+        passes: u64,
+        wait: std::time::Duration,
+    ) -> Result<crate::RepairStatus, AdminCallError> {
+        let wait_ms = u32::try_from(wait.min(MAX_REPAIR_STATUS_WAIT).as_millis()).unwrap_or(0);
+        let mut request = tonic::Request::new(admin_pb::RepairStatusRequest {
+            min_passes: passes,
+            wait_ms,
+        });
+        // The call outlives the om's wait.
+        request.set_timeout(wait + std::time::Duration::from_secs(10));
         Ok(self
             .inner
-            .repair_status(admin_pb::RepairStatusRequest {})
+            .repair_status(request)
             .await
             .map_err(AdminCallError::of("RepairStatus"))?
             .into_inner()
@@ -305,5 +339,43 @@ impl OmAdminClient {
             .map_err(AdminCallError::of("RevokeKey"))?
             .into_inner()
             .user)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    /// A RepairStatus call asked for passes is held until the ReplicationManager has made
+    /// them (it answers at the pass's end, not at a poll), or until its wait runs out.
+    #[tokio::test]
+    async fn a_repair_status_waits_for_the_passes_asked() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let om = OzoneManager::open(
+            crate::OmConfig::new(dir.path()).with_service_interval(Duration::from_millis(200)),
+        )
+        .await
+        .expect("om");
+        let server = crate::OmServer::start("127.0.0.1:0".parse().expect("addr"), Arc::new(om))
+            .await
+            .expect("serve");
+        let mut admin = OmAdminClient::connect(&server.address().to_string(), None)
+            .await
+            .expect("connect");
+        let now = admin.repair_status().await.expect("status").passes;
+        let after = admin
+            .repair_status_after(now + 2, Duration::from_secs(30))
+            .await
+            .expect("status");
+        assert!(after.passes >= now + 2, "{} after {now}", after.passes);
+        let started = Instant::now();
+        admin
+            .repair_status_after(u64::MAX, Duration::from_millis(300))
+            .await
+            .expect("answered once the wait ran out");
+        assert!(started.elapsed() >= Duration::from_millis(300), "it waited");
+        server.shutdown().await;
     }
 }

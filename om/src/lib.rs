@@ -64,7 +64,7 @@ mod tables;
 mod test_oms;
 mod upload_rows;
 
-pub use admin::{AdminCallError, OmAdminClient, OmAdminGrpc};
+pub use admin::{AdminCallError, MAX_REPAIR_STATUS_WAIT, OmAdminClient, OmAdminGrpc};
 pub use block_reports::{BlockReport, MAX_CHECKS_PER_PASS, MAX_REPORTED_BLOCKS};
 pub use block_tokens::{
     BlockTokenConfig, DEFAULT_BLOCK_TOKEN_LIFETIME, MIN_BLOCK_TOKEN_LIFETIME, TokenOwner,

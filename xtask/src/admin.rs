@@ -79,8 +79,12 @@ pub async fn run(target: &ozone_cli::Target, command: AdminCommand) -> anyhow::R
                 print(&first, as_json);
                 return Ok(());
             }
+            let mut last = first.passes;
             let status = loop {
-                let s = admin.repair_status().await?;
+                // The om answers once its next pass ends (or the time left passes).
+                let left = deadline.saturating_duration_since(Instant::now());
+                let s = admin.repair_status_after(last + 1, left).await?;
+                last = s.passes;
                 // A status is as fresh as the pass that wrote it, and a pass reads the
                 // datanodes' states when it starts: the pass that ends first may have
                 // started before this command; the one after it did not.
@@ -91,7 +95,6 @@ pub async fn run(target: &ozone_cli::Target, command: AdminCommand) -> anyhow::R
                     print(&s, as_json);
                     bail!("repair not done after {timeout} s");
                 }
-                tokio::time::sleep(Duration::from_millis(500)).await;
             };
             print(&status, as_json);
             Ok(())

@@ -24,6 +24,9 @@ pub(super) struct Managed {
     pub(super) address: Option<SocketAddr>,
     pub(super) child: Option<Child>,
     pub(super) starts: u32,
+    /// Lines of stdout after `serving on`, counted over every start (shared by the oms of
+    /// a cluster, so that a waiter wakes at what any of them says).
+    pub(super) said: tokio::sync::watch::Sender<u64>,
 }
 
 impl Managed {
@@ -47,7 +50,14 @@ impl Managed {
             address: None,
             child: None,
             starts: 0,
+            said: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// Counts this process's stdout lines into `said` (shared with others).
+    pub(super) fn counting_into(mut self, said: tokio::sync::watch::Sender<u64>) -> Self {
+        self.said = said;
+        self
     }
 
     pub(super) async fn start(&mut self) -> Result<(), ProcessError> {
@@ -148,10 +158,12 @@ impl Managed {
         };
         // Keep draining stdout into the log so the process never blocks on
         // a full pipe; the task ends when the process does.
+        let said = self.said.clone();
         tokio::spawn(async move {
             while let Ok(Some(line)) = lines.next_line().await {
                 let _ = log.write_all(line.as_bytes()).await;
                 let _ = log.write_all(b"\n").await;
+                said.send_modify(|n| *n += 1);
             }
         });
         self.address = Some(address);

@@ -227,6 +227,9 @@ pub struct ProcessCluster {
     base: PathBuf,
     /// The oms, in start order (one unless on etcd).
     oms: Vec<Managed>,
+    /// Lines the oms printed after serving (an om that starts running the background
+    /// services says so): what the waits on the oms wake at.
+    om_said: tokio::sync::watch::Sender<u64>,
     /// The etcd members the oms keep their metadata on, when asked for.
     etcd: Option<meta_store::local_etcd::LocalEtcd>,
     datanodes: Vec<Managed>,
@@ -367,6 +370,7 @@ impl ProcessCluster {
         let mut cluster = Self {
             base: base.to_path_buf(),
             oms: Vec::with_capacity(oms),
+            om_said: tokio::sync::watch::Sender::new(0),
             etcd,
             datanodes: Vec::with_capacity(datanodes),
             gateway: None,
@@ -385,7 +389,8 @@ impl ProcessCluster {
                 om_args.clone(),
                 Some(base.join(&name)),
                 logs.join(format!("{name}.log")),
-            );
+            )
+            .counting_into(cluster.om_said.clone());
             om.start().await?;
             cluster.oms.push(om);
         }
@@ -580,7 +585,8 @@ impl ProcessCluster {
 
     /// Waits until an om that `accept`s (by index) leads the metadata store's background
     /// services (a hand-over from a killed om takes up to its lease) and returns its index,
-    /// asking etcd every 100 ms for at most `within` (etcd's election has no watch here).
+    /// at most `within`. It asks etcd now and again whenever an om prints a line (an om that
+    /// starts running the services prints `om running the background services`).
     ///
     /// # Errors
     /// [`ProcessError::Etcd`] when etcd cannot be asked, or no such om leads by then.
@@ -590,28 +596,33 @@ impl ProcessCluster {
         accept: impl Fn(usize) -> bool,
     ) -> Result<usize, ProcessError> {
         let until = tokio::time::Instant::now() + within;
+        let mut said = self.om_said.subscribe();
         loop {
+            said.borrow_and_update();
             if let Some(i) = self.leading_om().await?
                 && accept(i)
             {
                 return Ok(i);
             }
-            if tokio::time::Instant::now() >= until {
+            if tokio::time::timeout_at(until, said.changed())
+                .await
+                .is_err()
+            {
                 return Err(ProcessError::Etcd(format!(
                     "no om leads the background services after {within:?}"
                 )));
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
     /// Waits until om `i`'s ReplicationManager has made at least `passes` passes since that
-    /// om started (it runs only on the om that leads the background services), asking the
-    /// om every 100 ms for at most `within`; returns its status.
+    /// om started (it runs only on the om that leads the background services), at most
+    /// `within`, and returns its status. The om holds the call until its passes reach the
+    /// count ([`om::OmAdminClient::repair_status_after`]); a call refused (`NOT_LEADER`: the
+    /// lead still settling) is made again when an om next prints a line.
     ///
     /// # Errors
-    /// [`ProcessError::Etcd`] naming the om's last answer when it has not by then (the
-    /// admin call's failure, `NOT_LEADER` included, or the count it reached).
+    /// [`ProcessError::Etcd`] naming the om's last answer when it has not by then.
     pub async fn wait_for_repair_passes(
         &self,
         i: usize,
@@ -632,21 +643,32 @@ impl ProcessCluster {
             })
             .transpose()?;
         let until = tokio::time::Instant::now() + within;
+        let mut said = self.om_said.subscribe();
         loop {
+            said.borrow_and_update();
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
             let last = match om::OmAdminClient::connect(&address, tls.as_ref()).await {
-                Ok(mut admin) => match admin.repair_status().await {
+                Ok(mut admin) => match admin.repair_status_after(passes, left).await {
                     Ok(status) if status.passes >= passes => return Ok(status),
                     Ok(status) => format!("{} passes", status.passes),
                     Err(e) => e.to_string(),
                 },
                 Err(e) => e.to_string(),
             };
-            if tokio::time::Instant::now() >= until {
-                return Err(ProcessError::Etcd(format!(
+            let failed = || {
+                ProcessError::Etcd(format!(
                     "om {address} made no {passes} repair passes within {within:?}: {last}"
-                )));
+                ))
+            };
+            if tokio::time::Instant::now() >= until {
+                return Err(failed());
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            if tokio::time::timeout_at(until, said.changed())
+                .await
+                .is_err()
+            {
+                return Err(failed());
+            }
         }
     }
 
