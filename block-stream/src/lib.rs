@@ -25,7 +25,7 @@ mod xceiver;
 
 pub use block_input::{BlockInputStream, MAX_READ_PIECE};
 pub use block_output::BlockOutputStream;
-pub use config::{RetryPolicy, XceiverConfig};
+pub use config::{DEFAULT_BULK_TRANSFER_BYTES, RetryPolicy, XceiverConfig};
 pub use error::{BlockStreamError, Result};
 pub use metrics::{
     ClientMetrics, MAX_TRACKED_DATANODES, MetricsSnapshot, OTHER_DATANODES, RpcKind,

@@ -1,8 +1,10 @@
-//! The datanode client: one cached gRPC channel per datanode, typed calls,
+//! The datanode client: one cached gRPC client per datanode, typed calls,
 //! per-attempt deadlines, status -> [`BlockStreamError`] mapping.
 //!
-//! Models Ozone's `XceiverClientGrpc` (one connection per datanode, reused by
-//! every stream) and `XceiverClientManager` (the cache).
+//! Models Ozone's `XceiverClientGrpc` (one client per datanode, reused by
+//! every stream) and `XceiverClientManager` (the cache). Unlike Ozone's, a
+//! client has two HTTP/2 connections: one for small calls and one, opened on
+//! first use, for bulk transfers ([`XceiverConfig::bulk_transfer_bytes`]).
 
 use proto_crate::block_token::{self, BlockToken};
 use proto_crate::request_id;
@@ -146,12 +148,16 @@ impl XceiverClientManager {
 }
 
 /// Typed, counted, deadline-bound calls to one datanode. Cheap to clone; all
-/// clones share one HTTP/2 connection.
+/// clones share its connections: one for small calls and, when
+/// [`XceiverConfig::bulk_transfer_bytes`] is set, one for bulk transfers.
 #[derive(Debug, Clone)]
 pub struct XceiverClient {
     address: Arc<str>,
     /// Every call carries the current request id ([`request_id::attach`]).
-    inner: DatanodeServiceClient<InterceptedService<Channel, request_id::Attach>>,
+    inner: Inner,
+    /// The connection of transfers of at least `bulk_from` bytes (it
+    /// connects on its first call), when bulk transfers are kept apart.
+    bulk: Option<(Inner, u64)>,
     counters: Arc<DatanodeCounters>,
     metrics: Arc<ClientMetrics>,
     rpc_timeout: Duration,
@@ -178,17 +184,23 @@ impl XceiverClient {
             .max_frame_size(config.http2_max_frame_size)
             .initial_stream_window_size(8 * 1024 * 1024)
             .initial_connection_window_size(32 * 1024 * 1024);
-        let channel = endpoint.connect_lazy();
-        let inner = DatanodeServiceClient::with_interceptor(
-            channel,
-            request_id::attach as request_id::Attach,
-        )
-        .max_decoding_message_size(config.max_message_size)
-        .max_encoding_message_size(config.max_message_size);
+        let client = |channel| {
+            DatanodeServiceClient::with_interceptor(
+                channel,
+                request_id::attach as request_id::Attach,
+            )
+            .max_decoding_message_size(config.max_message_size)
+            .max_encoding_message_size(config.max_message_size)
+        };
+        // Each `connect_lazy` is a connection of its own.
+        let bulk = config
+            .bulk_transfer_bytes
+            .map(|from| (client(endpoint.connect_lazy()), from));
         Ok(Self {
             address: address.into(),
             counters: metrics.datanode(address),
-            inner,
+            inner: client(endpoint.connect_lazy()),
+            bulk,
             metrics,
             rpc_timeout: config.rpc_timeout,
             verify_checksum: config.verify_checksum,
@@ -223,13 +235,24 @@ impl XceiverClient {
         self.verify_checksum
     }
 
-    /// Runs an RPC: `send` gets a clone of the generated client and `msg` as
+    /// The generated client of a call that moves `bytes` of payload: the
+    /// bulk connection's from `bulk_transfer_bytes` on, the other's below.
+    fn connection(&self, bytes: u64) -> Inner {
+        match &self.bulk {
+            Some((bulk, from)) if bytes >= *from => bulk.clone(),
+            _ => self.inner.clone(),
+        }
+    }
+
+    /// Runs an RPC that moves `bytes` of payload (which picks its
+    /// connection): `send` gets a clone of the generated client and `msg` as
     /// a request carrying the block token. A refused token is renewed once
     /// (see [`BlockTokenSource`]) and the call repeated with the new one.
     async fn call<M, T, F, Fut>(
         &self,
         kind: RpcKind,
         block: Option<BlockId>,
+        bytes: u64,
         msg: M,
         send: F,
     ) -> Result<T>
@@ -243,14 +266,14 @@ impl XceiverClient {
                 .attempt(
                     kind,
                     block,
-                    send(self.inner.clone(), tonic::Request::new(msg)),
+                    send(self.connection(bytes), tonic::Request::new(msg)),
                 )
                 .await;
         };
         let token = source.current();
         let first = block_token::request(msg.clone(), Some(&token));
         let err = match self
-            .attempt(kind, block, send(self.inner.clone(), first))
+            .attempt(kind, block, send(self.connection(bytes), first))
             .await
         {
             Err(e) if e.is_token_failure() && source.can_refresh() => e,
@@ -262,7 +285,7 @@ impl XceiverClient {
                     self.metrics.record_token_refresh();
                 }
                 let again = block_token::request(msg, Some(&source.current()));
-                self.attempt(kind, block, send(self.inner.clone(), again))
+                self.attempt(kind, block, send(self.connection(bytes), again))
                     .await
             }
             Ok(Renewal::None) => Err(err),
@@ -357,6 +380,7 @@ impl XceiverClient {
             .call(
                 RpcKind::GetBlock,
                 Some(block),
+                0,
                 pb::GetBlockRequest {
                     block_id: Some(block.into()),
                 },
@@ -397,6 +421,7 @@ impl XceiverClient {
             .call(
                 RpcKind::ReadChunk,
                 Some(block),
+                len,
                 pb::ReadChunkRequest {
                     block_id: Some(block.into()),
                     chunk: Some(chunk.to_read_wire()),
@@ -444,6 +469,7 @@ impl XceiverClient {
         self.call(
             RpcKind::WriteChunk,
             Some(block),
+            n,
             pb::WriteChunkRequest {
                 block_id: Some(block.into()),
                 chunk: Some(chunk.into()),
@@ -484,6 +510,7 @@ impl XceiverClient {
             .call(
                 RpcKind::PutBlock,
                 Some(block),
+                0,
                 pb::PutBlockRequest {
                     block_data: Some(data.into()),
                     eof,
@@ -511,6 +538,7 @@ impl XceiverClient {
             .call(
                 RpcKind::ListBlock,
                 None,
+                0,
                 pb::ListBlockRequest {
                     container_id,
                     start_local_id,
@@ -534,6 +562,7 @@ impl XceiverClient {
             .call(
                 RpcKind::GetCommittedBlockLength,
                 Some(block),
+                0,
                 pb::GetCommittedBlockLengthRequest {
                     block_id: Some(block.into()),
                 },
@@ -552,6 +581,7 @@ impl XceiverClient {
         self.call(
             RpcKind::CreateContainer,
             None,
+            0,
             pb::CreateContainerRequest { container_id },
             |mut c, r| async move { c.create_container(r).await },
         )

@@ -14,6 +14,7 @@ pub struct DatanodeMetrics {
     written_bytes: AtomicU64,
     inflight_bytes: AtomicU64,
     peak_inflight_bytes: AtomicU64,
+    connections_accepted: AtomicU64,
 }
 
 impl DatanodeMetrics {
@@ -32,6 +33,16 @@ impl DatanodeMetrics {
     }
     pub(crate) fn inflight_sub(&self, n: u64) {
         self.inflight_bytes.fetch_sub(n, Ordering::Relaxed);
+    }
+    pub(crate) fn record_connection(&self) {
+        self.connections_accepted.fetch_add(1, Ordering::Relaxed);
+    }
+    /// TCP connections the gRPC server accepted so far (each client opens
+    /// one per datanode for small calls, and one more once it moves bulk
+    /// data: see `XceiverConfig::bulk_transfer_bytes` in block-stream).
+    #[must_use]
+    pub fn connections_accepted(&self) -> u64 {
+        self.connections_accepted.load(Ordering::Relaxed)
     }
     /// Request payload bytes charged to the in-flight budget now.
     #[must_use]

@@ -66,6 +66,12 @@ impl Collector for DatanodeCollector {
             "WriteChunk payload bytes stored",
             m.written_bytes(),
         )?;
+        counter(
+            &mut e,
+            "datanode_connections_accepted",
+            "TCP connections the gRPC server accepted",
+            m.connections_accepted(),
+        )?;
         gauge(
             &mut e,
             "datanode_inflight_bytes",

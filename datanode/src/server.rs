@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use block_stream::XceiverConfig;
+use futures::StreamExt;
 use proto_crate::DatanodeDetails;
 use proto_crate::metrics_http::MetricsServer;
 use proto_crate::wire::admin::datanode_admin_service_server::DatanodeAdminServiceServer;
@@ -342,7 +343,14 @@ impl Datanode {
             .await;
         // Serving from our own listener: set TCP_NODELAY explicitly, or Nagle
         // adds ~40 ms to small answers.
-        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+        let accepted = Arc::clone(&metrics);
+        let incoming = TcpIncoming::from(listener)
+            .with_nodelay(Some(true))
+            .inspect(move |conn| {
+                if conn.is_ok() {
+                    accepted.record_connection();
+                }
+            });
         let mut builder = Server::builder();
         if let Some(tls) = &config.tls {
             let invalid = |e: &dyn std::fmt::Display| {

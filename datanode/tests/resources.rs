@@ -1,7 +1,7 @@
 //! Bounded datanode resources over real gRPC: open block files (an LRU of
 //! `--max-open-files`, and `EMFILE` handled in a process whose descriptor
-//! limit is lowered), in-flight payload bytes, the data dir lock, and
-//! DeleteBlocks.
+//! limit is lowered), in-flight payload bytes, the data dir lock,
+//! DeleteBlocks, and the connections one client opens.
 
 use std::process::Stdio;
 use std::sync::Arc;
@@ -176,6 +176,57 @@ async fn a_datanode_process_with_64_descriptors_reads_2000_blocks() {
         payload(5000, 1024)
     );
     child.kill().await.expect("killing the datanode");
+}
+
+/// A client opens one connection to a datanode for small calls and a second,
+/// on the first transfer of `bulk_transfer_bytes` or more, for bulk data
+/// (so that small reads never queue behind, or inherit the congestion
+/// control state of, MiB-sized answers); with the split off, one. Exact
+/// counts of the connections the datanode accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_transfers_get_a_connection_of_their_own() {
+    use block_stream::{DEFAULT_BULK_TRANSFER_BYTES, XceiverClientManager, XceiverConfig};
+    const MIB: u64 = 1 << 20;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let dn = Datanode::start(DatanodeConfig::new(localhost(), dir.path()))
+        .await
+        .expect("datanode starts");
+    let mut c = connect(dn.address()).await;
+    let data = payload(1, MIB as usize);
+    put(&mut c, 1, data.clone()).await;
+    let whole = chunk(MIB);
+    for (bulk, connections_at_1m) in [(Some(DEFAULT_BULK_TRANSFER_BYTES), 2), (None, 1)] {
+        let client = XceiverClientManager::direct_with(
+            dn.address(),
+            XceiverConfig::default().with_bulk_transfer_bytes(bulk),
+        )
+        .expect("client");
+        let before = dn.metrics().connections_accepted();
+        let opened = || dn.metrics().connections_accepted() - before;
+        // (offset, length, connections opened by this client once it is read)
+        let reads = [
+            (0, 64 * 1024, 1),
+            (64 * 1024, 4096, 1),
+            (MIB / 2, DEFAULT_BULK_TRANSFER_BYTES - 1, 1),
+            (0, MIB, connections_at_1m),
+            (0, DEFAULT_BULK_TRANSFER_BYTES, connections_at_1m),
+            (100, 64 * 1024, connections_at_1m),
+            (0, MIB, connections_at_1m),
+        ];
+        for (offset, len, expected) in reads {
+            let got = client
+                .read_chunk(id(1), &whole, offset, len)
+                .await
+                .expect("ReadChunk");
+            let (from, to) = (offset as usize, (offset + len) as usize);
+            assert!(got == data[from..to], "bytes of {len} at {offset}");
+            assert_eq!(
+                opened(),
+                expected,
+                "bulk from {bulk:?}: connections after reading {len} bytes at {offset}"
+            );
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

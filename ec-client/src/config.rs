@@ -162,6 +162,16 @@ impl ClientConfig {
         self
     }
 
+    /// Sets the size from which ReadChunk answers and WriteChunk payloads go
+    /// over a second connection to each datanode (default 256 KiB; `None`:
+    /// one connection per datanode). See
+    /// [`XceiverConfig::bulk_transfer_bytes`](block_stream::XceiverConfig::bulk_transfer_bytes).
+    #[must_use]
+    pub fn with_bulk_transfer_bytes(mut self, bytes: Option<u64>) -> Self {
+        self.xceiver = self.xceiver.with_bulk_transfer_bytes(bytes);
+        self
+    }
+
     /// Sets the checksum algorithm of new chunks.
     #[must_use]
     pub fn with_checksum_type(mut self, t: ChecksumType) -> Self {

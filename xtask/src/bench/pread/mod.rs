@@ -318,8 +318,8 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
     // Every mode and workload runs in each of a few rounds of ops/rounds
     // operations, and the rounds' figures add up: a single pass of a few
     // tenths of a second per row let one stall of this shared machine halve
-    // a row (what made positioned-scan-64k look slower than random 64 KiB
-    // preads in one run; it is not, here or at older commits).
+    // a row. (positioned-scan-64k's own slowness was not a stall: see the
+    // README, pread suite, on connections that carried bulk answers.)
     let rounds: u64 = if s.quick { 1 } else { 4 };
     let per_round = Settings {
         ops: (s.ops / rounds).max(1),
