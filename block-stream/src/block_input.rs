@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use proto_crate::{BlockData, BlockId};
 use tokio::sync::OnceCell;
 
-use crate::{BlockStreamError, Result, RetryPolicy, XceiverClient, checksum};
+use crate::{BlockStreamError, Result, RetryPolicy, XceiverClient};
 
 /// Largest range one ReadChunk asks for before widening to checksum windows:
 /// half the datanode's 32 MiB cap leaves room for any window (at most
@@ -261,25 +261,23 @@ impl BlockInputStream {
                     needed: end,
                 });
             };
-            // At most MAX_READ_PIECE per ReadChunk, so that the widened
-            // request stays under the datanode's 32 MiB cap.
+            // At most MAX_READ_PIECE per ReadChunk, so that a read widened
+            // to checksum windows stays under the datanode's 32 MiB cap.
             let piece_end = end.min(chunk.end()).min(at + MAX_READ_PIECE);
-            // Verifying needs whole checksum windows; without it the piece
-            // is fetched exactly (Ozone's reader with verify.checksum off).
-            let (w_off, w_len) = if loc.verifies_checksum() {
-                checksum::widen(chunk, at, piece_end - at)
+            let len = piece_end - at;
+            // Verified, only the piece's bytes still cross the network (the
+            // datanode adds the checksums of the window bytes around them);
+            // unverified, it is fetched as is (Ozone's reader with
+            // verify.checksum off).
+            let bytes = if loc.verifies_checksum() {
+                loc.read_chunk_verified(self.block_id, chunk, at, len)
+                    .await?
             } else {
-                (at, piece_end - at)
+                loc.read_chunk(self.block_id, chunk, at, len).await?
             };
-            let bytes = loc.read_chunk(self.block_id, chunk, w_off, w_len).await?;
-            if loc.verifies_checksum() {
-                checksum::verify(self.block_id, loc.address(), chunk, w_off, &bytes)?;
-            }
-            let from = usize::try_from(at - w_off).unwrap_or(usize::MAX);
-            let to = usize::try_from(piece_end - w_off).unwrap_or(usize::MAX);
             let dst_from = usize::try_from(at - pos).unwrap_or(usize::MAX);
             let dst_to = usize::try_from(piece_end - pos).unwrap_or(usize::MAX);
-            buf[dst_from..dst_to].copy_from_slice(&bytes[from..to]);
+            buf[dst_from..dst_to].copy_from_slice(&bytes);
             at = piece_end;
             // A chunk longer than one read piece takes several pieces: move
             // to the next chunk only once this one is read to its end.

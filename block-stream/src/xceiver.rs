@@ -21,6 +21,7 @@ use proto_crate::{BlockCommit, BlockData, BlockId, ChunkInfo, ResultCode, result
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
+use crate::checksum;
 use crate::metrics::DatanodeCounters;
 use crate::token::{BlockTokenSource, Renewal};
 use crate::{BlockStreamError, ClientMetrics, Result, RpcKind, XceiverConfig};
@@ -404,7 +405,7 @@ impl XceiverClient {
     }
 
     /// ReadChunk: exactly `len` bytes of `chunk` at block-relative `offset`.
-    /// Checksums are not verified here (see [`crate::checksum::verify`]).
+    /// Checksums are not verified here (see [`read_chunk_verified`](Self::read_chunk_verified)).
     ///
     /// # Errors
     /// [`BlockStreamError::ShortRead`] if the answer is not exactly `len` bytes
@@ -417,6 +418,67 @@ impl XceiverClient {
         offset: u64,
         len: u64,
     ) -> Result<Bytes> {
+        Ok(self
+            .read_chunk_with(block, chunk, offset, len, None)
+            .await?
+            .0)
+    }
+
+    /// ReadChunk of exactly `len` bytes of `chunk` at block-relative `offset`,
+    /// verified against the chunk's checksums (those GetBlock listed). A range
+    /// that does not start and end on checksum window boundaries asks the
+    /// datanode for the checksums of the window bytes around it
+    /// ([`checksum::EdgeChecksums`](crate::checksum::EdgeChecksums)) and
+    /// folds them in ([`checksum::verify_with_edges`](crate::checksum::verify_with_edges)),
+    /// so only the wanted bytes cross the network. A datanode that answers
+    /// without edges (one older than them) is asked again for the whole
+    /// windows, which are verified as they are.
+    ///
+    /// # Errors
+    /// [`BlockStreamError::ChecksumMismatch`] for a window that differs (a
+    /// failed location); as [`read_chunk`](Self::read_chunk) otherwise.
+    pub async fn read_chunk_verified(
+        &self,
+        block: BlockId,
+        chunk: &ChunkInfo,
+        offset: u64,
+        len: u64,
+    ) -> Result<Bytes> {
+        let cs = &chunk.checksum;
+        if !checksum::needs_edges(chunk, offset, len) {
+            let bytes = self.read_chunk(block, chunk, offset, len).await?;
+            checksum::verify(block, self.address(), chunk, offset, &bytes)?;
+            return Ok(bytes);
+        }
+        let ask = pb::EdgeChecksumRequest {
+            r#type: pb::ChecksumType::from(cs.ty).into(),
+            bytes_per_checksum: cs.bytes_per_checksum,
+        };
+        let (bytes, edges) = self
+            .read_chunk_with(block, chunk, offset, len, Some(ask))
+            .await?;
+        if let Some(edges) = edges {
+            checksum::verify_with_edges(block, self.address(), chunk, offset, &bytes, edges)?;
+            return Ok(bytes);
+        }
+        let (w_off, w_len) = checksum::widen(chunk, offset, len);
+        let widened = self.read_chunk(block, chunk, w_off, w_len).await?;
+        checksum::verify(block, self.address(), chunk, w_off, &widened)?;
+        let from = usize::try_from(offset - w_off).unwrap_or(usize::MAX);
+        let to = usize::try_from(offset + len - w_off).unwrap_or(usize::MAX);
+        Ok(widened.slice(from..to))
+    }
+
+    /// One ReadChunk, asking for `edges` when given; the bytes and the
+    /// edges the datanode answered.
+    async fn read_chunk_with(
+        &self,
+        block: BlockId,
+        chunk: &ChunkInfo,
+        offset: u64,
+        len: u64,
+        edges: Option<pb::EdgeChecksumRequest>,
+    ) -> Result<(Bytes, Option<checksum::EdgeChecksums>)> {
         let resp = self
             .call(
                 RpcKind::ReadChunk,
@@ -427,6 +489,7 @@ impl XceiverClient {
                     chunk: Some(chunk.to_read_wire()),
                     offset,
                     len,
+                    edges,
                 },
                 |mut c, r| async move { c.read_chunk(r).await },
             )
@@ -442,7 +505,13 @@ impl XceiverClient {
                 got,
             });
         }
-        Ok(resp.data)
+        let edges = resp.edges.map(|e| checksum::EdgeChecksums {
+            head: e.head,
+            head_len: e.head_len,
+            tail: e.tail,
+            tail_len: e.tail_len,
+        });
+        Ok((resp.data, edges))
     }
 
     /// WriteChunk: appends `data` as `chunk` (whose offset must continue the block).

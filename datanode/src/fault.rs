@@ -32,11 +32,17 @@ pub enum FaultKind {
     Zero,
     /// ReadChunk only: answer the first half of the bytes.
     Short,
+    /// ReadChunk only: answer without the edge checksums the client asked
+    /// for (`ReadChunkRequest.edges`), as a datanode from before them does.
+    NoEdges,
 }
 
 impl FaultKind {
     fn is_data_fault(self) -> bool {
-        matches!(self, Self::Corrupt | Self::Zero | Self::Short)
+        matches!(
+            self,
+            Self::Corrupt | Self::Zero | Self::Short | Self::NoEdges
+        )
     }
 }
 
@@ -65,6 +71,7 @@ impl std::fmt::Display for FaultRule {
             FaultKind::Corrupt => f.write_str("corrupt")?,
             FaultKind::Zero => f.write_str("zero")?,
             FaultKind::Short => f.write_str("short")?,
+            FaultKind::NoEdges => f.write_str("no-edges")?,
         }
         if let Some((c, l)) = self.block {
             write!(f, ", block container {c} local id {l}")?;
@@ -168,6 +175,7 @@ impl TryFrom<pb::Fault> for FaultRule {
             Some(Kind::Corrupt(_)) => FaultKind::Corrupt,
             Some(Kind::Zero(_)) => FaultKind::Zero,
             Some(Kind::Short(_)) => FaultKind::Short,
+            Some(Kind::NoEdges(_)) => FaultKind::NoEdges,
             None => return Err(InvalidFault("fault kind missing".into())),
         };
         let mut rule = FaultRule::new(rpc, kind)?;
@@ -203,6 +211,7 @@ impl From<FaultRule> for pb::Fault {
             FaultKind::Corrupt => Kind::Corrupt(true),
             FaultKind::Zero => Kind::Zero(true),
             FaultKind::Short => Kind::Short(true),
+            FaultKind::NoEdges => Kind::NoEdges(true),
         };
         let (container_id, local_id) = r.block.unwrap_or((0, 0));
         Self {
@@ -295,10 +304,21 @@ impl FaultInjector {
                     self.injected_total.fetch_add(1, Ordering::Relaxed);
                     return Err(proto_crate::status(code, format!("injected fault: {code}")));
                 }
-                FaultKind::Corrupt | FaultKind::Zero | FaultKind::Short => {}
+                FaultKind::Corrupt | FaultKind::Zero | FaultKind::Short | FaultKind::NoEdges => {}
             }
         }
         Ok(())
+    }
+
+    /// Whether a matching rule drops the edge checksums of a ReadChunk answer.
+    pub(crate) fn drops_edges(&self, block: BlockId) -> bool {
+        let drop = self
+            .matching(RpcKind::ReadChunk, Some(block))
+            .contains(&FaultKind::NoEdges);
+        if drop {
+            self.injected_total.fetch_add(1, Ordering::Relaxed);
+        }
+        drop
     }
 
     /// Applies matching data faults to a ReadChunk answer.
@@ -322,7 +342,10 @@ impl FaultInjector {
                     self.injected_total.fetch_add(1, Ordering::Relaxed);
                     data.truncate(data.len() / 2);
                 }
-                FaultKind::Delay(_) | FaultKind::Unavailable | FaultKind::Code(_) => {}
+                FaultKind::Delay(_)
+                | FaultKind::Unavailable
+                | FaultKind::Code(_)
+                | FaultKind::NoEdges => {}
             }
         }
         data

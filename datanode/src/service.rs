@@ -4,9 +4,10 @@
 
 use std::sync::Arc;
 
+use block_stream::config::MAX_BYTES_PER_CHECKSUM;
 use proto_crate::wire::datanode as pb;
 use proto_crate::wire::datanode::datanode_service_server::DatanodeService;
-use proto_crate::{BlockData, BlockId, ChunkInfo, ProtocolError, ResultCode};
+use proto_crate::{BlockData, BlockId, ChecksumType, ChunkInfo, ProtocolError, ResultCode};
 use tonic::{Request, Response, Status};
 
 use crate::fault::FaultInjector;
@@ -89,6 +90,28 @@ fn bad(e: ProtocolError) -> Status {
     proto_crate::status(ResultCode::InvalidArgument, e.to_string())
 }
 
+/// The checksum type and bytesPerChecksum of a ReadChunk's edge request:
+/// CRC32 or CRC32C, 1 byte to `MAX_BYTES_PER_CHECKSUM` (4 MiB) windows.
+fn edge_windows(e: pb::EdgeChecksumRequest) -> Result<(ChecksumType, u32), ProtocolError> {
+    let ty = ChecksumType::try_from(e.r#type)?;
+    if ty == ChecksumType::None {
+        return Err(ProtocolError::InvalidField {
+            field: "edges.type",
+            reason: "edges need a checksum type (CRC32 or CRC32C)".into(),
+        });
+    }
+    if e.bytes_per_checksum == 0 || e.bytes_per_checksum > MAX_BYTES_PER_CHECKSUM {
+        return Err(ProtocolError::InvalidField {
+            field: "edges.bytes_per_checksum",
+            reason: format!(
+                "{} is outside 1..={MAX_BYTES_PER_CHECKSUM}",
+                e.bytes_per_checksum
+            ),
+        });
+    }
+    Ok((ty, e.bytes_per_checksum))
+}
+
 fn block_id(b: Option<pb::BlockId>) -> Result<BlockId, Status> {
     b.map(BlockId::from)
         .ok_or_else(|| bad(ProtocolError::MissingField("block_id")))
@@ -130,15 +153,58 @@ impl DatanodeService for DatanodeGrpcService {
             .ok_or(ProtocolError::MissingField("chunk"))
             .and_then(ChunkInfo::from_read_wire)
             .map_err(bad)?;
+        let windows = req.edges.map(edge_windows).transpose().map_err(bad)?;
+        // With edges the store reads the whole checksum windows around the
+        // range; only the range is sent.
+        let (head_len, tail_len) = match windows {
+            Some((_, bpc)) => {
+                block_stream::checksum::edge_lens(chunk.offset, chunk.len, bpc, req.offset, req.len)
+            }
+            None => (0, 0),
+        };
+        let start = req.offset.saturating_sub(head_len);
+        let read_len = req.len.saturating_add(head_len).saturating_add(tail_len);
         self.faults.before(RpcKind::ReadChunk, Some(id)).await?;
         // Oversized reads are charged nothing: the store refuses them
         // before allocating.
-        let charge = if req.len <= MAX_READ_LEN { req.len } else { 0 };
+        let charge = if read_len <= MAX_READ_LEN {
+            read_len
+        } else {
+            0
+        };
         let permit = self.budget.acquire(charge).await;
-        let data = self.store.read(id, &chunk, req.offset, req.len).await?;
+        let read = self.store.read(id, &chunk, start, read_len).await?;
+        let edges = match windows {
+            Some((ty, _)) => Some(
+                block_stream::checksum::edge_checksums(ty, &read, head_len, req.len)
+                    .map(|e| pb::EdgeChecksums {
+                        head: e.head,
+                        head_len: e.head_len,
+                        tail: e.tail,
+                        tail_len: e.tail_len,
+                    })
+                    .ok_or_else(|| {
+                        Status::internal(format!(
+                            "read {} bytes of block {id} for a range of {} with {head_len} before it",
+                            read.len(),
+                            req.len
+                        ))
+                    })?,
+            ),
+            None => None,
+        };
+        let data = read.slice(
+            usize::try_from(head_len)
+                .unwrap_or(usize::MAX)
+                .min(read.len())
+                ..usize::try_from(head_len.saturating_add(req.len))
+                    .unwrap_or(usize::MAX)
+                    .min(read.len()),
+        );
         let data = hold(self.faults.mangle(id, data), permit);
+        let edges = edges.filter(|_| !self.faults.drops_edges(id));
         self.metrics.record_read(data.len() as u64);
-        Ok(Response::new(pb::ReadChunkResponse { data }))
+        Ok(Response::new(pb::ReadChunkResponse { data, edges }))
     }
 
     async fn write_chunk(

@@ -90,6 +90,7 @@ async fn read(
         chunk: Some(chunk(len).into()),
         offset: 0,
         len,
+        edges: None,
     })
     .await
     .map(|r| r.into_inner().data.to_vec())

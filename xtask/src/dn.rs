@@ -48,7 +48,7 @@ pub(crate) enum DnCommand {
         /// RPC to fail.
         #[arg(long)]
         rpc: RpcArg,
-        /// unavailable | corrupt | zero | short | delay-ms=MS | code=NAME
+        /// unavailable | corrupt | zero | short | no-edges | delay-ms=MS | code=NAME
         /// (NAME as in NO_SUCH_BLOCK, REPLICA_INDEX_MISMATCH, IO_EXCEPTION...).
         #[arg(long)]
         kind: String,
@@ -95,6 +95,7 @@ pub(crate) fn parse_kind(s: &str) -> anyhow::Result<FaultKind> {
         "corrupt" => FaultKind::Corrupt,
         "zero" => FaultKind::Zero,
         "short" => FaultKind::Short,
+        "no-edges" => FaultKind::NoEdges,
         _ => {
             if let Some(ms) = s.strip_prefix("delay-ms=") {
                 FaultKind::Delay(Duration::from_millis(ms.parse().with_context(|| {
@@ -107,7 +108,7 @@ pub(crate) fn parse_kind(s: &str) -> anyhow::Result<FaultKind> {
                 })?)
             } else {
                 bail!(
-                    "unknown fault kind `{s}`: use unavailable, corrupt, zero, short, delay-ms=MS or code=NAME"
+                    "unknown fault kind `{s}`: use unavailable, corrupt, zero, short, no-edges, delay-ms=MS or code=NAME"
                 )
             }
         }

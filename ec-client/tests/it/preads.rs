@@ -8,7 +8,9 @@ use std::sync::Arc;
 use common::{
     CELL, Failure, STRIPE, cluster, data, ec_bucket, fail, failure_cluster, failure_config, node_of,
 };
+use datanode::{FaultKind, FaultRule};
 use ec_client::RpcKind;
+use minicluster::MiniCluster;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -103,12 +105,15 @@ async fn sixteen_concurrent_pread_tasks_get_correct_bytes() {
 }
 
 /// Checksum verification on reads (Ozone's `ozone.client.verify.checksum`):
-/// on (the default), a 100-byte pread fetches the whole 1 KiB
-/// bytesPerChecksum window around it and a corrupt replica is a failed
-/// location, read around by reconstruction; off, the pread fetches exactly
-/// its 100 bytes and hands back what the datanode sent, corrupt or not.
+/// on (the default), a 100-byte pread inside a 1 KiB bytesPerChecksum window
+/// fetches its 100 bytes and the checksums of the window's other bytes
+/// (edges), checks the window, and a corrupt replica is a failed location,
+/// read around by reconstruction; a datanode that answers without edges (as
+/// one from before them) is asked again for the whole window, which is
+/// verified as it is; off, the pread fetches its 100 bytes and hands back
+/// what the datanode sent, corrupt or not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn checksum_verification_fetches_whole_windows_and_can_be_turned_off() {
+async fn checksum_verification_fetches_only_the_range_and_can_be_turned_off() {
     let (mut cluster, verifying) = failure_cluster(5).await;
     let trusting = cluster
         .client_with(failure_config().with_verify_checksum(false))
@@ -122,17 +127,39 @@ async fn checksum_verification_fetches_whole_windows_and_can_be_turned_off() {
     let want = &src[pos as usize..pos as usize + len];
     let on = verifying.open_key("b", "k").await.expect("open");
     let off = trusting.open_key("b", "k").await.expect("open");
-    for (stream, client, fetched) in [(&on, &verifying, 1024), (&off, &trusting, len as u64)] {
-        let before = client.metrics();
+    let holder = node_of(&cluster, &info, 0, 1);
+    let sent = |cluster: &MiniCluster| cluster.datanodes()[holder].metrics().read_bytes();
+    for (stream, client) in [(&on, &verifying), (&off, &trusting)] {
+        let before = (client.metrics(), sent(&cluster));
         let mut buf = vec![0u8; len];
         stream.read_exact_at(pos, &mut buf).await.expect("pread");
         assert!(buf[..] == *want);
-        let delta = client.metrics().since(&before);
+        let delta = client.metrics().since(&before.0);
         assert_eq!(delta.rpcs(RpcKind::ReadChunk), 1);
-        assert_eq!(delta.read_bytes, fetched, "bytes fetched by one pread");
+        assert_eq!(delta.read_bytes, len as u64, "bytes fetched by one pread");
+        assert_eq!(
+            sent(&cluster) - before.1,
+            len as u64,
+            "bytes the datanode sent"
+        );
     }
 
-    let holder = node_of(&cluster, &info, 0, 1);
+    cluster.datanodes()[holder]
+        .inject(FaultRule::new(RpcKind::ReadChunk, FaultKind::NoEdges).expect("rule"));
+    let before = (verifying.metrics(), verifying.ec_metrics());
+    let mut buf = vec![0u8; len];
+    on.read_exact_at(pos, &mut buf).await.expect("pread");
+    assert!(buf[..] == *want, "read through a datanode without edges");
+    let delta = verifying.metrics().since(&before.0);
+    assert_eq!(
+        delta.rpcs(RpcKind::ReadChunk),
+        2,
+        "the range, then its window"
+    );
+    assert_eq!(delta.read_bytes, len as u64 + 1024);
+    assert_eq!(verifying.ec_metrics().since(&before.1).failovers, 0);
+    cluster.datanodes()[holder].clear_faults();
+
     fail(&mut cluster, holder, Failure::Corrupt).await;
     let before = verifying.ec_metrics();
     let mut buf = vec![0u8; len];

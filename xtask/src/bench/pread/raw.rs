@@ -12,7 +12,6 @@ use super::{WORKLOADS, one_mib_offsets, workload_offsets};
 /// One data index of one block group, as the raw rows read it.
 struct RawBlock {
     id: proto_crate::BlockId,
-    address: String,
     dn: block_stream::XceiverClient,
     data: proto_crate::BlockData,
 }
@@ -25,7 +24,9 @@ struct RawGroup {
 }
 
 /// Reads `span` of `block` as ReadChunk RPCs, chunk by chunk: exactly its
-/// bytes, or (`verified`) the checksum windows around them, verified.
+/// bytes, unchecked, or (`verified`) verified as a block stream does
+/// (`XceiverClient::read_chunk_verified`: with the datanode's checksums of
+/// the window bytes around them).
 async fn read_span(
     block: &RawBlock,
     span: &ec_codec::CellSpan,
@@ -41,9 +42,7 @@ async fn read_span(
             .context("block shorter than the key says")?;
         let n = end.min(chunk.end()) - at;
         if verified {
-            let (w_off, w_len) = block_stream::checksum::widen(chunk, at, n);
-            let bytes = block.dn.read_chunk(block.id, chunk, w_off, w_len).await?;
-            block_stream::checksum::verify(block.id, &block.address, chunk, w_off, &bytes)?;
+            block.dn.read_chunk_verified(block.id, chunk, at, n).await?;
         } else {
             block.dn.read_chunk(block.id, chunk, at, n).await?;
         }
@@ -80,9 +79,10 @@ async fn raw_op(groups: &[RawGroup], pos: u64, len: u64, verified: bool) -> anyh
 /// split into cells by each group's layout and sent to the datanodes that
 /// hold them, a group's cells at once as the client reads them), with no EC
 /// layer: without checksum verification (the transport's limit,
-/// `raw-readchunk`) and with it (`raw-verified`: the checksum windows around
-/// each piece are read and verified, as a block stream does; a 4 KiB pread
-/// fetches at least one 16 KiB bytesPerChecksum window). reuse/raw-verified
+/// `raw-readchunk`) and with it (`raw-verified`: each piece verified as a
+/// block stream does, against the 16 KiB bytesPerChecksum windows around
+/// it, the datanode sending the checksums of the window bytes it does not
+/// send). reuse/raw-verified
 /// is the EC and stream layers' own cost, raw-verified/raw-readchunk the
 /// cost of end-to-end verification. `sequential-64k` covers the same bytes
 /// as one 64 KiB ReadChunk per read, where the stream fetches 4 MiB windows
@@ -123,7 +123,6 @@ pub(super) async fn measure_raw(
             let data = dn.get_block(g.block_id(index)).await?;
             blocks.push(RawBlock {
                 id: g.block_id(index),
-                address: node.address.clone(),
                 dn,
                 data,
             });
