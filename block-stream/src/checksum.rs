@@ -2,8 +2,11 @@
 //! computes them (CRC32 by default, CRC32C optionally).
 //!
 //! Windows are counted from the start of the chunk; the last one may be short.
-//! A reader that wants bytes `[a, b)` of a chunk first [`widen`]s the range to
-//! whole windows, fetches that, then [`verify`]s every window it received.
+//! A reader that wants bytes `[a, b)` of a chunk fetches exactly them with the
+//! datanode's [`EdgeChecksums`] of the window bytes around them and
+//! [`verify_with_edges`]; against a datanode that sends no edges it
+//! [`widen`]s the range to whole windows, fetches that and [`verify`]s every
+//! window it received.
 
 use proto_crate::{BlockId, ChecksumData, ChecksumType, ChunkInfo};
 
@@ -177,6 +180,12 @@ pub fn verify_with_edges(
         source: proto_crate::ProtocolError::InvalidField { field, reason },
     };
     let len = data.len() as u64;
+    if offset < chunk.offset || offset.checked_add(len).is_none_or(|end| end > chunk.end()) {
+        return Err(BlockStreamError::InvalidArgument(format!(
+            "{len} bytes at {offset} of block {block} are not inside chunk {} ({} bytes at {})",
+            chunk.name, chunk.len, chunk.offset
+        )));
+    }
     let expected_lens = edge_lens(chunk.offset, chunk.len, cs.bytes_per_checksum, offset, len);
     if (edges.head_len, edges.tail_len) != expected_lens {
         return Err(protocol(
@@ -199,7 +208,7 @@ pub fn verify_with_edges(
         let part_end = w_end.min(rel_end);
         let from = usize::try_from(pos - rel_start).unwrap_or(usize::MAX);
         let to = usize::try_from(part_end - rel_start).unwrap_or(usize::MAX);
-        let part = data.get(from..to).unwrap_or_default();
+        let part = &data[from..to];
         let mut computed = if pos == rel_start {
             checksum_append(cs.ty, edges.head, part)
         } else {

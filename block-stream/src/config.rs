@@ -48,11 +48,13 @@ pub struct XceiverConfig {
     pub bytes_per_checksum: u32,
     /// Whether block readers verify what they read against the chunks'
     /// checksums (default `true`, Ozone's `ozone.client.verify.checksum`).
-    /// On, a read of bytes `[a, b)` of a chunk fetches the whole
-    /// bytesPerChecksum windows around them and checks every window, so a
-    /// corrupt replica is a failed location; off, it fetches exactly
-    /// `[a, b)` and returns what the datanode sent, unchecked (the datanode
-    /// does not verify on read either).
+    /// On, a read of bytes `[a, b)` of a chunk checks every bytesPerChecksum
+    /// window around them, from the bytes and the datanode's checksums of the
+    /// window bytes outside `[a, b)` (see
+    /// [`checksum::verify_with_edges`](crate::checksum::verify_with_edges)),
+    /// so a corrupt replica is a failed location; off, it returns what the
+    /// datanode sent, unchecked (the datanode does not verify on read
+    /// either). Either way only `[a, b)` crosses the network.
     pub verify_checksum: bool,
     /// HTTP/2 max frame size the client announces, bytes (default 1 MiB: the
     /// main lever for large reads on loopback).
@@ -75,9 +77,11 @@ pub struct XceiverConfig {
     pub bulk_transfer_bytes: Option<u64>,
     /// Retries of one location by block readers.
     pub retry: RetryPolicy,
-    /// Most datanode channels the client keeps cached (default 1024); past
-    /// it the least recently used is dropped from the cache (streams that
-    /// hold it keep it until they finish).
+    /// Most datanode clients the client keeps cached (default 1024), each
+    /// with up to two connections (see
+    /// [`bulk_transfer_bytes`](Self::bulk_transfer_bytes)); past it the least
+    /// recently used is dropped from the cache (streams that hold it keep it
+    /// until they finish).
     pub max_cached_channels: usize,
     /// TLS to the datanodes (the cluster CA, and this process's certificate
     /// when it has one); `None` (the default) dials plaintext `http://`.

@@ -1,11 +1,13 @@
 //! Talking to datanodes, one block at a time.
 //!
-//! - [`XceiverClientManager`] caches one gRPC channel per datanode and hands out
+//! - [`XceiverClientManager`] caches one client per datanode (a connection for
+//!   small calls, another for bulk transfers) and hands out
 //!   [`XceiverClient`]s: typed async calls (GetBlock, ReadChunk, WriteChunk,
 //!   PutBlock, ...) with a per-attempt deadline, result codes mapped to
 //!   [`BlockStreamError`] (Ozone's `XceiverClientGrpc` / `XceiverClientManager`).
 //! - [`checksum`]: CRC32 / CRC32C per bytesPerChecksum window, computed on write
-//!   and verified on read over ranges widened to window boundaries.
+//!   and verified on read: every window a read touches, from the bytes read and
+//!   the datanode's checksums of the window bytes around them.
 //! - [`BlockInputStream`]: one block on 1..n replicas; lazy GetBlock behind a
 //!   once-cell, chunk lookup by binary search, a stateless `read_at(&self, ..)`.
 //! - [`BlockOutputStream`]: WriteChunk to every replica of one block, then PutBlock.

@@ -22,9 +22,11 @@ use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use crate::checksum;
+use crate::config::MAX_BYTES_PER_CHECKSUM;
 use crate::metrics::DatanodeCounters;
 use crate::token::{BlockTokenSource, Renewal};
 use crate::{BlockStreamError, ClientMetrics, Result, RpcKind, XceiverConfig};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Who a write is made for: a client writing a key, or a repair the om ordered (an EC
 /// rebuild or a replica copy), whose writes may replace a block the datanode deleted
@@ -40,9 +42,10 @@ pub enum WriteOrigin {
 
 /// Hands out one cached [`XceiverClient`] per datanode address.
 ///
-/// Channels connect lazily on first use and reconnect by themselves after a
+/// Connections open lazily on first use and reconnect by themselves after a
 /// datanode restarts on the same address. The cache holds at most
-/// `XceiverConfig::max_cached_channels` channels, least recently used out.
+/// `XceiverConfig::max_cached_channels` clients (each up to two connections:
+/// small calls and bulk transfers), least recently used out.
 #[derive(Debug)]
 pub struct XceiverClientManager {
     config: XceiverConfig,
@@ -92,7 +95,7 @@ impl XceiverClientManager {
         }
     }
 
-    /// Channels cached now (at most `max_cached_channels`).
+    /// Datanode clients cached now (at most `max_cached_channels`).
     #[must_use]
     pub fn cached_channels(&self) -> usize {
         self.clients
@@ -156,8 +159,8 @@ pub struct XceiverClient {
     address: Arc<str>,
     /// Every call carries the current request id ([`request_id::attach`]).
     inner: Inner,
-    /// The connection of transfers of at least `bulk_from` bytes (it
-    /// connects on its first call), when bulk transfers are kept apart.
+    /// The connection of transfers of at least the given bytes (it connects
+    /// on its first call), when bulk transfers are kept apart.
     bulk: Option<(Inner, u64)>,
     counters: Arc<DatanodeCounters>,
     metrics: Arc<ClientMetrics>,
@@ -165,6 +168,10 @@ pub struct XceiverClient {
     /// Whether readers of this client verify checksums
     /// ([`XceiverConfig::verify_checksum`]).
     verify_checksum: bool,
+    /// Set once the datanode answered a request for edge checksums without
+    /// them (a datanode from before them): verified reads then ask for whole
+    /// windows at once. Shared by every clone, kept for the client's life.
+    no_edges: Arc<AtomicBool>,
     /// The block token sent with every call (security on), if any.
     token: Option<Arc<BlockTokenSource>>,
 }
@@ -205,6 +212,7 @@ impl XceiverClient {
             metrics,
             rpc_timeout: config.rpc_timeout,
             verify_checksum: config.verify_checksum,
+            no_edges: Arc::default(),
             token: None,
         })
     }
@@ -432,7 +440,10 @@ impl XceiverClient {
     /// folds them in ([`checksum::verify_with_edges`](crate::checksum::verify_with_edges)),
     /// so only the wanted bytes cross the network. A datanode that answers
     /// without edges (one older than them) is asked again for the whole
-    /// windows, which are verified as they are.
+    /// windows, which are verified as they are, and from then on is asked
+    /// for whole windows at once; so are chunks whose windows are larger
+    /// than [`MAX_BYTES_PER_CHECKSUM`](crate::config::MAX_BYTES_PER_CHECKSUM),
+    /// the most a datanode sums for edges.
     ///
     /// # Errors
     /// [`BlockStreamError::ChecksumMismatch`] for a window that differs (a
@@ -450,16 +461,20 @@ impl XceiverClient {
             checksum::verify(block, self.address(), chunk, offset, &bytes)?;
             return Ok(bytes);
         }
-        let ask = pb::EdgeChecksumRequest {
-            r#type: pb::ChecksumType::from(cs.ty).into(),
-            bytes_per_checksum: cs.bytes_per_checksum,
-        };
-        let (bytes, edges) = self
-            .read_chunk_with(block, chunk, offset, len, Some(ask))
-            .await?;
-        if let Some(edges) = edges {
-            checksum::verify_with_edges(block, self.address(), chunk, offset, &bytes, edges)?;
-            return Ok(bytes);
+        if cs.bytes_per_checksum <= MAX_BYTES_PER_CHECKSUM && !self.no_edges.load(Ordering::Relaxed)
+        {
+            let ask = pb::EdgeChecksumRequest {
+                r#type: pb::ChecksumType::from(cs.ty).into(),
+                bytes_per_checksum: cs.bytes_per_checksum,
+            };
+            let (bytes, edges) = self
+                .read_chunk_with(block, chunk, offset, len, Some(ask))
+                .await?;
+            if let Some(edges) = edges {
+                checksum::verify_with_edges(block, self.address(), chunk, offset, &bytes, edges)?;
+                return Ok(bytes);
+            }
+            self.no_edges.store(true, Ordering::Relaxed);
         }
         let (w_off, w_len) = checksum::widen(chunk, offset, len);
         let widened = self.read_chunk(block, chunk, w_off, w_len).await?;

@@ -92,7 +92,7 @@ impl FaultRule {
     /// A rule hitting every call of `rpc`.
     ///
     /// # Errors
-    /// [`InvalidFault`] when a data fault (corrupt, zero, short) targets
+    /// [`InvalidFault`] when a data fault (corrupt, zero, short, no-edges) targets
     /// another RPC than ReadChunk, or the RPC kind cannot take faults.
     pub fn new(rpc: RpcKind, kind: FaultKind) -> Result<Self, InvalidFault> {
         if !matches!(

@@ -8,6 +8,7 @@
 //! | `datanode_rpcs_total{kind}` | counter | RPCs received, failed ones included |
 //! | `datanode_read_bytes_total` | counter | ReadChunk payload bytes sent |
 //! | `datanode_written_bytes_total` | counter | WriteChunk payload bytes stored |
+//! | `datanode_connections_accepted_total` | counter | TCP connections the gRPC server accepted |
 //! | `datanode_inflight_bytes` | gauge | payload bytes charged to the in-flight budget |
 //! | `datanode_peak_inflight_bytes` | gauge | the most ever charged at once |
 //! | `datanode_open_files` | gauge | block files held open for reading |

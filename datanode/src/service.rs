@@ -174,33 +174,32 @@ impl DatanodeService for DatanodeGrpcService {
         };
         let permit = self.budget.acquire(charge).await;
         let read = self.store.read(id, &chunk, start, read_len).await?;
-        let edges = match windows {
-            Some((ty, _)) => Some(
-                block_stream::checksum::edge_checksums(ty, &read, head_len, req.len)
-                    .map(|e| pb::EdgeChecksums {
-                        head: e.head,
-                        head_len: e.head_len,
-                        tail: e.tail,
-                        tail_len: e.tail_len,
-                    })
+        let (data, edges) = match windows {
+            None => (read, None),
+            Some((ty, _)) => {
+                // `edge_checksums` checked that the range and both edges lie
+                // in what the store read.
+                let e = block_stream::checksum::edge_checksums(ty, &read, head_len, req.len)
                     .ok_or_else(|| {
-                        Status::internal(format!(
-                            "read {} bytes of block {id} for a range of {} with {head_len} before it",
-                            read.len(),
-                            req.len
-                        ))
-                    })?,
-            ),
-            None => None,
+                        proto_crate::status(
+                            ResultCode::IoException,
+                            format!(
+                                "the store read {} bytes of block {id} for {} with {head_len} before them",
+                                read.len(),
+                                req.len
+                            ),
+                        )
+                    })?;
+                let range = e.head_len as usize..(e.head_len + req.len) as usize;
+                let edges = pb::EdgeChecksums {
+                    head: e.head,
+                    head_len: e.head_len,
+                    tail: e.tail,
+                    tail_len: e.tail_len,
+                };
+                (read.slice(range), Some(edges))
+            }
         };
-        let data = read.slice(
-            usize::try_from(head_len)
-                .unwrap_or(usize::MAX)
-                .min(read.len())
-                ..usize::try_from(head_len.saturating_add(req.len))
-                    .unwrap_or(usize::MAX)
-                    .min(read.len()),
-        );
         let data = hold(self.faults.mangle(id, data), permit);
         let edges = edges.filter(|_| !self.faults.drops_edges(id));
         self.metrics.record_read(data.len() as u64);

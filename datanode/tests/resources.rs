@@ -53,10 +53,22 @@ async fn connect(address: &str) -> DatanodeServiceClient<Channel> {
 
 /// Writes and commits block `local_id` as one chunk of `data`.
 async fn put(c: &mut DatanodeServiceClient<Channel>, local_id: u64, data: Vec<u8>) {
+    let info = chunk(data.len() as u64);
+    put_chunk(c, local_id, info, data).await;
+}
+
+/// Writes and commits block `local_id` as the one chunk `info`, storing
+/// `data` (which its checksums need not match: the datanode does not check).
+async fn put_chunk(
+    c: &mut DatanodeServiceClient<Channel>,
+    local_id: u64,
+    info: ChunkInfo,
+    data: Vec<u8>,
+) {
     let len = data.len() as u64;
     c.write_chunk(pb::WriteChunkRequest {
         block_id: Some(id(local_id).into()),
-        chunk: Some(chunk(len).into()),
+        chunk: Some(info.clone().into()),
         data: data.into(),
         repair: false,
     })
@@ -66,7 +78,7 @@ async fn put(c: &mut DatanodeServiceClient<Channel>, local_id: u64, data: Vec<u8
         block_data: Some(
             BlockData {
                 block_id: id(local_id),
-                chunks: vec![chunk(len)],
+                chunks: vec![info],
                 size: len,
                 metadata: Default::default(),
             }
@@ -228,6 +240,91 @@ async fn bulk_transfers_get_a_connection_of_their_own() {
             );
         }
     }
+}
+
+/// A verified read off the checksum window boundaries gets exactly its bytes
+/// and the datanode's checksums of the rest of each window it touches, summed
+/// over the bytes the datanode stores: a corrupt byte outside the range but
+/// inside its window fails the window. Edge requests the datanode cannot
+/// serve are refused; chunks whose windows are larger than a datanode sums
+/// for edges are verified through whole windows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verified_reads_get_edge_checksums_over_the_stored_windows() {
+    use block_stream::config::MAX_BYTES_PER_CHECKSUM;
+    use block_stream::{BlockStreamError, XceiverClientManager, checksum};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let dn = Datanode::start(DatanodeConfig::new(localhost(), dir.path()))
+        .await
+        .expect("datanode starts");
+    let mut c = connect(dn.address()).await;
+    let good = payload(3, 8192);
+    let info = ChunkInfo {
+        checksum: checksum::compute(ChecksumType::Crc32c, 1024, &good),
+        ..chunk(8192)
+    };
+    // One bad byte on disk: in window 2 (bytes 2048..3072), before 2100.
+    let mut stored = good.clone();
+    stored[2058] ^= 1;
+    put_chunk(&mut c, 3, info.clone(), stored).await;
+    let client = XceiverClientManager::direct(dn.address()).expect("client");
+    let sent = || dn.metrics().read_bytes();
+
+    let before = sent();
+    let got = client
+        .read_chunk_verified(id(3), &info, 100, 1900)
+        .await
+        .expect("windows 0 and 1 are intact");
+    assert!(got == good[100..2000]);
+    assert_eq!(sent() - before, 1900, "only the range is sent");
+    for (offset, len) in [(2100, 100), (1500, 1000), (3000, 100)] {
+        match client.read_chunk_verified(id(3), &info, offset, len).await {
+            Err(BlockStreamError::ChecksumMismatch { offset, len, .. }) => {
+                assert_eq!((offset, len), (2048, 1024), "the bad window is named");
+            }
+            other => panic!("{len} bytes at {offset}: expected a mismatch, got {other:?}"),
+        }
+    }
+
+    for (ty, bpc) in [
+        (pb::ChecksumType::None, 1024),
+        (pb::ChecksumType::Unspecified, 1024),
+        (pb::ChecksumType::Crc32c, 0),
+        (pb::ChecksumType::Crc32c, MAX_BYTES_PER_CHECKSUM + 1),
+    ] {
+        let e = c
+            .read_chunk(pb::ReadChunkRequest {
+                block_id: Some(id(3).into()),
+                chunk: Some(chunk(8192).into()),
+                offset: 100,
+                len: 100,
+                edges: Some(pb::EdgeChecksumRequest {
+                    r#type: ty.into(),
+                    bytes_per_checksum: bpc,
+                }),
+            })
+            .await
+            .expect_err("edges the datanode cannot sum");
+        assert_eq!(
+            proto_crate::result_code(&e),
+            ResultCode::InvalidArgument,
+            "{ty:?} {bpc}"
+        );
+    }
+
+    const MIB: u64 = 1 << 20;
+    let big = payload(4, MIB as usize);
+    let wide = ChunkInfo {
+        checksum: checksum::compute(ChecksumType::Crc32, 8 << 20, &big),
+        ..chunk(MIB)
+    };
+    put_chunk(&mut c, 4, wide.clone(), big.clone()).await;
+    let before = sent();
+    let got = client
+        .read_chunk_verified(id(4), &wide, 100, 1000)
+        .await
+        .expect("a read in an 8 MiB window");
+    assert!(got == big[100..1100]);
+    assert_eq!(sent() - before, MIB, "the whole (1 MiB, short) window");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

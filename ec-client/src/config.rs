@@ -187,9 +187,10 @@ impl ClientConfig {
     }
 
     /// Turns checksum verification on reads on or off (default on, Ozone's
-    /// `ozone.client.verify.checksum`). Off, a read fetches exactly the
-    /// bytes asked for, not the bytesPerChecksum windows around them, and a
-    /// corrupt replica's bytes reach the caller unchecked: for callers that
+    /// `ozone.client.verify.checksum`). On, every bytesPerChecksum window a
+    /// read touches is checked (the datanode adds the checksums of the
+    /// window bytes outside the read's range). Off, nothing is checked, and
+    /// a corrupt replica's bytes reach the caller unchecked: for callers that
     /// verify the data themselves, and to measure what verification costs.
     #[must_use]
     pub fn with_verify_checksum(mut self, on: bool) -> Self {

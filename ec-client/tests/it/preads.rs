@@ -110,7 +110,7 @@ async fn sixteen_concurrent_pread_tasks_get_correct_bytes() {
 /// (edges), checks the window, and a corrupt replica is a failed location,
 /// read around by reconstruction; a datanode that answers without edges (as
 /// one from before them) is asked again for the whole window, which is
-/// verified as it is; off, the pread fetches its 100 bytes and hands back
+/// verified as it is, and from then on for whole windows at once; off, the pread fetches its 100 bytes and hands back
 /// what the datanode sent, corrupt or not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checksum_verification_fetches_only_the_range_and_can_be_turned_off() {
@@ -159,6 +159,13 @@ async fn checksum_verification_fetches_only_the_range_and_can_be_turned_off() {
     assert_eq!(delta.read_bytes, len as u64 + 1024);
     assert_eq!(verifying.ec_metrics().since(&before.1).failovers, 0);
     cluster.datanodes()[holder].clear_faults();
+    // The client remembers: that datanode is asked for the window at once.
+    let before = verifying.metrics();
+    on.read_exact_at(pos, &mut buf).await.expect("pread");
+    assert!(buf[..] == *want);
+    let delta = verifying.metrics().since(&before);
+    assert_eq!(delta.rpcs(RpcKind::ReadChunk), 1);
+    assert_eq!(delta.read_bytes, 1024);
 
     fail(&mut cluster, holder, Failure::Corrupt).await;
     let before = verifying.ec_metrics();
