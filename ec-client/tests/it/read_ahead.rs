@@ -63,3 +63,29 @@ async fn sequential_reads_fetch_each_byte_once() {
     }
     cluster.shutdown().await;
 }
+
+/// A replicated key's read-ahead window (4 MiB, one chunk) is fetched as
+/// concurrent reads of 1 MiB, so the datanode reads the next piece while the
+/// client takes in the last: a whole sequential read of 9 MiB + 5 bytes is 10
+/// ReadChunks and moves each byte once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicated_windows_come_in_one_mib_pieces() {
+    use ec_client::RpcKind;
+    let cluster = MiniCluster::start(MiniClusterConfig::default())
+        .await
+        .expect("cluster");
+    let client = cluster.client_with(test_config()).await.expect("client");
+    replicated_bucket(&client, "r", 64 << 20).await;
+    let src = data((9 << 20) + 5, 8);
+    client.put_key("r", "k", None, &src).await.expect("put");
+    let before = (client.metrics(), datanode_read_bytes(&cluster));
+    let mut s = client.open_key("r", "k").await.expect("open");
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).await.expect("read");
+    assert!(got == src, "bytes");
+    let delta = client.metrics().since(&before.0);
+    assert_eq!(delta.rpcs(RpcKind::ReadChunk), 10, "1 MiB pieces");
+    assert_eq!(delta.read_bytes, src.len() as u64);
+    assert_eq!(datanode_read_bytes(&cluster) - before.1, src.len() as u64);
+    cluster.shutdown().await;
+}
