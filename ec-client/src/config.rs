@@ -43,8 +43,10 @@ pub struct ClientConfig {
     /// Read the cells of one positioned read that sit on different replica
     /// indexes concurrently (default true).
     pub parallel_cell_reads: bool,
-    /// Bytes a sequential reader fetches per datanode round trip (default 4 MiB);
-    /// positioned reads are never widened by this.
+    /// Bytes of one sequential read-ahead window (default 4 MiB): an EC
+    /// key's window is one read of its cells, a replicated key's up to four
+    /// concurrent reads of at least 1 MiB each; positioned reads are never
+    /// widened by this.
     pub sequential_read_ahead: u64,
     /// EC write mode (default [`EcWriteMode::Pipelined`]).
     pub ec_write_mode: EcWriteMode,

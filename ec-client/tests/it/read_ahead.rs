@@ -87,5 +87,11 @@ async fn replicated_windows_come_in_one_mib_pieces() {
     assert_eq!(delta.rpcs(RpcKind::ReadChunk), 10, "1 MiB pieces");
     assert_eq!(delta.read_bytes, src.len() as u64);
     assert_eq!(datanode_read_bytes(&cluster) - before.1, src.len() as u64);
+
+    // After a seek off the piece boundaries: pieces [10, 1 MiB), then whole MiBs.
+    s.seek(std::io::SeekFrom::Start(10)).await.expect("seek");
+    let mut again = vec![0u8; 5 << 20];
+    s.read_exact(&mut again).await.expect("read");
+    assert!(again == src[10..10 + (5 << 20)], "after a seek");
     cluster.shutdown().await;
 }
