@@ -143,6 +143,28 @@ pub fn edge_checksums(
     })
 }
 
+impl From<proto_crate::wire::datanode::EdgeChecksums> for EdgeChecksums {
+    fn from(e: proto_crate::wire::datanode::EdgeChecksums) -> Self {
+        Self {
+            head: e.head,
+            head_len: e.head_len,
+            tail: e.tail,
+            tail_len: e.tail_len,
+        }
+    }
+}
+
+impl From<EdgeChecksums> for proto_crate::wire::datanode::EdgeChecksums {
+    fn from(e: EdgeChecksums) -> Self {
+        Self {
+            head: e.head,
+            head_len: e.head_len,
+            tail: e.tail,
+            tail_len: e.tail_len,
+        }
+    }
+}
+
 /// Whether a verified read of `[offset, offset + len)` of `chunk` needs bytes
 /// outside the range (it does not start and end on window boundaries).
 #[must_use]
@@ -260,13 +282,17 @@ pub fn widen(chunk: &ChunkInfo, offset: u64, len: u64) -> (u64, u64) {
 }
 
 /// Verifies `data`, the bytes of `chunk` starting at block-relative `offset`
-/// (a window boundary, as [`widen`] returns), against the chunk's checksums.
+/// (a window boundary, as [`widen`] returns) and ending on one or at the
+/// chunk's end, against the chunk's checksums: [`verify_with_edges`] with no
+/// edges.
 ///
 /// # Errors
 /// [`BlockStreamError::ChecksumMismatch`] for the first window that differs,
 /// naming `block`, `datanode` and the window's block offset;
-/// [`BlockStreamError::Protocol`]-like `InvalidArgument` if the chunk lists too
-/// few checksums for the range.
+/// [`BlockStreamError::Protocol`] if the chunk lists too few checksums for
+/// the range or `data` ends inside a window;
+/// [`BlockStreamError::InvalidArgument`] if `offset` is not on a window
+/// boundary or the range is not inside the chunk.
 pub fn verify(
     block: BlockId,
     datanode: &str,
@@ -285,36 +311,15 @@ pub fn verify(
             "verify of block {block} at offset {offset} is not aligned to {bpc}-byte windows"
         )));
     }
-    let first = usize::try_from(rel / bpc).unwrap_or(usize::MAX);
-    for (i, window) in data.chunks(cs.bytes_per_checksum as usize).enumerate() {
-        let idx = first.saturating_add(i);
-        let window_offset = offset + (i as u64) * bpc;
-        let Some(&expected) = cs.checksums.get(idx) else {
-            return Err(BlockStreamError::Protocol {
-                datanode: datanode.to_string(),
-                source: proto_crate::ProtocolError::InvalidField {
-                    field: "chunk.checksum_data.checksums",
-                    reason: format!(
-                        "chunk {} of block {block} lists {} checksums, window {idx} needed",
-                        chunk.name,
-                        cs.checksums.len()
-                    ),
-                },
-            });
-        };
-        let computed = checksum_of(cs.ty, window);
-        if computed != expected {
-            return Err(BlockStreamError::ChecksumMismatch {
-                block,
-                datanode: datanode.to_string(),
-                offset: window_offset,
-                len: window.len() as u64,
-                expected,
-                computed,
-            });
-        }
-    }
-    Ok(())
+    // Whole windows from a window boundary: no edges to fold in.
+    verify_with_edges(
+        block,
+        datanode,
+        chunk,
+        offset,
+        data,
+        EdgeChecksums::default(),
+    )
 }
 
 #[cfg(test)]

@@ -456,12 +456,9 @@ impl XceiverClient {
         len: u64,
     ) -> Result<Bytes> {
         let cs = &chunk.checksum;
-        if !checksum::needs_edges(chunk, offset, len) {
-            let bytes = self.read_chunk(block, chunk, offset, len).await?;
-            checksum::verify(block, self.address(), chunk, offset, &bytes)?;
-            return Ok(bytes);
-        }
-        if cs.bytes_per_checksum <= MAX_BYTES_PER_CHECKSUM && !self.no_edges.load(Ordering::Relaxed)
+        if checksum::needs_edges(chunk, offset, len)
+            && cs.bytes_per_checksum <= MAX_BYTES_PER_CHECKSUM
+            && !self.no_edges.load(Ordering::Relaxed)
         {
             let ask = pb::EdgeChecksumRequest {
                 r#type: pb::ChecksumType::from(cs.ty).into(),
@@ -476,6 +473,7 @@ impl XceiverClient {
             }
             self.no_edges.store(true, Ordering::Relaxed);
         }
+        // On window boundaries already, the range is its own widening.
         let (w_off, w_len) = checksum::widen(chunk, offset, len);
         let widened = self.read_chunk(block, chunk, w_off, w_len).await?;
         checksum::verify(block, self.address(), chunk, w_off, &widened)?;
@@ -520,13 +518,7 @@ impl XceiverClient {
                 got,
             });
         }
-        let edges = resp.edges.map(|e| checksum::EdgeChecksums {
-            head: e.head,
-            head_len: e.head_len,
-            tail: e.tail,
-            tail_len: e.tail_len,
-        });
-        Ok((resp.data, edges))
+        Ok((resp.data, resp.edges.map(checksum::EdgeChecksums::from)))
     }
 
     /// WriteChunk: appends `data` as `chunk` (whose offset must continue the block).

@@ -191,13 +191,7 @@ impl DatanodeService for DatanodeGrpcService {
                         )
                     })?;
                 let range = e.head_len as usize..(e.head_len + req.len) as usize;
-                let edges = pb::EdgeChecksums {
-                    head: e.head,
-                    head_len: e.head_len,
-                    tail: e.tail,
-                    tail_len: e.tail_len,
-                };
-                (read.slice(range), Some(edges))
+                (read.slice(range), Some(e.into()))
             }
         };
         let data = hold(self.faults.mangle(id, data), permit);
