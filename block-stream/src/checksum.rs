@@ -10,7 +10,7 @@
 
 use proto_crate::{BlockId, ChecksumData, ChecksumType, ChunkInfo};
 
-use crate::BlockStreamError;
+use crate::{BlockStreamError, crc_combine};
 
 /// Checksum of one window of bytes.
 #[must_use]
@@ -63,19 +63,15 @@ pub fn checksum_append(ty: ChecksumType, crc: u32, bytes: &[u8]) -> u32 {
 }
 
 /// Checksum of bytes A followed by bytes B, from A's checksum `a`, B's
-/// checksum `b` and B's length in bytes (no byte is read).
+/// checksum `b` and B's length in bytes (no byte is read; a few carry-less
+/// multiplications, [`crc_combine`]).
 #[must_use]
 pub fn checksum_combine(ty: ChecksumType, a: u32, b: u32, len_b: u64) -> u32 {
+    // A 32-bit CRC's combination has no bits above 32: the casts drop zeros.
     match ty {
         ChecksumType::None => 0,
-        ChecksumType::Crc32 => {
-            let mut h = crc32fast::Hasher::new_with_initial_len(a, 0);
-            h.combine(&crc32fast::Hasher::new_with_initial_len(b, len_b));
-            h.finalize()
-        }
-        ChecksumType::Crc32c => {
-            crc32c::crc32c_combine(a, b, usize::try_from(len_b).unwrap_or(usize::MAX))
-        }
+        ChecksumType::Crc32 => crc_combine::CRC32.combine(a.into(), b.into(), len_b) as u32,
+        ChecksumType::Crc32c => crc_combine::CRC32C.combine(a.into(), b.into(), len_b) as u32,
     }
 }
 

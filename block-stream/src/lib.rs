@@ -20,6 +20,7 @@ mod block_input;
 mod block_output;
 pub mod checksum;
 pub mod config;
+pub mod crc_combine;
 mod error;
 mod metrics;
 mod token;

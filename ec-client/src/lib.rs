@@ -38,6 +38,7 @@ mod stripe_writer;
 pub mod vectored;
 mod write_state;
 
+pub use block_stream::crc_combine;
 pub use block_stream::{BlockStreamError, MetricsSnapshot, RetryPolicy, RpcKind, XceiverConfig};
 /// The byte buffers reads return (`read_ranges`, `read_range`).
 pub use bytes::Bytes;

@@ -557,21 +557,21 @@ fn body_error(e: &(dyn std::error::Error + 'static)) -> s3s::S3Error {
 /// The full-object CRC of parts whose CRCs (big-endian digests) and lengths are `parts`, in
 /// order: the CRC of their concatenation, by CRC combination (no data is read).
 pub(crate) fn combine_crcs(a: Algorithm, parts: &[(Vec<u8>, u64)]) -> Option<Vec<u8>> {
-    use crc_fast::CrcAlgorithm;
-    let alg = match a {
-        Algorithm::Crc32 => CrcAlgorithm::Crc32IsoHdlc,
-        Algorithm::Crc32c => CrcAlgorithm::Crc32Iscsi,
-        Algorithm::Crc64Nvme => CrcAlgorithm::Crc64Nvme,
+    use ec_client::crc_combine::{CRC32, CRC32C, CRC64_NVME};
+    let crc = match a {
+        Algorithm::Crc32 => &CRC32,
+        Algorithm::Crc32c => &CRC32C,
+        Algorithm::Crc64Nvme => &CRC64_NVME,
         Algorithm::Sha1 | Algorithm::Sha256 => return None,
     };
     let value = |d: &[u8]| d.iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b));
     let mut it = parts.iter();
     let (first, _) = it.next()?;
-    let mut crc = value(first);
+    let mut acc = value(first);
     for (d, len) in it {
-        crc = crc_fast::checksum_combine(alg, crc, value(d), *len);
+        acc = crc.combine(acc, value(d), *len);
     }
-    let bytes = crc.to_be_bytes();
+    let bytes = acc.to_be_bytes();
     Some(bytes[8 - a.len()..].to_vec())
 }
 

@@ -2,7 +2,8 @@
 //! read path), measured side by side in one run on one cluster:
 //! reuse vs reader-per-call vs the raw ReadChunk limit, reuse without
 //! checksum verification (`reuse-noverify`), degraded reuse with
-//! one data index down, a replicated key, and thread scaling; and, on
+//! one data index down, a replicated key, a key with CRC32C checksums, and
+//! thread scaling; and, on
 //! clusters of their own started beside the bench's (which runs without
 //! security), the same reuse preads with block tokens (`reuse-tokens`) and
 //! with block tokens and TLS on every channel (`reuse-secure`).
@@ -12,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use datanode::{DatanodeAdminClient, FaultKind, FaultRule, RpcKind};
-use ec_client::{Client, ClientConfig, KeyInputStream, ReadMode, ReplicaIndex, ReplicationConfig};
+use ec_client::{
+    ChecksumType, Client, ClientConfig, KeyInputStream, ReadMode, ReplicaIndex, ReplicationConfig,
+};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
@@ -284,6 +287,13 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
     let key = format!("pread-{}", s.size);
     let info = write_key(&setup, EC_BUCKET, &key, s.size, 1).await?;
     write_key(&setup, REP_BUCKET, &key, s.size, 1).await?;
+    // The same bytes with CRC32C chunk checksums (Ozone's CRC32C): read by
+    // a default client, which verifies with whatever type the chunks carry.
+    let crc32c_key = format!("pread-crc32c-{}", s.size);
+    let crc32c_writer = s
+        .client(ClientConfig::default().with_checksum_type(ChecksumType::Crc32c))
+        .await?;
+    write_key(&crc32c_writer, EC_BUCKET, &crc32c_key, s.size, 1).await?;
     let secured = secured_clusters(s, &key).await?;
 
     let reuse = s.client(ClientConfig::default()).await?;
@@ -300,6 +310,7 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
         .client(ClientConfig::default().with_location_retries(0, Duration::ZERO))
         .await?;
     let replicated = s.client(ClientConfig::default()).await?;
+    let crc32c = s.client(ClientConfig::default()).await?;
     // Degraded: index 1's datanode answers UNAVAILABLE to every read.
     let g = info
         .block_groups
@@ -347,6 +358,16 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
             EC_BUCKET,
             &key,
             "reuse-noverify",
+            s,
+            Some(ec.cell_size()),
+        )
+        .await?;
+        measure_modes(
+            &mut rows,
+            &crc32c,
+            EC_BUCKET,
+            &crc32c_key,
+            "reuse-crc32c",
             s,
             Some(ec.cell_size()),
         )
@@ -449,7 +470,7 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
             "replicated",
             "reuse",
         );
-        for mode in ["reuse-tokens", "reuse-secure"] {
+        for mode in ["reuse-crc32c", "reuse-tokens", "reuse-secure"] {
             report.ratio(&format!("{name} {mode}/reuse"), name, mode, "reuse");
         }
     }
