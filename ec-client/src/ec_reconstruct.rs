@@ -6,7 +6,9 @@
 //! touched cell is on a lost index, the reader reads the same column window
 //! (only the bytes under the requested range, not whole cells) from d
 //! surviving units — the surviving data indexes first, then as many parity
-//! indexes as cells are missing — all in parallel, zero-pads units whose cell
+//! indexes as cells are missing — all in parallel (a touched healthy cell that
+//! is also one of those units is read once: its bytes under the window serve
+//! both the caller and the decoder), zero-pads units whose cell
 //! is shorter (partial last stripe, padding indexes beyond the data; never
 //! read), decodes, and copies out the requested bytes. An index that fails
 //! mid-stripe is marked lost and the stripe is re-planned and re-read; once
@@ -218,14 +220,44 @@ impl EcBlockReconstructedStripeInputStream {
         let width = usize::try_from(hi - lo).unwrap_or(usize::MAX);
         let mut unit_bufs: Vec<Vec<u8>> = units.iter().map(|_| vec![0u8; width]).collect();
 
+        // A healthy touched cell that is also a decode unit is read once: its
+        // bytes under the window come from the unit's read (copied out after
+        // the reads), only the rest of it is read directly. Reading it twice
+        // (once for the caller, once to decode) moved (d-1)/d more bytes in
+        // a whole-stripe degraded read.
+        let mut from_units: Vec<(&mut [u8], usize, usize)> = Vec::new();
         {
             // Direct reads of healthy touched cells, and unit windows, all at once.
             let mut reads = Vec::new();
             for (i, piece) in pieces.iter_mut().enumerate() {
                 let s = &spans[i];
-                if !is_lost(s.replica_index) {
-                    reads.push(self.streams.read(s.replica_index, s.offset_in_block, piece));
+                if is_lost(s.replica_index) {
+                    continue;
                 }
+                let (a, b) = (s.offset_in_cell, s.offset_in_cell + s.len);
+                let unit = units.iter().position(|&r| r == s.replica_index);
+                let (mid_lo, mid_hi) = (a.max(lo), b.min(hi));
+                let Some(u) = unit.filter(|_| mid_lo < mid_hi) else {
+                    reads.push(self.streams.read(s.replica_index, s.offset_in_block, piece));
+                    continue;
+                };
+                // piece = [a, mid_lo) direct ‖ [mid_lo, mid_hi) from the unit
+                // ‖ [mid_hi, b) direct.
+                let cut = |x: u64| usize::try_from(x - a).unwrap_or(usize::MAX);
+                let (before, rest) = piece.split_at_mut(cut(mid_lo));
+                let (middle, after) = rest.split_at_mut(cut(mid_hi) - cut(mid_lo));
+                if !before.is_empty() {
+                    reads.push(
+                        self.streams
+                            .read(s.replica_index, s.offset_in_block, before),
+                    );
+                }
+                if !after.is_empty() {
+                    let at = s.offset_in_block + (mid_hi - a);
+                    reads.push(self.streams.read(s.replica_index, at, after));
+                }
+                let in_unit = usize::try_from(mid_lo - lo).unwrap_or(usize::MAX);
+                from_units.push((middle, u, in_unit));
             }
             for (&r, buf) in units.iter().zip(unit_bufs.iter_mut()) {
                 let real = layout.cell_len(stripe, r).map_err(ClientError::from)?;
@@ -238,6 +270,10 @@ impl EcBlockReconstructedStripeInputStream {
             for result in join_all(reads).await {
                 result?;
             }
+        }
+        for (middle, u, at) in from_units {
+            let n = middle.len();
+            middle.copy_from_slice(&unit_bufs[u][at..at + n]);
         }
         if missing.is_empty() {
             return Ok(());

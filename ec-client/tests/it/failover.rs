@@ -310,6 +310,54 @@ async fn spare_replica_serves_a_failed_index() {
     cluster.shutdown().await;
 }
 
+/// A degraded read moves each surviving byte it needs once: a healthy cell
+/// that is also a decode input is read once and serves both (it was read
+/// twice, (d-1)/d more bytes for a whole stripe). Exact ReadChunk payload
+/// bytes, with index 1 down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn degraded_reads_fetch_each_surviving_byte_once() {
+    let (mut cluster, client) = failure_cluster(5).await;
+    ec_bucket(&client, "b", 1 << 20).await;
+    let src = data(LEN, 8);
+    let info = client.put_key("b", "k", None, &src).await.expect("put");
+    let n = node_of(&cluster, &info, 0, 1);
+    fail(&mut cluster, n, Failure::Down).await;
+    let stream = client.open_key("b", "k").await.expect("open");
+    // The first read fails over to the reconstructing reader.
+    let mut warm = [0u8; 10];
+    stream
+        .read_exact_at(0, &mut warm)
+        .await
+        .expect("warm pread");
+    assert_eq!(client.ec_metrics().reconstruction_readers_created, 1);
+    let fetched = |a: u64, len: u64| {
+        let (client, stream, src) = (&client, &stream, &src);
+        async move {
+            let before = client.metrics();
+            let mut buf = vec![0u8; usize::try_from(len).expect("len")];
+            stream.read_exact_at(a, &mut buf).await.expect("pread");
+            let at = usize::try_from(a).expect("offset");
+            assert!(buf[..] == src[at..at + buf.len()], "bytes at {a}+{len}");
+            client.metrics().since(&before).read_bytes
+        }
+    };
+    // A whole stripe: d cells (indexes 2, 3 and parity 4), not d + 2.
+    assert_eq!(fetched(2 * STRIPE, STRIPE).await, 3 * CELL);
+    // The last 1000 bytes of index 1's cell, all of index 2's, 500 of
+    // index 3's: 1000 bytes of each decode input (2, 3, 4), the rest of
+    // index 2's cell before them, and index 3's 500 (outside the window).
+    assert_eq!(
+        fetched(STRIPE + CELL - 1000, CELL + 1000 + 500).await,
+        3 * 1000 + (CELL - 1000) + 500
+    );
+    // A sequential read of the whole key moves as many bytes as a healthy
+    // one: every stripe's lost cell is replaced by one parity cell.
+    let before = client.metrics();
+    assert!(read_all_sequential(&client, "k").await.expect("sequential") == src);
+    assert_eq!(client.metrics().since(&before).read_bytes, LEN);
+    cluster.shutdown().await;
+}
+
 /// Each single index lost (1..5), for every kind of failed location, by
 /// preads and by a sequential read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
