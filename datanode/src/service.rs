@@ -155,9 +155,11 @@ impl DatanodeService for DatanodeGrpcService {
             .map_err(bad)?;
         let windows = req.edges.map(edge_windows).transpose().map_err(bad)?;
         // With edges the store reads the whole checksum windows around the
-        // range; only the range is sent.
+        // range; only the range is sent. The range asked for is checked
+        // first, so that a refusal names it rather than the windows.
         let (head_len, tail_len) = match windows {
             Some((_, bpc)) => {
+                self.store.check_read(id, &chunk, req.offset, req.len)?;
                 block_stream::checksum::edge_lens(chunk.offset, chunk.len, bpc, req.offset, req.len)
             }
             None => (0, 0),

@@ -284,6 +284,13 @@ async fn verified_reads_get_edge_checksums_over_the_stored_windows() {
             other => panic!("{len} bytes at {offset}: expected a mismatch, got {other:?}"),
         }
     }
+    // A range past the chunk's end is refused by its own offsets, not by
+    // the windows' the datanode would have read around it (7168+1332).
+    let e = client
+        .read_chunk_verified(id(3), &info, 8000, 500)
+        .await
+        .expect_err("past the chunk");
+    assert!(e.to_string().contains("range 8000+500 is outside"), "{e}");
 
     for (ty, bpc) in [
         (pb::ChecksumType::None, 1024),

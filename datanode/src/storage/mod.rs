@@ -386,21 +386,17 @@ impl ContainerStore {
         Ok(f)
     }
 
-    /// Reads exactly `len` bytes of block `b` at block-relative `offset`, which
-    /// must lie inside `chunk` and inside the committed block.
+    /// Checks that `len` bytes of block `b` at block-relative `offset` may be
+    /// read: at most [`MAX_READ_LEN`], inside `chunk` and inside the
+    /// committed block. [`read`](Self::read) checks this itself; a caller
+    /// that reads a wider range on behalf of a request (a ReadChunk with
+    /// edges reads whole checksum windows) checks the request first, so that
+    /// its errors name the range the client asked for.
     ///
     /// # Errors
-    /// [`DatanodeError::LengthTooLarge`] before anything is allocated;
-    /// not-found and index errors as [`get_block`](Self::get_block);
-    /// [`DatanodeError::OutOfRange`]; I/O errors (including a file shorter
-    /// than its committed length).
-    pub async fn read(
-        &self,
-        b: BlockId,
-        chunk: &ChunkInfo,
-        offset: u64,
-        len: u64,
-    ) -> Result<Bytes> {
+    /// [`DatanodeError::LengthTooLarge`]; not-found and index errors as
+    /// [`get_block`](Self::get_block); [`DatanodeError::OutOfRange`].
+    pub fn check_read(&self, b: BlockId, chunk: &ChunkInfo, offset: u64, len: u64) -> Result<()> {
         if len > MAX_READ_LEN {
             return Err(DatanodeError::LengthTooLarge {
                 len,
@@ -431,6 +427,23 @@ impl ContainerStore {
                 end: chunk.end(),
             });
         }
+        Ok(())
+    }
+
+    /// Reads exactly `len` bytes of block `b` at block-relative `offset`, which
+    /// must lie inside `chunk` and inside the committed block.
+    ///
+    /// # Errors
+    /// As [`check_read`](Self::check_read) (before anything is allocated);
+    /// I/O errors (including a file shorter than its committed length).
+    pub async fn read(
+        &self,
+        b: BlockId,
+        chunk: &ChunkInfo,
+        offset: u64,
+        len: u64,
+    ) -> Result<Bytes> {
+        self.check_read(b, chunk, offset, len)?;
         if len == 0 {
             return Ok(Bytes::new());
         }
