@@ -75,6 +75,14 @@ pub struct XceiverConfig {
     /// of a fresh connection for thousands of reads (measured on loopback,
     /// 2026-12-05; README, pread suite).
     pub bulk_transfer_bytes: Option<u64>,
+    /// How long a client that found a datanode answering without edge
+    /// checksums (one from before them) reads it in whole checksum windows
+    /// before asking for edges again (default 5 min). A datanode upgraded in
+    /// place keeps its address, and so its cached client: without the
+    /// probe it would be read in whole windows for the client's life. A
+    /// probe of a datanode still without edges costs one read of the range
+    /// before the windows are read.
+    pub edges_probe_interval: Duration,
     /// Retries of one location by block readers.
     pub retry: RetryPolicy,
     /// Most datanode clients the client keeps cached (default 1024), each
@@ -99,6 +107,7 @@ impl Default for XceiverConfig {
             http2_max_frame_size: 1024 * 1024 - 1,
             max_message_size: 64 * 1024 * 1024,
             bulk_transfer_bytes: Some(DEFAULT_BULK_TRANSFER_BYTES),
+            edges_probe_interval: Duration::from_secs(300),
             retry: RetryPolicy::default(),
             max_cached_channels: 1024,
             tls: None,
@@ -137,6 +146,14 @@ impl XceiverConfig {
     #[must_use]
     pub fn with_bulk_transfer_bytes(mut self, bytes: Option<u64>) -> Self {
         self.bulk_transfer_bytes = bytes;
+        self
+    }
+    /// Sets how long a datanode found without edge checksums is read in
+    /// whole windows before edges are asked for again (see
+    /// [`edges_probe_interval`](Self::edges_probe_interval)).
+    #[must_use]
+    pub fn with_edges_probe_interval(mut self, d: Duration) -> Self {
+        self.edges_probe_interval = d;
         self
     }
     /// Sets the checksum algorithm of new chunks.

@@ -11,7 +11,7 @@ use proto_crate::request_id;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tonic::service::interceptor::InterceptedService;
 
 use bytes::Bytes;
@@ -26,7 +26,7 @@ use crate::config::MAX_BYTES_PER_CHECKSUM;
 use crate::metrics::DatanodeCounters;
 use crate::token::{BlockTokenSource, Renewal};
 use crate::{BlockStreamError, ClientMetrics, Result, RpcKind, XceiverConfig};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Who a write is made for: a client writing a key, or a repair the om ordered (an EC
 /// rebuild or a replica copy), whose writes may replace a block the datanode deleted
@@ -168,12 +168,23 @@ pub struct XceiverClient {
     /// Whether readers of this client verify checksums
     /// ([`XceiverConfig::verify_checksum`]).
     verify_checksum: bool,
-    /// Set once the datanode answered a request for edge checksums without
-    /// them (a datanode from before them): verified reads then ask for whole
-    /// windows at once. Shared by every clone, kept for the client's life.
-    no_edges: Arc<AtomicBool>,
+    /// When the datanode last answered a request for edge checksums without
+    /// them (a datanode from before them), as milliseconds since
+    /// [`EPOCH`] plus one (0: never). For `edges_probe_interval` after it,
+    /// verified reads ask for whole windows at once. Shared by every clone.
+    no_edges_at: Arc<AtomicU64>,
+    edges_probe_interval: Duration,
     /// The block token sent with every call (security on), if any.
     token: Option<Arc<BlockTokenSource>>,
+}
+
+/// The instant [`XceiverClient`]s measure their no-edges marks from (the
+/// first use in this process).
+static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+/// Milliseconds since [`EPOCH`] (monotonic).
+fn since_epoch_ms() -> u64 {
+    u64::try_from(EPOCH.get_or_init(Instant::now).elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The generated client type every call goes through.
@@ -212,7 +223,8 @@ impl XceiverClient {
             metrics,
             rpc_timeout: config.rpc_timeout,
             verify_checksum: config.verify_checksum,
-            no_edges: Arc::default(),
+            no_edges_at: Arc::default(),
+            edges_probe_interval: config.edges_probe_interval,
             token: None,
         })
     }
@@ -440,8 +452,9 @@ impl XceiverClient {
     /// folds them in ([`checksum::verify_with_edges`](crate::checksum::verify_with_edges)),
     /// so only the wanted bytes cross the network. A datanode that answers
     /// without edges (one older than them) is asked again for the whole
-    /// windows, which are verified as they are, and from then on is asked
-    /// for whole windows at once; so are chunks whose windows are larger
+    /// windows, which are verified as they are, and for
+    /// [`XceiverConfig::edges_probe_interval`] after that is asked for whole
+    /// windows at once; so are chunks whose windows are larger
     /// than [`MAX_BYTES_PER_CHECKSUM`](crate::config::MAX_BYTES_PER_CHECKSUM),
     /// the most a datanode sums for edges.
     ///
@@ -458,7 +471,7 @@ impl XceiverClient {
         let cs = &chunk.checksum;
         if checksum::needs_edges(chunk, offset, len)
             && cs.bytes_per_checksum <= MAX_BYTES_PER_CHECKSUM
-            && !self.no_edges.load(Ordering::Relaxed)
+            && !self.edges_known_missing()
         {
             let ask = pb::EdgeChecksumRequest {
                 r#type: pb::ChecksumType::from(cs.ty).into(),
@@ -471,7 +484,8 @@ impl XceiverClient {
                 checksum::verify_with_edges(block, self.address(), chunk, offset, &bytes, edges)?;
                 return Ok(bytes);
             }
-            self.no_edges.store(true, Ordering::Relaxed);
+            self.no_edges_at
+                .store(since_epoch_ms().saturating_add(1), Ordering::Relaxed);
         }
         // On window boundaries already, the range is its own widening.
         let (w_off, w_len) = checksum::widen(chunk, offset, len);
@@ -480,6 +494,19 @@ impl XceiverClient {
         let from = usize::try_from(offset - w_off).unwrap_or(usize::MAX);
         let to = usize::try_from(offset + len - w_off).unwrap_or(usize::MAX);
         Ok(widened.slice(from..to))
+    }
+
+    /// Whether the datanode answered without edges within the last
+    /// `edges_probe_interval`.
+    fn edges_known_missing(&self) -> bool {
+        match self.no_edges_at.load(Ordering::Relaxed) {
+            0 => false,
+            at => {
+                let probe =
+                    u64::try_from(self.edges_probe_interval.as_millis()).unwrap_or(u64::MAX);
+                since_epoch_ms() < (at - 1).saturating_add(probe)
+            }
+        }
     }
 
     /// One ReadChunk, asking for `edges` when given; the bytes and the

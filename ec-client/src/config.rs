@@ -174,6 +174,16 @@ impl ClientConfig {
         self
     }
 
+    /// Sets how long a datanode found answering without edge checksums is
+    /// read in whole checksum windows before edges are asked for again
+    /// (default 5 min). See
+    /// [`XceiverConfig::edges_probe_interval`](block_stream::XceiverConfig::edges_probe_interval).
+    #[must_use]
+    pub fn with_edges_probe_interval(mut self, d: Duration) -> Self {
+        self.xceiver = self.xceiver.with_edges_probe_interval(d);
+        self
+    }
+
     /// Sets the checksum algorithm of new chunks.
     #[must_use]
     pub fn with_checksum_type(mut self, t: ChecksumType) -> Self {

@@ -110,11 +110,19 @@ async fn sixteen_concurrent_pread_tasks_get_correct_bytes() {
 /// (edges), checks the window, and a corrupt replica is a failed location,
 /// read around by reconstruction; a datanode that answers without edges (as
 /// one from before them) is asked again for the whole window, which is
-/// verified as it is, and from then on for whole windows at once; off, the pread fetches its 100 bytes and hands back
+/// verified as it is, and for the probe interval after that for whole
+/// windows at once; off, the pread fetches its 100 bytes and hands back
 /// what the datanode sent, corrupt or not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checksum_verification_fetches_only_the_range_and_can_be_turned_off() {
-    let (mut cluster, verifying) = failure_cluster(5).await;
+    /// Long enough for the read after a no-edges answer to fall inside it
+    /// on a loaded machine.
+    const EDGES_PROBE: std::time::Duration = std::time::Duration::from_secs(2);
+    let (mut cluster, _) = failure_cluster(5).await;
+    let verifying = cluster
+        .client_with(failure_config().with_edges_probe_interval(EDGES_PROBE))
+        .await
+        .expect("client");
     let trusting = cluster
         .client_with(failure_config().with_verify_checksum(false))
         .await
@@ -159,13 +167,22 @@ async fn checksum_verification_fetches_only_the_range_and_can_be_turned_off() {
     assert_eq!(delta.read_bytes, len as u64 + 1024);
     assert_eq!(verifying.ec_metrics().since(&before.1).failovers, 0);
     cluster.datanodes()[holder].clear_faults();
-    // The client remembers: that datanode is asked for the window at once.
+    // The client remembers: that datanode is asked for the window at once,
+    // until the probe interval has passed (an upgraded datanode keeps its
+    // address and its cached client); then edges are asked for again.
     let before = verifying.metrics();
     on.read_exact_at(pos, &mut buf).await.expect("pread");
     assert!(buf[..] == *want);
     let delta = verifying.metrics().since(&before);
     assert_eq!(delta.rpcs(RpcKind::ReadChunk), 1);
     assert_eq!(delta.read_bytes, 1024);
+    tokio::time::sleep(EDGES_PROBE).await;
+    let before = verifying.metrics();
+    on.read_exact_at(pos, &mut buf).await.expect("pread");
+    assert!(buf[..] == *want);
+    let delta = verifying.metrics().since(&before);
+    assert_eq!(delta.rpcs(RpcKind::ReadChunk), 1);
+    assert_eq!(delta.read_bytes, len as u64, "the range alone, with edges");
 
     fail(&mut cluster, holder, Failure::Corrupt).await;
     let before = verifying.ec_metrics();
