@@ -9,7 +9,6 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use bytes::Bytes;
 use proto_crate::{BlockData, BlockId};
 use tokio::sync::OnceCell;
 
@@ -202,31 +201,18 @@ impl BlockInputStream {
     /// # Errors
     /// The last location's error once every location failed; caller errors at once.
     pub async fn read_at(&self, pos: u64, buf: &mut [u8]) -> Result<usize> {
-        let segments = self.read_segments(pos, buf.len() as u64).await?;
-        Ok(copy_segments(&segments, buf))
-    }
-
-    /// Positioned read of up to `len` bytes at block-relative `pos` (fewer
-    /// only at the end of the block; none at or past it), as the ReadChunk
-    /// answers' own buffers in order: no copy, no zero-filled buffer. The
-    /// read-ahead windows of a key stream hold these (a 4 MiB window is
-    /// four 1 MiB cells' answers). Locations fail over as in
-    /// [`read_at`](Self::read_at).
-    ///
-    /// # Errors
-    /// As [`read_at`](Self::read_at).
-    pub async fn read_segments(&self, pos: u64, len: u64) -> Result<Vec<Bytes>> {
-        if pos >= self.length || len == 0 {
-            return Ok(Vec::new());
+        if pos >= self.length || buf.is_empty() {
+            return Ok(0);
         }
-        let len = (self.length - pos).min(len);
+        let n = usize::try_from((self.length - pos).min(buf.len() as u64)).unwrap_or(buf.len());
+        let buf = &mut buf[..n];
         let data = self.block_data().await?;
         let mut last = None;
         for i in self.order() {
             let loc = &self.locations[i];
             let mut attempt = 0;
             let result = loop {
-                match self.read_from(loc, &data, pos, len).await {
+                match self.read_from(loc, &data, pos, buf).await {
                     Err(e) if Self::transient(&e) && attempt < self.retry.retries => {
                         attempt += 1;
                         if !self.retry.backoff.is_zero() {
@@ -237,7 +223,7 @@ impl BlockInputStream {
                 }
             };
             match result {
-                Ok(segments) => return Ok(segments),
+                Ok(()) => return Ok(n),
                 Err(e) if e.is_location_failure() => {
                     tracing::debug!(block = %self.block_id, datanode = self.locations[i].address(), error = %e, "location failed, trying next");
                     if self.locations.len() > 1 {
@@ -252,18 +238,17 @@ impl BlockInputStream {
         Err(self.no_locations(last))
     }
 
-    /// Reads `len` bytes at `pos` (all inside the committed block) from one
-    /// location, chunk by chunk, verifying checksums unless the location's
-    /// client was configured not to; the answers in order.
+    /// Reads `buf.len()` bytes at `pos` (all inside the committed block) from
+    /// one location, chunk by chunk, verifying checksums unless the
+    /// location's client was configured not to.
     async fn read_from(
         &self,
         loc: &XceiverClient,
         data: &BlockData,
         pos: u64,
-        len: u64,
-    ) -> Result<Vec<Bytes>> {
-        let end = pos + len;
-        let mut segments = Vec::new();
+        buf: &mut [u8],
+    ) -> Result<()> {
+        let end = pos + buf.len() as u64;
         // First chunk whose end is past `pos`.
         let mut idx = data.chunks.partition_point(|c| c.end() <= pos);
         let mut at = pos;
@@ -283,15 +268,16 @@ impl BlockInputStream {
             // Verified, only the piece's bytes still cross the network (the
             // datanode adds the checksums of the window bytes around them);
             // unverified, it is fetched as is (Ozone's reader with
-            // verify.checksum off). Either way the answer is `len` bytes
-            // (`ShortRead` otherwise).
+            // verify.checksum off).
             let bytes = if loc.verifies_checksum() {
                 loc.read_chunk_verified(self.block_id, chunk, at, len)
                     .await?
             } else {
                 loc.read_chunk(self.block_id, chunk, at, len).await?
             };
-            segments.push(bytes);
+            let dst_from = usize::try_from(at - pos).unwrap_or(usize::MAX);
+            let dst_to = usize::try_from(piece_end - pos).unwrap_or(usize::MAX);
+            buf[dst_from..dst_to].copy_from_slice(&bytes);
             at = piece_end;
             // A chunk longer than one read piece takes several pieces: move
             // to the next chunk only once this one is read to its end.
@@ -299,7 +285,7 @@ impl BlockInputStream {
                 idx += 1;
             }
         }
-        Ok(segments)
+        Ok(())
     }
 
     /// Sequential read at the cursor; advances it by the bytes read (0 at the end).
@@ -323,20 +309,4 @@ impl BlockInputStream {
     pub fn position(&self) -> u64 {
         self.cursor
     }
-}
-
-/// Copies `segments`, in order, to the start of `buf`, as far as both go;
-/// the bytes copied.
-#[must_use]
-pub fn copy_segments(segments: &[Bytes], buf: &mut [u8]) -> usize {
-    let mut done = 0;
-    for s in segments {
-        let n = s.len().min(buf.len() - done);
-        buf[done..done + n].copy_from_slice(&s[..n]);
-        done += n;
-        if done == buf.len() {
-            break;
-        }
-    }
-    done
 }

@@ -26,7 +26,7 @@ mod metrics;
 mod token;
 mod xceiver;
 
-pub use block_input::{BlockInputStream, MAX_READ_PIECE, copy_segments};
+pub use block_input::{BlockInputStream, MAX_READ_PIECE};
 pub use block_output::BlockOutputStream;
 pub use config::{DEFAULT_BULK_TRANSFER_BYTES, RetryPolicy, XceiverConfig};
 pub use error::{BlockStreamError, Result};

@@ -15,7 +15,6 @@ use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
 use block_stream::{BlockInputStream, BlockStreamError, RetryPolicy, XceiverClient};
-use bytes::Bytes;
 use ec_codec::{BlockGroupLayout, EcReplicationConfig, ReplicaIndex};
 use futures::future::try_join_all;
 use proto_crate::{BlockGroup, DatanodeId};
@@ -201,34 +200,17 @@ impl IndexStreams {
         offset: u64,
         piece: &mut [u8],
     ) -> std::result::Result<(), EcReadError> {
-        let segments = self.read_segments(r, offset, piece.len() as u64).await?;
-        // `read_segments` returned exactly `piece.len()` bytes: all of it is filled.
-        let _ = block_stream::copy_segments(&segments, piece);
-        Ok(())
-    }
-
-    /// Exactly `len` bytes of index `r` at block offset `offset`, as the
-    /// ReadChunk answers in order (no copy).
-    pub(crate) async fn read_segments(
-        &self,
-        r: ReplicaIndex,
-        offset: u64,
-        len: u64,
-    ) -> std::result::Result<Vec<Bytes>, EcReadError> {
         let stream = self.stream(r)?;
         let replica_index = r;
-        match stream.read_segments(offset, len).await {
-            Ok(segments) => {
-                let got: u64 = segments.iter().map(|s| s.len() as u64).sum();
-                if got == len {
-                    return Ok(segments);
-                }
+        match stream.read_at(offset, piece).await {
+            Ok(got) if got == piece.len() => Ok(()),
+            Ok(got) => {
                 let error = BlockStreamError::ShortRead {
                     block: stream.block_id(),
                     datanode: self.address(r),
                     offset,
-                    expected: len,
-                    got,
+                    expected: piece.len() as u64,
+                    got: got as u64,
                 };
                 Err(EcReadError::Location(IndexFailure {
                     replica_index,
@@ -300,38 +282,36 @@ impl EcBlockInputStream {
         self.streams.layout().group_len()
     }
 
-    /// Up to `len` bytes at group-relative `pos` (fewer only at the end of
-    /// the group), as the cells' ReadChunk answers in key order: no copy.
-    /// The cells are read at once when `parallel_cell_reads` is on.
-    pub(crate) async fn read_segments(
+    /// Positioned read of group-relative `pos` into `buf`; returns the bytes
+    /// read, short only at the end of the group (0 at or past it).
+    pub(crate) async fn read_at(
         &self,
         pos: u64,
-        len: u64,
-    ) -> std::result::Result<Vec<Bytes>, EcReadError> {
-        let group_len = self.len();
-        if pos >= group_len || len == 0 {
-            return Ok(Vec::new());
+        buf: &mut [u8],
+    ) -> std::result::Result<usize, EcReadError> {
+        let len = self.len();
+        if pos >= len || buf.is_empty() {
+            return Ok(0);
         }
-        let n = (group_len - pos).min(len);
+        let n = usize::try_from((len - pos).min(buf.len() as u64)).unwrap_or(buf.len());
         let spans: Vec<_> = self
             .streams
             .layout()
-            .cells_for_range(pos..pos + n)
+            .cells_for_range(pos..pos + n as u64)
             .map_err(ClientError::from)?
             .collect();
-        let reads = spans.iter().map(|span| {
+        let pieces = split_pieces(&mut buf[..n], spans.iter().map(|s| s.len));
+        let reads = spans.iter().zip(pieces).map(|(span, piece)| {
             self.streams
-                .read_segments(span.replica_index, span.offset_in_block, span.len)
+                .read(span.replica_index, span.offset_in_block, piece)
         });
-        let per_span = if self.parallel && spans.len() > 1 {
-            try_join_all(reads).await?
+        if self.parallel && spans.len() > 1 {
+            try_join_all(reads).await?;
         } else {
-            let mut out = Vec::with_capacity(spans.len());
             for r in reads {
-                out.push(r.await?);
+                r.await?;
             }
-            out
-        };
-        Ok(per_span.into_iter().flatten().collect())
+        }
+        Ok(n)
     }
 }

@@ -26,7 +26,6 @@
 //! across I/O.
 
 use block_stream::BlockTokenSource;
-use bytes::Bytes;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -48,27 +47,10 @@ enum ActiveReader {
 }
 
 impl ActiveReader {
-    /// Up to `len` bytes at group-relative `pos`: the striped reader's
-    /// ReadChunk answers as they are, or the reconstructing reader's output
-    /// (decoded into a buffer of its own) as one piece.
-    async fn read_segments(
-        &self,
-        pos: u64,
-        len: u64,
-    ) -> std::result::Result<Vec<Bytes>, EcReadError> {
+    async fn read_at(&self, pos: u64, buf: &mut [u8]) -> std::result::Result<usize, EcReadError> {
         match self {
-            Self::Striped(r) => r.read_segments(pos, len).await,
-            Self::Reconstructed(r) => {
-                let n = usize::try_from(len.min(r.len().saturating_sub(pos))).map_err(|_| {
-                    EcReadError::Fatal(ClientError::InvalidArgument(format!(
-                        "length {len} too large"
-                    )))
-                })?;
-                let mut buf = vec![0u8; n];
-                let got = r.read_at(pos, &mut buf).await.map_err(EcReadError::Fatal)?;
-                buf.truncate(got);
-                Ok(vec![Bytes::from(buf)])
-            }
+            Self::Striped(r) => r.read_at(pos, buf).await,
+            Self::Reconstructed(r) => r.read_at(pos, buf).await.map_err(EcReadError::Fatal),
         }
     }
 }
@@ -282,18 +264,6 @@ impl EcBlockInputStreamProxy {
     /// lost even after refreshing the locations; the last location error if
     /// failover runs out of locations; caller errors.
     pub async fn read_at(&self, pos: u64, buf: &mut [u8]) -> Result<usize> {
-        let segments = self.read_segments(pos, buf.len() as u64).await?;
-        Ok(block_stream::copy_segments(&segments, buf))
-    }
-
-    /// [`read_at`](Self::read_at) of up to `len` bytes, as the answers'
-    /// buffers in order (healthy: the cells' ReadChunk answers, no copy;
-    /// degraded: the decoded bytes as one piece). A failed attempt's pieces
-    /// are dropped, never returned.
-    ///
-    /// # Errors
-    /// As [`read_at`](Self::read_at).
-    pub async fn read_segments(&self, pos: u64, len: u64) -> Result<Vec<Bytes>> {
         let mut refreshed = false;
         let mut attempts = 0;
         loop {
@@ -303,8 +273,8 @@ impl EcBlockInputStreamProxy {
                 self.refresh(generation, Refresh::Probe).await?;
                 continue;
             }
-            let failure = match reader.read_segments(pos, len).await {
-                Ok(segments) => return Ok(segments),
+            let failure = match reader.read_at(pos, buf).await {
+                Ok(n) => return Ok(n),
                 Err(EcReadError::Fatal(e)) => e,
                 Err(EcReadError::Location(f)) => {
                     attempts += 1;

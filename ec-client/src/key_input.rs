@@ -43,14 +43,6 @@ impl GroupReader {
             Self::Replicated(b) => Ok(b.read_at(pos, buf).await?),
         }
     }
-
-    /// Up to `len` bytes at group-relative `pos` as the answers' buffers.
-    async fn read_segments(&self, pos: u64, len: u64) -> Result<Vec<Bytes>> {
-        match self {
-            Self::Ec(p) => p.read_segments(pos, len).await,
-            Self::Replicated(b) => Ok(b.read_segments(pos, len).await?),
-        }
-    }
 }
 
 /// The shared, immutable part of a key stream: its groups' readers.
@@ -166,20 +158,22 @@ impl KeyReader {
     /// # Errors
     /// [`ClientError::UnexpectedEof`] if the window comes back short (the
     /// key's groups hold fewer bytes than its metadata says); read failures.
-    async fn read_window(&self, pos: u64, len: u64) -> Result<Vec<Bytes>> {
+    async fn read_window(&self, pos: u64, len: u64) -> Result<Bytes> {
         let short = |start: u64, want: u64, got: u64| ClientError::UnexpectedEof {
             pos: start + got,
             len: want - got,
             key_len: self.info.length,
         };
-        let total = |segments: &[Bytes]| segments.iter().map(|b| b.len() as u64).sum::<u64>();
         if matches!(self.info.replication, ReplicationConfig::Ec(_)) {
-            let segments = self.read_segments(pos, len).await?;
-            return match total(&segments) {
-                got if got == len => Ok(segments),
+            let bytes = self.read_range(pos, len).await?;
+            return match bytes.len() as u64 {
+                got if got == len => Ok(bytes),
                 got => Err(short(pos, len, got)),
             };
         }
+        let n = usize::try_from(len)
+            .map_err(|_| ClientError::InvalidArgument(format!("length {len} too large")))?;
+        let mut buf = vec![0u8; n];
         let end = pos + len;
         let piece = self.window_piece;
         let mut starts = vec![pos];
@@ -188,59 +182,22 @@ impl KeyReader {
             starts.push(at);
             at += piece;
         }
-        let bounds = starts
+        let lens = starts
             .iter()
-            .copied()
-            .zip(starts.iter().skip(1).copied().chain([end]));
-        let reads = bounds.map(|(start, stop)| async move {
-            let want = stop - start;
-            let segments = self.read_segments(start, want).await?;
-            match total(&segments) {
-                got if got == want => Ok(segments),
-                got => Err(short(start, want, got)),
+            .zip(starts.iter().skip(1).copied().chain([end]))
+            .map(|(s, e)| e - s);
+        let pieces = crate::ec_input::split_pieces(&mut buf, lens);
+        let reads = starts.iter().zip(pieces).map(|(&start, piece)| async move {
+            let want = piece.len();
+            let got = self.read_at(start, piece).await?;
+            if got == want {
+                Ok(())
+            } else {
+                Err(short(start, want as u64, got as u64))
             }
         });
-        let pieces = futures::future::try_join_all(reads).await?;
-        Ok(pieces.into_iter().flatten().collect())
-    }
-
-    /// Up to `len` bytes at key offset `pos` (fewer only at the end of the
-    /// key), group after group, as the answers' buffers in key order.
-    ///
-    /// # Errors
-    /// [`ClientError::UnexpectedEof`] if a group holds fewer bytes than the
-    /// key's metadata says; read failures.
-    async fn read_segments(&self, pos: u64, len: u64) -> Result<Vec<Bytes>> {
-        let key_len = self.info.length;
-        if pos >= key_len || len == 0 {
-            return Ok(Vec::new());
-        }
-        let end = pos + len.min(key_len - pos);
-        let mut idx = self
-            .groups
-            .partition_point(|(start, _)| *start <= pos)
-            .saturating_sub(1);
-        let mut at = pos;
-        let mut out = Vec::new();
-        while at < end {
-            let Some((start, reader)) = self.groups.get(idx) else {
-                break;
-            };
-            let segments = reader.read_segments(at - start, end - at).await?;
-            let got: u64 = segments.iter().map(|b| b.len() as u64).sum();
-            if got == 0 {
-                // A group shorter than the key's metadata claims: never loop.
-                return Err(ClientError::UnexpectedEof {
-                    pos: at,
-                    len: end - at,
-                    key_len,
-                });
-            }
-            out.extend(segments);
-            at += got;
-            idx += 1;
-        }
-        Ok(out)
+        futures::future::try_join_all(reads).await?;
+        Ok(Bytes::from(buf))
     }
 }
 
@@ -263,14 +220,14 @@ fn window_piece(read_ahead: u64, bytes_per_checksum: u32) -> u64 {
         .saturating_mul(bpc)
 }
 
-type Fetch = Pin<Box<dyn Future<Output = (u64, Result<Vec<Bytes>>)> + Send>>;
+type Fetch = Pin<Box<dyn Future<Output = (u64, Result<Bytes>)> + Send>>;
 
 /// The next read-ahead window, fetched on a task of its own while the caller consumes the
 /// current one (sequential reads only); aborted when dropped.
 struct Prefetch {
     /// Key offset the window starts at.
     start: u64,
-    task: tokio::task::JoinHandle<Result<Vec<Bytes>>>,
+    task: tokio::task::JoinHandle<Result<Bytes>>,
 }
 
 impl Drop for Prefetch {
@@ -300,41 +257,6 @@ fn spawn_window(
     Some(Prefetch { start, task })
 }
 
-/// Bytes fetched for the sequential cursor: a read-ahead window as the
-/// ReadChunk answers' buffers in key order (never copied into one buffer).
-#[derive(Debug, Default)]
-struct Window {
-    segments: Vec<Bytes>,
-    /// `ends[i]`: the key offset just past `segments[i]`.
-    ends: Vec<u64>,
-}
-
-impl Window {
-    /// The window of `segments` starting at key offset `start` (empty
-    /// segments dropped).
-    fn new(start: u64, segments: Vec<Bytes>) -> Self {
-        let segments: Vec<Bytes> = segments.into_iter().filter(|b| !b.is_empty()).collect();
-        let ends = segments
-            .iter()
-            .scan(start, |at, b| {
-                *at += b.len() as u64;
-                Some(*at)
-            })
-            .collect();
-        Self { segments, ends }
-    }
-
-    /// The window's bytes from key offset `pos` to the end of the segment
-    /// holding it; `None` when the window does not hold `pos`.
-    fn at(&self, pos: u64) -> Option<&[u8]> {
-        let i = self.ends.partition_point(|&end| end <= pos);
-        let (segment, end) = (self.segments.get(i)?, self.ends.get(i)?);
-        let start = end - segment.len() as u64;
-        let from = usize::try_from(pos.checked_sub(start)?).ok()?;
-        segment.get(from..)
-    }
-}
-
 /// A readable key: positioned reads on `&self`, sequential reads and seeks on
 /// `&mut self` (`AsyncRead + AsyncSeek`).
 pub struct KeyInputStream {
@@ -343,15 +265,16 @@ pub struct KeyInputStream {
     read_ahead: u64,
     /// Sequential cursor, key-relative bytes.
     pos: u64,
-    /// Bytes fetched for the cursor.
-    window: Window,
+    /// Bytes fetched for the cursor, starting at key offset `buffer_start`.
+    buffer: Bytes,
+    buffer_start: u64,
     /// The sequential fetch in flight. Only touched through `&mut self`
     /// (`Mutex::get_mut`, never locked); the mutex just makes the stream `Sync`
     /// so that `Arc<KeyInputStream>` can be shared for positioned reads.
     pending: std::sync::Mutex<Option<Fetch>>,
     /// The window after the one being fetched, in flight at the same time: started when a
     /// fetch continued the previous one or began the key (a sequential reader). With the
-    /// current window, at most three windows (three times `read_ahead` bytes) are held.
+    /// buffer, at most three windows (three times `read_ahead` bytes) are held.
     prefetch: std::sync::Mutex<Option<Prefetch>>,
     /// Where the last sequential fetch ended (key offset), to tell a sequential reader.
     fetched_to: Option<u64>,
@@ -378,7 +301,8 @@ impl KeyInputStream {
             ctx: Arc::clone(ctx),
             read_ahead,
             pos: 0,
-            window: Window::default(),
+            buffer: Bytes::new(),
+            buffer_start: 0,
             pending: std::sync::Mutex::new(None),
             prefetch: std::sync::Mutex::new(None),
             fetched_to: None,
@@ -395,7 +319,8 @@ impl KeyInputStream {
             ctx: Arc::clone(&self.ctx),
             read_ahead: self.read_ahead,
             pos: 0,
-            window: Window::default(),
+            buffer: Bytes::new(),
+            buffer_start: 0,
             pending: std::sync::Mutex::new(None),
             prefetch: std::sync::Mutex::new(None),
             fetched_to: None,
@@ -543,17 +468,12 @@ impl AsyncRead for KeyInputStream {
             if out.remaining() == 0 {
                 return Poll::Ready(Ok(()));
             }
-            if this.window.at(this.pos).is_some() {
-                // Across the window's segments, as far as `out` and the
-                // window go.
-                while let Some(bytes) = this.window.at(this.pos) {
-                    let n = bytes.len().min(out.remaining());
-                    out.put_slice(&bytes[..n]);
-                    this.pos += n as u64;
-                    if out.remaining() == 0 {
-                        break;
-                    }
-                }
+            let buf_end = this.buffer_start + this.buffer.len() as u64;
+            if this.pos >= this.buffer_start && this.pos < buf_end {
+                let from = usize::try_from(this.pos - this.buffer_start).unwrap_or(usize::MAX);
+                let n = (this.buffer.len() - from).min(out.remaining());
+                out.put_slice(&this.buffer[from..from + n]);
+                this.pos += n as u64;
                 return Poll::Ready(Ok(()));
             }
             let len = this.reader.info.length;
@@ -608,7 +528,7 @@ impl AsyncRead for KeyInputStream {
                 Poll::Ready((start, result)) => {
                     *pending = None;
                     match result {
-                        Ok(segments) if segments.iter().all(Bytes::is_empty) => {
+                        Ok(bytes) if bytes.is_empty() => {
                             return Poll::Ready(Err(std::io::Error::from(
                                 ClientError::UnexpectedEof {
                                     pos: start,
@@ -617,12 +537,12 @@ impl AsyncRead for KeyInputStream {
                                 },
                             )));
                         }
-                        Ok(segments) => {
-                            let window = Window::new(start, segments);
-                            let end = window.ends.last().copied().unwrap_or(start);
+                        Ok(bytes) => {
+                            let end = start + bytes.len() as u64;
                             let sequential = this.fetched_to == Some(start)
                                 || (this.fetched_to.is_none() && start == 0);
-                            this.window = window;
+                            this.buffer = bytes;
+                            this.buffer_start = start;
                             this.fetched_to = Some(end);
                             // A reader that continued where the last fetch ended (or began the
                             // key) reads on: fetch the next window while it consumes this one.
@@ -660,7 +580,7 @@ impl AsyncSeek for KeyInputStream {
             ));
         };
         // A fetch in flight for another offset is dropped (cancelled); the
-        // window is kept, since it may still cover the target.
+        // buffer is kept, since it may still cover the target.
         *self
             .pending
             .get_mut()
@@ -676,32 +596,9 @@ impl AsyncSeek for KeyInputStream {
 
 #[cfg(test)]
 mod tests {
-    use super::{Window, window_piece};
-    use bytes::Bytes;
+    use super::window_piece;
 
     const MIB: u64 = 1024 * 1024;
-
-    #[test]
-    fn a_window_answers_from_the_segment_holding_each_offset() {
-        let w = Window::new(
-            100,
-            vec![
-                Bytes::from_static(b"abc"),
-                Bytes::new(),
-                Bytes::from_static(b"d"),
-                Bytes::from_static(b"efgh"),
-            ],
-        );
-        assert_eq!(w.ends, [103, 104, 108], "empty segments are dropped");
-        let at = |pos| w.at(pos).map(<[u8]>::to_vec);
-        assert_eq!(at(99), None, "before the window");
-        assert_eq!(at(100), Some(b"abc".to_vec()));
-        assert_eq!(at(102), Some(b"c".to_vec()));
-        assert_eq!(at(103), Some(b"d".to_vec()));
-        assert_eq!(at(105), Some(b"fgh".to_vec()));
-        assert_eq!(at(108), None, "past the window");
-        assert_eq!(Window::default().at(0), None);
-    }
 
     #[test]
     fn window_pieces_are_at_least_1_mib_at_most_four_and_whole_checksum_windows() {
