@@ -481,6 +481,10 @@ impl XceiverClient {
                 .read_chunk_with(block, chunk, offset, len, Some(ask))
                 .await?;
             if let Some(edges) = edges {
+                if self.no_edges_at.load(Ordering::Relaxed) != 0 {
+                    // A probe answered with edges: the datanode has them now.
+                    self.no_edges_at.store(0, Ordering::Relaxed);
+                }
                 checksum::verify_with_edges(block, self.address(), chunk, offset, &bytes, edges)?;
                 return Ok(bytes);
             }
@@ -499,14 +503,26 @@ impl XceiverClient {
     /// Whether the datanode answered without edges within the last
     /// `edges_probe_interval`.
     fn edges_known_missing(&self) -> bool {
-        match self.no_edges_at.load(Ordering::Relaxed) {
-            0 => false,
-            at => {
-                let probe =
-                    u64::try_from(self.edges_probe_interval.as_millis()).unwrap_or(u64::MAX);
-                since_epoch_ms() < (at - 1).saturating_add(probe)
-            }
+        let at = self.no_edges_at.load(Ordering::Relaxed);
+        if at == 0 {
+            return false;
         }
+        let probe = u64::try_from(self.edges_probe_interval.as_millis()).unwrap_or(u64::MAX);
+        let now = since_epoch_ms();
+        if now < (at - 1).saturating_add(probe) {
+            return true;
+        }
+        // The interval is over: one read probes with edges; the mark is
+        // renewed first so that reads beside it do not all probe too. An
+        // answer with edges clears it.
+        self.no_edges_at
+            .compare_exchange(
+                at,
+                now.saturating_add(1),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
+            .is_err()
     }
 
     /// One ReadChunk, asking for `edges` when given; the bytes and the

@@ -546,7 +546,7 @@ fn read_exact_at(file: &File, n: usize, offset: u64) -> std::io::Result<Vec<u8>>
             Err(e) => return Err(e.into()),
         }
     }
-    // The spare capacity may exceed `n` (the allocator's rounding).
+    // `with_capacity` promises at least `n`: a read may have filled more.
     buf.truncate(n);
     Ok(buf)
 }

@@ -183,6 +183,23 @@ async fn checksum_verification_fetches_only_the_range_and_can_be_turned_off() {
     let delta = verifying.metrics().since(&before);
     assert_eq!(delta.rpcs(RpcKind::ReadChunk), 1);
     assert_eq!(delta.read_bytes, len as u64, "the range alone, with edges");
+    // Against a datanode still without edges, once the interval is over one
+    // read probes and the reads beside it do not: 2 ReadChunks for the
+    // probe (the range, then its window), 1 for the other read's window.
+    let fault = FaultRule::new(RpcKind::ReadChunk, FaultKind::NoEdges).expect("rule");
+    cluster.datanodes()[holder].inject(fault.clone());
+    on.read_exact_at(pos, &mut buf).await.expect("pread");
+    tokio::time::sleep(EDGES_PROBE).await;
+    let before = verifying.metrics();
+    let (mut a, mut b) = (vec![0u8; len], vec![0u8; len]);
+    let (ra, rb) = tokio::join!(on.read_exact_at(pos, &mut a), on.read_exact_at(pos, &mut b));
+    ra.expect("probing pread");
+    rb.expect("pread beside it");
+    assert!(a[..] == *want && b[..] == *want);
+    let delta = verifying.metrics().since(&before);
+    assert_eq!(delta.rpcs(RpcKind::ReadChunk), 3, "one probe");
+    assert_eq!(delta.read_bytes, len as u64 + 2 * 1024);
+    cluster.datanodes()[holder].clear_faults();
 
     fail(&mut cluster, holder, Failure::Corrupt).await;
     let before = verifying.ec_metrics();
