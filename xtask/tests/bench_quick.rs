@@ -62,6 +62,7 @@ fn quick_bench_counts() {
         "raw-verified",
         "degraded",
         "replicated",
+        "reuse-crc32c",
     ];
     for w in workloads {
         for m in modes {
