@@ -518,7 +518,8 @@ impl EcReconstructionCoordinator {
     }
 
     /// Reads d units of `stripe` into `width`-byte buffers (zero-padded past each cell's real
-    /// length), re-planning after each failed source. Returns the units and their buffers.
+    /// length), re-planning after each failed source; a re-plan keeps the units it already
+    /// read and reads only the ones it adds. Returns the units and their buffers.
     #[allow(clippy::too_many_arguments)]
     async fn read_stripe(
         &self,
@@ -532,6 +533,9 @@ impl EcReconstructionCoordinator {
     ) -> Result<(Vec<ReplicaIndex>, Vec<Vec<u8>>), ReconstructionError> {
         let ec = cmd.ec;
         let cell = ec.cell_size();
+        // Units already read (and verified) in this stripe: a re-plan after a
+        // failed source reads only the units it adds, not the d-1 it has.
+        let mut have: BTreeMap<ReplicaIndex, Vec<u8>> = BTreeMap::new();
         loop {
             // Usable: a padding cell (known zeros) or an index with a source left.
             let units: Vec<ReplicaIndex> = ec
@@ -553,11 +557,19 @@ impl EcReconstructionCoordinator {
                     skipped: report.skipped.clone(),
                 });
             }
-            let mut bufs: Vec<Vec<u8>> = units.iter().map(|_| vec![0u8; width]).collect();
+            let read_before: BTreeSet<ReplicaIndex> = units
+                .iter()
+                .copied()
+                .filter(|r| have.contains_key(r))
+                .collect();
+            let mut bufs: Vec<Vec<u8>> = units
+                .iter()
+                .map(|r| have.remove(r).unwrap_or_else(|| vec![0u8; width]))
+                .collect();
             let mut reads = Vec::new();
             for (r, buf) in units.iter().zip(bufs.iter_mut()) {
                 let real = usize::try_from(layout.cell_len(stripe, *r)?).unwrap_or(0);
-                if real == 0 {
+                if real == 0 || read_before.contains(r) {
                     continue;
                 }
                 let Some(source) = sources.get(r).and_then(|s| s.first()) else {
@@ -589,6 +601,12 @@ impl EcReconstructionCoordinator {
             }
             if failed.is_empty() {
                 return Ok((units, bufs));
+            }
+            let failed_indexes: BTreeSet<ReplicaIndex> = failed.iter().map(|(r, _)| *r).collect();
+            for (r, buf) in units.iter().zip(bufs) {
+                if !failed_indexes.contains(r) {
+                    have.insert(*r, buf);
+                }
             }
             for (index, error) in failed {
                 if let Some(list) = sources.get_mut(&index)

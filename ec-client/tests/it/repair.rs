@@ -119,6 +119,10 @@ async fn a_corrupt_source_is_skipped() {
     let corrupt = node_of(&cluster, &info, 0, 1);
     fail(&mut cluster, corrupt, Failure::Corrupt).await;
     let spare = outside_datanode(&cluster, &info);
+    let healthy = node_of(&cluster, &info, 0, 3);
+    let sent =
+        |cluster: &minicluster::MiniCluster| cluster.datanodes()[healthy].metrics().read_bytes();
+    let before = sent(&cluster);
     let repaired = om::reconstruct_ec_indexes(cluster.om(), "b", "k", 0, &[(ri(2), uuid(&spare))])
         .await
         .expect("rebuilt around the corrupt source");
@@ -127,6 +131,10 @@ async fn a_corrupt_source_is_skipped() {
     assert!(got_bytes == want_bytes);
     let injected = cluster.datanodes()[corrupt].faults().injected();
     assert!(injected > 0, "the corrupt source was read");
+    // Stripe 0 was planned from indexes 1, 3 and 4, and re-planned from 3,
+    // 4 and 5 when 1 failed: index 3's cells were read once each (its block
+    // is 2 cells), not again for the re-plan.
+    assert_eq!(sent(&cluster) - before, 2 * CELL, "index 3's bytes, once");
     cluster.shutdown().await;
 }
 
