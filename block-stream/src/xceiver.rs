@@ -187,6 +187,30 @@ fn since_epoch_ms() -> u64 {
     u64::try_from(EPOCH.get_or_init(Instant::now).elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
+/// Whether verified reads should ask a datanode for whole windows at `now`
+/// (milliseconds since [`EPOCH`]): its no-edges `mark` (the time it last
+/// answered without edges, plus one; 0: never) is less than `probe_ms` old.
+/// When the interval is over, the first caller renews the mark and gets
+/// `false` (it probes with edges); callers beside it see the renewed mark and
+/// get `true`, so a datanode still without edges is probed by one read, not
+/// by every read in flight. An answer with edges clears the mark.
+fn edges_known_missing_at(mark: &AtomicU64, now: u64, probe_ms: u64) -> bool {
+    let at = mark.load(Ordering::Relaxed);
+    if at == 0 {
+        return false;
+    }
+    if now < (at - 1).saturating_add(probe_ms) {
+        return true;
+    }
+    mark.compare_exchange(
+        at,
+        now.saturating_add(1),
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    )
+    .is_err()
+}
+
 /// The generated client type every call goes through.
 type Inner = DatanodeServiceClient<InterceptedService<Channel, request_id::Attach>>;
 
@@ -501,28 +525,10 @@ impl XceiverClient {
     }
 
     /// Whether the datanode answered without edges within the last
-    /// `edges_probe_interval`.
+    /// `edges_probe_interval` ([`edges_known_missing_at`]).
     fn edges_known_missing(&self) -> bool {
-        let at = self.no_edges_at.load(Ordering::Relaxed);
-        if at == 0 {
-            return false;
-        }
         let probe = u64::try_from(self.edges_probe_interval.as_millis()).unwrap_or(u64::MAX);
-        let now = since_epoch_ms();
-        if now < (at - 1).saturating_add(probe) {
-            return true;
-        }
-        // The interval is over: one read probes with edges; the mark is
-        // renewed first so that reads beside it do not all probe too. An
-        // answer with edges clears it.
-        self.no_edges_at
-            .compare_exchange(
-                at,
-                now.saturating_add(1),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            )
-            .is_err()
+        edges_known_missing_at(&self.no_edges_at, since_epoch_ms(), probe)
     }
 
     /// One ReadChunk, asking for `edges` when given; the bytes and the
@@ -712,6 +718,29 @@ impl XceiverClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_read_probes_when_the_interval_is_over() {
+        let mark = AtomicU64::new(0);
+        assert!(
+            !edges_known_missing_at(&mark, 10, 50),
+            "never marked: ask for edges"
+        );
+        // Marked at 100 ms (stored plus one), a 50 ms interval.
+        mark.store(101, Ordering::Relaxed);
+        assert!(edges_known_missing_at(&mark, 100, 50));
+        assert!(edges_known_missing_at(&mark, 149, 50));
+        // At 150 the first caller probes and renews the mark; the callers
+        // beside it keep asking for whole windows.
+        assert!(!edges_known_missing_at(&mark, 150, 50), "the probe");
+        assert_eq!(mark.load(Ordering::Relaxed), 151);
+        assert!(edges_known_missing_at(&mark, 150, 50));
+        assert!(edges_known_missing_at(&mark, 199, 50));
+        assert!(!edges_known_missing_at(&mark, 200, 50), "the next probe");
+        // A zero interval probes every time.
+        assert!(!edges_known_missing_at(&mark, 200, 0));
+        assert!(!edges_known_missing_at(&mark, 200, 0));
+    }
 
     #[tokio::test]
     async fn the_channel_cache_is_bounded_least_recently_used_out() {

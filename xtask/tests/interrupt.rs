@@ -30,7 +30,8 @@ fn an_interrupted_bench_removes_its_cluster_files() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn xtask bench");
-    // Interrupt once the bench's clusters exist (it writes its keys next).
+    // Interrupt once the bench's clusters exist (its signal handlers are in
+    // place before it starts them), polling for the directory.
     let deadline = Instant::now() + Duration::from_secs(120);
     while cluster_dirs(tmp.path()).is_empty() {
         assert!(Instant::now() < deadline, "no cluster directory appeared");
@@ -40,7 +41,6 @@ fn an_interrupted_bench_removes_its_cluster_files() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    std::thread::sleep(Duration::from_millis(500));
     let status = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
