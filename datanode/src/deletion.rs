@@ -129,10 +129,13 @@ impl ContainerStore {
         }
         for &k in &keys {
             self.files.remove(k);
+            self.fine.remove(k);
         }
         // Unlinking is disk I/O: on the blocking pool.
-        let paths: Vec<std::path::PathBuf> =
-            keys.iter().map(|&(c, l)| self.path_of(c, l)).collect();
+        let paths: Vec<std::path::PathBuf> = keys
+            .iter()
+            .flat_map(|&(c, l)| [self.path_of(c, l), self.fine_path_of(c, l)])
+            .collect();
         blocking(move || paths.iter().try_for_each(|p| remove_file(p))).await?;
         Ok(held)
     }
@@ -172,9 +175,10 @@ impl ContainerStore {
         Ok(lifted)
     }
 
-    /// Removes the file of a block, if there is one.
+    /// Removes the file of a block and its fine checksums, if there are.
     pub(crate) fn remove_block_file(&self, container_id: u64, local_id: u64) -> Result<()> {
-        remove_file(&self.path_of(container_id, local_id))
+        remove_file(&self.path_of(container_id, local_id))?;
+        remove_file(&self.fine_path_of(container_id, local_id))
     }
 }
 

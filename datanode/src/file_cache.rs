@@ -12,9 +12,10 @@
 //! own `Arc<File>`, so eviction never cuts a read short; the descriptor closes
 //! when the last holder drops it.
 
-use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::sync::{Arc, Mutex};
+
+use crate::lru::WeightedLru;
 
 /// Default `--max-open-files`: well under the usual soft limit of 1024, which
 /// also has to cover sockets, the database and the runtime's own descriptors.
@@ -26,20 +27,11 @@ const EMFILE_RETRIES: usize = 3;
 
 type BlockKey = (u64, u64);
 
-#[derive(Debug, Default)]
-struct Lru {
-    /// Block -> (handle, last-use tick).
-    entries: HashMap<BlockKey, (Arc<File>, u64)>,
-    /// Last-use tick -> block: the first entry is the least recently used.
-    order: BTreeMap<u64, BlockKey>,
-    tick: u64,
-}
-
 /// Bounded LRU of read handles, keyed by (container id, local id).
 #[derive(Debug)]
 pub struct FileCache {
     capacity: usize,
-    inner: Mutex<Lru>,
+    inner: Mutex<WeightedLru<BlockKey, Arc<File>>>,
 }
 
 fn is_out_of_descriptors(e: &std::io::Error) -> bool {
@@ -54,11 +46,11 @@ impl FileCache {
     pub fn new(capacity: usize) -> Self {
         Self {
             capacity,
-            inner: Mutex::new(Lru::default()),
+            inner: Mutex::new(WeightedLru::new(capacity as u64)),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Lru> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, WeightedLru<BlockKey, Arc<File>>> {
         self.inner
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -66,60 +58,30 @@ impl FileCache {
 
     /// The cached handle of `key`, marking it most recently used.
     pub fn get(&self, key: BlockKey) -> Option<Arc<File>> {
-        let mut lru = self.lock();
-        lru.tick += 1;
-        let tick = lru.tick;
-        let (file, old) = {
-            let (f, t) = lru.entries.get_mut(&key)?;
-            let old = std::mem::replace(t, tick);
-            (Arc::clone(f), old)
-        };
-        lru.order.remove(&old);
-        lru.order.insert(tick, key);
-        Some(file)
+        self.lock().get(key)
     }
 
     /// Caches `file` for `key` (replacing an older handle), evicting the
     /// least recently used handles past capacity.
     pub fn insert(&self, key: BlockKey, file: Arc<File>) {
-        if self.capacity == 0 {
-            return;
-        }
-        let mut lru = self.lock();
-        lru.tick += 1;
-        let tick = lru.tick;
-        if let Some((_, old)) = lru.entries.insert(key, (file, tick)) {
-            lru.order.remove(&old);
-        }
-        lru.order.insert(tick, key);
-        while lru.entries.len() > self.capacity {
-            let Some((_, victim)) = lru.order.pop_first() else {
-                break;
-            };
-            lru.entries.remove(&victim);
-        }
+        self.lock().insert(key, file, 1);
     }
 
     /// Drops the cached handle of `key` (its block was deleted or truncated).
     pub fn remove(&self, key: BlockKey) {
-        let mut lru = self.lock();
-        if let Some((_, tick)) = lru.entries.remove(&key) {
-            lru.order.remove(&tick);
-        }
+        self.lock().remove(key);
     }
 
     /// Drops every cached handle.
     pub fn clear(&self) {
-        let mut lru = self.lock();
-        lru.entries.clear();
-        lru.order.clear();
+        self.lock().clear();
     }
 
     /// Handles currently cached (each is one open descriptor, plus those
     /// held by reads in flight after eviction).
     #[must_use]
     pub fn len(&self) -> usize {
-        self.lock().entries.len()
+        self.lock().len()
     }
 
     /// Whether no handle is cached.

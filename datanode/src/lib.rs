@@ -32,6 +32,7 @@ mod fault;
 mod file_cache;
 mod heartbeat;
 mod inflight;
+mod lru;
 mod membership;
 mod metrics;
 mod observability;
@@ -63,5 +64,8 @@ pub use server::{
     MAX_MESSAGE_SIZE,
 };
 pub use service::DatanodeGrpcService;
-pub use storage::{BlockScan, ContainerStore, MAX_READ_LEN, StoreOptions, StoreStats};
+pub use storage::{
+    BlockScan, ContainerStore, DEFAULT_FINE_CHECKSUM_CACHE_BYTES, FINE_GRANULE, MAX_READ_LEN,
+    StoreOptions, StoreStats,
+};
 pub use tokens::BlockTokenVerifier;

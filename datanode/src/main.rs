@@ -35,6 +35,11 @@ struct Args {
     /// first; 0 opens and closes the file for every read).
     #[arg(long, default_value_t = datanode::DEFAULT_MAX_OPEN_FILES)]
     max_open_files: usize,
+    /// MiB of closed blocks' fine checksums (4 bytes per 512 bytes of
+    /// block) kept in memory, so that small reads with edges read their
+    /// range rather than whole checksum windows; 0 turns them off.
+    #[arg(long, default_value_t = datanode::DEFAULT_FINE_CHECKSUM_CACHE_BYTES >> 20)]
+    fine_checksum_cache_mib: u64,
     /// Budget of ReadChunk/WriteChunk payload bytes in flight; requests past it wait.
     #[arg(long, default_value_t = datanode::DEFAULT_MAX_INFLIGHT_BYTES)]
     max_inflight_bytes: u64,
@@ -83,6 +88,7 @@ async fn main() -> anyhow::Result<()> {
         .with_fault_injection(args.enable_fault_injection)
         .with_security(args.security)
         .with_max_open_files(args.max_open_files)
+        .with_fine_checksum_cache_bytes(args.fine_checksum_cache_mib.saturating_mul(1 << 20))
         .with_max_inflight_bytes(args.max_inflight_bytes)
         .with_heartbeat_interval(heartbeat)
         .with_block_report_interval(block_reports);

@@ -33,7 +33,7 @@ use proto_crate::wire::datanode as pb;
 use redb::{Database, ReadableDatabase, ReadableTable};
 
 use crate::DatanodeError;
-use crate::storage::{BLOCKS, BlockKey, CONTAINERS, DELETED};
+use crate::storage::{BLOCKS, BlockKey, CONTAINERS, DELETED, FINE_SUFFIX};
 
 /// What the store's database holds, loaded at start.
 pub(crate) struct Loaded {
@@ -93,10 +93,13 @@ pub struct RecoveryReport {
     pub bytes_reclaimed: u64,
     /// Committed blocks whose file is shorter than the committed size.
     pub short_files: u64,
+    /// Fine checksums files (`<local id>.fine`) of blocks with no committed
+    /// record, removed (a crash after a lost block's record was dropped).
+    pub fine_orphans_removed: u64,
 }
 
-/// Scans `root/containers/*/*.block` against `committed` and reclaims what
-/// no committed record covers. Files of `tombstoned` blocks are left to the
+/// Scans `root/containers/*/*.block` (and the blocks' `*.fine` files)
+/// against `committed` and reclaims what no committed record covers. Files of `tombstoned` blocks are left to the
 /// deletion's own clean-up (they are not orphans).
 ///
 /// # Errors
@@ -124,6 +127,23 @@ pub(crate) fn reclaim_uncommitted(
         for file in std::fs::read_dir(&path).map_err(io(format!("listing {}", path.display())))? {
             let file = file.map_err(io(format!("listing {}", path.display())))?;
             let name = file.file_name();
+            if let Some(local_id) = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(FINE_SUFFIX))
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                let k = (container_id, local_id);
+                if !committed.contains_key(&k) && !tombstoned.contains(&k) {
+                    let fpath = file.path();
+                    let len = file.metadata().map_or(0, |m| m.len());
+                    std::fs::remove_file(&fpath)
+                        .map_err(io(format!("removing {}", fpath.display())))?;
+                    report.fine_orphans_removed += 1;
+                    report.bytes_reclaimed += len;
+                    tracing::info!(file = %fpath.display(), "removed fine checksums of a block with no committed metadata");
+                }
+                continue;
+            }
             let Some(local_id) = name
                 .to_str()
                 .and_then(|n| n.strip_suffix(".block"))

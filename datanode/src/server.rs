@@ -133,6 +133,14 @@ impl DatanodeConfig {
         self
     }
 
+    /// Sets the bytes of closed blocks' fine checksums kept in memory for
+    /// reads (0: off; [`StoreOptions::fine_checksum_cache_bytes`]).
+    #[must_use]
+    pub fn with_fine_checksum_cache_bytes(mut self, bytes: u64) -> Self {
+        self.store = self.store.with_fine_checksum_cache_bytes(bytes);
+        self
+    }
+
     /// Sets the in-flight payload budget, bytes.
     #[must_use]
     pub fn with_max_inflight_bytes(mut self, bytes: u64) -> Self {

@@ -154,18 +154,21 @@ impl DatanodeService for DatanodeGrpcService {
             .and_then(ChunkInfo::from_read_wire)
             .map_err(bad)?;
         let windows = req.edges.map(edge_windows).transpose().map_err(bad)?;
-        // With edges the store reads the whole checksum windows around the
-        // range; only the range is sent. The range asked for is checked
-        // first, so that a refusal names it rather than the windows.
-        let (head_len, tail_len) = match windows {
-            Some((_, bpc)) => {
-                self.store.check_read(id, &chunk, req.offset, req.len)?;
-                block_stream::checksum::edge_lens(chunk.offset, chunk.len, bpc, req.offset, req.len)
-            }
-            None => (0, 0),
+        // With edges the store reads around the range (through the block's
+        // fine checksums, or whole checksum windows) and only the range is
+        // sent. The plan checks the range asked for first, so that a
+        // refusal names it rather than what is read around it.
+        let plan = match windows {
+            Some((ty, bpc)) => Some(
+                self.store
+                    .edge_plan(id, &chunk, ty, bpc, req.offset, req.len)
+                    .await?,
+            ),
+            None => None,
         };
-        let start = req.offset.saturating_sub(head_len);
-        let read_len = req.len.saturating_add(head_len).saturating_add(tail_len);
+        let (start, read_len) = plan
+            .as_ref()
+            .map_or((req.offset, req.len), |p| (p.start, p.len));
         self.faults.before(RpcKind::ReadChunk, Some(id)).await?;
         // Oversized reads are charged nothing: the store refuses them
         // before allocating.
@@ -176,23 +179,20 @@ impl DatanodeService for DatanodeGrpcService {
         };
         let permit = self.budget.acquire(charge).await;
         let read = self.store.read(id, &chunk, start, read_len).await?;
-        let (data, edges) = match windows {
+        let (data, edges) = match plan {
             None => (read, None),
-            Some((ty, _)) => {
-                // `edge_checksums` checked that the range and both edges lie
-                // in what the store read.
-                let e = block_stream::checksum::edge_checksums(ty, &read, head_len, req.len)
-                    .ok_or_else(|| {
-                        proto_crate::status(
-                            ResultCode::IoException,
-                            format!(
-                                "the store read {} bytes of block {id} for {} with {head_len} before them",
-                                read.len(),
-                                req.len
-                            ),
-                        )
-                    })?;
-                let range = e.head_len as usize..(e.head_len + req.len) as usize;
+            Some(plan) => {
+                let (range, e) = plan.edges(&read, req.len).ok_or_else(|| {
+                    proto_crate::status(
+                        ResultCode::IoException,
+                        format!(
+                            "the store read {} bytes of block {id} for {} with {} before them",
+                            read.len(),
+                            req.len,
+                            plan.head()
+                        ),
+                    )
+                })?;
                 (read.slice(range), Some(e.into()))
             }
         };

@@ -17,7 +17,9 @@
 //!
 //! Reads never touch the database: committed metadata and open file handles
 //! are cached in memory, and data is read with positioned reads (`pread`) so
-//! concurrent readers do not contend. Read handles live in a bounded LRU
+//! concurrent readers do not contend. A closed block's fine checksums
+//! (`fine.rs`, `<local id>.fine` beside the block file) are loaded on the
+//! blocking pool by its first read with edges and then cached. Read handles live in a bounded LRU
 //! ([`FileCache`], `--max-open-files`); running out of descriptors empties it
 //! and retries instead of failing the request.
 //!
@@ -26,8 +28,10 @@
 //!
 //! What grows, and its bound: `committed` holds one entry per block stored
 //! (bounded by the disk, released by deletion); `open` holds one entry per
-//! block being written (released by the eof PutBlock or by deletion); the
-//! file cache holds at most `max_open_files` handles.
+//! block being written (released by the eof PutBlock or by deletion), with
+//! its prefix CRCs (4 bytes per 512 written, kept up to `MAX_FINE_BLOCK`,
+//! 1 GiB); the file cache holds at most `max_open_files` handles; the fine
+//! checksum cache at most `fine_checksum_cache_bytes`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
@@ -36,7 +40,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
-use proto_crate::{BlockData, BlockId, ChunkInfo, ReplicaIndex};
+use proto_crate::{BlockData, BlockId, ChecksumType, ChunkInfo, ReplicaIndex};
 use redb::{Database, TableDefinition};
 
 use crate::DatanodeError;
@@ -94,6 +98,9 @@ pub(crate) struct OpenBlock {
     /// A sync of the block's file failed: its unsynced bytes may be lost
     /// even if a later sync succeeds, so every write is refused.
     pub(crate) sync_failed: bool,
+    /// The block's prefix CRCs while its file is written from offset 0
+    /// (`fine.rs`); dropped when the writes stop following that pattern.
+    fine: Option<fine::FineBuilder>,
 }
 
 /// Tunables of a [`ContainerStore`].
@@ -103,12 +110,19 @@ pub struct StoreOptions {
     /// Most block files kept open for reading (`--max-open-files`, default
     /// [`DEFAULT_MAX_OPEN_FILES`]).
     pub max_open_files: usize,
+    /// Bytes of closed blocks' fine checksums kept in memory for reads
+    /// (`--fine-checksum-cache-mib`, default
+    /// [`DEFAULT_FINE_CHECKSUM_CACHE_BYTES`], 64 MiB: 4 bytes per 512 bytes
+    /// of block, so 8 GiB of blocks). 0 turns fine checksums off for reads:
+    /// every ReadChunk with edges reads whole checksum windows.
+    pub fine_checksum_cache_bytes: u64,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
         Self {
             max_open_files: DEFAULT_MAX_OPEN_FILES,
+            fine_checksum_cache_bytes: DEFAULT_FINE_CHECKSUM_CACHE_BYTES,
         }
     }
 }
@@ -118,6 +132,13 @@ impl StoreOptions {
     #[must_use]
     pub fn with_max_open_files(mut self, n: usize) -> Self {
         self.max_open_files = n;
+        self
+    }
+
+    /// Sets the bytes of fine checksums kept in memory for reads (0: off).
+    #[must_use]
+    pub fn with_fine_checksum_cache_bytes(mut self, bytes: u64) -> Self {
+        self.fine_checksum_cache_bytes = bytes;
         self
     }
 }
@@ -141,6 +162,15 @@ pub struct StoreStats {
     pub record_commits: u64,
     /// Block records made durable since the store was opened.
     pub durable_records: u64,
+    /// ReadChunks with edges served through fine checksums (reading the
+    /// range and at most 511 bytes on each side) since the store was opened.
+    pub fine_edge_reads: u64,
+    /// ReadChunks with edges that read whole checksum windows (the block has
+    /// no fine checksums, or its windows do not start and end on them).
+    pub window_edge_reads: u64,
+    /// Bytes of fine checksums held in memory for reads (at most
+    /// [`StoreOptions::fine_checksum_cache_bytes`]).
+    pub fine_cache_bytes: u64,
 }
 
 /// The containers and blocks of one datanode.
@@ -152,6 +182,11 @@ pub struct ContainerStore {
     pub(crate) committed: Arc<CommittedMap>,
     pub(crate) open: Arc<OpenMap>,
     pub(crate) files: Arc<FileCache>,
+    /// Fine checksums of closed blocks, for reads (`fine.rs`).
+    pub(crate) fine: Arc<fine::FineCache>,
+    /// ReadChunks with edges by how they read: through fine checksums, by
+    /// whole windows.
+    edge_reads: [AtomicU64; 2],
     pub(crate) used_bytes: Arc<AtomicU64>,
     /// Batches durable PutBlocks (`group_commit.rs`).
     committer: group_commit::GroupCommitter,
@@ -223,6 +258,8 @@ impl ContainerStore {
             committed: Arc::new(RwLock::new(committed)),
             open: Arc::new(Mutex::new(HashMap::new())),
             files,
+            fine: Arc::new(fine::FineCache::new(options.fine_checksum_cache_bytes)),
+            edge_reads: Default::default(),
             used_bytes: Arc::new(AtomicU64::new(used)),
             last_prune_ms: AtomicU64::new(0),
             lost_suspects: Mutex::default(),
@@ -263,6 +300,9 @@ impl ContainerStore {
             block_file_syncs: c.file_syncs.load(Ordering::Relaxed),
             record_commits: c.db_commits.load(Ordering::Relaxed),
             durable_records: c.records.load(Ordering::Relaxed),
+            fine_edge_reads: self.edge_reads[0].load(Ordering::Relaxed),
+            window_edge_reads: self.edge_reads[1].load(Ordering::Relaxed),
+            fine_cache_bytes: self.fine.weight(),
         }
     }
 
@@ -291,6 +331,13 @@ impl ContainerStore {
     pub(crate) fn path_of(&self, container_id: u64, local_id: u64) -> PathBuf {
         self.container_dir(container_id)
             .join(format!("{local_id}.block"))
+    }
+
+    /// The file of a closed block's fine checksums (`fine.rs`), beside its
+    /// block file.
+    pub(crate) fn fine_path_of(&self, container_id: u64, local_id: u64) -> PathBuf {
+        self.container_dir(container_id)
+            .join(format!("{local_id}{}", fine::FINE_SUFFIX))
     }
 
     fn has_container(&self, container_id: u64) -> bool {
@@ -396,6 +443,17 @@ impl ContainerStore {
     /// [`DatanodeError::LengthTooLarge`]; not-found and index errors as
     /// [`get_block`](Self::get_block); [`DatanodeError::OutOfRange`].
     pub fn check_read(&self, b: BlockId, chunk: &ChunkInfo, offset: u64, len: u64) -> Result<()> {
+        self.checked_record(b, chunk, offset, len).map(drop)
+    }
+
+    /// [`check_read`](Self::check_read), returning the block's record.
+    fn checked_record(
+        &self,
+        b: BlockId,
+        chunk: &ChunkInfo,
+        offset: u64,
+        len: u64,
+    ) -> Result<Arc<BlockData>> {
         if len > MAX_READ_LEN {
             return Err(DatanodeError::LengthTooLarge {
                 len,
@@ -426,7 +484,81 @@ impl ContainerStore {
                 end: chunk.end(),
             });
         }
-        Ok(())
+        Ok(data)
+    }
+
+    /// How a ReadChunk of `len` bytes at block offset `offset` of `chunk`,
+    /// answered with the edges of its `bpc`-byte `ty` checksum windows,
+    /// reads block `b`'s file: through the block's fine checksums when it
+    /// has them and the windows start and end on their points (the range
+    /// and at most 511 bytes on each side), else whole windows. Loads the
+    /// block's fine checksums from their file on the blocking pool the
+    /// first time (`fine.rs`).
+    ///
+    /// # Errors
+    /// As [`check_read`](Self::check_read), for the requested range.
+    pub(crate) async fn edge_plan(
+        &self,
+        b: BlockId,
+        chunk: &ChunkInfo,
+        ty: ChecksumType,
+        bpc: u32,
+        offset: u64,
+        len: u64,
+    ) -> Result<fine::EdgePlan> {
+        let record = self.checked_record(b, chunk, offset, len)?;
+        let fine = self.fine_checksums(b, &record).await;
+        let plan = fine
+            .and_then(|f| f.plan(chunk, ty, bpc, offset, len))
+            .unwrap_or_else(|| fine::EdgePlan::windows(chunk, ty, bpc, offset, len));
+        let counter = if plan.is_fine() { 0 } else { 1 };
+        self.edge_reads[counter].fetch_add(1, Ordering::Relaxed);
+        Ok(plan)
+    }
+
+    /// Block `b`'s fine checksums as of `record`: from the cache, or loaded
+    /// from their file and checked against `record` (a file that does not
+    /// decode or agree is logged and not used).
+    async fn fine_checksums(
+        &self,
+        b: BlockId,
+        record: &Arc<BlockData>,
+    ) -> Option<Arc<fine::FineChecksums>> {
+        if !self.fine.enabled() {
+            return None;
+        }
+        let k = key(b);
+        if let Some(cached) = self.fine.get(k, record) {
+            return cached;
+        }
+        let path = self.fine_path_of(k.0, k.1);
+        let row = blocking(move || match fs::read(&path) {
+            Ok(row) => Ok(Some(row)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(DatanodeError::io(format!("reading {}", path.display()), e)),
+        })
+        .await;
+        let fine = match row {
+            Ok(None) => None,
+            Ok(Some(row)) => {
+                match fine::FineChecksums::decode(&row)
+                    .and_then(|f| f.agrees_with(record).map(|()| f))
+                {
+                    Ok(f) => Some(Arc::new(f)),
+                    Err(why) => {
+                        tracing::warn!(block = %b, %why, "fine checksums not used; reads take whole windows");
+                        None
+                    }
+                }
+            }
+            Err(e) => {
+                // Not cached: the next read tries again.
+                tracing::warn!(block = %b, error = %e, "loading fine checksums");
+                return None;
+            }
+        };
+        self.fine.insert(k, Arc::clone(record), fine.clone());
+        fine
     }
 
     /// Reads exactly `len` bytes of block `b` at block-relative `offset`, which
@@ -515,10 +647,13 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(|e| DatanodeError::io("a blocking storage task", std::io::Error::other(e)))?
 }
 
+mod fine;
 mod group_commit;
 mod scan;
 mod write;
 
+pub(crate) use fine::FINE_SUFFIX;
+pub use fine::{DEFAULT_FINE_CHECKSUM_CACHE_BYTES, FINE_GRANULE};
 pub use scan::BlockScan;
 
 /// Reads exactly `n` bytes of `file` at `offset` into a new buffer, without

@@ -157,7 +157,16 @@ impl ContainerStore {
             }
         }
         for d in &dropped {
-            self.files.remove(super::key(d.block_id));
+            let (c, l) = super::key(d.block_id);
+            self.files.remove((c, l));
+            self.fine.remove((c, l));
+            // Its block file is gone or short: its fine checksums go too
+            // (best effort; a start-up removes those with no record).
+            if let Err(e) = std::fs::remove_file(self.fine_path_of(c, l))
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!(block = %d.block_id, error = %e, "removing a lost block's fine checksums");
+            }
         }
         let db = Arc::clone(&self.db);
         let rows: Vec<(BlockKey, Vec<u8>)> = dropped

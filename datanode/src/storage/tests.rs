@@ -228,6 +228,7 @@ async fn reopen_reclaims_bytes_no_put_block_committed() {
             tails_truncated: 1,
             bytes_reclaimed: 4 + 6,
             short_files: 0,
+            fine_orphans_removed: 0,
         }
     );
     assert_eq!(file_len(42).expect("committed file"), 5);

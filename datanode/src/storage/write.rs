@@ -14,6 +14,7 @@ use proto_crate::wire::datanode as pb;
 use proto_crate::{BlockCommit, BlockData, BlockId, ChunkInfo};
 use redb::ReadableDatabase;
 
+use super::fine::{FineBuilder, FineCache};
 use super::group_commit::DurableCommit;
 use super::{
     BLOCKS, CLOSED, CommittedMap, ContainerStore, DELETED, MAX_READ_LEN, OpenBlock, OpenMap,
@@ -64,6 +65,10 @@ impl ContainerStore {
             dir_synced,
             durable_len,
             sync_failed: false,
+            // Prefix CRCs follow a file written from offset 0 only: a block
+            // reopened over bytes already on disk (after a restart) is read
+            // by whole windows.
+            fine: (file_len == 0).then(FineBuilder::default),
         }));
         open.insert(key(b), Arc::clone(&ob));
         Ok(ob)
@@ -116,8 +121,12 @@ impl ContainerStore {
         let offset = chunk.offset;
         let truncate = offset < ob.file_len;
         let len = chunk.len;
+        let ty = chunk.checksum.ty;
         let files = Arc::clone(&self.files);
         blocking(move || {
+            // Taken out while the file changes: a write that fails leaves
+            // the block without fine checksums (its file is then unknown).
+            let mut fine = ob.fine.take();
             let f = files
                 .retry_on_emfile(|| {
                     OpenOptions::new()
@@ -136,6 +145,12 @@ impl ContainerStore {
                 .map_err(|e| DatanodeError::io(format!("writing block {b}"), e))?;
             // Cached read handles stay valid after a truncate (same inode).
             ob.file_len = offset + len;
+            if let Some(f) = fine.as_mut()
+                && !f.write(ty, offset, &data)
+            {
+                fine = None;
+            }
+            ob.fine = fine;
             Ok(())
         })
         .await
@@ -192,6 +207,7 @@ impl ContainerStore {
             open: Arc::clone(&self.open),
             used_bytes: Arc::clone(&self.used_bytes),
             files: Arc::clone(&self.files),
+            fine: Arc::clone(&self.fine),
         };
         if !commit.is_durable() {
             publisher.publish(&mut ob, data, false);
@@ -206,6 +222,25 @@ impl ContainerStore {
         let dir = (size > 0 && !ob.dir_synced).then(|| self.container_dir(b.container_id));
         let record = pb::BlockData::from(data.clone()).encode_to_vec();
         let cut = truncate_to.map(|len| (self.block_path(b), len));
+        // A closed block keeps its prefix CRCs if they agree with every
+        // window checksum the writer sent (`fine.rs`).
+        let fine = if close {
+            ob.fine
+                .take()
+                .and_then(|f| f.finish(size))
+                .filter(|f| match f.agrees_with(&data) {
+                    Ok(()) => true,
+                    Err(why) => {
+                        tracing::warn!(block = %b, %why,
+                            "the written bytes disagree with the writer's checksums; no fine checksums kept");
+                        false
+                    }
+                })
+                .map(Arc::new)
+        } else {
+            None
+        };
+        let fine_path = self.fine_path_of(b.container_id, b.local_id);
         self.committer
             .commit(DurableCommit {
                 block: b,
@@ -219,7 +254,28 @@ impl ContainerStore {
                         ob.dir_synced = true;
                     }
                     ob.durable_len = size;
-                    publisher.publish_durable(ob, data, close, cut);
+                    // The fine checksums' file is written before the closed
+                    // record is published, so a read that sees the record
+                    // finds the file whole. It is not synced: a crash may
+                    // leave it torn or missing, which its own CRC and the
+                    // check against the record catch (`fine.rs`).
+                    let fine = fine.filter(|f| {
+                        let row = f.encode();
+                        match publisher
+                            .files
+                            .retry_on_emfile(|| std::fs::write(&fine_path, &row))
+                        {
+                            Ok(()) => true,
+                            Err(e) => {
+                                tracing::warn!(block = %b, error = %e, "writing fine checksums");
+                                false
+                            }
+                        }
+                    });
+                    let record = publisher.publish_durable(ob, data, close, cut);
+                    if fine.is_some() {
+                        publisher.fine.insert(key(b), record, fine);
+                    }
                 }),
             })
             .await?;
@@ -234,6 +290,7 @@ struct Publisher {
     open: Arc<OpenMap>,
     used_bytes: Arc<AtomicU64>,
     files: Arc<crate::file_cache::FileCache>,
+    fine: Arc<FineCache>,
 }
 
 impl Publisher {
@@ -248,7 +305,7 @@ impl Publisher {
         data: BlockData,
         close: bool,
         cut: Option<(std::path::PathBuf, u64)>,
-    ) {
+    ) -> Arc<BlockData> {
         let b = data.block_id;
         if let Some((path, len)) = cut {
             match self
@@ -259,18 +316,20 @@ impl Publisher {
                 Err(e) => tracing::warn!(block = %b, error = %e, "cutting a closed block's tail"),
             }
         }
-        self.publish(ob, data, close);
+        self.publish(ob, data, close)
     }
 
-    fn publish(&self, ob: &mut OpenBlock, data: BlockData, close: bool) {
+    /// Publishes `data`; returns the record as reads see it.
+    fn publish(&self, ob: &mut OpenBlock, data: BlockData, close: bool) -> Arc<BlockData> {
         let b = data.block_id;
         let size = data.size;
         ob.closed = close;
+        let record = Arc::new(data);
         let previous = self
             .committed
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(key(b), Arc::new(data));
+            .insert(key(b), Arc::clone(&record));
         let before = previous.map_or(0, |p| p.size);
         if size >= before {
             self.used_bytes.fetch_add(size - before, Ordering::Relaxed);
@@ -285,6 +344,7 @@ impl Publisher {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .remove(&key(b));
         }
+        record
     }
 }
 

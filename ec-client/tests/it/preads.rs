@@ -136,7 +136,15 @@ async fn checksum_verification_fetches_only_the_range_and_can_be_turned_off() {
     let off = trusting.open_key("b", "k").await.expect("open");
     let holder = node_of(&cluster, &info, 0, 1);
     let sent = |cluster: &MiniCluster| cluster.datanodes()[holder].metrics().read_bytes();
-    for (stream, client) in [(&on, &verifying), (&off, &trusting)] {
+    // The key is closed, so its datanodes kept fine checksums: the edges of
+    // a verified pread cost the pieces of 512 bytes around it (1024..2048
+    // here), not the window. An unverified one asks for no edges.
+    let fine_reads = |cluster: &MiniCluster| {
+        let node = cluster.datanodes()[holder].node().expect("running");
+        node.store().stats().fine_edge_reads
+    };
+    for (stream, client, fine) in [(&on, &verifying, 1), (&off, &trusting, 0)] {
+        let fine_before = fine_reads(&cluster);
         let before = (client.metrics(), sent(&cluster));
         let mut buf = vec![0u8; len];
         stream.read_exact_at(pos, &mut buf).await.expect("pread");
@@ -149,6 +157,7 @@ async fn checksum_verification_fetches_only_the_range_and_can_be_turned_off() {
             len as u64,
             "bytes the datanode sent"
         );
+        assert_eq!(fine_reads(&cluster) - fine_before, fine);
     }
 
     cluster.datanodes()[holder]

@@ -44,9 +44,11 @@ fn du(dir: &Path) -> u64 {
     total
 }
 
-/// (datanode uuid, container id, local id) of every block file on disk.
+/// (datanode uuid, container id, local id) of every block file on disk;
+/// fails on any other file, and on fine checksums without a block file.
 fn blocks_on_disk(cluster: &MiniCluster) -> BTreeSet<(String, u64, u64)> {
     let mut out = BTreeSet::new();
+    let mut fine = BTreeSet::new();
     for d in cluster.datanodes() {
         let containers = d.data_dir().join("containers");
         for c in std::fs::read_dir(&containers)
@@ -63,14 +65,25 @@ fn blocks_on_disk(cluster: &MiniCluster) -> BTreeSet<(String, u64, u64)> {
                 .flatten()
             {
                 let name = f.file_name().to_string_lossy().into_owned();
+                // A closed block's fine checksums sit beside its file.
+                let (suffix, set) = if name.ends_with(".fine") {
+                    (".fine", &mut fine)
+                } else {
+                    (".block", &mut out)
+                };
                 let lid: u64 = name
-                    .strip_suffix(".block")
+                    .strip_suffix(suffix)
                     .and_then(|s| s.parse().ok())
                     .unwrap_or_else(|| panic!("unexpected file {name}"));
-                out.insert((d.uuid().to_string(), cid, lid));
+                set.insert((d.uuid().to_string(), cid, lid));
             }
         }
     }
+    let orphans: Vec<_> = fine.difference(&out).collect();
+    assert!(
+        orphans.is_empty(),
+        "fine checksums without a block file: {orphans:?}"
+    );
     out
 }
 
