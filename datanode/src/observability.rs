@@ -16,6 +16,8 @@
 //! | `datanode_blocks` | gauge | committed blocks |
 //! | `datanode_block_file_syncs_total` | counter | fdatasyncs of block files |
 //! | `datanode_record_commits_total` | counter | durable metadata transactions |
+//! | `datanode_edge_reads_total{how}` | counter | ReadChunks with edges: `fine` (through fine checksums) or `window` (whole checksum windows) |
+//! | `datanode_fine_checksum_cache_bytes` | gauge | closed blocks' fine checksums held in memory |
 //! | `datanode_faults_injected_total` | counter | faults the injector applied |
 
 use std::sync::Arc;
@@ -110,6 +112,24 @@ impl Collector for DatanodeCollector {
             "datanode_record_commits",
             "Durable metadata transactions (one per group commit)",
             s.record_commits,
+        )?;
+        {
+            let mut family = e.encode_descriptor(
+                "datanode_edge_reads",
+                "ReadChunks with edges by how the datanode read around the range: \
+                 through fine checksums or whole checksum windows",
+                None,
+                prometheus_client::metrics::MetricType::Counter,
+            )?;
+            for (how, n) in [("fine", s.fine_edge_reads), ("window", s.window_edge_reads)] {
+                ConstCounter::new(n).encode(family.encode_family(&[("how", how)])?)?;
+            }
+        }
+        gauge(
+            &mut e,
+            "datanode_fine_checksum_cache_bytes",
+            "Bytes of closed blocks' fine checksums held in memory",
+            s.fine_cache_bytes,
         )?;
         counter(
             &mut e,

@@ -37,6 +37,16 @@ async fn every_process_serves_metrics_that_move_with_a_workload() {
     let got = tokio::task::spawn_blocking(move || {
         assert_eq!(http(addr, "PUT", "/bkt", &[], b"").0, 200);
         assert_eq!(http(addr, "PUT", "/bkt/obj", &[], &sent).0, 200);
+        // 100 bytes inside a checksum window: a ReadChunk with edges.
+        let ranged = http(
+            addr,
+            "GET",
+            "/bkt/obj",
+            &[("Range", "bytes=1000-1099")],
+            b"",
+        );
+        assert_eq!(ranged.0, 206);
+        assert_eq!(ranged.2, &sent[1000..1100]);
         http(addr, "GET", "/bkt/obj", &[], b"")
     })
     .await
@@ -98,9 +108,22 @@ async fn every_process_serves_metrics_that_move_with_a_workload() {
         })
         .sum();
     assert!(puts >= 5.0, "{dn_texts:?}");
+    // The ranged GET's edges came from the closed block's fine checksums.
+    let edge_reads = |how: &str| -> f64 {
+        let name = format!(r#"datanode_edge_reads_total{{how="{how}"}}"#);
+        dn_texts.iter().filter_map(|t| sample(t, &name)).sum()
+    };
+    assert_eq!((edge_reads("fine"), edge_reads("window")), (1.0, 0.0));
+    assert!(
+        dn_texts
+            .iter()
+            .filter_map(|t| sample(t, "datanode_fine_checksum_cache_bytes"))
+            .sum::<f64>()
+            > 0.0
+    );
 
-    // The gateway: exactly one PUT and one GET of the object, and its
-    // client's reads.
+    // The gateway: exactly one PUT, one GET of the object and one of 100
+    // of its bytes, and its client's reads.
     assert_eq!(
         sample(
             &s3_text,
@@ -118,7 +141,7 @@ async fn every_process_serves_metrics_that_move_with_a_workload() {
     );
     assert_eq!(
         sample(&s3_text, "s3_sent_bytes_total"),
-        Some(body.len() as f64)
+        Some(body.len() as f64 + 100.0)
     );
     assert!(
         sample(&s3_text, r#"client_datanode_rpcs_total{kind="ReadChunk"}"#)
