@@ -531,6 +531,16 @@ impl ContainerStore {
         if let Some(cached) = self.fine.get(k, record) {
             return cached;
         }
+        // A block being written has no fine checksums yet, and each of its
+        // PutBlocks publishes a new record: no file lookup per record.
+        let writing = self
+            .open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains_key(&k);
+        if writing {
+            return None;
+        }
         let path = self.fine_path_of(k.0, k.1);
         let row = blocking(move || match fs::read(&path) {
             Ok(row) => Ok(Some(row)),
