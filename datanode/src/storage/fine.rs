@@ -45,15 +45,12 @@
 //! the datanode's CRC of bytes the client does not receive.
 
 use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use block_stream::checksum::{
     EdgeChecksums, checksum_append, checksum_combine, checksum_of, edge_lens,
 };
 use proto_crate::{BlockData, ChecksumType, ChunkInfo};
-
-use super::BlockKey;
-use crate::lru::WeightedLru;
 
 /// Bytes between two fine checksum points (HDFS's bytesPerChecksum).
 pub const FINE_GRANULE: u64 = 512;
@@ -72,6 +69,44 @@ const ROW_TAG: [u8; 2] = [b'F', 1];
 const ROW_HEADER: usize = 2 + 1 + 8;
 /// The CRC32C of everything before it, at the end of the file.
 const ROW_TRAILER: usize = 4;
+/// Longest fine checksums file, bytes: that of a [`MAX_FINE_BLOCK`] block
+/// (8 MiB of points).
+pub(crate) const MAX_FINE_FILE: u64 =
+    (ROW_HEADER + ROW_TRAILER) as u64 + 4 * MAX_FINE_BLOCK / FINE_GRANULE;
+
+/// Why a block's fine checksums cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum FineError {
+    /// The file is shorter than its header and trailer.
+    #[error("{len} bytes, shorter than the header")]
+    Short { len: usize },
+    /// The trailing CRC32C does not match the bytes before it.
+    #[error("the file's CRC32C is {computed:#010x}, it ends with {stored:#010x} (torn or damaged)")]
+    Damaged { computed: u32, stored: u32 },
+    /// Not a fine checksums file of a version this datanode reads.
+    #[error("unknown tag {0:?}")]
+    Tag([u8; 2]),
+    /// A checksum type other than CRC32 (1) and CRC32C (2).
+    #[error("unknown checksum type {0}")]
+    Type(u8),
+    /// The points do not number one per 512 bytes of the size named.
+    #[error("{body} bytes of points for a {size}-byte block")]
+    Length { body: usize, size: u64 },
+    /// The points describe a block of another size than the record's.
+    #[error("points for {points} bytes, the block holds {block}")]
+    Size { points: u64, block: u64 },
+    /// A window's CRC from the points is not the writer's.
+    #[error(
+        "window {start}+{len} of chunk {chunk} has CRC {crc:#010x}, the writer's is {expected:#010x}"
+    )]
+    Window {
+        start: u64,
+        len: u64,
+        chunk: String,
+        crc: u32,
+        expected: u32,
+    },
+}
 
 /// Prefix CRCs of a block being written from offset 0: follows each
 /// WriteChunk, and yields [`FineChecksums`] at the close.
@@ -145,6 +180,8 @@ impl FineBuilder {
         if !size.is_multiple_of(FINE_GRANULE) {
             self.points.push(self.running);
         }
+        // Kept for the block's life: no spare capacity.
+        self.points.shrink_to_fit();
         Some(FineChecksums {
             ty,
             size,
@@ -202,14 +239,14 @@ impl FineChecksums {
     /// are never read through them). One combination per window.
     ///
     /// # Errors
-    /// Why they disagree: another block size, or the first window whose
-    /// CRC differs.
-    pub(crate) fn agrees_with(&self, data: &BlockData) -> Result<(), String> {
+    /// Why they disagree: [`FineError::Size`], or [`FineError::Window`] for
+    /// the first window whose CRC differs.
+    pub(crate) fn agrees_with(&self, data: &BlockData) -> Result<(), FineError> {
         if data.size != self.size {
-            return Err(format!(
-                "points for {} bytes, the block holds {}",
-                self.size, data.size
-            ));
+            return Err(FineError::Size {
+                points: self.size,
+                block: data.size,
+            });
         }
         for chunk in &data.chunks {
             let cs = &chunk.checksum;
@@ -226,11 +263,13 @@ impl FineChecksums {
                 if let Some(crc) = self.range(start, end)
                     && crc != expected
                 {
-                    return Err(format!(
-                        "window {start}+{} of chunk {} has CRC {crc:#010x}, the writer's is {expected:#010x}",
-                        end - start,
-                        chunk.name
-                    ));
+                    return Err(FineError::Window {
+                        start,
+                        len: end - start,
+                        chunk: chunk.name.clone(),
+                        crc,
+                        expected,
+                    });
                 }
             }
         }
@@ -242,9 +281,12 @@ impl FineChecksums {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut row = Vec::with_capacity(ROW_HEADER + 4 * self.points.len() + ROW_TRAILER);
         row.extend_from_slice(&ROW_TAG);
+        // A builder never takes `None` (no points without checksums), and
+        // `decode` refuses a 0.
         row.push(match self.ty {
+            ChecksumType::None => 0,
+            ChecksumType::Crc32 => 1,
             ChecksumType::Crc32c => 2,
-            _ => 1,
         });
         row.extend_from_slice(&self.size.to_le_bytes());
         for p in &self.points {
@@ -258,31 +300,34 @@ impl FineChecksums {
     /// Decodes a file's bytes.
     ///
     /// # Errors
-    /// What is wrong with them: the trailing CRC (a torn or damaged file),
-    /// tag, type, or a length that does not match the block size it names.
-    pub(crate) fn decode(file: &[u8]) -> Result<Self, String> {
+    /// What is wrong with them: [`FineError::Short`],
+    /// [`FineError::Damaged`] (the trailing CRC: a torn or damaged file),
+    /// [`FineError::Tag`], [`FineError::Type`], [`FineError::Length`] (not
+    /// one point per 512 bytes of the size it names).
+    pub(crate) fn decode(file: &[u8]) -> Result<Self, FineError> {
         let split = file
             .len()
             .checked_sub(ROW_TRAILER)
-            .ok_or_else(|| format!("{} bytes, shorter than the header", file.len()))?;
+            .ok_or(FineError::Short { len: file.len() })?;
         let (row, trailer) = file.split_at(split);
         let stored = u32::from_le_bytes([trailer[0], trailer[1], trailer[2], trailer[3]]);
         let crc = checksum_of(ChecksumType::Crc32c, row);
         if crc != stored {
-            return Err(format!(
-                "the file's CRC32C is {crc:#010x}, it ends with {stored:#010x} (torn or damaged)"
-            ));
+            return Err(FineError::Damaged {
+                computed: crc,
+                stored,
+            });
         }
         let header = row
             .get(..ROW_HEADER)
-            .ok_or_else(|| format!("{} bytes, shorter than the header", row.len()))?;
+            .ok_or(FineError::Short { len: file.len() })?;
         if header[..2] != ROW_TAG {
-            return Err(format!("unknown tag {:?}", &header[..2]));
+            return Err(FineError::Tag([header[0], header[1]]));
         }
         let ty = match header[2] {
             1 => ChecksumType::Crc32,
             2 => ChecksumType::Crc32c,
-            t => return Err(format!("unknown checksum type {t}")),
+            t => return Err(FineError::Type(t)),
         };
         let mut size = [0u8; 8];
         size.copy_from_slice(&header[3..ROW_HEADER]);
@@ -290,10 +335,10 @@ impl FineChecksums {
         let body = &row[ROW_HEADER..];
         let count = size.div_ceil(FINE_GRANULE);
         if size == 0 || body.len() as u64 != count.saturating_mul(4) {
-            return Err(format!(
-                "{} bytes of points for a {size}-byte block",
-                body.len()
-            ));
+            return Err(FineError::Length {
+                body: body.len(),
+                size,
+            });
         }
         let points = body
             .chunks_exact(4)
@@ -440,82 +485,10 @@ impl EdgePlan {
     }
 }
 
-/// Default [`StoreOptions::fine_checksum_cache_bytes`](super::StoreOptions):
-/// 64 MiB, the fine checksums of 8 GiB of blocks.
-pub const DEFAULT_FINE_CHECKSUM_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+mod cache;
 
-/// What the cache knows of a block's fine checksums, for one record of it.
-#[derive(Debug, Clone)]
-struct FineEntry {
-    /// The committed record the row was checked against.
-    record: Arc<BlockData>,
-    /// The block's fine checksums; `None`: it has none.
-    fine: Option<Arc<FineChecksums>>,
-}
-
-/// Fine checksums of recently read or closed blocks, bounded in bytes
-/// (least recently used out); a block without them is remembered too.
-#[derive(Debug)]
-pub(crate) struct FineCache {
-    capacity: u64,
-    lru: Mutex<WeightedLru<BlockKey, FineEntry>>,
-}
-
-impl FineCache {
-    /// A cache of at most `capacity` bytes (0: fine checksums are not used).
-    pub(crate) fn new(capacity: u64) -> Self {
-        Self {
-            capacity,
-            lru: Mutex::new(WeightedLru::new(capacity)),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, WeightedLru<BlockKey, FineEntry>> {
-        self.lru
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Whether the cache holds anything at all (a zero capacity disables
-    /// fine checksums for reads).
-    pub(crate) fn enabled(&self) -> bool {
-        self.capacity > 0
-    }
-
-    /// What is cached for block `k` as of `record`: `Some(None)` for a block
-    /// known to have no fine checksums; `None` when nothing is cached for
-    /// this record (a newer record was committed since, or none is cached).
-    pub(crate) fn get(
-        &self,
-        k: BlockKey,
-        record: &Arc<BlockData>,
-    ) -> Option<Option<Arc<FineChecksums>>> {
-        let entry = self.lock().get(k)?;
-        Arc::ptr_eq(&entry.record, record).then_some(entry.fine)
-    }
-
-    /// Caches what block `k` has as of `record`.
-    pub(crate) fn insert(
-        &self,
-        k: BlockKey,
-        record: Arc<BlockData>,
-        fine: Option<Arc<FineChecksums>>,
-    ) {
-        let weight =
-            std::mem::size_of::<FineEntry>() as u64 + fine.as_ref().map_or(0, |f| f.weight());
-        self.lock().insert(k, FineEntry { record, fine }, weight);
-    }
-
-    /// Bytes held.
-    pub(crate) fn weight(&self) -> u64 {
-        self.lock().weight()
-    }
-
-    /// Forgets block `k` (deleted or dropped).
-    pub(crate) fn remove(&self, k: BlockKey) {
-        self.lock().remove(k);
-    }
-}
+pub use cache::DEFAULT_FINE_CHECKSUM_CACHE_BYTES;
+pub(crate) use cache::FineCache;
 
 #[cfg(test)]
 mod store_tests;

@@ -40,7 +40,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
-use proto_crate::{BlockData, BlockId, ChecksumType, ChunkInfo, ReplicaIndex};
+use proto_crate::{BlockData, BlockId, ChunkInfo, ReplicaIndex};
 use redb::{Database, TableDefinition};
 
 use crate::DatanodeError;
@@ -447,7 +447,7 @@ impl ContainerStore {
     }
 
     /// [`check_read`](Self::check_read), returning the block's record.
-    fn checked_record(
+    pub(crate) fn checked_record(
         &self,
         b: BlockId,
         chunk: &ChunkInfo,
@@ -485,90 +485,6 @@ impl ContainerStore {
             });
         }
         Ok(data)
-    }
-
-    /// How a ReadChunk of `len` bytes at block offset `offset` of `chunk`,
-    /// answered with the edges of its `bpc`-byte `ty` checksum windows,
-    /// reads block `b`'s file: through the block's fine checksums when it
-    /// has them and the windows start and end on their points (the range
-    /// and at most 511 bytes on each side), else whole windows. Loads the
-    /// block's fine checksums from their file on the blocking pool the
-    /// first time (`fine.rs`).
-    ///
-    /// # Errors
-    /// As [`check_read`](Self::check_read), for the requested range.
-    pub(crate) async fn edge_plan(
-        &self,
-        b: BlockId,
-        chunk: &ChunkInfo,
-        ty: ChecksumType,
-        bpc: u32,
-        offset: u64,
-        len: u64,
-    ) -> Result<fine::EdgePlan> {
-        let record = self.checked_record(b, chunk, offset, len)?;
-        let fine = self.fine_checksums(b, &record).await;
-        let plan = fine
-            .and_then(|f| f.plan(chunk, ty, bpc, offset, len))
-            .unwrap_or_else(|| fine::EdgePlan::windows(chunk, ty, bpc, offset, len));
-        let counter = if plan.is_fine() { 0 } else { 1 };
-        self.edge_reads[counter].fetch_add(1, Ordering::Relaxed);
-        Ok(plan)
-    }
-
-    /// Block `b`'s fine checksums as of `record`: from the cache, or loaded
-    /// from their file and checked against `record` (a file that does not
-    /// decode or agree is logged and not used).
-    async fn fine_checksums(
-        &self,
-        b: BlockId,
-        record: &Arc<BlockData>,
-    ) -> Option<Arc<fine::FineChecksums>> {
-        if !self.fine.enabled() {
-            return None;
-        }
-        let k = key(b);
-        if let Some(cached) = self.fine.get(k, record) {
-            return cached;
-        }
-        // A block being written has no fine checksums yet, and each of its
-        // PutBlocks publishes a new record: no file lookup per record.
-        let writing = self
-            .open
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .contains_key(&k);
-        if writing {
-            return None;
-        }
-        let path = self.fine_path_of(k.0, k.1);
-        let row = blocking(move || match fs::read(&path) {
-            Ok(row) => Ok(Some(row)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(DatanodeError::io(format!("reading {}", path.display()), e)),
-        })
-        .await;
-        let fine = match row {
-            Ok(None) => None,
-            Ok(Some(row)) => {
-                match fine::FineChecksums::decode(&row)
-                    .and_then(|f| f.agrees_with(record).map(|()| f))
-                {
-                    Ok(f) => Some(Arc::new(f)),
-                    Err(why) => {
-                        tracing::warn!(block = %b, %why, "fine checksums not used; reads take whole windows");
-                        None
-                    }
-                }
-            }
-            Err(e) => {
-                // Not cached: the next read tries again.
-                tracing::warn!(block = %b, error = %e, "loading fine checksums");
-                return None;
-            }
-        };
-        self.fine.insert(k, Arc::clone(record), fine.clone());
-        fine
     }
 
     /// Reads exactly `len` bytes of block `b` at block-relative `offset`, which

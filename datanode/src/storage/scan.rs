@@ -157,17 +157,15 @@ impl ContainerStore {
             }
         }
         for d in &dropped {
-            let (c, l) = super::key(d.block_id);
-            self.files.remove((c, l));
-            self.fine.remove((c, l));
-            // Its block file is gone or short: its fine checksums go too
-            // (best effort; a start-up removes those with no record).
-            if let Err(e) = std::fs::remove_file(self.fine_path_of(c, l))
-                && e.kind() != std::io::ErrorKind::NotFound
-            {
-                tracing::warn!(block = %d.block_id, error = %e, "removing a lost block's fine checksums");
-            }
+            self.files.remove(super::key(d.block_id));
+            self.fine.remove(super::key(d.block_id));
         }
+        // The dropped blocks' files are gone or short: their fine checksums
+        // go too (best effort; a start-up removes those with no record).
+        let fine_files: Vec<_> = dropped
+            .iter()
+            .map(|d| self.fine_path_of(d.block_id.container_id, d.block_id.local_id))
+            .collect();
         let db = Arc::clone(&self.db);
         let rows: Vec<(BlockKey, Vec<u8>)> = dropped
             .iter()
@@ -196,6 +194,13 @@ impl ContainerStore {
                 }
             }
             txn.commit()?;
+            for path in &fine_files {
+                if let Err(e) = std::fs::remove_file(path)
+                    && e.kind() != std::io::ErrorKind::NotFound
+                {
+                    tracing::warn!(file = %path.display(), error = %e, "removing a lost block's fine checksums");
+                }
+            }
             Ok(())
         })
         .await?;

@@ -259,19 +259,24 @@ impl ContainerStore {
                     // finds the file whole. It is not synced: a crash may
                     // leave it torn or missing, which its own CRC and the
                     // check against the record catch (`fine.rs`).
-                    let fine = fine.filter(|f| {
-                        let row = f.encode();
-                        match publisher
-                            .files
-                            .retry_on_emfile(|| std::fs::write(&fine_path, &row))
-                        {
-                            Ok(()) => true,
-                            Err(e) => {
-                                tracing::warn!(block = %b, error = %e, "writing fine checksums");
-                                false
-                            }
+                    // A close that keeps none removes any file an earlier
+                    // life of the block left (a removal that failed).
+                    let written = match &fine {
+                        Some(f) => {
+                            let row = f.encode();
+                            publisher
+                                .files
+                                .retry_on_emfile(|| std::fs::write(&fine_path, &row))
                         }
-                    });
+                        None => match std::fs::remove_file(&fine_path) {
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                            other => other,
+                        },
+                    };
+                    if let Err(e) = &written {
+                        tracing::warn!(block = %b, error = %e, "writing fine checksums");
+                    }
+                    let fine = fine.filter(|_| written.is_ok());
                     let record = publisher.publish_durable(ob, data, close, cut);
                     if fine.is_some() {
                         publisher.fine.insert(key(b), record, fine);

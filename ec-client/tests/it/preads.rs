@@ -136,9 +136,11 @@ async fn checksum_verification_fetches_only_the_range_and_can_be_turned_off() {
     let off = trusting.open_key("b", "k").await.expect("open");
     let holder = node_of(&cluster, &info, 0, 1);
     let sent = |cluster: &MiniCluster| cluster.datanodes()[holder].metrics().read_bytes();
-    // The key is closed, so its datanodes kept fine checksums: the edges of
-    // a verified pread cost the pieces of 512 bytes around it (1024..2048
-    // here), not the window. An unverified one asks for no edges.
+    // The key is closed, so its datanodes kept fine checksums, and the edges
+    // of a verified pread come from them (with these 1 KiB windows the
+    // 512-byte pieces around 1500+100 are the window itself; what they save
+    // on 16 KiB windows is counted by the datanode's store tests). An
+    // unverified pread asks for no edges.
     let fine_reads = |cluster: &MiniCluster| {
         let node = cluster.datanodes()[holder].node().expect("running");
         node.store().stats().fine_edge_reads

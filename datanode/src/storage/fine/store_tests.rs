@@ -66,6 +66,17 @@ async fn write_block(
     chunks
 }
 
+/// WriteChunk of `c`, its bytes from the block's `data`.
+async fn write(
+    s: &ContainerStore,
+    b: BlockId,
+    c: &ChunkInfo,
+    data: &[u8],
+) -> Result<(), crate::DatanodeError> {
+    let part = Bytes::copy_from_slice(&data[c.offset as usize..c.end() as usize]);
+    s.write_chunk(b, c, part).await
+}
+
 /// One ReadChunk with edges as the service answers it, checked as a
 /// client checks it; returns the bytes it read from the block file.
 async fn edge_read(
@@ -279,4 +290,79 @@ async fn start_up_removes_fine_checksums_whose_block_has_no_record() {
     );
     assert_eq!(fine_file(&s, id(77)), None, "the orphan is gone");
     assert_eq!(s.recovery().fine_orphans_removed, 1);
+}
+
+#[tokio::test]
+async fn a_block_reopened_mid_write_or_refused_after_its_close() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ty = ChecksumType::Crc32;
+    let bytes = data(SIZE, 7);
+    let chunks = chunks(ty, &bytes);
+    {
+        let s = ContainerStore::open(dir.path()).expect("open");
+        write(&s, id(1), &chunks[0], &bytes)
+            .await
+            .expect("WriteChunk");
+        s.put_block(record(id(1), &chunks[..1]), BlockCommit::Sync)
+            .await
+            .expect("hsync");
+    }
+    // Restarted over bytes already on disk: the rest of the block is
+    // written and closed, and it keeps no fine checksums.
+    let s = ContainerStore::open(dir.path()).expect("reopen");
+    for c in &chunks[1..] {
+        write(&s, id(1), c, &bytes).await.expect("WriteChunk");
+    }
+    s.put_block(record(id(1), &chunks), BlockCommit::Close)
+        .await
+        .expect("close");
+    assert_eq!(fine_file(&s, id(1)), None);
+    assert_eq!(edge_read(&s, id(1), &chunks, ty, 5000, 4096).await, 16_384);
+
+    // A write retried after the close is refused and leaves write state
+    // behind; the block is still read through its fine checksums once the
+    // cache has let them go.
+    write_block(&s, id(2), ty, &bytes, BlockCommit::Close).await;
+    assert!(matches!(
+        write(&s, id(2), &chunks[3], &bytes).await,
+        Err(crate::DatanodeError::BlockClosed { .. })
+    ));
+    s.fine.remove((9, 2));
+    assert_eq!(edge_read(&s, id(2), &chunks, ty, 5000, 4096).await, 4608);
+}
+
+#[tokio::test]
+async fn a_close_without_fine_checksums_removes_an_earlier_lifes_file() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let s = ContainerStore::open(dir.path()).expect("open");
+    let ty = ChecksumType::Crc32;
+    let bytes = data(SIZE, 8);
+    let chunks = write_block(&s, id(1), ty, &bytes, BlockCommit::Close).await;
+    let old = fine_file(&s, id(1)).expect("a file");
+    s.delete_blocks(&[id(1)]).await.expect("delete");
+    // As a removal that failed leaves it.
+    std::fs::write(s.fine_path_of(9, 1), old).expect("put back");
+    assert!(s.revive(id(1)).await.expect("revive"));
+    // Written again with a retried WriteChunk between points: no points.
+    s.write_chunk(id(1), &chunks[0], Bytes::copy_from_slice(&bytes[..CHUNK]))
+        .await
+        .expect("WriteChunk");
+    let mut odd = chunks[1].clone();
+    odd.offset -= 100;
+    let at = odd.offset as usize;
+    s.write_chunk(id(1), &odd, Bytes::copy_from_slice(&bytes[at..at + CHUNK]))
+        .await
+        .expect("retry");
+    for c in &chunks[1..] {
+        let part = Bytes::copy_from_slice(&bytes[c.offset as usize..c.end() as usize]);
+        s.write_chunk(id(1), c, part).await.expect("WriteChunk");
+    }
+    s.put_block(record(id(1), &chunks), BlockCommit::Close)
+        .await
+        .expect("close");
+    assert_eq!(
+        fine_file(&s, id(1)),
+        None,
+        "the earlier life's file is gone"
+    );
 }
