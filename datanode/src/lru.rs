@@ -8,15 +8,31 @@ use std::hash::Hash;
 
 /// Entries by key with a use order; the least recently used go first when
 /// the total weight passes `capacity`.
+///
+/// A hit only stamps its entry (both caches are hit once per ReadChunk, so
+/// a hit must be cheap); the order catches up at eviction: the entry with
+/// the oldest position in `order` is evicted if it was not used since it
+/// took that position, else it moves to its last use and the next is
+/// tried. Every entry's last use is at or after its position, so the first
+/// entry found unused since is the least recently used of all.
 #[derive(Debug)]
 pub(crate) struct WeightedLru<K, V> {
     capacity: u64,
     weight: u64,
-    /// Key -> (value, weight, last-use tick).
-    entries: HashMap<K, (V, u64, u64)>,
-    /// Last-use tick -> key: the first entry is the least recently used.
+    entries: HashMap<K, Entry<V>>,
+    /// Position tick -> key, one per entry: the first is the oldest.
     order: BTreeMap<u64, K>,
     tick: u64,
+}
+
+#[derive(Debug)]
+struct Entry<V> {
+    value: V,
+    weight: u64,
+    /// Tick of the last use.
+    used: u64,
+    /// Tick of the entry's position in `order` (at most `used`).
+    position: u64,
 }
 
 impl<K: Copy + Eq + Hash, V: Clone> WeightedLru<K, V> {
@@ -34,13 +50,9 @@ impl<K: Copy + Eq + Hash, V: Clone> WeightedLru<K, V> {
     /// The value of `key`, marking it most recently used.
     pub(crate) fn get(&mut self, key: K) -> Option<V> {
         self.tick += 1;
-        let tick = self.tick;
-        let (value, _, t) = self.entries.get_mut(&key)?;
-        let old = std::mem::replace(t, tick);
-        let value = value.clone();
-        self.order.remove(&old);
-        self.order.insert(tick, key);
-        Some(value)
+        let e = self.entries.get_mut(&key)?;
+        e.used = self.tick;
+        Some(e.value.clone())
     }
 
     /// Puts `value` of `weight` under `key` (replacing an older value),
@@ -54,24 +66,38 @@ impl<K: Copy + Eq + Hash, V: Clone> WeightedLru<K, V> {
         }
         self.tick += 1;
         let tick = self.tick;
-        self.entries.insert(key, (value, weight, tick));
+        let entry = Entry {
+            value,
+            weight,
+            used: tick,
+            position: tick,
+        };
+        self.entries.insert(key, entry);
         self.order.insert(tick, key);
         self.weight += weight;
         while self.weight > self.capacity {
-            let Some((_, victim)) = self.order.pop_first() else {
+            let Some((_, oldest)) = self.order.pop_first() else {
                 break;
             };
-            if let Some((_, w, _)) = self.entries.remove(&victim) {
-                self.weight -= w;
+            let Some(e) = self.entries.get_mut(&oldest) else {
+                continue;
+            };
+            if e.used != e.position {
+                // Used since: it moves up to its last use.
+                e.position = e.used;
+                self.order.insert(e.used, oldest);
+                continue;
             }
+            self.weight -= e.weight;
+            self.entries.remove(&oldest);
         }
     }
 
     /// Drops the entry of `key`, if any.
     pub(crate) fn remove(&mut self, key: K) {
-        if let Some((_, w, tick)) = self.entries.remove(&key) {
-            self.order.remove(&tick);
-            self.weight -= w;
+        if let Some(e) = self.entries.remove(&key) {
+            self.order.remove(&e.position);
+            self.weight -= e.weight;
         }
     }
 
@@ -96,6 +122,62 @@ impl<K: Copy + Eq + Hash, V: Clone> WeightedLru<K, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Get(u8),
+        Insert(u8, u64),
+        Remove(u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0u8..8).prop_map(Op::Get),
+            (0u8..8, 0u64..6).prop_map(|(k, w)| Op::Insert(k, w)),
+            (0u8..8).prop_map(Op::Remove),
+        ]
+    }
+
+    proptest! {
+        /// Against a model that keeps entries in use order and evicts from
+        /// the front: the same entries, values and weight after every step.
+        #[test]
+        fn matches_an_ordered_model(capacity in 0u64..12, ops in proptest::collection::vec(op(), 1..200)) {
+            let mut lru = WeightedLru::new(capacity);
+            // (key, value, weight), least recently used first.
+            let mut model: Vec<(u8, u32, u64)> = Vec::new();
+            for (i, op) in ops.into_iter().enumerate() {
+                let value = i as u32;
+                match op {
+                    Op::Get(k) => {
+                        let want = model.iter().position(|e| e.0 == k).map(|p| {
+                            let e = model.remove(p);
+                            model.push(e);
+                            e.1
+                        });
+                        prop_assert_eq!(lru.get(k), want);
+                    }
+                    Op::Insert(k, w) => {
+                        lru.insert(k, value, w);
+                        model.retain(|e| e.0 != k);
+                        if w <= capacity {
+                            model.push((k, value, w));
+                            while model.iter().map(|e| e.2).sum::<u64>() > capacity {
+                                model.remove(0);
+                            }
+                        }
+                    }
+                    Op::Remove(k) => {
+                        lru.remove(k);
+                        model.retain(|e| e.0 != k);
+                    }
+                }
+                prop_assert_eq!(lru.len(), model.len());
+                prop_assert_eq!(lru.weight(), model.iter().map(|e| e.2).sum::<u64>());
+            }
+        }
+    }
 
     #[test]
     fn evicts_least_recently_used_by_weight() {
@@ -113,6 +195,19 @@ mod tests {
         assert_eq!(l.len(), 2, "and it evicted nothing");
         l.remove(1);
         assert_eq!((l.len(), l.weight()), (1, 1));
+        // Touched in another order than inserted: evicted by last use.
+        let mut l = WeightedLru::new(3);
+        for k in 1..=3 {
+            l.insert(k, k, 1);
+        }
+        for k in [2, 1, 3, 2] {
+            assert_eq!(l.get(k), Some(k));
+        }
+        l.insert(4, 4, 1);
+        assert_eq!(l.get(1), None, "1 was used least recently");
+        l.insert(5, 5, 1);
+        assert_eq!(l.get(3), None, "then 3");
+        assert_eq!((l.get(2), l.get(4), l.get(5)), (Some(2), Some(4), Some(5)));
         l.clear();
         assert_eq!((l.len(), l.weight()), (0, 0));
     }
