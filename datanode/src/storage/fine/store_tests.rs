@@ -3,7 +3,7 @@
 //! skipped whenever they could not describe the block's bytes.
 
 use crate::storage::{ContainerStore, StoreOptions};
-use block_stream::checksum::{self, verify_with_edges};
+use block_stream::checksum::verify_with_edges;
 use bytes::Bytes;
 use proto_crate::{BlockCommit, BlockData, BlockId, ChecksumType, ChunkInfo};
 
@@ -27,15 +27,7 @@ fn data(n: usize, seed: u8) -> Vec<u8> {
 }
 
 fn chunks(ty: ChecksumType, data: &[u8]) -> Vec<ChunkInfo> {
-    data.chunks(CHUNK)
-        .enumerate()
-        .map(|(i, c)| ChunkInfo {
-            name: format!("c{i}"),
-            offset: (i * CHUNK) as u64,
-            len: c.len() as u64,
-            checksum: checksum::compute(ty, BPC, c),
-        })
-        .collect()
+    super::tests::chunks(ty, BPC, data, CHUNK)
 }
 
 fn record(b: BlockId, chunks: &[ChunkInfo]) -> BlockData {
@@ -75,6 +67,30 @@ async fn write(
 ) -> Result<(), crate::DatanodeError> {
     let part = Bytes::copy_from_slice(&data[c.offset as usize..c.end() as usize]);
     s.write_chunk(b, c, part).await
+}
+
+/// Writes `data` as `b` with a WriteChunk retried 100 bytes before the end
+/// of the first chunk (between points) and closes it; returns its chunks.
+async fn close_after_a_retry_between_points(
+    s: &ContainerStore,
+    b: BlockId,
+    ty: ChecksumType,
+    data: &[u8],
+) -> Vec<ChunkInfo> {
+    let chunks = chunks(ty, data);
+    write(s, b, &chunks[0], data).await.expect("WriteChunk");
+    let mut retried = chunks[1].clone();
+    retried.offset -= 100;
+    write(s, b, &retried, data)
+        .await
+        .expect("a retry before the end");
+    for c in &chunks[1..] {
+        write(s, b, c, data).await.expect("WriteChunk");
+    }
+    s.put_block(record(b, &chunks), BlockCommit::Close)
+        .await
+        .expect("close");
+    chunks
 }
 
 /// One ReadChunk with edges as the service answers it, checked as a
@@ -166,26 +182,7 @@ async fn blocks_without_usable_fine_checksums_are_read_by_whole_windows() {
 
     // A WriteChunk retried at an offset between points.
     let b = id(2);
-    let chunks = chunks(ty, &bytes);
-    s.write_chunk(b, &chunks[0], Bytes::copy_from_slice(&bytes[..CHUNK]))
-        .await
-        .expect("WriteChunk");
-    let mut odd = chunks[1].clone();
-    odd.offset = CHUNK as u64 - 100;
-    s.write_chunk(
-        b,
-        &odd,
-        Bytes::copy_from_slice(&bytes[CHUNK - 100..2 * CHUNK - 100]),
-    )
-    .await
-    .expect("rewrite of the uncommitted tail");
-    for c in &chunks[1..] {
-        let part = Bytes::copy_from_slice(&bytes[c.offset as usize..c.end() as usize]);
-        s.write_chunk(b, c, part).await.expect("WriteChunk");
-    }
-    s.put_block(record(b, &chunks), BlockCommit::Close)
-        .await
-        .expect("close");
+    let chunks = close_after_a_retry_between_points(&s, b, ty, &bytes).await;
     assert_eq!(fine_file(&s, b), None);
     assert_eq!(edge_read(&s, b, &chunks, ty, 5000, 4096).await, 16_384);
 
@@ -337,29 +334,14 @@ async fn a_close_without_fine_checksums_removes_an_earlier_lifes_file() {
     let s = ContainerStore::open(dir.path()).expect("open");
     let ty = ChecksumType::Crc32;
     let bytes = data(SIZE, 8);
-    let chunks = write_block(&s, id(1), ty, &bytes, BlockCommit::Close).await;
+    write_block(&s, id(1), ty, &bytes, BlockCommit::Close).await;
     let old = fine_file(&s, id(1)).expect("a file");
     s.delete_blocks(&[id(1)]).await.expect("delete");
     // As a removal that failed leaves it.
     std::fs::write(s.fine_path_of(9, 1), old).expect("put back");
     assert!(s.revive(id(1)).await.expect("revive"));
     // Written again with a retried WriteChunk between points: no points.
-    s.write_chunk(id(1), &chunks[0], Bytes::copy_from_slice(&bytes[..CHUNK]))
-        .await
-        .expect("WriteChunk");
-    let mut odd = chunks[1].clone();
-    odd.offset -= 100;
-    let at = odd.offset as usize;
-    s.write_chunk(id(1), &odd, Bytes::copy_from_slice(&bytes[at..at + CHUNK]))
-        .await
-        .expect("retry");
-    for c in &chunks[1..] {
-        let part = Bytes::copy_from_slice(&bytes[c.offset as usize..c.end() as usize]);
-        s.write_chunk(id(1), c, part).await.expect("WriteChunk");
-    }
-    s.put_block(record(id(1), &chunks), BlockCommit::Close)
-        .await
-        .expect("close");
+    close_after_a_retry_between_points(&s, id(1), ty, &bytes).await;
     assert_eq!(
         fine_file(&s, id(1)),
         None,

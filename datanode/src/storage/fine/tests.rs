@@ -19,7 +19,7 @@ fn bytes(n: usize, seed: u64) -> Vec<u8> {
 }
 
 /// The block's chunks, `chunk_len` bytes each, with the writer's checksums.
-fn chunks(ty: ChecksumType, bpc: u32, data: &[u8], chunk_len: usize) -> Vec<ChunkInfo> {
+pub(super) fn chunks(ty: ChecksumType, bpc: u32, data: &[u8], chunk_len: usize) -> Vec<ChunkInfo> {
     data.chunks(chunk_len)
         .enumerate()
         .map(|(i, c)| ChunkInfo {
