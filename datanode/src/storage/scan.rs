@@ -160,19 +160,16 @@ impl ContainerStore {
             self.files.remove(super::key(d.block_id));
             self.fine.remove(super::key(d.block_id));
         }
-        // The dropped blocks' files are gone or short: their fine checksums
-        // go too (best effort; a start-up removes those with no record).
-        let fine_files: Vec<_> = dropped
-            .iter()
-            .map(|d| self.fine_path_of(d.block_id.container_id, d.block_id.local_id))
-            .collect();
         let db = Arc::clone(&self.db);
-        let rows: Vec<(BlockKey, Vec<u8>)> = dropped
+        // Each dropped block's row, and its fine checksums file (the block
+        // file is gone or short: they go too).
+        let rows: Vec<(BlockKey, Vec<u8>, std::path::PathBuf)> = dropped
             .iter()
             .map(|d| {
                 (
                     super::key(d.block_id),
                     pb::BlockData::from((**d).clone()).encode_to_vec(),
+                    self.fine_path_of(d.block_id.container_id, d.block_id.local_id),
                 )
             })
             .collect();
@@ -181,7 +178,7 @@ impl ContainerStore {
             {
                 let mut blocks = txn.open_table(BLOCKS)?;
                 let mut closed = txn.open_table(CLOSED)?;
-                for (k, encoded) in &rows {
+                for (k, encoded, fine) in &rows {
                     // Only the row the scan judged: a PutBlock that committed a new one since
                     // keeps it.
                     let same = blocks
@@ -190,17 +187,20 @@ impl ContainerStore {
                     if same {
                         blocks.remove(k)?;
                         closed.remove(k)?;
+                        // Before the commit, while this transaction holds the
+                        // database: a close that commits after it writes its
+                        // file after this removal. Best effort: a start-up
+                        // removes what has no record.
+                        if let Err(e) = std::fs::remove_file(fine)
+                            && e.kind() != std::io::ErrorKind::NotFound
+                        {
+                            tracing::warn!(file = %fine.display(), error = %e,
+                                "removing a lost block's fine checksums");
+                        }
                     }
                 }
             }
             txn.commit()?;
-            for path in &fine_files {
-                if let Err(e) = std::fs::remove_file(path)
-                    && e.kind() != std::io::ErrorKind::NotFound
-                {
-                    tracing::warn!(file = %path.display(), error = %e, "removing a lost block's fine checksums");
-                }
-            }
             Ok(())
         })
         .await?;

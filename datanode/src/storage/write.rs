@@ -14,7 +14,7 @@ use proto_crate::wire::datanode as pb;
 use proto_crate::{BlockCommit, BlockData, BlockId, ChunkInfo};
 use redb::ReadableDatabase;
 
-use super::fine::{FineBuilder, FineCache};
+use super::fine::{FineBuilder, FineCache, FineChecksums};
 use super::group_commit::DurableCommit;
 use super::{
     BLOCKS, CLOSED, CommittedMap, ContainerStore, DELETED, MAX_READ_LEN, OpenBlock, OpenMap,
@@ -210,7 +210,7 @@ impl ContainerStore {
             fine: Arc::clone(&self.fine),
         };
         if !commit.is_durable() {
-            publisher.publish(&mut ob, data, false);
+            publisher.publish(&mut ob, data, false, None);
             return Ok(size);
         }
         // A close below what was written drops the tail (a writer that gave
@@ -268,19 +268,18 @@ impl ContainerStore {
                                 .files
                                 .retry_on_emfile(|| std::fs::write(&fine_path, &row))
                         }
-                        None => match std::fs::remove_file(&fine_path) {
+                        None if close => match std::fs::remove_file(&fine_path) {
                             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
                             other => other,
                         },
+                        None => Ok(()),
                     };
                     if let Err(e) = &written {
-                        tracing::warn!(block = %b, error = %e, "writing fine checksums");
+                        tracing::warn!(block = %b, file = %fine_path.display(), error = %e,
+                            "writing or removing a closed block's fine checksums");
                     }
                     let fine = fine.filter(|_| written.is_ok());
-                    let record = publisher.publish_durable(ob, data, close, cut);
-                    if fine.is_some() {
-                        publisher.fine.insert(key(b), record, fine);
-                    }
+                    publisher.publish_durable(ob, data, close, cut, fine);
                 }),
             })
             .await?;
@@ -310,7 +309,8 @@ impl Publisher {
         data: BlockData,
         close: bool,
         cut: Option<(std::path::PathBuf, u64)>,
-    ) -> Arc<BlockData> {
+        fine: Option<Arc<FineChecksums>>,
+    ) {
         let b = data.block_id;
         if let Some((path, len)) = cut {
             match self
@@ -321,11 +321,19 @@ impl Publisher {
                 Err(e) => tracing::warn!(block = %b, error = %e, "cutting a closed block's tail"),
             }
         }
-        self.publish(ob, data, close)
+        self.publish(ob, data, close, fine);
     }
 
-    /// Publishes `data`; returns the record as reads see it.
-    fn publish(&self, ob: &mut OpenBlock, data: BlockData, close: bool) -> Arc<BlockData> {
+    /// Publishes `data`, and a closed block's `fine` checksums for reads
+    /// of that record (before its write state goes: a deletion that finds
+    /// none runs only after this, so it drops them too).
+    fn publish(
+        &self,
+        ob: &mut OpenBlock,
+        data: BlockData,
+        close: bool,
+        fine: Option<Arc<FineChecksums>>,
+    ) {
         let b = data.block_id;
         let size = data.size;
         ob.closed = close;
@@ -341,6 +349,9 @@ impl Publisher {
         } else {
             self.used_bytes.fetch_sub(before - size, Ordering::Relaxed);
         }
+        if fine.is_some() {
+            self.fine.insert(key(b), record, fine);
+        }
         if close {
             // A closed block takes no more writes: its write state is
             // dropped (a later write re-reads `closed` from the database).
@@ -349,7 +360,6 @@ impl Publisher {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .remove(&key(b));
         }
-        record
     }
 }
 

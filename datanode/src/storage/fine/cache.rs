@@ -142,22 +142,25 @@ impl ContainerStore {
         let loaded = blocking(move || Ok(load(&path, &checked))).await;
         let fine = match loaded {
             Ok(Ok(fine)) => fine.map(Arc::new),
-            Ok(Err(FineLoadError::Io(e))) | Err(e) => {
-                // Not cached: the next read tries again.
-                tracing::warn!(block = %b, error = %e, "loading fine checksums");
-                return None;
-            }
             Ok(Err(why)) => {
+                // Remembered for this record (an I/O error too: a read that
+                // failed once is not retried by every ReadChunk).
                 tracing::warn!(block = %b, %why, "fine checksums not used; reads take whole windows");
                 None
             }
+            Err(e) => {
+                tracing::warn!(block = %b, error = %e, "loading fine checksums");
+                return None;
+            }
         };
-        // Only for the record still committed: a close that published a
-        // newer one meanwhile put its own entry in.
-        if self
-            .committed_block(b)
-            .is_some_and(|r| Arc::ptr_eq(&r, record))
-        {
+        // Only for the record still committed, checked and cached under the
+        // committed map's lock: a close publishing a newer record (which
+        // caches its own entry after taking that lock) is not overwritten.
+        let committed = self
+            .committed
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if committed.get(&k).is_some_and(|r| Arc::ptr_eq(r, record)) {
             self.fine.insert(k, Arc::clone(record), fine.clone());
         }
         fine
