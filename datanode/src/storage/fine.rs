@@ -8,8 +8,8 @@
 //! client combines them with the CRC of the range. Summing those edges from
 //! the block file means reading the whole window (two when the range
 //! crosses a boundary): a 4 KiB read at a random offset costs the page-cache
-//! copy and the CRC of 20 KiB on average. HDFS keeps a CRC per 512 bytes
-//! beside each block for the same reason.
+//! copy and the CRC of 20 KiB on average. (HDFS keeps a CRC per 512 bytes
+//! in a `.meta` file beside each block.)
 //!
 //! Here the datanode computes, while a block is written from offset 0, its
 //! *prefix* CRCs `P(x)` = CRC of block bytes `[0, x)` at every multiple of
@@ -31,7 +31,8 @@
 //!   an offset that is not a multiple of 512, mixed checksum types,
 //!   exceeded [`MAX_FINE_BLOCK`] or whose bytes disagree with its writer's
 //!   checksums gets no file and is read in whole windows, as before.
-//! - Reads load a block's file once (on the blocking pool), check it again
+//! - Reads load a block's file once (on the blocking pool; reads that miss
+//!   together share one load, and a few run at once), check it again
 //!   against the record they serve, and keep it in a byte-bounded LRU
 //!   ([`StoreOptions::fine_checksum_cache_bytes`](super::StoreOptions)),
 //!   keyed by the record it was checked against: a block without usable

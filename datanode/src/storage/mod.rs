@@ -171,6 +171,10 @@ pub struct StoreStats {
     /// Bytes of fine checksums held in memory for reads (at most
     /// [`StoreOptions::fine_checksum_cache_bytes`]).
     pub fine_cache_bytes: u64,
+    /// Fine checksums files read since the store was opened (once per
+    /// block and record while it stays cached; reads that miss together
+    /// share one).
+    pub fine_loads: u64,
 }
 
 /// The containers and blocks of one datanode.
@@ -303,6 +307,7 @@ impl ContainerStore {
             fine_edge_reads: self.edge_reads[0].load(Ordering::Relaxed),
             window_edge_reads: self.edge_reads[1].load(Ordering::Relaxed),
             fine_cache_bytes: self.fine.weight(),
+            fine_loads: self.fine.loads(),
         }
     }
 

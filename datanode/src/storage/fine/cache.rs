@@ -3,7 +3,11 @@
 //! (see the parent module), and the store's planning of a ReadChunk with
 //! edges around it.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+use tokio::sync::{OnceCell, Semaphore};
 
 use proto_crate::{BlockData, BlockId, ChecksumType, ChunkInfo};
 
@@ -15,6 +19,14 @@ use crate::storage::{BlockKey, ContainerStore, Result, blocking, key};
 /// Default [`StoreOptions::fine_checksum_cache_bytes`](crate::StoreOptions):
 /// 64 MiB, the fine checksums of 8 GiB of blocks.
 pub const DEFAULT_FINE_CHECKSUM_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Most fine checksums files loaded at once (each up to [`MAX_FINE_FILE`],
+/// 8 MiB, while it is read and checked).
+const MAX_CONCURRENT_LOADS: usize = 4;
+
+/// A load of one block's file for one record, shared by every read that
+/// misses the cache meanwhile.
+type Flight = Arc<OnceCell<Option<Arc<FineChecksums>>>>;
 
 /// What the cache knows of a block's fine checksums, for one record of it.
 #[derive(Debug, Clone)]
@@ -32,6 +44,13 @@ struct FineEntry {
 pub(crate) struct FineCache {
     capacity: u64,
     lru: Mutex<WeightedLru<BlockKey, FineEntry>>,
+    /// Loads under way, by block and record (its address; the load holds
+    /// the record, so the address is not reused meanwhile).
+    flights: Mutex<HashMap<(BlockKey, usize), Flight>>,
+    /// Bounds the loads under way, store-wide.
+    load_permits: Semaphore,
+    /// Files loaded since the store was opened.
+    loads: AtomicU64,
 }
 
 impl FineCache {
@@ -40,6 +59,41 @@ impl FineCache {
         Self {
             capacity,
             lru: Mutex::new(WeightedLru::new(capacity)),
+            flights: Mutex::default(),
+            load_permits: Semaphore::new(MAX_CONCURRENT_LOADS),
+            loads: AtomicU64::new(0),
+        }
+    }
+
+    /// Fine checksums files loaded since the store was opened.
+    pub(crate) fn loads(&self) -> u64 {
+        self.loads.load(Ordering::Relaxed)
+    }
+
+    /// The load of block `k`'s file for `record`: the one under way, or a
+    /// new one.
+    fn flight(&self, k: BlockKey, record: &Arc<BlockData>) -> Flight {
+        let mut flights = self
+            .flights
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(
+            flights
+                .entry((k, Arc::as_ptr(record) as usize))
+                .or_default(),
+        )
+    }
+
+    /// Forgets `flight` once it is over (a later miss, after an eviction,
+    /// loads again).
+    fn land(&self, k: BlockKey, record: &Arc<BlockData>, flight: &Flight) {
+        let mut flights = self
+            .flights
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let id = (k, Arc::as_ptr(record) as usize);
+        if flights.get(&id).is_some_and(|f| Arc::ptr_eq(f, flight)) {
+            flights.remove(&id);
         }
     }
 
@@ -137,6 +191,28 @@ impl ContainerStore {
         if self.being_written(k) {
             return None;
         }
+        // Reads that miss together share one load.
+        let flight = self.fine.flight(k, record);
+        let fine = flight
+            .get_or_init(|| self.load_fine_checksums(b, record))
+            .await
+            .clone();
+        self.fine.land(k, record, &flight);
+        fine
+    }
+
+    /// Loads block `b`'s fine checksums file for `record` on the blocking
+    /// pool (at most `MAX_CONCURRENT_LOADS` at once), checks it and caches
+    /// the outcome for `record` if that is still the committed record.
+    async fn load_fine_checksums(
+        &self,
+        b: BlockId,
+        record: &Arc<BlockData>,
+    ) -> Option<Arc<FineChecksums>> {
+        let k = key(b);
+        // The semaphore is never closed.
+        let _permit = self.fine.load_permits.acquire().await.ok()?;
+        self.fine.loads.fetch_add(1, Ordering::Relaxed);
         let path = self.fine_path_of(k.0, k.1);
         let checked = Arc::clone(record);
         let loaded = blocking(move || Ok(load(&path, &checked))).await;

@@ -165,7 +165,18 @@ async fn a_closed_block_is_read_through_its_fine_checksums() {
         assert_eq!(edge_read(&s, *b, chunks, *ty, 5000, 4096).await, 4608);
     }
     assert_eq!(s.stats().fine_edge_reads, 2);
+    assert_eq!(s.stats().fine_loads, 2, "one file read per block");
     assert!(s.stats().fine_cache_bytes > 0);
+
+    // Reads that miss together share one load.
+    drop(s);
+    let s = ContainerStore::open(dir.path()).expect("reopen");
+    let (b, ty, chunks) = &written[0];
+    let reads = (0..8u64).map(|i| edge_read(&s, *b, chunks, *ty, 5000 + 9000 * i, 4096));
+    let lens = futures::future::join_all(reads).await;
+    assert!(lens.iter().all(|&n| n == 4608), "{lens:?}");
+    let stats = s.stats();
+    assert_eq!((stats.fine_loads, stats.fine_edge_reads), (1, 8));
 }
 
 #[tokio::test]
