@@ -1,18 +1,18 @@
 //! The copies: CopyObject and UploadPartCopy. The gateway reads the source (a range of it for
-//! a part) through the client and writes it as the destination, in steps of its request
-//! buffer, computing the MD5 ETag and a checksum as it goes; nothing passes through the S3
-//! client.
+//! a part) through the client and writes it as the destination, in steps of half its request
+//! buffer, while the MD5 ETag and a checksum of the bytes are computed on a thread of their
+//! own (`crate::digests`); nothing passes through the S3 client.
 
 use std::collections::BTreeMap;
 
-use md5::{Digest, Md5};
 use s3s::dto::{self, ETag};
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
 use crate::Gateway;
+use crate::digests::{BodyDigests, Digests};
 use crate::error::to_s3;
 use crate::integrity::{
-    Algorithm, CHECKSUM_ALGORITHM, CHECKSUM_TYPE, CHECKSUM_VALUE, Hasher, b64, set_checksum,
+    Algorithm, CHECKSUM_ALGORITHM, CHECKSUM_TYPE, CHECKSUM_VALUE, b64, set_checksum,
 };
 use crate::object_meta::{
     ETAG, PART_CHECKSUMS, PART_SIZES, check_user_metadata, object_metadata, system_metadata,
@@ -28,7 +28,6 @@ use crate::write_conditions::{
 struct SourceCheck {
     algorithm: Algorithm,
     want: Vec<u8>,
-    hasher: Hasher,
 }
 
 impl SourceCheck {
@@ -40,21 +39,14 @@ impl SourceCheck {
             return None;
         }
         let want = crate::integrity::decode_value(algorithm, value, "the stored checksum").ok()?;
-        Some(Self {
-            algorithm,
-            want,
-            hasher: Hasher::new(algorithm),
-        })
-    }
-
-    fn update(&mut self, chunk: &[u8]) {
-        self.hasher.update(chunk);
+        Some(Self { algorithm, want })
     }
 
     /// # Errors
-    /// 500 `InternalError` when the bytes read do not match.
-    fn finish(self) -> S3Result<()> {
-        if self.hasher.finish() == self.want {
+    /// 500 `InternalError` when `got`, the digest of the bytes read in the check's
+    /// algorithm, does not match.
+    fn check(&self, got: &[u8]) -> S3Result<()> {
+        if got == self.want.as_slice() {
             return Ok(());
         }
         Err(S3Error::with_message(
@@ -213,10 +205,12 @@ pub(crate) async fn copy_object(
     }))
 }
 
-/// Copies bytes `range` (source-relative offsets) of `src` into `w`, reading at most `step`
-/// bytes at a time (the gateway's buffer bound), and verifies the source's stored full-object
-/// checksum when the range is the whole source ([`SourceCheck`]). Returns the copied bytes'
-/// MD5 as hex (their ETag) and their checksum in `algorithm`.
+/// Copies bytes `range` (source-relative offsets) of `src` into `w`, reading at most half of
+/// `buffer` (the gateway's per-request bound, bytes) at a time while the bytes already read
+/// are digested on a thread of their own ([`BodyDigests`], within the other half), and
+/// verifies the source's stored full-object checksum when the range is the whole source
+/// ([`SourceCheck`]; the checksum computed for the copy serves when the algorithms are the
+/// same). Returns the copied bytes' MD5 as hex (their ETag) and their checksum in `algorithm`.
 ///
 /// # Errors
 /// `InternalError` when the source ends before the range does; read and write failures as
@@ -226,11 +220,15 @@ async fn copy_bytes(
     range: std::ops::Range<u64>,
     w: &mut ec_client::KeyOutputStream,
     algorithm: Algorithm,
-    step: u64,
+    buffer: u64,
 ) -> S3Result<(String, Vec<u8>)> {
-    let mut md5 = Md5::new();
-    let mut checksum = Hasher::new(algorithm);
-    let mut source_check = SourceCheck::of(src.info(), &range);
+    let step = (buffer / 2).max(1);
+    let source_check = SourceCheck::of(src.info(), &range);
+    let second = source_check
+        .as_ref()
+        .map(|c| c.algorithm)
+        .filter(|a| *a != algorithm);
+    let mut digests = BodyDigests::start(algorithm, second, buffer - step);
     let mut at = range.start;
     while at < range.end {
         let chunk = src
@@ -240,18 +238,20 @@ async fn copy_bytes(
         if chunk.is_empty() {
             return Err(s3_error!(InternalError, "the copy source ended early"));
         }
-        md5.update(&chunk);
-        checksum.update(&chunk);
-        if let Some(c) = source_check.as_mut() {
-            c.update(&chunk);
-        }
+        let len = chunk.len() as u64;
+        digests.update(chunk.clone()).await?;
         w.write(&chunk).await.map_err(to_s3)?;
-        at += chunk.len() as u64;
+        at += len;
     }
-    if let Some(c) = source_check {
-        c.finish()?;
+    let Digests {
+        md5,
+        checksum,
+        second,
+    } = digests.finish().await?;
+    if let Some(c) = &source_check {
+        c.check(second.as_deref().unwrap_or(&checksum))?;
     }
-    Ok((hex::encode(md5.finalize()), checksum.finish()))
+    Ok((hex::encode(md5), checksum))
 }
 
 /// The byte range an `x-amz-copy-source-range` names in a source of `size` bytes (the whole

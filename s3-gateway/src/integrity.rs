@@ -24,6 +24,7 @@ use s3s::dto::StreamingBlob;
 use s3s::{S3Result, TrailingHeaders, s3_error};
 
 use crate::Gateway;
+use crate::digests::{BodyDigests, Digests};
 use crate::error::to_s3;
 
 /// Metadata key of a stored object's or part's checksum algorithm (`CRC32`, ...).
@@ -371,8 +372,10 @@ pub(crate) async fn receive(
     claims: &Claims,
     trailers: Option<&TrailingHeaders>,
 ) -> S3Result<Received> {
-    let mut md5 = Md5::new();
-    let mut hasher = Hasher::new(claims.algorithm);
+    // MD5 and the checksum are computed on a thread of their own while the bytes are
+    // written (crate::digests); the body's chunks and those still being digested together
+    // stay within the request's buffer bound.
+    let mut digests = BodyDigests::start(claims.algorithm, None, gw.max_buffer() / 2);
     let mut n = 0u64;
     if let Some(mut body) = body {
         while let Some(chunk) = body.next().await {
@@ -383,15 +386,18 @@ pub(crate) async fn receive(
                     "the body exceeds {MAX_BODY} bytes"
                 ));
             }
-            md5.update(&chunk);
-            hasher.update(&chunk);
+            let len = chunk.len() as u64;
+            digests.update(chunk.clone()).await?;
             writer.write(&chunk).await.map_err(to_s3)?;
-            n += chunk.len() as u64;
-            gw.metrics().bytes_in(chunk.len() as u64);
+            n += len;
+            gw.metrics().bytes_in(len);
         }
     }
-    let md5 = md5.finalize();
-    let digest = hasher.finish();
+    let Digests {
+        md5,
+        checksum: digest,
+        ..
+    } = digests.finish().await?;
     if let Some(declared) = claims.declared_len
         && declared != n
     {

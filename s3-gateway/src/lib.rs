@@ -31,6 +31,7 @@ mod attributes;
 mod buckets;
 mod conditional;
 mod copy;
+mod digests;
 mod error;
 mod get;
 mod integrity;

@@ -242,3 +242,87 @@ async fn multipart_checksums_per_part_and_for_the_object() {
     .expect("blocking task");
     cluster.shutdown().await;
 }
+
+/// A copy of a whole object checks the bytes it reads against the source's stored
+/// full-object checksum, whether or not the copy is asked for the same algorithm (the
+/// copy's own checksum serves for the check, or a second one is computed beside it): a
+/// source whose bytes disagree with its record is refused (500, nothing written); an honest
+/// one is copied with its MD5 as ETag and its checksum. The object spans several of the
+/// copy's read steps (half the gateway's 12 MiB request buffer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_check_the_source_against_its_stored_checksum() {
+    use md5::Digest as _;
+    let (cluster, s) = signed_cluster().await;
+    let client = cluster.client().await.expect("client");
+    let s = tokio::task::spawn_blocking(move || {
+        assert_eq!(s.send("PUT", "/cpck", &[], &[], b"").0, 200);
+        s
+    })
+    .await
+    .expect("blocking task");
+    let body = common::data(13_000_000);
+    let stored = |crc: &[u8]| {
+        std::collections::BTreeMap::from([
+            ("checksum-algorithm".to_string(), "CRC32".to_string()),
+            ("checksum-value".to_string(), b64(crc)),
+            ("checksum-type".to_string(), "FULL_OBJECT".to_string()),
+        ])
+    };
+    for (key, crc) in [("lying", crc32(b"other bytes")), ("honest", crc32(&body))] {
+        let mut w = client.create_key("cpck", key, None).await.expect("create");
+        w.write(&body).await.expect("write");
+        w.close_with(stored(&crc)).await.expect("close");
+    }
+    let md5_hex = hex::encode(md5::Md5::digest(&body));
+    tokio::task::spawn_blocking(move || {
+        for (algorithm, to) in [
+            (Some("CRC32"), "same"),
+            (Some("SHA256"), "other"),
+            (None, "default"),
+        ] {
+            let mut h = vec![("x-amz-copy-source", "/cpck/lying")];
+            if let Some(a) = algorithm {
+                h.push(("x-amz-checksum-algorithm", a));
+            }
+            let path = format!("/cpck/{to}");
+            let r = s.send("PUT", &path, &[], &h, b"");
+            assert_eq!(code(&r).0, 500, "{to}: {}", text(&r));
+            assert!(
+                text(&r).contains("do not match its stored CRC32"),
+                "{}",
+                text(&r)
+            );
+            assert_eq!(
+                s.send("GET", &path, &[], &[], b"").0,
+                404,
+                "{to} was written"
+            );
+
+            h[0] = ("x-amz-copy-source", "/cpck/honest");
+            let r = s.send("PUT", &path, &[], &h, b"");
+            assert_eq!(r.0, 200, "{to}: {}", text(&r));
+            assert!(text(&r).contains(&md5_hex), "{}", text(&r));
+            let r = s.send(
+                "GET",
+                &path,
+                &[],
+                &[("x-amz-checksum-mode", "ENABLED")],
+                b"",
+            );
+            assert_eq!(r.0, 200);
+            assert!(dechunk(&r.2, &r.1) == body, "{to}: the copy's bytes differ");
+            assert_eq!(
+                header(&r.1, "etag"),
+                Some(format!("\"{md5_hex}\"").as_str())
+            );
+            if algorithm == Some("CRC32") {
+                assert_eq!(
+                    header(&r.1, "x-amz-checksum-crc32"),
+                    Some(b64(&crc32(&body)).as_str())
+                );
+            }
+        }
+    })
+    .await
+    .expect("blocking task");
+}
