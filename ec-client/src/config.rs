@@ -52,6 +52,10 @@ pub struct ClientConfig {
     pub ec_write_mode: EcWriteMode,
     /// Encoded stripes that may wait for the flush stage (default 2).
     pub ec_stripe_queue_size: usize,
+    /// Stripes the pipelined flush stage writes at once (default 4): handed to the replica
+    /// indexes' lanes and not yet published by all of them. 1 writes one stripe at a time,
+    /// every index waiting for the others.
+    pub ec_stripes_in_flight: usize,
     /// Times one stripe (EC) or chunk (replicated) is rewritten on a new
     /// block group after failures before the write fails (default 3).
     pub ec_write_retries: u32,
@@ -81,6 +85,7 @@ impl Default for ClientConfig {
             sequential_read_ahead: 4 * 1024 * 1024,
             ec_write_mode: EcWriteMode::Pipelined,
             ec_stripe_queue_size: 2,
+            ec_stripes_in_flight: 4,
             ec_write_retries: 3,
             replicated_chunk_size: 4 * 1024 * 1024,
             vectored_min_seek: 4 * 1024,
@@ -228,6 +233,13 @@ impl ClientConfig {
     #[must_use]
     pub fn with_ec_stripe_queue_size(mut self, n: usize) -> Self {
         self.ec_stripe_queue_size = n.max(1);
+        self
+    }
+
+    /// Sets how many stripes a pipelined EC write has in flight at once (at least 1).
+    #[must_use]
+    pub fn with_ec_stripes_in_flight(mut self, n: usize) -> Self {
+        self.ec_stripes_in_flight = n.max(1);
         self
     }
 

@@ -10,9 +10,10 @@
 //!   on one runtime and a full queue must suspend the producer, not block a
 //!   worker thread as a `crossbeam-channel` send would;
 //! - the flush stage, a task owned by the writer, drains the queue through a
-//!   [`StripeWriter`]: all cells of a stripe in parallel, then PutBlock on
-//!   every index; while it waits on the datanodes the producer encodes the
-//!   next stripe.
+//!   [`StripeWriter`]: up to `ec_stripes_in_flight` stripes at once, each
+//!   replica index writing its cells and publishing them with PutBlock on a
+//!   lane of its own (`stripe_writer/window.rs`); while it waits on the
+//!   datanodes the producer encodes the next stripe.
 //!
 //! A flush error ends the flush task; the producer reports it, with its
 //! original cause, at the next `write` or at `close`. Dropping the writer
@@ -65,6 +66,10 @@ pub struct EcWriteStats {
     pub stripes_flushed: u64,
     /// Largest number of stripes encoded but not yet acknowledged at once.
     pub max_in_flight: u64,
+    /// Largest number of stripes the flush stage was writing at once (handed to
+    /// the replica indexes and not yet published by all of them): at most
+    /// `ec_stripes_in_flight`.
+    pub max_stripes_written_at_once: u64,
     /// Stripes already encoded when the first stripe was acknowledged: above
     /// 1 means encoding overlapped the first flush.
     pub encoded_when_first_flushed: u64,
@@ -115,6 +120,7 @@ impl EcKeyOutputStream {
         let config = &shared.read.config;
         let mode = config.ec_write_mode;
         let queue_size = config.ec_stripe_queue_size.max(1);
+        let in_flight = config.ec_stripes_in_flight.max(1);
         let writer = StripeWriter::new(
             Arc::clone(&shared),
             state.session_id(),
@@ -130,7 +136,7 @@ impl EcKeyOutputStream {
                 Sink::Pipelined {
                     queue: Some(tx),
                     task: Some(tokio::spawn(proto_crate::request_id::propagate(
-                        flush_stage(writer, rx, Arc::clone(&counters)),
+                        flush_stage(writer, rx, in_flight, Arc::clone(&counters)),
                     ))),
                 }
             }
@@ -179,6 +185,7 @@ impl EcKeyOutputStream {
             stripes_encoded: c.encoded.load(Ordering::SeqCst),
             stripes_flushed: c.flushed.load(Ordering::SeqCst),
             max_in_flight: c.max_in_flight.load(Ordering::SeqCst),
+            max_stripes_written_at_once: c.max_window.load(Ordering::SeqCst),
             encoded_when_first_flushed: c.encoded_when_first_flushed.load(Ordering::SeqCst),
             stripes_rewritten: c.rewritten.load(Ordering::SeqCst),
             groups_allocated: c.groups_allocated.load(Ordering::SeqCst),
@@ -392,17 +399,12 @@ impl EcKeyOutputStream {
 /// (normal end: returns the groups) or a stripe fails for good (returns the
 /// error; the receiver is dropped so the producer's next send fails).
 async fn flush_stage(
-    mut writer: StripeWriter,
-    mut rx: mpsc::Receiver<EncodedStripe>,
+    writer: StripeWriter,
+    rx: mpsc::Receiver<EncodedStripe>,
+    in_flight: usize,
     counters: Arc<WriteCounters>,
 ) -> FlushOutcome {
-    let outcome = async {
-        while let Some(stripe) = rx.recv().await {
-            writer.write_stripe(&stripe).await?;
-        }
-        writer.finish().await
-    }
-    .await;
+    let outcome = writer.run_windowed(rx, in_flight).await;
     counters.note_flush_stage_ended();
     outcome
 }

@@ -133,12 +133,14 @@ fn quick_bench_counts() {
     for (w, m) in [
         ("write-ec", "serial"),
         ("write-ec", "pipelined"),
+        ("write-ec", "pipelined-1"),
         ("write-replicated", "replicated"),
         ("encode-rs-3-2-1024k", "codec"),
     ] {
         find(&write, w, m);
     }
     assert!(write["ratios"]["write-ec pipelined/serial"].is_number());
+    assert!(write["ratios"]["write-ec pipelined/pipelined-1"].is_number());
 
     let vectored: Value = serde_json::from_str(
         &std::fs::read_to_string(dir.path().join("quick-vectored.json")).expect("vectored json"),

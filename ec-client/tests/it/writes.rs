@@ -152,6 +152,87 @@ async fn datanode_failing_after_one_stripe_for_each_index() {
     cluster.shutdown().await;
 }
 
+/// One index failing while the others have run ahead of it: with stripes
+/// 2..=5 in flight, every index but 2 publishes them while index 2's
+/// WriteChunk of stripe 2 is held up and then fails. The group keeps only
+/// what every index published (stripe 1): the others are cut back to it by
+/// the seal, exactly the stripes in flight are rewritten on a new group
+/// without index 2's datanode, and the key reads back exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_behind_stripes_published_elsewhere_rewrites_them_all() {
+    let (cluster, client) = cluster(7, EcWriteMode::Pipelined).await;
+    ec_bucket(&client, "b", 1 << 20).await;
+    let window = client.config().ec_stripes_in_flight as u64;
+    assert!(window >= 2, "the default window has stripes in flight");
+    let src = data((window + 2) * STRIPE, 9);
+    let mut w = client.create_key("b", "ahead", None).await.expect("create");
+    w.write(&src[..STRIPE as usize])
+        .await
+        .expect("first stripe");
+    wait_flushed(&w, 1).await;
+    let group = ec(&w).current_block_group().expect("group");
+    let node = |r: u32| {
+        group
+            .pipeline
+            .nodes_for(ri(r))
+            .next()
+            .expect("node")
+            .clone()
+    };
+    let slow = node(2);
+    let block = group.block_id(ri(2));
+    let dn = cluster.datanode_by_uuid(&slow.uuid).expect("dn");
+    for kind in [
+        FaultKind::Delay(Duration::from_millis(1500)),
+        FaultKind::Unavailable,
+    ] {
+        dn.inject(
+            FaultRule::new(RpcKind::WriteChunk, kind)
+                .expect("rule")
+                .for_block(block.container_id, block.local_id),
+        );
+    }
+    w.write(&src[STRIPE as usize..]).await.expect("rest queued");
+    // While index 2 is held up, index 1 publishes every stripe of the window.
+    let ahead = block_stream::XceiverClientManager::direct(&node(1).address)
+        .expect("client")
+        .with_fixed_token(group.token.as_ref());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let len = ahead
+            .get_committed_block_length(group.block_id(ri(1)))
+            .await
+            .expect("index 1's block");
+        if len == (1 + window) * CELL {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "index 1 stayed at {len} bytes"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let info = w.close().await.expect("close");
+    assert_eq!(info.length, src.len() as u64);
+    assert_eq!(info.block_groups.len(), 2);
+    assert_eq!(
+        info.block_groups[0].length, STRIPE,
+        "only what every index published"
+    );
+    assert!(
+        info.block_groups[1]
+            .pipeline
+            .locations
+            .iter()
+            .all(|l| l.datanode.uuid != slow.uuid),
+        "failed datanode reused"
+    );
+    assert!(read_all(&client, "b", "ahead").await == src);
+    // Index 1 (and 3, 4, 5) were cut back from 1 + window stripes to one.
+    check_stored_lengths(&info).await;
+    cluster.shutdown().await;
+}
+
 /// Two datanodes failing while a partial stripe is pending: it is rewritten
 /// on a new group at close and the key reads back exactly. Parity datanodes
 /// failing after two stripes: the first group keeps its two stripes.
@@ -285,8 +366,10 @@ async fn dropped_writer_leaves_no_key() {
     cluster.shutdown().await;
 }
 
-/// With a slow datanode, stripe N+1 is encoded while stripe N is in flight,
-/// and the queue bound holds (counters, not timing).
+/// With slow datanodes, stripe N+1 is encoded while stripe N is in flight,
+/// the flush stage writes `ec_stripes_in_flight` stripes at once (one at a
+/// time before the window), and the queue and window bounds hold (counters,
+/// not timing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn encoding_overlaps_flushing_and_the_queue_is_bounded() {
     let (cluster, client) = cluster(5, EcWriteMode::Pipelined).await;
@@ -295,7 +378,7 @@ async fn encoding_overlaps_flushing_and_the_queue_is_bounded() {
         dn.inject(
             FaultRule::new(
                 RpcKind::WriteChunk,
-                FaultKind::Delay(Duration::from_millis(100)),
+                FaultKind::Delay(Duration::from_millis(300)),
             )
             .expect("rule"),
         );
@@ -305,14 +388,21 @@ async fn encoding_overlaps_flushing_and_the_queue_is_bounded() {
     w.write(&src).await.expect("write");
     let stats = ec(&w).stats();
     let queue = client.config().ec_stripe_queue_size as u64;
+    let window = client.config().ec_stripes_in_flight as u64;
     w.close().await.expect("close");
     assert!(
         stats.encoded_when_first_flushed >= 2,
         "no overlap: {stats:?}"
     );
+    // Encoded and not acknowledged: the window, the queue, and one stripe
+    // encoded and waiting for room in the queue.
     assert!(
-        stats.max_in_flight <= queue + 2,
+        stats.max_in_flight <= queue + window + 1,
         "queue bound broken: {stats:?}"
+    );
+    assert_eq!(
+        stats.max_stripes_written_at_once, window,
+        "every stripe of the window was written at once: {stats:?}"
     );
     assert!(read_all(&client, "b", "slow").await == src);
     cluster.shutdown().await;

@@ -1,5 +1,6 @@
-//! The `write` suite: pipelined vs serial EC writes of the same key size,
-//! a replicated write, and two ceilings the write rate can be read against
+//! The `write` suite: pipelined vs serial EC writes of the same key size
+//! (pipelined with the default window of stripes in flight, and with one
+//! stripe at a time), a replicated write, and two ceilings the write rate can be read against
 //! (ARCHITECTURE.md, write path): the codec's encode throughput, and the
 //! disk's (`disk-limit`: the bytes the EC write stores, written straight to
 //! files with one fsync per file, on the datanodes' file system, in the
@@ -95,14 +96,32 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
     let setup = s.client(ClientConfig::default()).await?;
     ensure_ec_and_replicated(&setup, EC_BUCKET, REP_BUCKET, 256 << 20).await?;
+    // (workload, mode, bucket, write mode, stripes in flight).
+    let in_flight = ClientConfig::default().ec_stripes_in_flight;
     let runs = [
-        ("write-ec", "serial", EC_BUCKET, EcWriteMode::Serial),
-        ("write-ec", "pipelined", EC_BUCKET, EcWriteMode::Pipelined),
+        ("write-ec", "serial", EC_BUCKET, EcWriteMode::Serial, 1),
+        (
+            "write-ec",
+            "pipelined",
+            EC_BUCKET,
+            EcWriteMode::Pipelined,
+            in_flight,
+        ),
+        // One stripe in flight: every index waits for the others (what the
+        // window of stripes in flight is measured against).
+        (
+            "write-ec",
+            "pipelined-1",
+            EC_BUCKET,
+            EcWriteMode::Pipelined,
+            1,
+        ),
         (
             "write-replicated",
             "replicated",
             REP_BUCKET,
             EcWriteMode::Pipelined,
+            in_flight,
         ),
     ];
     // Interleaved rounds, each starting with the next run, so that the
@@ -122,7 +141,7 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
     for round in 0..rounds {
         for step in 0..slots {
             let i = (round + step) % slots;
-            let Some((_, mode, bucket, write_mode)) = runs.get(i) else {
+            let Some((_, mode, bucket, write_mode, in_flight)) = runs.get(i) else {
                 if let Some(dir) = &s.scratch_dir {
                     // Each round's files are kept until the suite ends, as
                     // the keys are: every round writes into fresh page cache.
@@ -135,7 +154,11 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
                 continue;
             };
             let client = s
-                .client(ClientConfig::default().with_ec_write_mode(*write_mode))
+                .client(
+                    ClientConfig::default()
+                        .with_ec_write_mode(*write_mode)
+                        .with_ec_stripes_in_flight(*in_flight),
+                )
                 .await?;
             let before = client.metrics();
             let start = Instant::now();
@@ -165,7 +188,7 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
     }
     let mut rows = Vec::new();
     let total = s.size * rounds as u64;
-    for (i, (workload, mode, _, _)) in runs.iter().enumerate() {
+    for (i, (workload, mode, _, _, _)) in runs.iter().enumerate() {
         let mut row = super::report::row(
             workload,
             mode,
@@ -205,6 +228,12 @@ pub(crate) async fn run(s: &Settings) -> anyhow::Result<Report> {
         "write-ec",
         "pipelined",
         "serial",
+    );
+    report.ratio(
+        "write-ec pipelined/pipelined-1",
+        "write-ec",
+        "pipelined",
+        "pipelined-1",
     );
     report.mb_ratio(
         "write-ec pipelined MB/s / codec MB/s",

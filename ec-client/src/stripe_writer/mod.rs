@@ -1,10 +1,12 @@
 //! The flush stage of EC writes: puts encoded stripes into block groups.
 //!
 //! For each stripe: every non-empty data cell and every parity cell goes out
-//! as a WriteChunk to its replica index's datanode — all at once, or one
-//! after another in serial mode — then PutBlock commits the cumulative chunk
-//! list with `blockGroupLength` on all d+p indexes (indexes past the data get
-//! an empty record). These per-stripe PutBlocks are `BlockCommit::Flush`:
+//! as a WriteChunk to its replica index's datanode, then PutBlock commits the
+//! cumulative chunk list with `blockGroupLength` on all d+p indexes (indexes
+//! past the data get an empty record). Pipelined writes have several stripes
+//! in flight, each index on a lane of its own ([`window`]); serial mode
+//! ([`StripeWriter::write_stripe`]) writes one stripe at a time, its cells one
+//! after another. These per-stripe PutBlocks are `BlockCommit::Flush`:
 //! published on the datanodes, not synced. A full group (d × block size data
 //! bytes) is closed, once its last stripe is acknowledged everywhere, with an
 //! eof PutBlock (`BlockCommit::Close`: synced and durable; at least d indexes
@@ -32,6 +34,8 @@ use proto_crate::{BLOCK_GROUP_LENGTH_KEY, BlockCommit, BlockGroup, DatanodeId};
 use crate::client::ClientShared;
 use crate::{ClientError, Result};
 
+mod window;
+
 /// One encoded stripe: d data cells (the last ones possibly short or empty)
 /// and p parity cells, each as long as the first data cell.
 #[derive(Debug, Clone)]
@@ -53,6 +57,8 @@ pub(crate) struct WriteCounters {
     pub(crate) flushed: AtomicU64,
     /// Largest `encoded - flushed` seen.
     pub(crate) max_in_flight: AtomicU64,
+    /// Largest number of stripes handed to the lanes and not yet acknowledged.
+    pub(crate) max_window: AtomicU64,
     /// Stripes encoded at the moment the first stripe was acknowledged.
     pub(crate) encoded_when_first_flushed: AtomicU64,
     /// Stripes rewritten on a new block group after a failure.
