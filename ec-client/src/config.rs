@@ -54,7 +54,10 @@ pub struct ClientConfig {
     pub ec_stripe_queue_size: usize,
     /// Stripes the pipelined flush stage writes at once (default 4): handed to the replica
     /// indexes' lanes and not yet published by all of them. 1 writes one stripe at a time,
-    /// every index waiting for the others.
+    /// every index waiting for the others. A writer holds up to this many stripes of d+p
+    /// cells, plus `ec_stripe_queue_size`, plus the one being encoded: 7 by default, 35 MiB
+    /// for rs-3-2-1024k, 63 MiB for rs-6-3-1024k. The window empties at the end of each block
+    /// group.
     pub ec_stripes_in_flight: usize,
     /// Times one stripe (EC) or chunk (replicated) is rewritten on a new
     /// block group after failures before the write fails (default 3).

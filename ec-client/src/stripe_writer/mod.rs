@@ -15,7 +15,8 @@
 //! When a stripe fails on any index (unavailable, deadline, error code) the
 //! writer excludes the failed datanodes, seals the group at its last
 //! acknowledged length (a closing PutBlock of what the last fully successful
-//! stripe committed, on every index that did not fail; a group with nothing
+//! stripe committed, on every index that did not fail and, best effort, on a
+//! failed one whose datanode still answers; a group with nothing
 //! acknowledged is dropped), allocates a new group and rewrites the whole
 //! stripe there — up to `ec_write_retries` times (Ozone's
 //! `EcKeyOutputStream` stripe-retry behaviour). A group kept in the key is
@@ -46,6 +47,20 @@ pub(crate) struct EncodedStripe {
     pub(crate) len: u64,
     /// d data cells then p parity cells.
     pub(crate) cells: Vec<Bytes>,
+}
+
+/// The failures of one stripe on the open group, as
+/// [`StripeWriter::seal_group_at_acked`] needs them.
+#[derive(Debug)]
+struct GroupFailure {
+    /// 0-based stream indexes that failed.
+    failed: BTreeSet<usize>,
+    /// Those of them whose datanode answered with an error that is not
+    /// transient (out of space, an I/O error): it is up and may accept a
+    /// close, and may hold stripes past the group's acknowledged length.
+    answered: BTreeSet<usize>,
+    /// The first failure.
+    cause: ClientError,
 }
 
 /// Progress counters of one EC writer, for tests and the benchmark.
@@ -243,28 +258,18 @@ impl StripeWriter {
                 }
                 Err(failures) => {
                     attempts += 1;
-                    let failed_uuids = self.failed_uuids(&failures);
-                    let failed_indexes: BTreeSet<usize> =
-                        failures.iter().map(|(i, _)| *i).collect();
-                    let first = failures.into_iter().next().map(|(_, e)| e);
-                    tracing::debug!(stripe = stripe.seq, ?failed_uuids, error = ?first, "stripe write failed; rewriting on a new group");
-                    self.excluded.extend(failed_uuids);
-                    let cause = first.map_or_else(
-                        || ClientError::Internal("a stripe write failed without an error".into()),
-                        ClientError::from,
-                    );
-                    self.seal_group_at_acked(&failed_indexes, attempts, &cause)
-                        .await?;
+                    let failure = self.note_failures(failures, stripe.seq);
+                    self.seal_group_at_acked(&failure, attempts).await?;
                     if attempts > self.max_retries {
                         return Err(ClientError::WriteFailed {
                             stripe: stripe.seq,
                             attempts,
                             excluded: self.excluded.iter().cloned().collect(),
                             previous: None,
-                            cause: Box::new(cause),
+                            cause: Box::new(failure.cause),
                         });
                     }
-                    last_cause = Some(cause.to_string());
+                    last_cause = Some(failure.cause.to_string());
                     self.counters.rewritten.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -357,21 +362,50 @@ impl StripeWriter {
             .collect()
     }
 
+    /// Logs the failures of a stripe (`stripe`: its position in the key) on
+    /// the open group, excludes their datanodes from the groups allocated
+    /// next, and sums them up for the seal.
+    fn note_failures(
+        &mut self,
+        failures: Vec<(usize, BlockStreamError)>,
+        stripe: u64,
+    ) -> GroupFailure {
+        let failed_uuids = self.failed_uuids(&failures);
+        let failed = failures.iter().map(|(i, _)| *i).collect();
+        let answered = failures
+            .iter()
+            .filter(|(_, e)| matches!(e, BlockStreamError::Datanode { .. }) && !e.is_transient())
+            .map(|(i, _)| *i)
+            .collect();
+        let first = failures.into_iter().next().map(|(_, e)| e);
+        let group = self.group.as_ref().map(|g| g.group.id().to_string());
+        tracing::debug!(stripe, ?group, ?failed_uuids, error = ?first, "stripe write failed; rewriting on a new group");
+        self.excluded.extend(failed_uuids);
+        let cause = first.map_or_else(
+            || ClientError::Internal("a stripe write failed without an error".into()),
+            ClientError::from,
+        );
+        GroupFailure {
+            failed,
+            answered,
+            cause,
+        }
+    }
+
     /// Gives up on the open group after a failed stripe: it keeps what the
     /// last fully acknowledged stripe committed (nothing, if nothing was, in
     /// which case it is dropped), made durable by a closing PutBlock at that
-    /// length on every index not in `failed`.
+    /// length on every index that did not fail. A failed index whose
+    /// datanode answered ([`GroupFailure::answered`]) is closed at that
+    /// length too, best effort, so that it keeps no stripe the group does
+    /// not (a lane that ran ahead of the others published more); it does not
+    /// count towards the d closes the group needs.
     ///
     /// # Errors
-    /// [`ClientError::WriteFailed`] naming `cause` (the stripe's failure)
-    /// when fewer than d indexes closed: the group's acknowledged bytes are
+    /// [`ClientError::WriteFailed`] naming the failure's cause when fewer
+    /// than d of the other indexes closed: the group's acknowledged bytes are
     /// not durable and cannot be rewritten.
-    async fn seal_group_at_acked(
-        &mut self,
-        failed: &BTreeSet<usize>,
-        attempts: u32,
-        cause: &ClientError,
-    ) -> Result<()> {
+    async fn seal_group_at_acked(&mut self, failure: &GroupFailure, attempts: u32) -> Result<()> {
         if let Some(g) = self.group.as_mut()
             && g.acked > 0
         {
@@ -383,15 +417,23 @@ impl StripeWriter {
                 .iter_mut()
                 .zip(&g.acked_lens)
                 .enumerate()
-                .filter(|(i, _)| !failed.contains(i))
+                .filter(|(i, _)| !failure.failed.contains(i) || failure.answered.contains(i))
                 .map(|(i, (s, len))| async move { (i, s.close_at(*len, meta).await) });
-            let results = join_all(closing).await;
+            let (cut_back, results): (Vec<_>, Vec<_>) = join_all(closing)
+                .await
+                .into_iter()
+                .partition(|(i, _)| failure.failed.contains(i));
+            for (index, r) in cut_back {
+                if let Err(e) = r {
+                    tracing::debug!(index, error = %e, "a failed index was not cut back to the group's acknowledged length");
+                }
+            }
             if let Err(e) = self.require_durable(results) {
                 return Err(ClientError::WriteFailed {
                     stripe: self.acked / self.ec.stripe_size(),
                     attempts,
                     excluded: self.excluded.iter().cloned().collect(),
-                    previous: Some(cause.to_string()),
+                    previous: Some(failure.cause.to_string()),
                     cause: Box::new(e),
                 });
             }

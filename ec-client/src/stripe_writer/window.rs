@@ -20,7 +20,8 @@
 //!   One stripe in flight is the old behaviour: every index then waits for the others.
 //! - **Failures.** A failure on any lane stops the group: each lane finishes the operation in
 //!   hand and gives its stream back, the group is sealed at its acknowledged length on every
-//!   index that did not fail ([`StripeWriter::seal_group_at_acked`]), the failed datanodes
+//!   index that did not fail and, best effort, on a failed one whose datanode answered
+//!   ([`StripeWriter::seal_group_at_acked`]; it may have run ahead), the failed datanodes
 //!   are excluded, and every stripe not acknowledged is written again, in order, on a new
 //!   group. A stripe is rewritten at most `ec_write_retries` times (Ozone's
 //!   `EcKeyOutputStream` stripe retries).
@@ -28,10 +29,15 @@
 //!   stripes are acknowledged, before the next group's first stripe is written.
 //!
 //! Bounds: the window's stripes (each d+p cells) are held until acknowledged, besides the
-//! producer's queue (`ec_stripe_queue_size`); each lane's queue holds at most the window.
+//! producer's queue (`ec_stripe_queue_size`) and the stripe being encoded: with the defaults
+//! (4 + 2 + 1 stripes) about 35 MiB per rs-3-2-1024k writer and 63 MiB per rs-6-3-1024k one.
+//! Each lane's queue holds at most the window. The window drains at each group's end (the
+//! group closes once all its stripes are acknowledged), so a key of many small groups
+//! pipelines less.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use block_stream::{BlockOutputStream, BlockStreamError};
 use proto_crate::{BLOCK_GROUP_LENGTH_KEY, BlockCommit, BlockGroup};
@@ -62,7 +68,39 @@ struct LaneEvent {
     /// 0-based stream index.
     unit: usize,
     seq: u64,
-    result: block_stream::Result<()>,
+    outcome: Outcome,
+}
+
+/// What a lane reports of a stripe.
+#[derive(Debug)]
+enum Outcome {
+    /// The cell is written and a PutBlock published it.
+    Published,
+    /// The cell's WriteChunk or its PutBlock failed; the lane stopped.
+    Failed(BlockStreamError),
+    /// The lane's task panicked (a bug, not a datanode's failure): the write fails.
+    Lost,
+}
+
+/// Reports [`Outcome::Lost`] for the stripe in hand if the lane unwinds, so that the flush
+/// stage does not wait forever for a stripe no lane will publish (the other lanes keep the
+/// event channel open).
+struct LaneGuard {
+    unit: usize,
+    seq: u64,
+    events: mpsc::UnboundedSender<LaneEvent>,
+}
+
+impl Drop for LaneGuard {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = self.events.send(LaneEvent {
+                unit: self.unit,
+                seq: self.seq,
+                outcome: Outcome::Lost,
+            });
+        }
+    }
 }
 
 /// The stripes handed to the open group's lanes and not yet published by all of them, in
@@ -124,11 +162,14 @@ struct Lanes {
     senders: Vec<mpsc::UnboundedSender<Arc<LaneOp>>>,
     tasks: Vec<JoinHandle<BlockOutputStream>>,
     events: mpsc::UnboundedReceiver<LaneEvent>,
+    /// Set by [`Lanes::stop`]: a lane takes no further stripe from its queue.
+    stopping: Arc<AtomicBool>,
 }
 
 impl Lanes {
     fn start(streams: Vec<BlockOutputStream>) -> Self {
         let (event_tx, events) = mpsc::unbounded_channel();
+        let stopping = Arc::new(AtomicBool::new(false));
         let mut senders = Vec::with_capacity(streams.len());
         let mut tasks = Vec::with_capacity(streams.len());
         for (unit, stream) in streams.into_iter().enumerate() {
@@ -139,12 +180,14 @@ impl Lanes {
                 unit,
                 rx,
                 event_tx.clone(),
+                Arc::clone(&stopping),
             ))));
         }
         Self {
             senders,
             tasks,
             events,
+            stopping,
         }
     }
 
@@ -156,12 +199,13 @@ impl Lanes {
         }
     }
 
-    /// Stops the lanes: each finishes the operation in hand. Returns the streams, in index
-    /// order, and the events not yet received.
+    /// Stops the lanes: each finishes the operation in hand and leaves the stripes queued
+    /// behind it. Returns the streams, in index order, and the events not yet received.
     ///
     /// # Errors
     /// [`ClientError::TaskLost`] when a lane panicked.
     async fn stop(mut self) -> Result<(Vec<BlockOutputStream>, Vec<LaneEvent>)> {
+        self.stopping.store(true, Ordering::Release);
         self.senders.clear();
         let mut streams = Vec::with_capacity(self.tasks.len());
         // Each handle is awaited in place, so that a cancelled stop leaves the rest to
@@ -198,31 +242,46 @@ impl Drop for Lanes {
 }
 
 /// One replica index's writes: for each stripe, its cell (a no-op when empty) then a
-/// publishing PutBlock. Stops at its first failure, or when the queue closes; returns its
-/// stream.
+/// publishing PutBlock. Stops at its first failure, when the queue closes, or when `stopping`
+/// is set (after the stripe in hand); returns its stream.
 async fn lane(
     mut stream: BlockOutputStream,
     unit: usize,
     mut ops: mpsc::UnboundedReceiver<Arc<LaneOp>>,
     events: mpsc::UnboundedSender<LaneEvent>,
+    stopping: Arc<AtomicBool>,
 ) -> BlockOutputStream {
     while let Some(op) = ops.recv().await {
+        if stopping.load(Ordering::Acquire) {
+            break;
+        }
+        let guard = LaneGuard {
+            unit,
+            seq: op.stripe.seq,
+            events: events.clone(),
+        };
         let cell = op.stripe.cells.get(unit).cloned().unwrap_or_default();
         let result = match stream.write_chunk(cell).await {
             Ok(()) => stream.put_block(&op.meta, BlockCommit::Flush).await,
             Err(e) => Err(e),
         };
+        drop(guard);
         let failed = result.is_err();
         let event = LaneEvent {
             unit,
             seq: op.stripe.seq,
-            result,
+            outcome: result.map_or_else(Outcome::Failed, |()| Outcome::Published),
         };
         if events.send(event).is_err() || failed {
             break;
         }
     }
     stream
+}
+
+/// The error of a write whose lane `unit` (0-based stream index) panicked.
+fn lane_lost(unit: usize) -> ClientError {
+    ClientError::TaskLost(format!("the EC write lane of stream index {unit} panicked"))
 }
 
 /// The flush stage's state besides the writer's own.
@@ -285,9 +344,10 @@ impl StripeWriter {
                     let ev = ev.ok_or_else(|| {
                         ClientError::TaskLost("the EC write lanes ended with stripes in flight".into())
                     })?;
-                    match ev.result {
-                        Ok(()) => self.acknowledge(&mut st, ev.unit, ev.seq),
-                        Err(e) => self.fail_group(&mut st, (ev.unit, e)).await?,
+                    match ev.outcome {
+                        Outcome::Published => self.acknowledge(&mut st, ev.unit, ev.seq),
+                        Outcome::Failed(e) => self.fail_group(&mut st, (ev.unit, e)).await?,
+                        Outcome::Lost => return Err(lane_lost(ev.unit)),
                     }
                 }
                 s = rx.recv(), if room && input_open => match s {
@@ -366,9 +426,10 @@ impl StripeWriter {
         }
         let mut failures = Vec::new();
         for ev in rest {
-            match ev.result {
-                Ok(()) => self.acknowledge(st, ev.unit, ev.seq),
-                Err(e) => failures.push((ev.unit, e)),
+            match ev.outcome {
+                Outcome::Published => self.acknowledge(st, ev.unit, ev.seq),
+                Outcome::Failed(e) => failures.push((ev.unit, e)),
+                Outcome::Lost => return Err(lane_lost(ev.unit)),
             }
         }
         Ok(failures)
@@ -377,27 +438,23 @@ impl StripeWriter {
     /// A lane failed: stops the group, seals it at its acknowledged length, excludes the
     /// failed datanodes and queues every stripe not acknowledged for a new group.
     ///
+    /// Every stripe of the window fails with the group, so each is charged one rewrite; the
+    /// oldest has been rewritten at least as often as the others, and it is the one checked
+    /// against `ec_write_retries` and named in the error.
+    ///
     /// # Errors
-    /// [`ClientError::WriteFailed`] when the oldest of those stripes was already rewritten
-    /// `ec_write_retries` times, or the seal left fewer than d indexes durable.
+    /// [`ClientError::WriteFailed`] naming the oldest unacknowledged stripe (`previous` is
+    /// `None`: the failure that caused the last rewrite is this one) when it was already
+    /// rewritten `ec_write_retries` times, or the seal left fewer than d indexes durable.
     async fn fail_group(&mut self, st: &mut Stage, first: (usize, BlockStreamError)) -> Result<()> {
         let mut failures = vec![first];
         failures.extend(self.stop_lanes(st).await?);
-        let failed_uuids = self.failed_uuids(&failures);
-        let failed_indexes: BTreeSet<usize> = failures.iter().map(|(i, _)| *i).collect();
-        let first = failures.into_iter().next().map(|(_, e)| e);
-        let group = self.group.as_ref().map(|g| g.group.id().to_string());
-        tracing::debug!(?group, ?failed_uuids, error = ?first, "stripe write failed; rewriting on a new group");
-        self.excluded.extend(failed_uuids);
-        let cause = first.map_or_else(
-            || ClientError::Internal("a stripe write failed without an error".into()),
-            ClientError::from,
-        );
         let unacked = st.window.drain();
         let oldest = unacked.first().map_or(0, |q| q.stripe.seq);
         let attempts = unacked.first().map_or(1, |q| q.rewrites + 1);
-        self.seal_group_at_acked(&failed_indexes, attempts, &cause)
-            .await?;
+        let failure = self.note_failures(failures, oldest);
+        self.seal_group_at_acked(&failure, attempts).await?;
+        let cause = failure.cause;
         st.submitted = 0;
         if attempts > self.max_retries {
             return Err(ClientError::WriteFailed {
@@ -449,6 +506,43 @@ mod tests {
         assert!(
             w.published(0, 13).is_empty(),
             "a drained window starts afresh"
+        );
+    }
+
+    /// A lane that unwinds reports the stripe in hand as lost, so that the flush stage fails
+    /// the write instead of waiting for a stripe no lane will publish; a lane that finishes
+    /// its stripe reports nothing through the guard.
+    #[tokio::test]
+    async fn a_panicking_lane_reports_its_stripe_lost() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let events = tx.clone();
+        let task = tokio::spawn(async move {
+            let _guard = LaneGuard {
+                unit: 2,
+                seq: 7,
+                events,
+            };
+            panic!("a bug in a lane");
+        });
+        assert!(task.await.is_err_and(|e| e.is_panic()));
+        drop(LaneGuard {
+            unit: 1,
+            seq: 8,
+            events: tx,
+        });
+        let ev = rx.recv().await.expect("the lost stripe");
+        assert!(matches!(
+            ev,
+            LaneEvent {
+                unit: 2,
+                seq: 7,
+                outcome: Outcome::Lost
+            }
+        ));
+        assert!(
+            rx.recv().await.is_none(),
+            "nothing else: {:?}",
+            rx.try_recv()
         );
     }
 

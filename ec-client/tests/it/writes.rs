@@ -194,24 +194,7 @@ async fn a_failure_behind_stripes_published_elsewhere_rewrites_them_all() {
     }
     w.write(&src[STRIPE as usize..]).await.expect("rest queued");
     // While index 2 is held up, index 1 publishes every stripe of the window.
-    let ahead = block_stream::XceiverClientManager::direct(&node(1).address)
-        .expect("client")
-        .with_fixed_token(group.token.as_ref());
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let len = ahead
-            .get_committed_block_length(group.block_id(ri(1)))
-            .await
-            .expect("index 1's block");
-        if len == (1 + window) * CELL {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "index 1 stayed at {len} bytes"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_published(&group, &node(1).address, 1, (1 + window) * CELL).await;
     let info = w.close().await.expect("close");
     assert_eq!(info.length, src.len() as u64);
     assert_eq!(info.block_groups.len(), 2);
@@ -229,6 +212,110 @@ async fn a_failure_behind_stripes_published_elsewhere_rewrites_them_all() {
     );
     assert!(read_all(&client, "b", "ahead").await == src);
     // Index 1 (and 3, 4, 5) were cut back from 1 + window stripes to one.
+    check_stored_lengths(&info).await;
+    cluster.shutdown().await;
+}
+
+/// Waits until index `r` of `group`, on the datanode at `address`, has
+/// published `len` bytes.
+async fn wait_published(group: &proto_crate::BlockGroup, address: &str, r: u32, len: u64) {
+    let dn = block_stream::XceiverClientManager::direct(address)
+        .expect("client")
+        .with_fixed_token(group.token.as_ref());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = dn
+            .get_committed_block_length(group.block_id(ri(r)))
+            .await
+            .expect("the index's block");
+        if now == len {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "index {r} stayed at {now} bytes, not {len}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// An index that ran ahead of the others and then failed on a datanode that
+/// still answers is cut back with them: with index 2 held up, index 1
+/// publishes every stripe of the window, then its datanode refuses the next
+/// WriteChunk with an I/O error. The seal closes index 1 at the group's
+/// acknowledged length as well, so that no replica of the group holds a
+/// stripe the group does not (it held 1 + window cells before the seal cut
+/// it back). Index 2 finishes only the stripe in hand when the lanes stop,
+/// so the group keeps less than what index 1 published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_index_that_ran_ahead_then_failed_is_cut_back_too() {
+    let cluster = MiniCluster::start(MiniClusterConfig::default().with_datanodes(7))
+        .await
+        .expect("minicluster");
+    // Index 2 is slow, not failed: its deadline is well past the delay.
+    let client = cluster
+        .client_with(failure_config().with_rpc_timeout(Duration::from_secs(20)))
+        .await
+        .expect("client");
+    ec_bucket(&client, "b", 1 << 20).await;
+    let window = client.config().ec_stripes_in_flight as u64;
+    let src = data((window + 3) * STRIPE, 11);
+    let mut w = client
+        .create_key("b", "ran-ahead", None)
+        .await
+        .expect("create");
+    w.write(&src[..STRIPE as usize])
+        .await
+        .expect("first stripe");
+    wait_flushed(&w, 1).await;
+    let group = ec(&w).current_block_group().expect("group");
+    let node = |r: u32| {
+        group
+            .pipeline
+            .nodes_for(ri(r))
+            .next()
+            .expect("node")
+            .clone()
+    };
+    let rule = |r: u32, kind| {
+        let block = group.block_id(ri(r));
+        FaultRule::new(RpcKind::WriteChunk, kind)
+            .expect("rule")
+            .for_block(block.container_id, block.local_id)
+    };
+    cluster
+        .datanode_by_uuid(&node(2).uuid)
+        .expect("dn")
+        .inject(rule(2, FaultKind::Delay(Duration::from_millis(800))));
+    w.write(&src[STRIPE as usize..]).await.expect("rest queued");
+    let ahead = node(1);
+    wait_published(&group, &ahead.address, 1, (1 + window) * CELL).await;
+    cluster
+        .datanode_by_uuid(&ahead.uuid)
+        .expect("dn")
+        .inject(rule(
+            1,
+            FaultKind::Code(proto_crate::ResultCode::IoException),
+        ));
+    let info = w.close().await.expect("close");
+    assert_eq!(info.length, src.len() as u64);
+    assert_eq!(info.block_groups.len(), 2);
+    let kept = info.block_groups[0].length;
+    assert!(
+        kept > STRIPE && kept < (1 + window) * STRIPE,
+        "the group keeps what index 2 published after the first stripe, less than index 1 \
+         published: {kept} bytes"
+    );
+    assert!(
+        info.block_groups[1]
+            .pipeline
+            .locations
+            .iter()
+            .all(|l| l.datanode.uuid != ahead.uuid),
+        "failed datanode reused"
+    );
+    assert!(read_all(&client, "b", "ran-ahead").await == src);
+    // Index 1 too holds exactly the first group's share.
     check_stored_lengths(&info).await;
     cluster.shutdown().await;
 }
