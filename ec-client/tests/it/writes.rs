@@ -165,20 +165,8 @@ async fn a_failure_behind_stripes_published_elsewhere_rewrites_them_all() {
     let window = client.config().ec_stripes_in_flight as u64;
     assert!(window >= 2, "the default window has stripes in flight");
     let src = data((window + 2) * STRIPE, 9);
-    let mut w = client.create_key("b", "ahead", None).await.expect("create");
-    w.write(&src[..STRIPE as usize])
-        .await
-        .expect("first stripe");
-    wait_flushed(&w, 1).await;
-    let group = ec(&w).current_block_group().expect("group");
-    let node = |r: u32| {
-        group
-            .pipeline
-            .nodes_for(ri(r))
-            .next()
-            .expect("node")
-            .clone()
-    };
+    let (mut w, group) = first_stripe_flushed(&client, "ahead", &src).await;
+    let node = |r: u32| node_of(&group, r);
     let slow = node(2);
     let block = group.block_id(ri(2));
     let dn = cluster.datanode_by_uuid(&slow.uuid).expect("dn");
@@ -214,6 +202,32 @@ async fn a_failure_behind_stripes_published_elsewhere_rewrites_them_all() {
     // Index 1 (and 3, 4, 5) were cut back from 1 + window stripes to one.
     check_stored_lengths(&info).await;
     cluster.shutdown().await;
+}
+
+/// Creates EC key `key` in bucket `b`, writes the first stripe of `src` and
+/// waits until it is acknowledged; returns the writer and its block group.
+async fn first_stripe_flushed(
+    client: &Client,
+    key: &str,
+    src: &[u8],
+) -> (KeyOutputStream, proto_crate::BlockGroup) {
+    let mut w = client.create_key("b", key, None).await.expect("create");
+    w.write(&src[..STRIPE as usize])
+        .await
+        .expect("first stripe");
+    wait_flushed(&w, 1).await;
+    let group = ec(&w).current_block_group().expect("group");
+    (w, group)
+}
+
+/// The datanode that holds index `r` of `group`.
+fn node_of(group: &proto_crate::BlockGroup, r: u32) -> proto_crate::DatanodeDetails {
+    group
+        .pipeline
+        .nodes_for(ri(r))
+        .next()
+        .expect("node")
+        .clone()
 }
 
 /// Waits until index `r` of `group`, on the datanode at `address`, has
@@ -260,23 +274,8 @@ async fn an_index_that_ran_ahead_then_failed_is_cut_back_too() {
     ec_bucket(&client, "b", 1 << 20).await;
     let window = client.config().ec_stripes_in_flight as u64;
     let src = data((window + 3) * STRIPE, 11);
-    let mut w = client
-        .create_key("b", "ran-ahead", None)
-        .await
-        .expect("create");
-    w.write(&src[..STRIPE as usize])
-        .await
-        .expect("first stripe");
-    wait_flushed(&w, 1).await;
-    let group = ec(&w).current_block_group().expect("group");
-    let node = |r: u32| {
-        group
-            .pipeline
-            .nodes_for(ri(r))
-            .next()
-            .expect("node")
-            .clone()
-    };
+    let (mut w, group) = first_stripe_flushed(&client, "ran-ahead", &src).await;
+    let node = |r: u32| node_of(&group, r);
     let rule = |r: u32, kind| {
         let block = group.block_id(ri(r));
         FaultRule::new(RpcKind::WriteChunk, kind)
