@@ -16,7 +16,8 @@
 //! writer excludes the failed datanodes, seals the group at its last
 //! acknowledged length (a closing PutBlock of what the last fully successful
 //! stripe committed, on every index that did not fail and, best effort, on a
-//! failed one whose datanode still answers; a group with nothing
+//! failed one whose datanode answered with an error code that is not
+//! transient; a group with nothing
 //! acknowledged is dropped), allocates a new group and rewrites the whole
 //! stripe there — up to `ec_write_retries` times (Ozone's
 //! `EcKeyOutputStream` stripe-retry behaviour). A group kept in the key is
@@ -49,15 +50,33 @@ pub(crate) struct EncodedStripe {
     pub(crate) cells: Vec<Bytes>,
 }
 
+/// How long the seal of a failed group waits for the best-effort close of a
+/// failed index ([`StripeWriter::seal_group_at_acked`]) once it is sent.
+const CUT_BACK_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The error a best-effort close of `stream` that missed [`CUT_BACK_GRACE`]
+/// is logged with. The close is abandoned: its datanode may or may not have
+/// applied it, so the replica holds the group's length or what it published.
+fn cut_back_late(stream: &BlockOutputStream) -> BlockStreamError {
+    BlockStreamError::Timeout {
+        kind: proto_crate::RpcKind::PutBlock,
+        datanode: stream.locations().collect::<Vec<_>>().join(","),
+        block: Some(stream.block_id()),
+        after: CUT_BACK_GRACE,
+    }
+}
+
 /// The failures of one stripe on the open group, as
 /// [`StripeWriter::seal_group_at_acked`] needs them.
 #[derive(Debug)]
 struct GroupFailure {
     /// 0-based stream indexes that failed.
     failed: BTreeSet<usize>,
-    /// Those of them whose datanode answered with an error that is not
-    /// transient (out of space, an I/O error): it is up and may accept a
-    /// close, and may hold stripes past the group's acknowledged length.
+    /// Those of them whose datanode answered with a result code that is not
+    /// transient (`IO_EXCEPTION`, `BLOCK_CLOSED`, `CHUNK_OFFSET_MISMATCH`, a
+    /// refused token, …: anything but `UNAVAILABLE`, and not a broken
+    /// connection or a deadline): it is up, may accept a close, and may hold
+    /// stripes past the group's acknowledged length.
     answered: BTreeSet<usize>,
     /// The first failure.
     cause: ClientError,
@@ -399,12 +418,18 @@ impl StripeWriter {
     /// datanode answered ([`GroupFailure::answered`]) is closed at that
     /// length too, best effort, so that it keeps no stripe the group does
     /// not (a lane that ran ahead of the others published more); it does not
-    /// count towards the d closes the group needs.
+    /// count towards the d closes the group needs, and the seal waits for it
+    /// at most [`CUT_BACK_GRACE`] (its datanode just failed a call). Such an
+    /// index, once
+    /// closed, is a replica of the group like the others: the datanode's own
+    /// checks (a failed sync refuses the close; the block scanner reports a
+    /// lost file) decide whether it is healthy, not the client.
     ///
     /// # Errors
-    /// [`ClientError::WriteFailed`] naming the failure's cause when fewer
-    /// than d of the other indexes closed: the group's acknowledged bytes are
-    /// not durable and cannot be rewritten.
+    /// [`ClientError::WriteFailed`] when fewer than d of the other indexes
+    /// closed, with the last closing failure as `cause` and the stripe's
+    /// failure as `previous`: the group's acknowledged bytes are not durable
+    /// and cannot be rewritten.
     async fn seal_group_at_acked(&mut self, failure: &GroupFailure, attempts: u32) -> Result<()> {
         if let Some(g) = self.group.as_mut()
             && g.acked > 0
@@ -418,7 +443,14 @@ impl StripeWriter {
                 .zip(&g.acked_lens)
                 .enumerate()
                 .filter(|(i, _)| !failure.failed.contains(i) || failure.answered.contains(i))
-                .map(|(i, (s, len))| async move { (i, s.close_at(*len, meta).await) });
+                .map(|(i, (s, len))| async move {
+                    if !failure.failed.contains(&i) {
+                        return (i, s.close_at(*len, meta).await);
+                    }
+                    let late = cut_back_late(s);
+                    let bounded = tokio::time::timeout(CUT_BACK_GRACE, s.close_at(*len, meta));
+                    (i, bounded.await.unwrap_or(Err(late)))
+                });
             let (cut_back, results): (Vec<_>, Vec<_>) = join_all(closing)
                 .await
                 .into_iter()
