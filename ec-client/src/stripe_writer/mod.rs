@@ -420,10 +420,10 @@ impl StripeWriter {
     /// not (a lane that ran ahead of the others published more); it does not
     /// count towards the d closes the group needs, and the seal waits for it
     /// at most [`CUT_BACK_GRACE`] (its datanode just failed a call). Such an
-    /// index, once
-    /// closed, is a replica of the group like the others: the datanode's own
-    /// checks (a failed sync refuses the close; the block scanner reports a
-    /// lost file) decide whether it is healthy, not the client.
+    /// index, once closed, is a replica of the group like the others: the
+    /// datanode's own checks (a failed sync refuses the close; the block
+    /// scanner reports a lost file) decide whether it is healthy, not the
+    /// client.
     ///
     /// # Errors
     /// [`ClientError::WriteFailed`] when fewer than d of the other indexes
