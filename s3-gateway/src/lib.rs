@@ -73,7 +73,12 @@ pub struct GatewayConfig {
     /// unchecked (tests only).
     pub credentials: Option<(String, String)>,
     /// Object bytes one request may hold in memory at once (default 12 MiB):
-    /// GET streams in chunks of a third of it.
+    /// GET streams in chunks of a third of it; a PUT, UploadPart or copy
+    /// holds at most half of it waiting for its digests. The client
+    /// library's EC writer behind a PUT holds its stripes beside this
+    /// (`ClientConfig::ec_stripes_in_flight`: up to 35 MiB for
+    /// rs-3-2-1024k), and the gateway limits neither connections nor
+    /// requests in flight, so N PUTs at once hold N times both.
     pub max_request_buffer: u64,
     /// Where to serve `/metrics` (Prometheus text format), if anywhere.
     pub metrics_listen: Option<SocketAddr>,

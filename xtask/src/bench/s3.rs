@@ -236,9 +236,14 @@ async fn multipart(
 /// Single PUTs and multipart uploads, plain and with claimed checksums, and the direct write,
 /// interleaved round by round (each round opening with the next of them) so that the
 /// machine's noise and the order's effects fall on all of them alike.
+///
+/// Eight rounds (two with `--quick`): with four, `put gateway/direct` of the same build ranged
+/// from 0.76 to 1.02 over nine runs in one afternoon (2026-12-07), because the direct write
+/// alone swung between 171 and 270 MB/s from run to run with the machine's page-cache
+/// cost (README, s3 suite).
 async fn put_rows(s: &Settings, client: &ec_client::Client) -> anyhow::Result<Vec<super::Row>> {
     let size: usize = if s.quick { 12 << 20 } else { 100_000_000 };
-    let rounds = if s.quick { 2 } else { 4 };
+    let rounds = if s.quick { 2 } else { 8 };
     let mut body = vec![0u8; size];
     pattern::fill(11, 0, &mut body);
     let gw = s3_gateway::S3Gateway::start(
