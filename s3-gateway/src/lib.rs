@@ -34,6 +34,7 @@ mod copy;
 mod digests;
 mod error;
 mod get;
+mod in_flight;
 mod integrity;
 mod listing;
 mod metrics;
@@ -53,6 +54,7 @@ use std::time::Duration;
 
 use ec_client::Client;
 pub use error::to_s3;
+pub use in_flight::DEFAULT_MAX_REQUESTS_IN_FLIGHT;
 pub use integrity::checksum_header;
 pub use metrics::{GatewayMetrics, GatewaySnapshot};
 pub use multipart::MIN_PART_SIZE;
@@ -77,9 +79,15 @@ pub struct GatewayConfig {
     /// holds at most half of it waiting for its digests. The client
     /// library's EC writer behind a PUT holds its stripes beside this
     /// (`ClientConfig::ec_stripes_in_flight`: up to 35 MiB for
-    /// rs-3-2-1024k), and the gateway limits neither connections nor
-    /// requests in flight, so N PUTs at once hold N times both.
+    /// rs-3-2-1024k), so N PUTs at once hold N times both, N at most
+    /// [`max_requests_in_flight`](Self::max_requests_in_flight).
     pub max_request_buffer: u64,
+    /// Requests served at once (default
+    /// [`DEFAULT_MAX_REQUESTS_IN_FLIGHT`], at least 1), each from its
+    /// arrival until its answer has been sent to its end; one more is
+    /// answered 503 `SlowDown` at once and its connection closed
+    /// (`in_flight.rs`). Idle keep-alive connections do not count.
+    pub max_requests_in_flight: usize,
     /// Where to serve `/metrics` (Prometheus text format), if anywhere.
     pub metrics_listen: Option<SocketAddr>,
     /// HTTPS: serve S3 over TLS with this certificate (`--tls-cert`,
@@ -95,6 +103,7 @@ impl GatewayConfig {
             listen,
             credentials: Some((access_key.to_string(), secret_key.to_string())),
             max_request_buffer: 12 * 1024 * 1024,
+            max_requests_in_flight: DEFAULT_MAX_REQUESTS_IN_FLIGHT,
             metrics_listen: None,
             https: None,
         }
@@ -105,6 +114,14 @@ impl GatewayConfig {
     #[must_use]
     pub fn with_https(mut self, tls: proto_crate::tls::TlsConfig) -> Self {
         self.https = Some(tls);
+        self
+    }
+
+    /// Serves at most `n` requests at once (at least 1; see
+    /// [`max_requests_in_flight`](Self::max_requests_in_flight)).
+    #[must_use]
+    pub fn with_max_requests_in_flight(mut self, n: usize) -> Self {
+        self.max_requests_in_flight = n.max(1);
         self
     }
 
@@ -243,6 +260,8 @@ impl S3Gateway {
             address.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
         }
         let metrics_for_loop = Arc::clone(&metrics);
+        let limit =
+            in_flight::RequestLimit::new(config.max_requests_in_flight, Arc::clone(&metrics));
         let serving = ServingTask::spawn(|stop| async move {
             let stop = stop.wait();
             tokio::pin!(stop);
@@ -258,6 +277,7 @@ impl S3Gateway {
                         let _ = stream.set_nodelay(true);
                         let service = service.clone();
                         let counted = Arc::clone(&metrics_for_loop);
+                        let limit = limit.clone();
                         // Count every response, including s3s's own rejections.
                         // Every request: an id (answered, logged, sent on to the om and
                         // datanodes), and a count of its answer, s3s's own rejections included.
@@ -273,9 +293,14 @@ impl S3Gateway {
                             );
                             let refusal = request_ids::refuse_long_presigned(req.uri());
                             let continues = request_ids::expects_continue(&req);
+                            let http1 = req.version() <= http::Version::HTTP_11;
                             let scoped = Some(Arc::clone(&id));
+                            // Held by the answer's body until it is sent (in_flight.rs).
+                            let admission = limit.admit();
                             let work = async move {
+                                let busy = admission.is_none();
                                 let mut r = match refusal {
+                                    _ if busy => Ok(in_flight::slow_down(http1)),
                                     Some(resp) => Ok(resp),
                                     None => match request_ids::checked_xml_body(req.map(s3s::Body::from)).await {
                                         Ok(req) => service.call(req).await,
@@ -289,13 +314,15 @@ impl S3Gateway {
                                     }
                                     let status = resp.status().as_u16();
                                     counted.response(status);
-                                    if status >= 500 {
+                                    if busy {
+                                        tracing::debug!("s3 request refused: too many in flight");
+                                    } else if status >= 500 {
                                         tracing::warn!(status, "s3 request failed");
                                     } else {
                                         tracing::debug!(status, "s3 request");
                                     }
                                 }
-                                r
+                                r.map(|resp| resp.map(|body| in_flight::HeldBody::new(body, admission)))
                             };
                             proto_crate::request_id::scope(scoped, work)
                                 .instrument(span)

@@ -32,6 +32,10 @@ struct Args {
     /// picks a free one; its URL is printed at start).
     #[arg(long, value_name = "HOST:PORT")]
     metrics_listen: Option<SocketAddr>,
+    /// Requests served at once; one more is answered 503 SlowDown (each
+    /// PUT may hold the 12 MiB request buffer and its EC writer's stripes).
+    #[arg(long, default_value_t = s3_gateway::DEFAULT_MAX_REQUESTS_IN_FLIGHT, value_name = "N")]
+    max_requests_in_flight: usize,
     /// Log lines as `text` or `json` (one object per line). The filter is
     /// RUST_LOG's (default: info).
     #[arg(long, default_value = "text", value_name = "FORMAT")]
@@ -73,7 +77,8 @@ async fn main() -> anyhow::Result<()> {
     let client = Client::connect(&args.om, client_config)
         .await
         .with_context(|| format!("connecting to the om at {}", args.om))?;
-    let mut config = GatewayConfig::new(args.listen, &args.access_key, &args.secret_key);
+    let mut config = GatewayConfig::new(args.listen, &args.access_key, &args.secret_key)
+        .with_max_requests_in_flight(args.max_requests_in_flight);
     if let Some(m) = args.metrics_listen {
         config = config.with_metrics_listen(m);
     }

@@ -15,6 +15,10 @@ pub struct GatewayMetrics {
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
     key_lookups: AtomicU64,
+    /// Requests admitted and not yet answered to the end (`crate::in_flight`).
+    pub(crate) in_flight: AtomicU64,
+    /// Requests refused with 503 SlowDown at the limit.
+    pub(crate) refused_busy: AtomicU64,
 }
 
 /// A copy of [`GatewayMetrics`].
@@ -33,6 +37,12 @@ pub struct GatewaySnapshot {
     pub bytes_out: u64,
     /// `s3_key_lookups_total`: om key lookups the gateway made.
     pub key_lookups: u64,
+    /// `s3_requests_in_flight` (a gauge): requests admitted whose answer
+    /// has not been sent to its end.
+    pub requests_in_flight: u64,
+    /// `s3_requests_refused_busy_total`: requests answered 503 SlowDown
+    /// because `GatewayConfig::max_requests_in_flight` were in flight.
+    pub requests_refused_busy: u64,
 }
 
 impl GatewaySnapshot {
@@ -89,6 +99,8 @@ impl GatewayMetrics {
             bytes_in: self.bytes_in.load(Ordering::Relaxed),
             bytes_out: self.bytes_out.load(Ordering::Relaxed),
             key_lookups: self.key_lookups.load(Ordering::Relaxed),
+            requests_in_flight: self.in_flight.load(Ordering::Relaxed),
+            requests_refused_busy: self.refused_busy.load(Ordering::Relaxed),
         }
     }
 }

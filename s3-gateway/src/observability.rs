@@ -7,6 +7,8 @@
 //! | `s3_responses_total{status}` | counter | every HTTP answer, s3s's own refusals included |
 //! | `s3_received_bytes_total` / `s3_sent_bytes_total` | counter | object bytes in (PUT, UploadPart) and out (GET) |
 //! | `s3_key_lookups_total` | counter | om key lookups |
+//! | `s3_requests_in_flight` | gauge | requests admitted whose answer has not been sent to its end |
+//! | `s3_requests_refused_busy_total` | counter | requests answered 503 SlowDown at `--max-requests-in-flight` |
 //! | `client_datanode_rpcs_total{kind}` | counter | the gateway's datanode RPCs by kind |
 //! | `client_read_bytes_total` / `client_written_bytes_total` | counter | ReadChunk / WriteChunk payload bytes |
 //! | `client_ec_readers_created_total`, `client_ec_reconstruction_readers_created_total` | counter | EC readers built |
@@ -72,6 +74,18 @@ impl Collector for GatewayCollector {
         )?;
         counter(&mut e, "s3_sent_bytes", "Object bytes sent", s.bytes_out)?;
         counter(&mut e, "s3_key_lookups", "Om key lookups", s.key_lookups)?;
+        proto_crate::metrics_http::encode_gauge(
+            &mut e,
+            "s3_requests_in_flight",
+            "Requests admitted whose answer has not been sent to its end",
+            s.requests_in_flight,
+        )?;
+        counter(
+            &mut e,
+            "s3_requests_refused_busy",
+            "Requests answered 503 SlowDown at the in-flight limit",
+            s.requests_refused_busy,
+        )?;
         let c = self.client.metrics();
         {
             let mut family = e.encode_descriptor(

@@ -263,3 +263,65 @@ async fn an_error_before_a_continued_body_closes_the_connection() {
     );
     cluster.shutdown().await;
 }
+
+/// At `max_requests_in_flight` 1, a request that arrives while a PUT is being received is
+/// answered 503 SlowDown at once, with its connection closed; once the PUT's answer has gone
+/// the place is free and the next request is served. The in-flight gauge and the refusal
+/// counter follow. (Before the bound, the second request was served beside the PUT.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_past_the_in_flight_limit_is_told_to_slow_down() {
+    let cluster = MiniCluster::start(MiniClusterConfig::default())
+        .await
+        .expect("cluster");
+    let gw = s3_gateway::S3Gateway::start(
+        cluster.client().await.expect("client"),
+        s3_gateway::GatewayConfig::new(([127, 0, 0, 1], 0).into(), "ak", "sk")
+            .without_auth()
+            .with_max_requests_in_flight(1),
+    )
+    .await
+    .expect("gateway");
+    let addr = gw.address();
+    let metrics = std::sync::Arc::clone(gw.metrics());
+    let body = data(3 << 20);
+    let want = body.clone();
+    let (put, refused, after) = tokio::task::spawn_blocking(move || {
+        assert_eq!(http(addr, "PUT", "/bkt", &[], b"").0, 200);
+        common::wait_until("the bucket's PUT has left", || {
+            metrics.snapshot().requests_in_flight == 0
+        });
+        let mut refused = None;
+        let put = common::http_paused(addr, "PUT", "/bkt/obj", &body, || {
+            // The PUT's headers have arrived: it holds the one place.
+            common::wait_until("the PUT is in flight", || {
+                metrics.snapshot().requests_in_flight == 1
+            });
+            refused = Some(http(addr, "GET", "/bkt/obj", &[], b""));
+        });
+        common::wait_until("the PUT's answer has gone", || {
+            metrics.snapshot().requests_in_flight == 0
+        });
+        let after = http(addr, "GET", "/bkt/obj", &[], b"");
+        (put, refused.expect("the second request ran"), after)
+    })
+    .await
+    .expect("requests");
+    assert_eq!(put.0, 200, "{}", String::from_utf8_lossy(&put.2));
+    let (status, headers, text) = refused;
+    assert_eq!(status, 503, "{}", String::from_utf8_lossy(&text));
+    assert!(
+        String::from_utf8_lossy(&text).contains("<Code>SlowDown</Code>"),
+        "{}",
+        String::from_utf8_lossy(&text)
+    );
+    assert_eq!(header(&headers, "connection"), Some("close"));
+    assert!(header(&headers, "x-amz-request-id").is_some());
+    assert_eq!(after.0, 200);
+    assert!(
+        after.2 == want,
+        "the object reads back whole once the place is free"
+    );
+    let s = gw.metrics().snapshot();
+    assert_eq!((s.requests_refused_busy, s.requests_in_flight), (1, 0));
+    assert_eq!(s.responses.get(&503), Some(&1));
+}

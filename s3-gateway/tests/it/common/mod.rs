@@ -22,6 +22,32 @@ pub fn http(
     exchange(addr, method, path, headers, body, body.len(), || {})
 }
 
+/// As [`http`], sending the first half of `body`, then calling `between` (the gateway is in
+/// the middle of the request meanwhile), then the rest.
+pub fn http_paused(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    between: impl FnOnce(),
+) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    exchange(addr, method, path, &[], body, body.len() / 2, between)
+}
+
+/// Waits until `condition` holds, checking every 5 ms; panics naming `what` if it does not
+/// within 30 s (a condition the gateway reaches in microseconds, with room for a loaded
+/// machine).
+pub fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !condition() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 /// As [`http`], sending the body's first `pause_at` bytes, then calling `between`, then the
 /// rest.
 fn exchange(

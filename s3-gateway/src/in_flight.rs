@@ -1,0 +1,189 @@
+//! The bound on requests in flight (`GatewayConfig::max_requests_in_flight`).
+//!
+//! Each request may hold `max_request_buffer` bytes of object data, and a PUT's EC writer its
+//! window of stripes beside that (35 MiB for rs-3-2-1024k), so without a bound on how many
+//! run at once a burst of PUTs could take all the gateway's memory. A request past the bound
+//! is answered at once with 503 `SlowDown` (Amazon S3's answer to a rate it will not take,
+//! "Error responses", which the SDKs retry with backoff) and its connection is closed (its
+//! body, if any, is not read). An idle keep-alive connection holds nothing: the bound
+//! counts requests, from their arrival until the last byte of their answer has gone (a GET's
+//! answer streams its object after the handler returns) or the answer is dropped.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{HeaderValue, StatusCode};
+use hyper::body::{Body as HttpBody, Frame, SizeHint};
+use s3s::{Body, HttpResponse};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::metrics::GatewayMetrics;
+
+/// Default of `GatewayConfig::max_requests_in_flight`: at most about 3 GiB of PUT buffers
+/// (64 × (12 MiB + 35 MiB)) with the default request buffer and rs-3-2-1024k; aws-cli runs
+/// 10 requests at once per transfer.
+pub const DEFAULT_MAX_REQUESTS_IN_FLIGHT: usize = 64;
+
+/// Admits requests while fewer than its limit are in flight.
+#[derive(Debug, Clone)]
+pub(crate) struct RequestLimit {
+    permits: Arc<Semaphore>,
+    metrics: Arc<GatewayMetrics>,
+}
+
+/// One admitted request's place, given back (and counted out of
+/// `s3_requests_in_flight`) when dropped.
+#[derive(Debug)]
+pub(crate) struct Admission {
+    _permit: OwnedSemaphorePermit,
+    metrics: Arc<GatewayMetrics>,
+}
+
+impl RequestLimit {
+    /// A limit of `max` requests at once (at least 1).
+    pub(crate) fn new(max: usize, metrics: Arc<GatewayMetrics>) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(max.clamp(1, Semaphore::MAX_PERMITS))),
+            metrics,
+        }
+    }
+
+    /// A place for one more request, or `None` (counted as refused) when the limit's worth
+    /// are in flight.
+    pub(crate) fn admit(&self) -> Option<Admission> {
+        let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() else {
+            self.metrics.refused_busy.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        self.metrics.in_flight.fetch_add(1, Ordering::Relaxed);
+        Some(Admission {
+            _permit: permit,
+            metrics: Arc::clone(&self.metrics),
+        })
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The answer to a request past the limit: 503 `SlowDown`, closing an HTTP/1 connection
+/// (`http1`: the request's body, if it has one, was not read, so the connection cannot carry
+/// another; HTTP/2 resets just the request's stream, and forbids the header). Its request id
+/// is stamped on it like any answer's.
+pub(crate) fn slow_down(http1: bool) -> HttpResponse {
+    let mut resp = HttpResponse::new(Body::from(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>SlowDown</Code>\
+         <Message>Please reduce your request rate.</Message></Error>"
+            .to_string(),
+    ));
+    *resp.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    let headers = resp.headers_mut();
+    headers.insert("content-type", HeaderValue::from_static("application/xml"));
+    if http1 {
+        headers.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    resp
+}
+
+/// A response body that keeps its request's [`Admission`] until the body has been sent to
+/// its end or dropped (`None` for a refusal, which holds no place).
+pub(crate) struct HeldBody {
+    body: Body,
+    _admission: Option<Admission>,
+}
+
+impl HeldBody {
+    /// `body`, holding `admission` for as long as it lives.
+    pub(crate) fn new(body: Body, admission: Option<Admission>) -> Self {
+        Self {
+            body,
+            _admission: admission,
+        }
+    }
+}
+
+impl HttpBody for HeldBody {
+    type Data = Bytes;
+    type Error = <Body as HttpBody>::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    fn limit(max: usize) -> (RequestLimit, Arc<GatewayMetrics>) {
+        let metrics = Arc::new(GatewayMetrics::default());
+        (RequestLimit::new(max, Arc::clone(&metrics)), metrics)
+    }
+
+    #[test]
+    fn admits_up_to_the_limit_and_counts_the_rest() {
+        let (limit, metrics) = limit(2);
+        let a = limit.admit().expect("first");
+        let b = limit.admit().expect("second");
+        assert!(limit.admit().is_none(), "a third past a limit of 2");
+        let s = metrics.snapshot();
+        assert_eq!((s.requests_in_flight, s.requests_refused_busy), (2, 1));
+        drop(a);
+        let c = limit.admit().expect("a place was given back");
+        assert_eq!(metrics.snapshot().requests_in_flight, 2);
+        drop((b, c));
+        assert_eq!(metrics.snapshot().requests_in_flight, 0);
+    }
+
+    #[tokio::test]
+    async fn a_body_holds_its_place_until_it_is_sent() {
+        let (limit, metrics) = limit(1);
+        let held = HeldBody::new(Body::from("object bytes".to_string()), limit.admit());
+        assert!(
+            limit.admit().is_none(),
+            "the body's request still holds the place"
+        );
+        assert_eq!(metrics.snapshot().requests_in_flight, 1);
+        let sent = held.collect().await.expect("body").to_bytes();
+        assert_eq!(&sent[..], b"object bytes");
+        assert!(
+            limit.admit().is_some(),
+            "the place is free once the body is gone"
+        );
+    }
+
+    #[test]
+    fn the_refusal_is_slow_down_and_closes_an_http1_connection() {
+        assert!(
+            !slow_down(false)
+                .headers()
+                .contains_key(http::header::CONNECTION)
+        );
+        let r = slow_down(true);
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.headers()[http::header::CONNECTION], "close");
+        let body = r.body().bytes().expect("a whole body");
+        assert!(
+            String::from_utf8_lossy(&body).contains("<Code>SlowDown</Code>"),
+            "{body:?}"
+        );
+    }
+}
