@@ -156,8 +156,9 @@ impl ReflectedCrc {
     }
 
     /// `a · b mod P` (both below `2^width`) the fastest way this CPU has:
-    /// [`multiply_clmul`](Self::multiply_clmul) for a 32-bit CRC where
-    /// [`clmul::product`] is available, else
+    /// the carry-less [`clmul::product`] reduced by
+    /// [`reduce_product_32`](Self::reduce_product_32) for a 32-bit CRC where
+    /// the CPU has the instruction, else
     /// [`multiply_by_nibbles`](Self::multiply_by_nibbles).
     fn multiply_fast(&self, a: u64, b: u64) -> u64 {
         if self.width == 32
@@ -403,6 +404,21 @@ mod tests {
             for crc in [&CRC32, &CRC32C, &CRC64_NVME] {
                 let (a, b) = (a & crc.mask(), b & crc.mask());
                 prop_assert_eq!(crc.multiply_by_nibbles(a, b), crc.multiply(a, b));
+            }
+        }
+
+        /// The reduction of a carry-less product equals the bit-by-bit
+        /// multiplication on any CPU (the product computed in software).
+        #[test]
+        fn reducing_a_carry_less_product_agrees(a in any::<u32>(), b in any::<u32>()) {
+            let mut p = 0u64;
+            for i in 0..32 {
+                if b >> i & 1 == 1 {
+                    p ^= u64::from(a) << i;
+                }
+            }
+            for crc in [&CRC32, &CRC32C] {
+                prop_assert_eq!(crc.reduce_product_32(p), crc.multiply(a.into(), b.into()));
             }
         }
 

@@ -7,7 +7,10 @@
 //! "Error responses", which the SDKs retry with backoff) and its connection is closed (its
 //! body, if any, is not read). An idle keep-alive connection holds nothing: the bound
 //! counts requests, from their arrival until the last byte of their answer has gone (a GET's
-//! answer streams its object after the handler returns) or the answer is dropped.
+//! answer streams its object after the handler returns) or the answer is dropped. A client
+//! that goes silent mid-body holds its place for at most `GatewayConfig::request_idle_timeout`
+//! (then 400 `RequestTimeout`); one that stops reading its answer holds it until its
+//! connection ends (no write timeout yet).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -22,6 +25,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::metrics::GatewayMetrics;
 
+/// Default of `GatewayConfig::request_idle_timeout`: 30 s, hyper's own default for reading
+/// a request's headers.
+pub const DEFAULT_REQUEST_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Default of `GatewayConfig::max_requests_in_flight`: at most about 3 GiB of PUT buffers
 /// (64 × (12 MiB + 35 MiB)) with the default request buffer and rs-3-2-1024k; aws-cli runs
 /// 10 requests at once per transfer.
@@ -34,11 +41,11 @@ pub(crate) struct RequestLimit {
     metrics: Arc<GatewayMetrics>,
 }
 
-/// One admitted request's place, given back (and counted out of
+/// One admitted request's place, given back (and then counted out of
 /// `s3_requests_in_flight`) when dropped.
 #[derive(Debug)]
 pub(crate) struct Admission {
-    _permit: OwnedSemaphorePermit,
+    permit: Option<OwnedSemaphorePermit>,
     metrics: Arc<GatewayMetrics>,
 }
 
@@ -60,7 +67,7 @@ impl RequestLimit {
         };
         self.metrics.in_flight.fetch_add(1, Ordering::Relaxed);
         Some(Admission {
-            _permit: permit,
+            permit: Some(permit),
             metrics: Arc::clone(&self.metrics),
         })
     }
@@ -68,15 +75,21 @@ impl RequestLimit {
 
 impl Drop for Admission {
     fn drop(&mut self) {
+        // The place first: whoever sees the gauge fall may take it at once.
+        drop(self.permit.take());
         self.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
-/// The answer to a request past the limit: 503 `SlowDown`, closing an HTTP/1 connection
-/// (`http1`: the request's body, if it has one, was not read, so the connection cannot carry
-/// another; HTTP/2 resets just the request's stream, and forbids the header). Its request id
-/// is stamped on it like any answer's.
-pub(crate) fn slow_down(http1: bool) -> HttpResponse {
+/// The answer to a request past the limit: 503 `SlowDown`, with `Connection: close` when
+/// `close` (an HTTP/1 request whose body is left unread, so that its connection cannot carry
+/// another; HTTP/2 ends just the request's stream, and forbids the header). Its request id is
+/// stamped on it like any answer's.
+///
+/// A client that sent `Expect: 100-continue` (botocore does for PutObject and UploadPart)
+/// gets the answer before any of its body; one still sending a large body may see the
+/// connection reset instead, as hyper stops reading. SDKs retry both.
+pub(crate) fn slow_down(close: bool) -> HttpResponse {
     let mut resp = HttpResponse::new(Body::from(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>SlowDown</Code>\
          <Message>Please reduce your request rate.</Message></Error>"
@@ -85,10 +98,21 @@ pub(crate) fn slow_down(http1: bool) -> HttpResponse {
     *resp.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
     let headers = resp.headers_mut();
     headers.insert("content-type", HeaderValue::from_static("application/xml"));
-    if http1 {
+    if close {
         headers.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
     }
     resp
+}
+
+/// 400 `RequestTimeout`, Amazon S3's answer to a request whose client went silent: "Your
+/// socket connection to the server was not read from or written to within the timeout
+/// period" (`GatewayConfig::request_idle_timeout`).
+pub(crate) fn request_timeout() -> s3s::S3Error {
+    s3s::s3_error!(
+        RequestTimeout,
+        "Your socket connection to the server was not read from or written to within the \
+         timeout period."
+    )
 }
 
 /// A response body that keeps its request's [`Admission`] until the body has been sent to

@@ -378,7 +378,11 @@ pub(crate) async fn receive(
     let mut digests = BodyDigests::start(claims.algorithm, None, gw.max_buffer() / 2);
     let mut n = 0u64;
     if let Some(mut body) = body {
-        while let Some(chunk) = body.next().await {
+        // A client silent for the idle timeout gives its place back (in_flight.rs).
+        while let Some(chunk) = tokio::time::timeout(gw.idle_timeout(), body.next())
+            .await
+            .map_err(|_| crate::in_flight::request_timeout())?
+        {
             let chunk = chunk.map_err(|e| body_error(&*e))?;
             if n.saturating_add(chunk.len() as u64) > MAX_BODY {
                 return Err(s3_error!(

@@ -54,7 +54,7 @@ use std::time::Duration;
 
 use ec_client::Client;
 pub use error::to_s3;
-pub use in_flight::DEFAULT_MAX_REQUESTS_IN_FLIGHT;
+pub use in_flight::{DEFAULT_MAX_REQUESTS_IN_FLIGHT, DEFAULT_REQUEST_IDLE_TIMEOUT};
 pub use integrity::checksum_header;
 pub use metrics::{GatewayMetrics, GatewaySnapshot};
 pub use multipart::MIN_PART_SIZE;
@@ -86,8 +86,19 @@ pub struct GatewayConfig {
     /// [`DEFAULT_MAX_REQUESTS_IN_FLIGHT`], at least 1), each from its
     /// arrival until its answer has been sent to its end; one more is
     /// answered 503 `SlowDown` at once and its connection closed
-    /// (`in_flight.rs`). Idle keep-alive connections do not count.
+    /// (`in_flight.rs`). Idle keep-alive connections do not count, and
+    /// connections themselves are not bounded.
     pub max_requests_in_flight: usize,
+    /// Longest wait for a request's next bytes (default
+    /// [`DEFAULT_REQUEST_IDLE_TIMEOUT`], 30 s): an HTTP/1 request whose
+    /// headers take longer closes its connection (hyper's header read
+    /// timeout, which also closes a keep-alive connection idle that long);
+    /// a PUT or UploadPart body silent that long, or a small XML body not
+    /// read whole in that time, is answered 400 `RequestTimeout` (Amazon
+    /// S3's answer to a socket "not read from or written to within the
+    /// timeout period"), which frees its place among the requests in
+    /// flight. A client that stops reading an answer is not timed out.
+    pub request_idle_timeout: Duration,
     /// Where to serve `/metrics` (Prometheus text format), if anywhere.
     pub metrics_listen: Option<SocketAddr>,
     /// HTTPS: serve S3 over TLS with this certificate (`--tls-cert`,
@@ -104,6 +115,7 @@ impl GatewayConfig {
             credentials: Some((access_key.to_string(), secret_key.to_string())),
             max_request_buffer: 12 * 1024 * 1024,
             max_requests_in_flight: DEFAULT_MAX_REQUESTS_IN_FLIGHT,
+            request_idle_timeout: DEFAULT_REQUEST_IDLE_TIMEOUT,
             metrics_listen: None,
             https: None,
         }
@@ -122,6 +134,14 @@ impl GatewayConfig {
     #[must_use]
     pub fn with_max_requests_in_flight(mut self, n: usize) -> Self {
         self.max_requests_in_flight = n.max(1);
+        self
+    }
+
+    /// Waits at most `timeout` for a request's next bytes (see
+    /// [`request_idle_timeout`](Self::request_idle_timeout); at least 1 ms).
+    #[must_use]
+    pub fn with_request_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.request_idle_timeout = timeout.max(Duration::from_millis(1));
         self
     }
 
@@ -149,6 +169,8 @@ pub struct Gateway {
     /// Whether requests are authenticated (a request that reached an
     /// operation without a principal then counts as anonymous).
     auth: bool,
+    /// `GatewayConfig::request_idle_timeout`.
+    idle_timeout: Duration,
 }
 
 impl Gateway {
@@ -164,6 +186,7 @@ impl Gateway {
             metrics: Arc::new(GatewayMetrics::default()),
             max_buffer: max_request_buffer.max(192 * 1024),
             auth: false,
+            idle_timeout: DEFAULT_REQUEST_IDLE_TIMEOUT,
         }
     }
 
@@ -193,6 +216,10 @@ impl Gateway {
     }
     pub(crate) fn max_buffer(&self) -> u64 {
         self.max_buffer
+    }
+    /// Longest wait for a request body's next bytes (`GatewayConfig::request_idle_timeout`).
+    pub(crate) fn idle_timeout(&self) -> Duration {
+        self.idle_timeout
     }
     pub(crate) fn auth(&self) -> bool {
         self.auth
@@ -224,6 +251,8 @@ impl S3Gateway {
     pub async fn start(client: Client, config: GatewayConfig) -> std::io::Result<Self> {
         let mut gw = Gateway::new(client, config.max_request_buffer);
         gw.auth = config.credentials.is_some();
+        gw.idle_timeout = config.request_idle_timeout;
+        let idle_timeout = config.request_idle_timeout;
         let metrics = Arc::clone(&gw.metrics);
         let metrics_server = match config.metrics_listen {
             Some(addr) => Some(
@@ -293,16 +322,19 @@ impl S3Gateway {
                             );
                             let refusal = request_ids::refuse_long_presigned(req.uri());
                             let continues = request_ids::expects_continue(&req);
-                            let http1 = req.version() <= http::Version::HTTP_11;
+                            // A refusal of an HTTP/1 request whose body is left unread closes
+                            // its connection; one without a body keeps it.
+                            let close = req.version() <= http::Version::HTTP_11
+                                && !hyper::body::Body::is_end_stream(req.body());
                             let scoped = Some(Arc::clone(&id));
                             // Held by the answer's body until it is sent (in_flight.rs).
                             let admission = limit.admit();
                             let work = async move {
                                 let busy = admission.is_none();
                                 let mut r = match refusal {
-                                    _ if busy => Ok(in_flight::slow_down(http1)),
+                                    _ if busy => Ok(in_flight::slow_down(close)),
                                     Some(resp) => Ok(resp),
-                                    None => match request_ids::checked_xml_body(req.map(s3s::Body::from)).await {
+                                    None => match request_ids::checked_xml_body(req.map(s3s::Body::from), idle_timeout).await {
                                         Ok(req) => service.call(req).await,
                                         Err(refused) => Ok(refused),
                                     },
@@ -329,7 +361,9 @@ impl S3Gateway {
                         });
                         let acceptor = acceptor.clone();
                         tokio::spawn(async move {
-                            let builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+                            let mut builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+                            // The timer turns on hyper's HTTP/1 header read timeout.
+                            builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(idle_timeout);
                             let served = match acceptor {
                                 None => builder.serve_connection(hyper_util::rt::TokioIo::new(stream), svc).await,
                                 Some(acceptor) => {

@@ -36,6 +36,10 @@ struct Args {
     /// PUT may hold the 12 MiB request buffer and its EC writer's stripes).
     #[arg(long, default_value_t = s3_gateway::DEFAULT_MAX_REQUESTS_IN_FLIGHT, value_name = "N")]
     max_requests_in_flight: usize,
+    /// Seconds to wait for a request's next bytes: slower headers close the
+    /// connection, a silent PUT body is answered 400 RequestTimeout.
+    #[arg(long, default_value_t = s3_gateway::DEFAULT_REQUEST_IDLE_TIMEOUT.as_secs_f64(), value_name = "SECONDS")]
+    request_idle_timeout: f64,
     /// Log lines as `text` or `json` (one object per line). The filter is
     /// RUST_LOG's (default: info).
     #[arg(long, default_value = "text", value_name = "FORMAT")]
@@ -77,8 +81,16 @@ async fn main() -> anyhow::Result<()> {
     let client = Client::connect(&args.om, client_config)
         .await
         .with_context(|| format!("connecting to the om at {}", args.om))?;
+    if args.max_requests_in_flight == 0 {
+        anyhow::bail!("--max-requests-in-flight must be at least 1");
+    }
+    let idle = std::time::Duration::try_from_secs_f64(args.request_idle_timeout)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .context("--request-idle-timeout must be a positive number of seconds")?;
     let mut config = GatewayConfig::new(args.listen, &args.access_key, &args.secret_key)
-        .with_max_requests_in_flight(args.max_requests_in_flight);
+        .with_max_requests_in_flight(args.max_requests_in_flight)
+        .with_request_idle_timeout(idle);
     if let Some(m) = args.metrics_listen {
         config = config.with_metrics_listen(m);
     }
