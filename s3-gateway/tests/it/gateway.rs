@@ -264,12 +264,9 @@ async fn an_error_before_a_continued_body_closes_the_connection() {
     cluster.shutdown().await;
 }
 
-/// At `max_requests_in_flight` 1, a request that arrives while a PUT is being received is
-/// answered 503 SlowDown at once, with its connection closed; once the PUT's answer has gone
-/// the place is free and the next request is served. The in-flight gauge and the refusal
-/// counter follow. (Before the bound, the second request was served beside the PUT.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_past_the_in_flight_limit_is_told_to_slow_down() {
+/// A cluster and an unsigned gateway over it that serves one request at a time and waits
+/// `idle` for a request's next bytes.
+async fn one_request_gateway(idle: std::time::Duration) -> (MiniCluster, s3_gateway::S3Gateway) {
     let cluster = MiniCluster::start(MiniClusterConfig::default())
         .await
         .expect("cluster");
@@ -277,10 +274,21 @@ async fn a_request_past_the_in_flight_limit_is_told_to_slow_down() {
         cluster.client().await.expect("client"),
         s3_gateway::GatewayConfig::new(([127, 0, 0, 1], 0).into(), "ak", "sk")
             .without_auth()
-            .with_max_requests_in_flight(1),
+            .with_max_requests_in_flight(1)
+            .with_request_idle_timeout(idle),
     )
     .await
     .expect("gateway");
+    (cluster, gw)
+}
+
+/// At `max_requests_in_flight` 1, a request that arrives while a PUT is being received is
+/// answered 503 SlowDown at once; once the PUT's answer has gone
+/// the place is free and the next request is served. The in-flight gauge and the refusal
+/// counter follow. (Before the bound, the second request was served beside the PUT.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_past_the_in_flight_limit_is_told_to_slow_down() {
+    let (_cluster, gw) = one_request_gateway(s3_gateway::DEFAULT_REQUEST_IDLE_TIMEOUT).await;
     let addr = gw.address();
     let metrics = std::sync::Arc::clone(gw.metrics());
     let body = data(3 << 20);
@@ -330,18 +338,7 @@ async fn a_request_past_the_in_flight_limit_is_told_to_slow_down() {
 /// (Before the timeout, it held its place for as long as the client kept the connection.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_put_whose_client_goes_silent_times_out_and_frees_its_place() {
-    let cluster = MiniCluster::start(MiniClusterConfig::default())
-        .await
-        .expect("cluster");
-    let gw = s3_gateway::S3Gateway::start(
-        cluster.client().await.expect("client"),
-        s3_gateway::GatewayConfig::new(([127, 0, 0, 1], 0).into(), "ak", "sk")
-            .without_auth()
-            .with_max_requests_in_flight(1)
-            .with_request_idle_timeout(std::time::Duration::from_millis(500)),
-    )
-    .await
-    .expect("gateway");
+    let (_cluster, gw) = one_request_gateway(std::time::Duration::from_millis(500)).await;
     let addr = gw.address();
     let metrics = std::sync::Arc::clone(gw.metrics());
     let (stalled, after) = tokio::task::spawn_blocking(move || {
