@@ -4,18 +4,21 @@
 //! window of stripes beside that (35 MiB for rs-3-2-1024k), so without a bound on how many
 //! run at once a burst of PUTs could take all the gateway's memory. A request past the bound
 //! is answered at once with 503 `SlowDown` (Amazon S3's answer to a rate it will not take,
-//! "Error responses", which the SDKs retry with backoff) and its connection is closed (its
-//! body, if any, is not read). An idle keep-alive connection holds nothing: the bound
+//! "Error responses", which the SDKs retry with backoff); an HTTP/1 connection is closed after
+//! it when the request's body is left unread. An idle keep-alive connection holds nothing: the bound
 //! counts requests, from their arrival until the last byte of their answer has gone (a GET's
 //! answer streams its object after the handler returns) or the answer is dropped. A client
 //! that goes silent mid-body holds its place for at most `GatewayConfig::request_idle_timeout`
-//! (then 400 `RequestTimeout`); one that stops reading its answer holds it until its
-//! connection ends (no write timeout yet).
+//! ([`IdleBody`]: every request body's reads fail once the socket has been silent that long);
+//! one that stops reading its answer holds it until its connection ends (no write timeout
+//! yet).
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
@@ -101,7 +104,95 @@ pub(crate) fn slow_down(close: bool) -> HttpResponse {
     if close {
         headers.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
     }
+    resp.extensions_mut().insert(Refused);
     resp
+}
+
+/// Marks [`slow_down`]'s answers (a response extension), so that they are counted rather
+/// than logged one by one (`request_ids::stamp`); a SlowDown passed on from the om is not one.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Refused;
+
+/// The error an [`IdleBody`] read ends with once its client has been silent for `idle`.
+#[derive(Debug, thiserror::Error)]
+#[error("the client sent nothing for {idle:?} in the middle of the request's body")]
+pub(crate) struct BodyIdle {
+    idle: Duration,
+}
+
+/// Whether `e`, or an error it was caused by, is an [`IdleBody`]'s [`BodyIdle`] (s3s and
+/// http-body-util wrap a body's errors in their own).
+pub(crate) fn is_idle_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut at = Some(e);
+    while let Some(e) = at {
+        if e.downcast_ref::<BodyIdle>().is_some() {
+            return true;
+        }
+        at = e.source();
+    }
+    false
+}
+
+/// A request body whose read fails with [`BodyIdle`] when, once reading has begun, no frame
+/// arrives for `idle` (`GatewayConfig::request_idle_timeout`). The clock starts at the first
+/// read, not at the request's arrival: a handler that reads late (after its om lookups) and
+/// a client that waits for `100 Continue` (sent at that first read) are not cut off.
+pub(crate) struct IdleBody {
+    body: hyper::body::Incoming,
+    idle: Duration,
+    /// Made at the first read that waits, then reset at each wait after a frame.
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Whether `deadline` counts the current wait (it is reset when a wait begins).
+    armed: bool,
+}
+
+impl IdleBody {
+    /// `body` as s3s takes it, timed out after `idle` of silence.
+    pub(crate) fn wrap(body: hyper::body::Incoming, idle: Duration) -> Body {
+        Body::http_body(Self {
+            body,
+            idle,
+            deadline: None,
+            armed: false,
+        })
+    }
+}
+
+impl HttpBody for IdleBody {
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        if let Poll::Ready(frame) = Pin::new(&mut this.body).poll_frame(cx) {
+            this.armed = false;
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        let idle = this.idle;
+        let deadline = this
+            .deadline
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+        if !this.armed {
+            // A new wait: a whole `idle` from now.
+            deadline.as_mut().reset(tokio::time::Instant::now() + idle);
+            this.armed = true;
+        }
+        match deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyIdle { idle })))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// 400 `RequestTimeout`, Amazon S3's answer to a request whose client went silent: "Your

@@ -378,11 +378,7 @@ pub(crate) async fn receive(
     let mut digests = BodyDigests::start(claims.algorithm, None, gw.max_buffer() / 2);
     let mut n = 0u64;
     if let Some(mut body) = body {
-        // A client silent for the idle timeout gives its place back (in_flight.rs).
-        while let Some(chunk) = tokio::time::timeout(gw.idle_timeout(), body.next())
-            .await
-            .map_err(|_| crate::in_flight::request_timeout())?
-        {
+        while let Some(chunk) = body.next().await {
             let chunk = chunk.map_err(|e| body_error(&*e))?;
             if n.saturating_add(chunk.len() as u64) > MAX_BODY {
                 return Err(s3_error!(
@@ -540,6 +536,10 @@ pub(crate) fn verify_buffered(h: &HeaderMap, body: &[u8], checksums: bool) -> S3
 /// `XAmzContentSHA256Mismatch`, a chunk whose signature is wrong 403 `SignatureDoesNotMatch`;
 /// anything else (the connection cut, a malformed chunk) 400 `IncompleteBody`.
 fn body_error(e: &(dyn std::error::Error + 'static)) -> s3s::S3Error {
+    // The client went silent (in_flight::IdleBody): its place is given back with this answer.
+    if crate::in_flight::is_idle_timeout(e) {
+        return crate::in_flight::request_timeout();
+    }
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

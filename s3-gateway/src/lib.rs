@@ -85,19 +85,21 @@ pub struct GatewayConfig {
     /// Requests served at once (default
     /// [`DEFAULT_MAX_REQUESTS_IN_FLIGHT`], at least 1), each from its
     /// arrival until its answer has been sent to its end; one more is
-    /// answered 503 `SlowDown` at once and its connection closed
-    /// (`in_flight.rs`). Idle keep-alive connections do not count, and
+    /// answered 503 `SlowDown` at once, closing an HTTP/1 connection whose
+    /// request body is left unread (`in_flight.rs`). Idle keep-alive connections do not count, and
     /// connections themselves are not bounded.
     pub max_requests_in_flight: usize,
     /// Longest wait for a request's next bytes (default
-    /// [`DEFAULT_REQUEST_IDLE_TIMEOUT`], 30 s): an HTTP/1 request whose
-    /// headers take longer closes its connection (hyper's header read
-    /// timeout, which also closes a keep-alive connection idle that long);
-    /// a PUT or UploadPart body silent that long, or a small XML body not
-    /// read whole in that time, is answered 400 `RequestTimeout` (Amazon
-    /// S3's answer to a socket "not read from or written to within the
-    /// timeout period"), which frees its place among the requests in
-    /// flight. A client that stops reading an answer is not timed out.
+    /// [`DEFAULT_REQUEST_IDLE_TIMEOUT`], 30 s; 1 ms to 1 day). An HTTP/1
+    /// request whose headers, once begun, take longer closes its connection
+    /// (hyper's header read timeout, which also closes a keep-alive
+    /// connection idle that long; a new connection that never sends a byte
+    /// is not closed). A request body silent that long fails its reads: a
+    /// PUT, UploadPart or checked XML body is answered 400 `RequestTimeout`
+    /// (Amazon S3's answer to a socket "not read from or written to within
+    /// the timeout period"), other bodies s3s reads end with s3s's own
+    /// error; either way the request's place among those in flight is free
+    /// again. A client that stops reading an answer is not timed out.
     pub request_idle_timeout: Duration,
     /// Where to serve `/metrics` (Prometheus text format), if anywhere.
     pub metrics_listen: Option<SocketAddr>,
@@ -138,10 +140,12 @@ impl GatewayConfig {
     }
 
     /// Waits at most `timeout` for a request's next bytes (see
-    /// [`request_idle_timeout`](Self::request_idle_timeout); at least 1 ms).
+    /// [`request_idle_timeout`](Self::request_idle_timeout); clamped to
+    /// 1 ms ..= 1 day).
     #[must_use]
     pub fn with_request_idle_timeout(mut self, timeout: Duration) -> Self {
-        self.request_idle_timeout = timeout.max(Duration::from_millis(1));
+        self.request_idle_timeout =
+            timeout.clamp(Duration::from_millis(1), Duration::from_secs(86_400));
         self
     }
 
@@ -169,8 +173,6 @@ pub struct Gateway {
     /// Whether requests are authenticated (a request that reached an
     /// operation without a principal then counts as anonymous).
     auth: bool,
-    /// `GatewayConfig::request_idle_timeout`.
-    idle_timeout: Duration,
 }
 
 impl Gateway {
@@ -186,7 +188,6 @@ impl Gateway {
             metrics: Arc::new(GatewayMetrics::default()),
             max_buffer: max_request_buffer.max(192 * 1024),
             auth: false,
-            idle_timeout: DEFAULT_REQUEST_IDLE_TIMEOUT,
         }
     }
 
@@ -217,10 +218,7 @@ impl Gateway {
     pub(crate) fn max_buffer(&self) -> u64 {
         self.max_buffer
     }
-    /// Longest wait for a request body's next bytes (`GatewayConfig::request_idle_timeout`).
-    pub(crate) fn idle_timeout(&self) -> Duration {
-        self.idle_timeout
-    }
+
     pub(crate) fn auth(&self) -> bool {
         self.auth
     }
@@ -251,7 +249,6 @@ impl S3Gateway {
     pub async fn start(client: Client, config: GatewayConfig) -> std::io::Result<Self> {
         let mut gw = Gateway::new(client, config.max_request_buffer);
         gw.auth = config.credentials.is_some();
-        gw.idle_timeout = config.request_idle_timeout;
         let idle_timeout = config.request_idle_timeout;
         let metrics = Arc::clone(&gw.metrics);
         let metrics_server = match config.metrics_listen {
@@ -334,7 +331,7 @@ impl S3Gateway {
                                 let mut r = match refusal {
                                     _ if busy => Ok(in_flight::slow_down(close)),
                                     Some(resp) => Ok(resp),
-                                    None => match request_ids::checked_xml_body(req.map(s3s::Body::from), idle_timeout).await {
+                                    None => match request_ids::checked_xml_body(req.map(|b| in_flight::IdleBody::wrap(b, idle_timeout))).await {
                                         Ok(req) => service.call(req).await,
                                         Err(refused) => Ok(refused),
                                     },

@@ -62,6 +62,13 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.max_requests_in_flight == 0 {
+        anyhow::bail!("--max-requests-in-flight must be at least 1");
+    }
+    let idle = std::time::Duration::try_from_secs_f64(args.request_idle_timeout)
+        .ok()
+        .filter(|d| !d.is_zero() && d.as_secs() <= 86_400)
+        .context("--request-idle-timeout must be a positive number of seconds, at most a day")?;
     // Before anything slow: a SIGTERM during start-up stops gracefully too.
     let signals = proto_crate::ShutdownSignals::install().context("installing signal handlers")?;
     // s3s logs every error answer (a 404 included) at ERROR; the gateway logs
@@ -81,13 +88,6 @@ async fn main() -> anyhow::Result<()> {
     let client = Client::connect(&args.om, client_config)
         .await
         .with_context(|| format!("connecting to the om at {}", args.om))?;
-    if args.max_requests_in_flight == 0 {
-        anyhow::bail!("--max-requests-in-flight must be at least 1");
-    }
-    let idle = std::time::Duration::try_from_secs_f64(args.request_idle_timeout)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .context("--request-idle-timeout must be a positive number of seconds")?;
     let mut config = GatewayConfig::new(args.listen, &args.access_key, &args.secret_key)
         .with_max_requests_in_flight(args.max_requests_in_flight)
         .with_request_idle_timeout(idle);

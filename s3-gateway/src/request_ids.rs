@@ -59,10 +59,9 @@ pub(crate) fn refuse_long_presigned(uri: &http::Uri) -> Option<HttpResponse> {
 /// A request whose small XML body carries integrity claims (DeleteObjects, Complete,
 /// PutObjectTagging; s3s parses those bodies and checks none of their claims), with the body
 /// buffered and verified; any other request as it is. The refusal is the answer to send
-/// (400 `RequestTimeout` for a body not read whole within `timeout`).
+/// (400 `RequestTimeout` for a body whose client went silent, `in_flight::IdleBody`).
 pub(crate) async fn checked_xml_body(
     req: s3s::HttpRequest,
-    timeout: std::time::Duration,
 ) -> Result<s3s::HttpRequest, HttpResponse> {
     use crate::integrity::{MAX_XML_BODY, claims_anything, verify_buffered, xml_body};
     let streamed = req
@@ -77,11 +76,12 @@ pub(crate) async fn checked_xml_body(
         return Ok(req);
     }
     let (parts, mut body) = req.into_parts();
-    let read = tokio::time::timeout(timeout, body.store_all_limited(MAX_XML_BODY)).await;
-    let bytes = match read {
-        Ok(Ok(b)) => b,
-        Err(_) => return Err(error_response(&crate::in_flight::request_timeout())),
-        Ok(Err(e)) => {
+    let bytes = match body.store_all_limited(MAX_XML_BODY).await {
+        Ok(b) => b,
+        Err(e) if crate::in_flight::is_idle_timeout(&*e) => {
+            return Err(error_response(&crate::in_flight::request_timeout()));
+        }
+        Err(e) => {
             return Err(error_response(&s3s::s3_error!(
                 MaxMessageLengthExceeded,
                 "the request body could not be read whole (at most {MAX_XML_BODY} bytes): {e}"
@@ -193,9 +193,13 @@ pub(crate) fn stamp(resp: &mut HttpResponse, id: &str) {
         .unwrap_or("");
     // Refusals and server errors are worth an operator's look (a HEAD's answer has no
     // body on the wire, so this line is where its code shows); the rest are routine.
-    // A SlowDown refusal (in_flight.rs) is counted instead: a line each would flood the log
-    // under the very overload it reports.
-    if (status == 403 || status >= 500) && code != "SlowDown" {
+    // A refusal at the in-flight bound (in_flight.rs) is counted instead: a line each would
+    // flood the log under the very overload it reports.
+    let busy = resp
+        .extensions()
+        .get::<crate::in_flight::Refused>()
+        .is_some();
+    if (status == 403 || status >= 500) && !busy {
         tracing::info!(request_id = id, status, code, "answered with an error");
     } else {
         tracing::debug!(request_id = id, status, code, "answered with an error");
