@@ -93,8 +93,10 @@ pub struct GatewayConfig {
     /// [`DEFAULT_REQUEST_IDLE_TIMEOUT`], 30 s; 1 ms to 1 day). An HTTP/1
     /// request whose headers, once begun, take longer closes its connection
     /// (hyper's header read timeout, which also closes a keep-alive
-    /// connection idle that long; a new connection that never sends a byte
-    /// is not closed). A request body silent that long fails its reads: a
+    /// connection idle that long, and a new plain connection that sends
+    /// nothing; over HTTPS the handshake has a timeout of its own, and a
+    /// TLS connection that then sends nothing is not closed). A request
+    /// body silent that long fails its reads: a
     /// PUT, UploadPart or checked XML body is answered 400 `RequestTimeout`
     /// (Amazon S3's answer to a socket "not read from or written to within
     /// the timeout period"), other bodies s3s reads end with s3s's own
@@ -361,6 +363,18 @@ impl S3Gateway {
                             let mut builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
                             // The timer turns on hyper's HTTP/1 header read timeout.
                             builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(idle_timeout);
+                            // A plain connection that sends nothing is closed after the idle
+                            // timeout: hyper's header timer starts only once there are bytes to
+                            // parse, and hyper-util reads the first ones (HTTP/1 or HTTP/2?)
+                            // without a timer of its own.
+                            if acceptor.is_none() {
+                                let mut first = [0u8; 1];
+                                let peeked = tokio::time::timeout(idle_timeout, stream.peek(&mut first)).await;
+                                if !matches!(peeked, Ok(Ok(n)) if n > 0) {
+                                    tracing::debug!("s3 connection closed: nothing sent within the idle timeout");
+                                    return;
+                                }
+                            }
                             let served = match acceptor {
                                 None => builder.serve_connection(hyper_util::rt::TokioIo::new(stream), svc).await,
                                 Some(acceptor) => {
