@@ -10,8 +10,8 @@
 //! answer streams its object after the handler returns) or the answer is dropped. A client
 //! that goes silent mid-body holds its place for at most `GatewayConfig::request_idle_timeout`
 //! ([`IdleBody`]: every request body's reads fail once the socket has been silent that long);
-//! one that stops reading its answer holds it until its connection ends (no write timeout
-//! yet).
+//! one that stops reading its answer holds it for as long too (`crate::connection`: a write
+//! that makes no progress for that long ends the connection, dropping the answer).
 
 use std::future::Future;
 use std::pin::Pin;

@@ -30,6 +30,7 @@ mod acl;
 mod attributes;
 mod buckets;
 mod conditional;
+mod connection;
 mod copy;
 mod digests;
 mod error;
@@ -53,6 +54,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ec_client::Client;
+pub use connection::DEFAULT_MAX_CONNECTIONS;
 pub use error::to_s3;
 pub use in_flight::{DEFAULT_MAX_REQUESTS_IN_FLIGHT, DEFAULT_REQUEST_IDLE_TIMEOUT};
 pub use integrity::checksum_header;
@@ -86,22 +88,28 @@ pub struct GatewayConfig {
     /// [`DEFAULT_MAX_REQUESTS_IN_FLIGHT`], at least 1), each from its
     /// arrival until its answer has been sent to its end; one more is
     /// answered 503 `SlowDown` at once, closing an HTTP/1 connection whose
-    /// request body is left unread (`in_flight.rs`). Idle keep-alive connections do not count, and
-    /// connections themselves are not bounded.
+    /// request body is left unread (`in_flight.rs`). Idle keep-alive connections do not count.
     pub max_requests_in_flight: usize,
-    /// Longest wait for a request's next bytes (default
-    /// [`DEFAULT_REQUEST_IDLE_TIMEOUT`], 30 s; 1 ms to 1 day). An HTTP/1
-    /// request whose headers, once begun, take longer closes its connection
-    /// (hyper's header read timeout, which also closes a keep-alive
-    /// connection idle that long, and a new plain connection that sends
-    /// nothing; over HTTPS the handshake has a timeout of its own, and a
-    /// TLS connection that then sends nothing is not closed). A request
-    /// body silent that long fails its reads: a
-    /// PUT, UploadPart or checked XML body is answered 400 `RequestTimeout`
-    /// (Amazon S3's answer to a socket "not read from or written to within
-    /// the timeout period"), other bodies s3s reads end with s3s's own
-    /// error; either way the request's place among those in flight is free
-    /// again. A client that stops reading an answer is not timed out.
+    /// Client connections open at once (default [`DEFAULT_MAX_CONNECTIONS`], at least 1),
+    /// idle or not. At the limit the gateway stops accepting; new connections wait in the
+    /// kernel's listen backlog until one closes (`connection.rs`).
+    pub max_connections: usize,
+    /// Longest wait for a client's next bytes, or for it to take the next
+    /// bytes of an answer (default [`DEFAULT_REQUEST_IDLE_TIMEOUT`], 30 s;
+    /// 1 ms to 1 day). Each of these ends its connection:
+    /// - a new connection (over HTTPS: once its handshake, which has a
+    ///   timeout of its own, is done) that sends nothing for that long;
+    /// - an HTTP/1 request head, once begun, that takes longer, and a
+    ///   keep-alive connection idle that long between requests (hyper's
+    ///   header read timeout);
+    /// - an answer the client takes nothing of for that long (a GET it no
+    ///   longer reads; `connection.rs`).
+    ///
+    /// A request body silent that long fails its reads: a PUT, UploadPart or
+    /// checked XML body is answered 400 `RequestTimeout` (Amazon S3's answer
+    /// to a socket "not read from or written to within the timeout period"),
+    /// other bodies s3s reads end with s3s's own error. In every case the
+    /// request's place among those in flight is free again.
     pub request_idle_timeout: Duration,
     /// Where to serve `/metrics` (Prometheus text format), if anywhere.
     pub metrics_listen: Option<SocketAddr>,
@@ -119,6 +127,7 @@ impl GatewayConfig {
             credentials: Some((access_key.to_string(), secret_key.to_string())),
             max_request_buffer: 12 * 1024 * 1024,
             max_requests_in_flight: DEFAULT_MAX_REQUESTS_IN_FLIGHT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             request_idle_timeout: DEFAULT_REQUEST_IDLE_TIMEOUT,
             metrics_listen: None,
             https: None,
@@ -141,7 +150,15 @@ impl GatewayConfig {
         self
     }
 
-    /// Waits at most `timeout` for a request's next bytes (see
+    /// Keeps at most `n` client connections open (at least 1; see
+    /// [`max_connections`](Self::max_connections)).
+    #[must_use]
+    pub fn with_max_connections(mut self, n: usize) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// Waits at most `timeout` for a client's next bytes (see
     /// [`request_idle_timeout`](Self::request_idle_timeout); clamped to
     /// 1 ms ..= 1 day).
     #[must_use]
@@ -290,10 +307,17 @@ impl S3Gateway {
         let metrics_for_loop = Arc::clone(&metrics);
         let limit =
             in_flight::RequestLimit::new(config.max_requests_in_flight, Arc::clone(&metrics));
+        let connections =
+            connection::ConnectionLimit::new(config.max_connections, Arc::clone(&metrics));
         let serving = ServingTask::spawn(|stop| async move {
             let stop = stop.wait();
             tokio::pin!(stop);
             loop {
+                // At the connection limit, stop accepting until one ends (connection.rs).
+                let place = tokio::select! {
+                    () = &mut stop => break,
+                    place = connections.reserve() => place,
+                };
                 tokio::select! {
                     () = &mut stop => break,
                     accepted = listener.accept() => {
@@ -302,6 +326,7 @@ impl S3Gateway {
                             tokio::time::sleep(Duration::from_millis(10)).await;
                             continue;
                         };
+                        let slot = place.open();
                         let _ = stream.set_nodelay(true);
                         let service = service.clone();
                         let counted = Arc::clone(&metrics_for_loop);
@@ -358,46 +383,7 @@ impl S3Gateway {
                             proto_crate::request_id::scope(scoped, work)
                                 .instrument(span)
                         });
-                        let acceptor = acceptor.clone();
-                        tokio::spawn(async move {
-                            let mut builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
-                            // The timer turns on hyper's HTTP/1 header read timeout.
-                            builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(idle_timeout);
-                            // A plain connection that sends nothing is closed after the idle
-                            // timeout: hyper's header timer starts only once there are bytes to
-                            // parse, and hyper-util reads the first ones (HTTP/1 or HTTP/2?)
-                            // without a timer of its own.
-                            if acceptor.is_none() {
-                                let mut first = [0u8; 1];
-                                let peeked = tokio::time::timeout(idle_timeout, stream.peek(&mut first)).await;
-                                if !matches!(peeked, Ok(Ok(n)) if n > 0) {
-                                    tracing::debug!("s3 connection closed: nothing sent within the idle timeout");
-                                    return;
-                                }
-                            }
-                            let served = match acceptor {
-                                None => builder.serve_connection(hyper_util::rt::TokioIo::new(stream), svc).await,
-                                Some(acceptor) => {
-                                    // A handshake is bounded: a peer that never finishes it holds a task
-                                    // and a socket for at most this long.
-                                    let tls = match tokio::time::timeout(proto_crate::tls::HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                                        Ok(Ok(tls)) => tls,
-                                        Ok(Err(e)) => {
-                                            tracing::debug!(error = %e, "s3 TLS handshake failed");
-                                            return;
-                                        }
-                                        Err(_) => {
-                                            tracing::debug!("s3 TLS handshake timed out");
-                                            return;
-                                        }
-                                    };
-                                    builder.serve_connection(hyper_util::rt::TokioIo::new(tls), svc).await
-                                }
-                            };
-                            if let Err(e) = served {
-                                tracing::debug!(error = %e, "s3 connection ended with an error");
-                            }
-                        });
+                        tokio::spawn(connection::serve(stream, acceptor.clone(), svc, idle_timeout, slot));
                     }
                 }
             }

@@ -36,8 +36,13 @@ struct Args {
     /// PUT may hold the 12 MiB request buffer and its EC writer's stripes).
     #[arg(long, default_value_t = s3_gateway::DEFAULT_MAX_REQUESTS_IN_FLIGHT, value_name = "N")]
     max_requests_in_flight: usize,
-    /// Seconds to wait for a request's next bytes: slower headers close the
-    /// connection, a silent PUT body is answered 400 RequestTimeout.
+    /// Client connections open at once, idle or not; at the limit new ones
+    /// wait in the listen backlog. Keep it below the open-file limit.
+    #[arg(long, default_value_t = s3_gateway::DEFAULT_MAX_CONNECTIONS, value_name = "N")]
+    max_connections: usize,
+    /// Seconds to wait for a client's next bytes, or for it to take the next
+    /// bytes of an answer: a silent connection or one that stops reading is
+    /// closed, a silent PUT body is answered 400 RequestTimeout.
     #[arg(long, default_value_t = s3_gateway::DEFAULT_REQUEST_IDLE_TIMEOUT.as_secs_f64(), value_name = "SECONDS")]
     request_idle_timeout: f64,
     /// Log lines as `text` or `json` (one object per line). The filter is
@@ -65,6 +70,9 @@ async fn main() -> anyhow::Result<()> {
     if args.max_requests_in_flight == 0 {
         anyhow::bail!("--max-requests-in-flight must be at least 1");
     }
+    if args.max_connections == 0 {
+        anyhow::bail!("--max-connections must be at least 1");
+    }
     let idle = std::time::Duration::try_from_secs_f64(args.request_idle_timeout)
         .ok()
         .filter(|d| !d.is_zero() && d.as_secs() <= 86_400)
@@ -90,6 +98,7 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("connecting to the om at {}", args.om))?;
     let mut config = GatewayConfig::new(args.listen, &args.access_key, &args.secret_key)
         .with_max_requests_in_flight(args.max_requests_in_flight)
+        .with_max_connections(args.max_connections)
         .with_request_idle_timeout(idle);
     if let Some(m) = args.metrics_listen {
         config = config.with_metrics_listen(m);

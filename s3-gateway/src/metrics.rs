@@ -19,6 +19,8 @@ pub struct GatewayMetrics {
     pub(crate) in_flight: AtomicU64,
     /// Requests refused with 503 SlowDown at the limit.
     pub(crate) refused_busy: AtomicU64,
+    /// Client connections open now (`crate::connection`).
+    pub(crate) connections_open: AtomicU64,
 }
 
 /// A copy of [`GatewayMetrics`].
@@ -43,6 +45,9 @@ pub struct GatewaySnapshot {
     /// `s3_requests_refused_busy_total`: requests answered 503 SlowDown
     /// because `GatewayConfig::max_requests_in_flight` were in flight.
     pub requests_refused_busy: u64,
+    /// `s3_connections_open` (a gauge): client connections accepted and not
+    /// yet closed, at most `GatewayConfig::max_connections`.
+    pub connections_open: u64,
 }
 
 impl GatewaySnapshot {
@@ -101,6 +106,7 @@ impl GatewayMetrics {
             key_lookups: self.key_lookups.load(Ordering::Relaxed),
             requests_in_flight: self.in_flight.load(Ordering::Relaxed),
             requests_refused_busy: self.refused_busy.load(Ordering::Relaxed),
+            connections_open: self.connections_open.load(Ordering::Relaxed),
         }
     }
 }

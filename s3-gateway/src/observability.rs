@@ -9,6 +9,7 @@
 //! | `s3_key_lookups_total` | counter | om key lookups |
 //! | `s3_requests_in_flight` | gauge | requests admitted whose answer has not been sent to its end |
 //! | `s3_requests_refused_busy_total` | counter | requests answered 503 SlowDown at `--max-requests-in-flight` |
+//! | `s3_connections_open` | gauge | client connections accepted and not yet closed (at most `--max-connections`) |
 //! | `client_datanode_rpcs_total{kind}` | counter | the gateway's datanode RPCs by kind |
 //! | `client_read_bytes_total` / `client_written_bytes_total` | counter | ReadChunk / WriteChunk payload bytes |
 //! | `client_ec_readers_created_total`, `client_ec_reconstruction_readers_created_total` | counter | EC readers built |
@@ -85,6 +86,12 @@ impl Collector for GatewayCollector {
             "s3_requests_refused_busy",
             "Requests answered 503 SlowDown at the in-flight limit",
             s.requests_refused_busy,
+        )?;
+        proto_crate::metrics_http::encode_gauge(
+            &mut e,
+            "s3_connections_open",
+            "Client connections accepted and not yet closed",
+            s.connections_open,
         )?;
         let c = self.client.metrics();
         {

@@ -11,6 +11,7 @@ mod common;
 mod cancellation;
 mod conditional_writes;
 mod conformance;
+mod connections;
 mod gateway;
 mod integrity;
 mod metrics;
