@@ -90,7 +90,9 @@ impl ConnectionLimit {
 impl Reserved {
     /// The place, given to a connection just accepted (counted in `s3_connections_open`).
     pub(crate) fn open(self) -> ConnectionSlot {
-        self.metrics.connections_open.fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .connections_open
+            .fetch_add(1, Ordering::Relaxed);
         ConnectionSlot {
             _permit: self.permit,
             metrics: self.metrics,
@@ -100,7 +102,9 @@ impl Reserved {
 
 impl Drop for ConnectionSlot {
     fn drop(&mut self) {
-        self.metrics.connections_open.fetch_sub(1, Ordering::Relaxed);
+        self.metrics
+            .connections_open
+            .fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -214,7 +218,11 @@ impl<S> DeadlineIo<S> {
     }
 
     /// Passes a write-side result on, stopping the stall clock once it is ready.
-    fn write_result<T>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+    fn write_result<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        r: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
         match r {
             Poll::Pending => self.write_stalled(cx),
             ready => {
@@ -328,9 +336,14 @@ mod tests {
             got
         });
         let started = Instant::now();
-        io.write_all(&[7u8; 1000]).await.expect("the reader keeps up");
+        io.write_all(&[7u8; 1000])
+            .await
+            .expect("the reader keeps up");
         io.flush().await.expect("flush");
-        assert!(started.elapsed() > timeout, "the write outlasted one timeout");
+        assert!(
+            started.elapsed() > timeout,
+            "the write outlasted one timeout"
+        );
         assert_eq!(reader.await.expect("reader"), vec![7u8; 1000]);
     }
 

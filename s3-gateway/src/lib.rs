@@ -53,8 +53,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ec_client::Client;
 pub use connection::DEFAULT_MAX_CONNECTIONS;
+use ec_client::Client;
 pub use error::to_s3;
 pub use in_flight::{DEFAULT_MAX_REQUESTS_IN_FLIGHT, DEFAULT_REQUEST_IDLE_TIMEOUT};
 pub use integrity::checksum_header;

@@ -146,7 +146,10 @@ async fn a_get_whose_client_stops_reading_is_cut_off_and_frees_its_place() {
     })
     .await
     .expect("requests");
-    assert!(got < LEN, "the answer was cut: {got} bytes of {LEN} arrived");
+    assert!(
+        got < LEN,
+        "the answer was cut: {got} bytes of {LEN} arrived"
+    );
     assert_eq!(after.0, 200, "{}", String::from_utf8_lossy(&after.2));
     assert_eq!(after.2, b"small");
     assert_eq!(open, 0);
