@@ -307,7 +307,7 @@ impl TlsConfig {
 
 impl TlsConfig {
     /// An HTTPS acceptor (the S3 gateway's): this process's certificate,
-    /// no client certificates asked for, ALPN `h2` and `http/1.1`.
+    /// no client certificates asked for, ALPN `http/1.1` only.
     ///
     /// # Errors
     /// [`TlsError::NoIdentity`] without a certificate and key;
@@ -330,7 +330,9 @@ impl TlsConfig {
                 .with_no_client_auth()
                 .with_single_cert(chain, key)
                 .map_err(|e| pem(&e))?;
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        // HTTP/1.1 only, the protocol of the S3 REST API's requests (Amazon S3 API
+        // Reference, "Making requests"): the gateway serves nothing else.
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
     }
 }

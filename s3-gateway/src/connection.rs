@@ -1,26 +1,32 @@
 //! One client connection, from its accept to its end: the bound on how many are open
-//! (`GatewayConfig::max_connections`), TLS, and the deadlines hyper does not keep.
+//! (`GatewayConfig::max_connections`), TLS, HTTP/1.1, and the write deadline hyper does not
+//! keep.
 //!
 //! - **Open connections.** The accept loop takes a place before it accepts: at the limit it
-//!   stops accepting, and new connections wait in the kernel's listen backlog until one ends
-//!   (the way nginx's `worker_connections` behaves). Each open connection holds a task, a
-//!   socket and hyper's buffers (up to about 400 KiB for a request head and pipelined bytes)
-//!   whether or not it has a request in flight; requests are bounded separately
-//!   (`crate::in_flight`).
-//! - **The first byte.** A connection that sends nothing within the idle timeout is closed.
-//!   hyper's header read timer starts only when hyper first asks for a request head, and
-//!   hyper-util reads the first bytes before that (to tell HTTP/1 from HTTP/2) with no timer
-//!   of its own. Over HTTPS this counts bytes after the handshake, which has its own timeout
-//!   ([`proto_crate::tls::HANDSHAKE_TIMEOUT`]).
-//! - **Writes.** A write (or flush, or shutdown) that makes no progress for the idle timeout
-//!   fails with [`std::io::ErrorKind::TimedOut`], which ends the connection. Without it, a
-//!   client that stops reading its answer (a GET it no longer consumes, a peer gone without
-//!   a FIN whose window stays shut) would hold its connection, its request's place in flight
-//!   and the object reader's buffers for as long as the socket lives. A slow reader that
-//!   keeps taking bytes is not cut off: the clock restarts at every write that goes through.
-//!   Amazon S3 answers a socket "not read from or written to within the timeout period" with
-//!   `RequestTimeout` ("Error responses"); a stalled answer cannot carry an error, so here it
-//!   is cut.
+//!   stops accepting, and new connections wait in the kernel's listen backlog (1,024, tokio's
+//!   default; beyond that the kernel drops them) until one ends, the way nginx's
+//!   `worker_connections` behaves. Each open connection holds a task, a socket and hyper's
+//!   buffers (up to about 400 KiB for a request head and pipelined bytes) whether or not it
+//!   has a request in flight; requests are bounded separately (`crate::in_flight`). A TLS
+//!   handshake holds its place too, for at most [`proto_crate::tls::HANDSHAKE_TIMEOUT`].
+//! - **Reads.** HTTP/1.1 only, the S3 REST API's protocol: hyper's header read timeout runs
+//!   from the connection's start, so a connection (over HTTPS: once its handshake is done)
+//!   that sends nothing for the idle timeout is closed, as is a request head begun and not
+//!   finished in time and a keep-alive connection idle that long. (HTTP/2, which hyper-util's
+//!   protocol detection used to admit, had neither deadline, and the bytes it read to detect
+//!   the protocol had no timer.)
+//! - **Writes.** A write (or flush, or shutdown) that the socket does not accept for the idle
+//!   timeout fails with [`std::io::ErrorKind::TimedOut`], which ends the connection
+//!   ([`WriteDeadline`]). Without it, a client that stops reading its answer (a GET it no
+//!   longer consumes, a peer gone without a FIN whose window stays shut) would hold its
+//!   connection, its request's place in flight and the object reader's buffers for as long
+//!   as the socket lives. The clock restarts whenever the socket takes bytes; Linux lets a
+//!   blocked writer go on only once about a third of the socket's send buffer has drained (the
+//!   buffer grows up to `net.ipv4.tcp_wmem`'s maximum, 4 MiB by default), so a client that
+//!   drains less than that in a whole timeout — under about 45 KB/s at 30 s with a full 4 MiB
+//!   buffer — is cut although it still reads. Amazon S3 answers a socket "not read from or
+//!   written to within the timeout period" with `RequestTimeout` ("Error responses"); a
+//!   stalled answer cannot carry an error, so here it is cut.
 
 use std::future::Future;
 use std::io;
@@ -109,40 +115,37 @@ impl Drop for ConnectionSlot {
 }
 
 /// Serves one accepted connection until it ends: the TLS handshake first when `acceptor` is
-/// given, then HTTP/1 (or HTTP/2) through [`DeadlineIo`]. `slot` is held until the end.
-pub(crate) async fn serve<S, B>(
+/// given, then HTTP/1.1 through [`WriteDeadline`]. `slot` is held until the end.
+pub(crate) async fn serve<S>(
     stream: TcpStream,
     acceptor: Option<tokio_rustls::TlsAcceptor>,
     service: S,
     idle_timeout: Duration,
     slot: ConnectionSlot,
 ) where
-    S: hyper::service::Service<http::Request<hyper::body::Incoming>, Response = http::Response<B>>,
-    S::Future: 'static,
+    S: hyper::service::HttpService<hyper::body::Incoming>,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    B: hyper::body::Body + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    hyper_util::rt::TokioExecutor: hyper_util::server::conn::auto::HttpServerConnExec<S::Future, B>,
+    S::ResBody: 'static,
+    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let _slot = slot;
-    let mut builder =
-        hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
-    // The timer turns on hyper's HTTP/1 header read timeout (a request head begun and not
-    // finished, and a keep-alive connection idle between requests).
+    // HTTP/1.1 only (the S3 REST API's protocol; no HTTP/2). The timer turns on hyper's header read
+    // timeout, which runs from the connection's start (a connection that sends nothing), for
+    // a request head begun and not finished, and between requests on a keep-alive connection.
+    let mut builder = hyper::server::conn::http1::Builder::new();
     builder
-        .http1()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(idle_timeout);
     let served = match acceptor {
         None => {
-            let io = DeadlineIo::new(stream, idle_timeout);
+            let io = WriteDeadline::new(stream, idle_timeout);
             builder
                 .serve_connection(hyper_util::rt::TokioIo::new(io), service)
                 .await
         }
         Some(acceptor) => {
-            // A handshake is bounded: a peer that never finishes it holds a task and a
-            // socket for at most this long.
+            // A handshake is bounded: a peer that never finishes it holds a task, a socket
+            // and a connection place for at most this long.
             let handshake =
                 tokio::time::timeout(proto_crate::tls::HANDSHAKE_TIMEOUT, acceptor.accept(stream));
             let tls = match handshake.await {
@@ -156,7 +159,7 @@ pub(crate) async fn serve<S, B>(
                     return;
                 }
             };
-            let io = DeadlineIo::new(tls, idle_timeout);
+            let io = WriteDeadline::new(tls, idle_timeout);
             builder
                 .serve_connection(hyper_util::rt::TokioIo::new(io), service)
                 .await
@@ -167,45 +170,42 @@ pub(crate) async fn serve<S, B>(
     }
 }
 
-/// A connection's byte stream with two deadlines of `timeout` each: until its first byte
-/// arrives, a read that waits that long fails; and any write, flush or shutdown that makes no
-/// progress for that long fails. Both fail with [`io::ErrorKind::TimedOut`]. Reads after the
-/// first byte have no deadline here (hyper's header timer and `crate::in_flight::IdleBody`
-/// keep those).
-pub(crate) struct DeadlineIo<S> {
+/// A connection's byte stream whose writes have a deadline: a write, flush or shutdown that
+/// stays pending for `timeout` without the stream taking anything fails with
+/// [`io::ErrorKind::TimedOut`]. Reads pass through (hyper's header timer and
+/// `crate::in_flight::IdleBody` time those).
+pub(crate) struct WriteDeadline<S> {
     inner: S,
     timeout: Duration,
-    /// No byte has been read yet.
-    awaiting_first_byte: bool,
-    /// The first byte's deadline, set at the first read that waits.
-    first_byte: Option<Pin<Box<Sleep>>>,
-    /// The deadline of the write that is waiting now; `write_armed` says whether it is set.
-    write_deadline: Pin<Box<Sleep>>,
-    write_armed: bool,
+    /// The deadline of the write that is waiting now; `armed` says whether it is set.
+    deadline: Pin<Box<Sleep>>,
+    armed: bool,
 }
 
-impl<S> DeadlineIo<S> {
-    /// `inner` with deadlines of `timeout`.
+impl<S> WriteDeadline<S> {
+    /// `inner` with a write deadline of `timeout`.
     pub(crate) fn new(inner: S, timeout: Duration) -> Self {
         Self {
             inner,
             timeout,
-            awaiting_first_byte: true,
-            first_byte: None,
-            write_deadline: Box::pin(tokio::time::sleep(timeout)),
-            write_armed: false,
+            deadline: Box::pin(tokio::time::sleep(timeout)),
+            armed: false,
         }
     }
 
-    /// After a write-side call returned `Pending`: starts the stall clock if it is not
-    /// running, and fails once it has run `timeout`.
-    fn write_stalled<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
-        if !self.write_armed {
-            self.write_armed = true;
-            let deadline = Instant::now() + self.timeout;
-            self.write_deadline.as_mut().reset(deadline);
+    /// Passes a write-side result on: a ready one stops the clock; a pending one starts it if
+    /// it is not running, and fails once it has run `timeout`.
+    fn timed<T>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if r.is_ready() {
+            self.armed = false;
+            return r;
         }
-        match self.write_deadline.as_mut().poll(cx) {
+        if !self.armed {
+            self.armed = true;
+            let deadline = Instant::now() + self.timeout;
+            self.deadline.as_mut().reset(deadline);
+        }
+        match self.deadline.as_mut().poll(cx) {
             Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!(
@@ -216,65 +216,26 @@ impl<S> DeadlineIo<S> {
             Poll::Pending => Poll::Pending,
         }
     }
-
-    /// Passes a write-side result on, stopping the stall clock once it is ready.
-    fn write_result<T>(
-        &mut self,
-        cx: &mut Context<'_>,
-        r: Poll<io::Result<T>>,
-    ) -> Poll<io::Result<T>> {
-        match r {
-            Poll::Pending => self.write_stalled(cx),
-            ready => {
-                self.write_armed = false;
-                ready
-            }
-        }
-    }
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for DeadlineIo<S> {
+impl<S: AsyncRead + Unpin> AsyncRead for WriteDeadline<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let this = &mut *self;
-        let before = buf.filled().len();
-        match Pin::new(&mut this.inner).poll_read(cx, buf) {
-            Poll::Ready(r) => {
-                if buf.filled().len() > before {
-                    this.awaiting_first_byte = false;
-                    this.first_byte = None;
-                }
-                Poll::Ready(r)
-            }
-            Poll::Pending if this.awaiting_first_byte => {
-                let timeout = this.timeout;
-                let deadline = this
-                    .first_byte
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
-                match deadline.as_mut().poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!("the client sent nothing for {timeout:?}"),
-                    ))),
-                    Poll::Pending => Poll::Pending,
-                }
-            }
-            Poll::Pending => Poll::Pending,
-        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for DeadlineIo<S> {
+impl<S: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write(cx, data);
-        self.write_result(cx, r)
+        self.timed(cx, r)
     }
 
     fn poll_write_vectored(
@@ -283,7 +244,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for DeadlineIo<S> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        self.write_result(cx, r)
+        self.timed(cx, r)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -292,12 +253,12 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for DeadlineIo<S> {
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let r = Pin::new(&mut self.inner).poll_flush(cx);
-        self.write_result(cx, r)
+        self.timed(cx, r)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let r = Pin::new(&mut self.inner).poll_shutdown(cx);
-        self.write_result(cx, r)
+        self.timed(cx, r)
     }
 }
 
@@ -311,9 +272,13 @@ mod tests {
     async fn a_write_nobody_takes_fails_after_the_timeout() {
         let (ours, _theirs) = tokio::io::duplex(64);
         let timeout = Duration::from_millis(200);
-        let mut io = DeadlineIo::new(ours, timeout);
+        let mut io = WriteDeadline::new(ours, timeout);
         let started = Instant::now();
-        let err = io.write_all(&[7u8; 1000]).await.expect_err("nobody reads");
+        // A deadline that never fired would hang the test: fail instead.
+        let err = tokio::time::timeout(Duration::from_secs(60), io.write_all(&[7u8; 1000]))
+            .await
+            .expect("the deadline fired")
+            .expect_err("nobody reads");
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
         assert!(started.elapsed() >= timeout);
     }
@@ -324,7 +289,7 @@ mod tests {
     async fn a_slow_reader_that_keeps_taking_bytes_is_not_cut_off() {
         let (ours, mut theirs) = tokio::io::duplex(64);
         let timeout = Duration::from_secs(1);
-        let mut io = DeadlineIo::new(ours, timeout);
+        let mut io = WriteDeadline::new(ours, timeout);
         let reader = tokio::spawn(async move {
             let mut got = Vec::new();
             let mut buf = [0u8; 64];
@@ -345,29 +310,5 @@ mod tests {
             "the write outlasted one timeout"
         );
         assert_eq!(reader.await.expect("reader"), vec![7u8; 1000]);
-    }
-
-    /// Before the first byte a read fails after the timeout; once a byte has come, a read may
-    /// wait longer.
-    #[tokio::test]
-    async fn only_the_first_byte_has_a_read_deadline() {
-        let timeout = Duration::from_millis(200);
-        let (ours, _theirs) = tokio::io::duplex(64);
-        let mut silent = DeadlineIo::new(ours, timeout);
-        let mut buf = [0u8; 8];
-        let err = silent.read(&mut buf).await.expect_err("nothing is sent");
-        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
-
-        let (ours, mut theirs) = tokio::io::duplex(64);
-        let mut io = DeadlineIo::new(ours, timeout);
-        theirs.write_all(b"G").await.expect("first byte");
-        assert_eq!(io.read(&mut buf).await.expect("first byte"), 1);
-        let later = tokio::spawn(async move {
-            tokio::time::sleep(timeout * 3).await;
-            theirs.write_all(b"ET").await.expect("more");
-            theirs
-        });
-        assert_eq!(io.read(&mut buf).await.expect("no deadline now"), 2);
-        drop(later.await);
     }
 }

@@ -4,7 +4,7 @@
 //! window of stripes beside that (35 MiB for rs-3-2-1024k), so without a bound on how many
 //! run at once a burst of PUTs could take all the gateway's memory. A request past the bound
 //! is answered at once with 503 `SlowDown` (Amazon S3's answer to a rate it will not take,
-//! "Error responses", which the SDKs retry with backoff); an HTTP/1 connection is closed after
+//! "Error responses", which the SDKs retry with backoff); the connection is closed after
 //! it when the request's body is left unread. An idle keep-alive connection holds nothing: the bound
 //! counts requests, from their arrival until the last byte of their answer has gone (a GET's
 //! answer streams its object after the handler returns) or the answer is dropped. A client
@@ -85,8 +85,8 @@ impl Drop for Admission {
 }
 
 /// The answer to a request past the limit: 503 `SlowDown`, with `Connection: close` when
-/// `close` (an HTTP/1 request whose body is left unread, so that its connection cannot carry
-/// another; HTTP/2 ends just the request's stream, and forbids the header). Its request id is
+/// `close` (a request whose body is left unread, so that its connection cannot carry
+/// another). Its request id is
 /// stamped on it like any answer's.
 ///
 /// A client that sent `Expect: 100-continue` (botocore does for PutObject and UploadPart)

@@ -87,23 +87,25 @@ pub struct GatewayConfig {
     /// Requests served at once (default
     /// [`DEFAULT_MAX_REQUESTS_IN_FLIGHT`], at least 1), each from its
     /// arrival until its answer has been sent to its end; one more is
-    /// answered 503 `SlowDown` at once, closing an HTTP/1 connection whose
+    /// answered 503 `SlowDown` at once, closing a connection whose
     /// request body is left unread (`in_flight.rs`). Idle keep-alive connections do not count.
     pub max_requests_in_flight: usize,
     /// Client connections open at once (default [`DEFAULT_MAX_CONNECTIONS`], at least 1),
-    /// idle or not. At the limit the gateway stops accepting; new connections wait in the
-    /// kernel's listen backlog until one closes (`connection.rs`).
+    /// idle or not, TLS handshakes included. At the limit the gateway stops accepting; new
+    /// connections wait in the kernel's listen backlog (1,024) until one closes
+    /// (`connection.rs`).
     pub max_connections: usize,
-    /// Longest wait for a client's next bytes, or for it to take the next
-    /// bytes of an answer (default [`DEFAULT_REQUEST_IDLE_TIMEOUT`], 30 s;
-    /// 1 ms to 1 day). Each of these ends its connection:
+    /// Longest wait for a client's next bytes, or for its socket to take
+    /// more of an answer (default [`DEFAULT_REQUEST_IDLE_TIMEOUT`], 30 s;
+    /// 1 ms to 1 day). The gateway serves HTTP/1.1 only. Each of these ends
+    /// its connection:
     /// - a new connection (over HTTPS: once its handshake, which has a
-    ///   timeout of its own, is done) that sends nothing for that long;
-    /// - an HTTP/1 request head, once begun, that takes longer, and a
-    ///   keep-alive connection idle that long between requests (hyper's
-    ///   header read timeout);
-    /// - an answer the client takes nothing of for that long (a GET it no
-    ///   longer reads; `connection.rs`).
+    ///   timeout of its own, is done) that sends nothing for that long, a
+    ///   request head that takes longer, and a keep-alive connection idle
+    ///   that long between requests (hyper's header read timeout);
+    /// - an answer whose socket takes nothing for that long (a GET the
+    ///   client no longer reads; one it reads very slowly may be cut too,
+    ///   as `connection.rs` explains).
     ///
     /// A request body silent that long fails its reads: a PUT, UploadPart or
     /// checked XML body is answered 400 `RequestTimeout` (Amazon S3's answer
@@ -135,7 +137,7 @@ impl GatewayConfig {
     }
 
     /// Serves HTTPS with `tls`'s certificate and key (TLS 1.2 and 1.3,
-    /// ALPN h2 and http/1.1; no client certificates).
+    /// HTTP/1.1 only; no client certificates).
     #[must_use]
     pub fn with_https(mut self, tls: proto_crate::tls::TlsConfig) -> Self {
         self.https = Some(tls);
@@ -346,10 +348,9 @@ impl S3Gateway {
                             );
                             let refusal = request_ids::refuse_long_presigned(req.uri());
                             let continues = request_ids::expects_continue(&req);
-                            // A refusal of an HTTP/1 request whose body is left unread closes
-                            // its connection; one without a body keeps it.
-                            let close = req.version() <= http::Version::HTTP_11
-                                && !hyper::body::Body::is_end_stream(req.body());
+                            // A refusal of a request whose body is left unread closes its
+                            // connection; one without a body keeps it.
+                            let close = !hyper::body::Body::is_end_stream(req.body());
                             let scoped = Some(Arc::clone(&id));
                             // Held by the answer's body until it is sent (in_flight.rs).
                             let admission = limit.admit();

@@ -145,14 +145,12 @@ fn standard_message(code: &str) -> String {
     }
 }
 
-/// Whether `req` is HTTP/1.x with `Expect: 100-continue`: its client waits for an interim
-/// 100 before it sends the body, and may never send it (RFC 9110, section 10.1.1).
+/// Whether `req` has `Expect: 100-continue`: its client waits for an interim 100 before it
+/// sends the body, and may never send it (RFC 9110, section 10.1.1).
 pub(crate) fn expects_continue<B>(req: &http::Request<B>) -> bool {
-    req.version() <= http::Version::HTTP_11
-        && req
-            .headers()
-            .get(http::header::EXPECT)
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+    req.headers()
+        .get(http::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
 }
 
 /// Marks an error answer to a request that [`expects_continue`] with `Connection: close`.

@@ -34,8 +34,9 @@ async fn gateway(
 }
 
 /// A connection that never sends a byte is closed after the idle timeout (hyper's header
-/// timer only starts once hyper asks for a request head, and hyper-util reads the first
-/// bytes without one). Before, it stayed open for as long as the client kept it.
+/// timer, from the connection's start now that the gateway serves HTTP/1.1 alone). Before,
+/// hyper-util's protocol detection read the first bytes with no timer, and the connection
+/// stayed open for as long as the client kept it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_that_sends_nothing_is_closed() {
     let (_cluster, gw) = gateway(false, |c| {
@@ -58,8 +59,9 @@ async fn a_connection_that_sends_nothing_is_closed() {
 }
 
 /// Over HTTPS, a client that completes its handshake and then sends nothing is closed after
-/// the idle timeout too. Before, only the handshake had a deadline: the connection stayed
-/// open for as long as the client kept it.
+/// the idle timeout too, and a client offering HTTP/2 is given HTTP/1.1. Before, only the
+/// handshake had a deadline (the connection stayed open for as long as the client kept it),
+/// and ALPN chose `h2`, which had no idle deadline at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_connection_that_sends_nothing_after_its_handshake_is_closed() {
     let (cluster, gw) = gateway(true, |c| {
@@ -75,9 +77,10 @@ async fn a_tls_connection_that_sends_nothing_after_its_handshake_is_closed() {
     {
         roots.add(cert.expect("CA PEM")).expect("CA certificate");
     }
-    let client = rustls::ClientConfig::builder()
+    let mut client = rustls::ClientConfig::builder()
         .with_root_certificates(roots)
         .with_no_client_auth();
+    client.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     let tcp = tokio::net::TcpStream::connect(gw.address())
         .await
         .expect("connect");
@@ -86,6 +89,11 @@ async fn a_tls_connection_that_sends_nothing_after_its_handshake_is_closed() {
         .connect(name, tcp)
         .await
         .expect("the handshake completes");
+    assert_eq!(
+        tls.get_ref().1.alpn_protocol(),
+        Some(&b"http/1.1"[..]),
+        "HTTP/1.1 is chosen"
+    );
     let mut raw = Vec::new();
     // Without the gateway's deadline nothing ever comes: fail rather than hang.
     let read = tokio::time::timeout(
@@ -123,20 +131,34 @@ async fn a_get_whose_client_stops_reading_is_cut_off_and_frees_its_place() {
         assert_eq!(http(addr, "PUT", "/bkt", &[], b"").0, 200);
         assert_eq!(http(addr, "PUT", "/bkt/big", &[], &data(LEN)).0, 200);
         assert_eq!(http(addr, "PUT", "/bkt/small", &[], b"small").0, 200);
+        common::wait_until("the PUTs' places are free", || {
+            metrics.snapshot().requests_in_flight == 0
+        });
         let mut s = TcpStream::connect(addr).expect("connect");
         s.write_all(format!("GET /bkt/big HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
             .expect("request");
-        common::wait_until("the GET holds the one place", || {
-            metrics.snapshot().requests_in_flight == 1
-        });
-        // The client reads nothing: the answer stalls, then the gateway cuts it.
+        s.set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("read timeout");
+        // The answer's first bytes, to see that it is a 200; then the client reads nothing.
+        let mut got = vec![0u8; 12];
+        s.read_exact(&mut got).expect("the status line");
+        assert_eq!(
+            &got[..],
+            b"HTTP/1.1 200",
+            "{}",
+            String::from_utf8_lossy(&got)
+        );
+        let held = std::time::Instant::now();
+        // The answer stalls, then the gateway cuts it.
         common::wait_until("the stalled GET's place is free", || {
             metrics.snapshot().requests_in_flight == 0
         });
+        let held = held.elapsed();
+        assert!(
+            held >= Duration::from_millis(400),
+            "the place was held until the write deadline, not freed at once: {held:?}"
+        );
         let after = http(addr, "GET", "/bkt/small", &[], b"");
-        let mut got = Vec::new();
-        s.set_read_timeout(Some(Duration::from_secs(60)))
-            .expect("read timeout");
         // Whatever the buffers held, then the cut (an end or a reset).
         let _ = s.read_to_end(&mut got);
         common::wait_until("every connection has closed", || {
