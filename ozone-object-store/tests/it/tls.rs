@@ -68,11 +68,11 @@ async fn s3_over_https_and_the_adapter_over_tls() {
     let plain = amazon_s3(&format!("http://{address}"), "untrusted", None);
     let r = plain.put(&Path::from("x"), "x".into()).await;
     assert!(r.is_err(), "plain HTTP to the HTTPS port wrote: {r:?}");
-    assert_eq!(
-        cluster.s3_metrics().expect("gateway metrics"),
-        before,
-        "neither request was answered"
-    );
+    // Everything but the open-connection gauge: the two refused connections
+    // may still be closing on the gateway's side.
+    let mut after = cluster.s3_metrics().expect("gateway metrics");
+    after.connections_open = before.connections_open;
+    assert_eq!(after, before, "neither request was answered");
     let listed = client
         .list_keys("untrusted", "", "", 10)
         .await
