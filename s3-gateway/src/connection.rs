@@ -32,86 +32,29 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
-use crate::metrics::GatewayMetrics;
+use crate::metrics::{CountedLimit, CountedPermit, GatewayMetrics};
 
 /// Default of `GatewayConfig::max_connections`: 512, below the 1,024 open files a process
 /// gets by default on Linux (`ulimit -n`), which the gateway's own connections to the om and
 /// the datanodes share.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 
-/// Places for open client connections.
-#[derive(Debug, Clone)]
-pub(crate) struct ConnectionLimit {
-    permits: Arc<Semaphore>,
-    metrics: Arc<GatewayMetrics>,
-}
+/// One open connection's place (of a [`CountedLimit`] counted in `s3_connections_open`),
+/// given back when the connection ends.
+pub(crate) type ConnectionSlot = CountedPermit;
 
-/// A place taken for the next connection, before it is accepted.
-#[derive(Debug)]
-pub(crate) struct Reserved {
-    permit: OwnedSemaphorePermit,
-    metrics: Arc<GatewayMetrics>,
-}
-
-/// One open connection's place, given back (and counted out of `s3_connections_open`) when
-/// dropped.
-#[derive(Debug)]
-pub(crate) struct ConnectionSlot {
-    _permit: OwnedSemaphorePermit,
-    metrics: Arc<GatewayMetrics>,
-}
-
-impl ConnectionLimit {
-    /// A limit of `max` open connections (at least 1).
-    pub(crate) fn new(max: usize, metrics: Arc<GatewayMetrics>) -> Self {
-        Self {
-            permits: Arc::new(Semaphore::new(max.clamp(1, Semaphore::MAX_PERMITS))),
-            metrics,
-        }
-    }
-
-    /// Waits for a free place. The semaphore is never closed, so this only waits.
-    pub(crate) async fn reserve(&self) -> Reserved {
-        let permit = loop {
-            if let Ok(p) = Arc::clone(&self.permits).acquire_owned().await {
-                break p;
-            }
-        };
-        Reserved {
-            permit,
-            metrics: Arc::clone(&self.metrics),
-        }
-    }
-}
-
-impl Reserved {
-    /// The place, given to a connection just accepted (counted in `s3_connections_open`).
-    pub(crate) fn open(self) -> ConnectionSlot {
-        self.metrics
-            .connections_open
-            .fetch_add(1, Ordering::Relaxed);
-        ConnectionSlot {
-            _permit: self.permit,
-            metrics: self.metrics,
-        }
-    }
-}
-
-impl Drop for ConnectionSlot {
-    fn drop(&mut self) {
-        self.metrics
-            .connections_open
-            .fetch_sub(1, Ordering::Relaxed);
-    }
+/// The limit of `max` open connections (at least 1), counted in `s3_connections_open`. The
+/// accept loop [reserves](CountedLimit::reserve) a place before it accepts and
+/// [counts](CountedLimit::count) it once a connection is accepted.
+pub(crate) fn limit(max: usize, metrics: Arc<GatewayMetrics>) -> CountedLimit {
+    CountedLimit::new(max, metrics, |m| &m.connections_open)
 }
 
 /// Serves one accepted connection until it ends: the TLS handshake first when `acceptor` is
@@ -283,32 +226,33 @@ mod tests {
         assert!(started.elapsed() >= timeout);
     }
 
-    /// A reader that takes 64 bytes every 200 ms keeps a 1 s write deadline from firing
-    /// although the whole write takes about 3 s: the clock restarts whenever bytes go through.
+    /// One poll of a 64-byte write: what it returns now, without waiting.
+    async fn try_write<S: AsyncWrite + Unpin>(
+        io: &mut WriteDeadline<S>,
+    ) -> Poll<io::Result<usize>> {
+        std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *io).poll_write(cx, &[7u8; 64]))).await
+    }
+
+    /// The clock runs only while a write waits: a write the pipe takes stops it, and the next
+    /// wait starts a new one from then, not from the first wait.
     #[tokio::test]
-    async fn a_slow_reader_that_keeps_taking_bytes_is_not_cut_off() {
+    async fn the_clock_restarts_whenever_the_stream_takes_bytes() {
         let (ours, mut theirs) = tokio::io::duplex(64);
-        let timeout = Duration::from_secs(1);
-        let mut io = WriteDeadline::new(ours, timeout);
-        let reader = tokio::spawn(async move {
-            let mut got = Vec::new();
-            let mut buf = [0u8; 64];
-            while got.len() < 1000 {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                let n = theirs.read(&mut buf).await.expect("read");
-                got.extend_from_slice(&buf[..n]);
-            }
-            got
-        });
-        let started = Instant::now();
-        io.write_all(&[7u8; 1000])
-            .await
-            .expect("the reader keeps up");
-        io.flush().await.expect("flush");
-        assert!(
-            started.elapsed() > timeout,
-            "the write outlasted one timeout"
-        );
-        assert_eq!(reader.await.expect("reader"), vec![7u8; 1000]);
+        let mut io = WriteDeadline::new(ours, Duration::from_secs(3600));
+        assert!(matches!(try_write(&mut io).await, Poll::Ready(Ok(64))));
+        assert!(!io.armed, "a write that went through starts no clock");
+        // The pipe is full: the next write waits, and the clock starts.
+        assert!(try_write(&mut io).await.is_pending());
+        assert!(io.armed);
+        let first = io.deadline.deadline();
+        // The reader takes the bytes: the write goes through and the clock stops.
+        let mut buf = [0u8; 64];
+        theirs.read_exact(&mut buf).await.expect("read");
+        assert!(matches!(try_write(&mut io).await, Poll::Ready(Ok(64))));
+        assert!(!io.armed);
+        // Full again: a new clock, later than the first.
+        assert!(try_write(&mut io).await.is_pending());
+        assert!(io.armed);
+        assert!(io.deadline.deadline() > first, "the clock started again");
     }
 }

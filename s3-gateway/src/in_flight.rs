@@ -24,9 +24,8 @@ use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
 use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use s3s::{Body, HttpResponse};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::metrics::GatewayMetrics;
+use crate::metrics::{CountedLimit, CountedPermit, GatewayMetrics};
 
 /// Default of `GatewayConfig::request_idle_timeout`: 30 s, hyper's own default for reading
 /// a request's headers.
@@ -40,47 +39,32 @@ pub const DEFAULT_MAX_REQUESTS_IN_FLIGHT: usize = 64;
 /// Admits requests while fewer than its limit are in flight.
 #[derive(Debug, Clone)]
 pub(crate) struct RequestLimit {
-    permits: Arc<Semaphore>,
-    metrics: Arc<GatewayMetrics>,
+    places: CountedLimit,
 }
 
 /// One admitted request's place, given back (and then counted out of
 /// `s3_requests_in_flight`) when dropped.
-#[derive(Debug)]
-pub(crate) struct Admission {
-    permit: Option<OwnedSemaphorePermit>,
-    metrics: Arc<GatewayMetrics>,
-}
+pub(crate) type Admission = CountedPermit;
 
 impl RequestLimit {
     /// A limit of `max` requests at once (at least 1).
     pub(crate) fn new(max: usize, metrics: Arc<GatewayMetrics>) -> Self {
         Self {
-            permits: Arc::new(Semaphore::new(max.clamp(1, Semaphore::MAX_PERMITS))),
-            metrics,
+            places: CountedLimit::new(max, metrics, |m| &m.in_flight),
         }
     }
 
     /// A place for one more request, or `None` (counted as refused) when the limit's worth
     /// are in flight.
     pub(crate) fn admit(&self) -> Option<Admission> {
-        let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() else {
-            self.metrics.refused_busy.fetch_add(1, Ordering::Relaxed);
-            return None;
-        };
-        self.metrics.in_flight.fetch_add(1, Ordering::Relaxed);
-        Some(Admission {
-            permit: Some(permit),
-            metrics: Arc::clone(&self.metrics),
-        })
-    }
-}
-
-impl Drop for Admission {
-    fn drop(&mut self) {
-        // The place first: whoever sees the gauge fall may take it at once.
-        drop(self.permit.take());
-        self.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
+        let admitted = self.places.try_take();
+        if admitted.is_none() {
+            self.places
+                .metrics()
+                .refused_busy
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        admitted
     }
 }
 

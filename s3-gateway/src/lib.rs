@@ -309,8 +309,7 @@ impl S3Gateway {
         let metrics_for_loop = Arc::clone(&metrics);
         let limit =
             in_flight::RequestLimit::new(config.max_requests_in_flight, Arc::clone(&metrics));
-        let connections =
-            connection::ConnectionLimit::new(config.max_connections, Arc::clone(&metrics));
+        let connections = connection::limit(config.max_connections, Arc::clone(&metrics));
         let serving = ServingTask::spawn(|stop| async move {
             let stop = stop.wait();
             tokio::pin!(stop);
@@ -318,7 +317,10 @@ impl S3Gateway {
                 // At the connection limit, stop accepting until one ends (connection.rs).
                 let place = tokio::select! {
                     () = &mut stop => break,
-                    place = connections.reserve() => place,
+                    place = connections.reserve() => match place {
+                        Some(place) => place,
+                        None => break,
+                    },
                 };
                 tokio::select! {
                     () = &mut stop => break,
@@ -328,7 +330,7 @@ impl S3Gateway {
                             tokio::time::sleep(Duration::from_millis(10)).await;
                             continue;
                         };
-                        let slot = place.open();
+                        let slot = connections.count(place);
                         let _ = stream.set_nodelay(true);
                         let service = service.clone();
                         let counted = Arc::clone(&metrics_for_loop);

@@ -2,8 +2,10 @@
 //! key lookups. Exact atomics; names follow `s3_<what>_total` / `_bytes`.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Counters of one gateway. The maps are bounded by code, not by requests:
 /// operation names come from the fixed set of S3 operations the gateway
@@ -108,5 +110,74 @@ impl GatewayMetrics {
             requests_refused_busy: self.refused_busy.load(Ordering::Relaxed),
             connections_open: self.connections_open.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// A bound on places the gateway hands out (requests in flight, `crate::in_flight`; open
+/// connections, `crate::connection`), each place counted in one of [`GatewayMetrics`]' gauges
+/// while it is held.
+#[derive(Debug, Clone)]
+pub(crate) struct CountedLimit {
+    permits: Arc<Semaphore>,
+    metrics: Arc<GatewayMetrics>,
+    gauge: fn(&GatewayMetrics) -> &AtomicU64,
+}
+
+impl CountedLimit {
+    /// `max` places (at least 1), counted in `gauge` of `metrics`.
+    pub(crate) fn new(
+        max: usize,
+        metrics: Arc<GatewayMetrics>,
+        gauge: fn(&GatewayMetrics) -> &AtomicU64,
+    ) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(max.clamp(1, Semaphore::MAX_PERMITS))),
+            metrics,
+            gauge,
+        }
+    }
+
+    /// The metrics the places are counted in.
+    pub(crate) fn metrics(&self) -> &GatewayMetrics {
+        &self.metrics
+    }
+
+    /// A place now, counted; `None` when all are taken.
+    pub(crate) fn try_take(&self) -> Option<CountedPermit> {
+        let permit = Arc::clone(&self.permits).try_acquire_owned().ok()?;
+        Some(self.count(permit))
+    }
+
+    /// Waits for a place, not counted until [`count`](Self::count) (a connection's place is
+    /// taken before it is accepted); `None` only if the semaphore were closed, which nothing
+    /// does.
+    pub(crate) async fn reserve(&self) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(&self.permits).acquire_owned().await.ok()
+    }
+
+    /// `permit` (one of this limit's), counted from now until dropped.
+    pub(crate) fn count(&self, permit: OwnedSemaphorePermit) -> CountedPermit {
+        (self.gauge)(&self.metrics).fetch_add(1, Ordering::Relaxed);
+        CountedPermit {
+            permit: Some(permit),
+            metrics: Arc::clone(&self.metrics),
+            gauge: self.gauge,
+        }
+    }
+}
+
+/// A place of a [`CountedLimit`], counted in its gauge while held. When it is dropped the
+/// permit goes back first, so that whoever sees the gauge fall can take the place at once.
+#[derive(Debug)]
+pub(crate) struct CountedPermit {
+    permit: Option<OwnedSemaphorePermit>,
+    metrics: Arc<GatewayMetrics>,
+    gauge: fn(&GatewayMetrics) -> &AtomicU64,
+}
+
+impl Drop for CountedPermit {
+    fn drop(&mut self) {
+        drop(self.permit.take());
+        (self.gauge)(&self.metrics).fetch_sub(1, Ordering::Relaxed);
     }
 }
